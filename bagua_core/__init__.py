@@ -1,0 +1,117 @@
+"""bagua_core: the runtime of bagua (``import bagua_core as bagua``).
+
+Example (in a script started by ``bagua run --nproc_per_node 2 train.py``)::
+
+    import torch
+    import bagua_core as bagua
+
+    bagua.init_process_group()
+    model = torch.nn.Linear(8, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model = model.with_bagua([optimizer], "gradient_allreduce")
+    loss = model(torch.randn(4, 8)).sum()
+    loss.backward()          # gradients are averaged over ranks while backward runs
+    optimizer.step()
+"""
+
+from __future__ import annotations
+
+from bagua_core import tensor as _tensor  # noqa: F401  (adds the bagua_* methods to torch.Tensor)
+from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
+from bagua_core.bucket import BaguaBucket
+from bagua_core.communication import (
+    BaguaCommunicator,
+    ReduceOp,
+    allgather,
+    allgather_inplace,
+    allreduce,
+    allreduce_inplace,
+    alltoall,
+    alltoall_inplace,
+    alltoall_v,
+    alltoall_v_inplace,
+    barrier,
+    broadcast,
+    gather,
+    gather_inplace,
+    recv,
+    reduce,
+    reduce_inplace,
+    reduce_scatter,
+    reduce_scatter_inplace,
+    scatter,
+    scatter_inplace,
+    send,
+)
+from bagua_core.env import (
+    get_default_bucket_size,
+    get_local_rank,
+    get_local_size,
+    get_node_rank,
+    get_rank,
+    get_world_size,
+)
+from bagua_core.exceptions import (
+    BaguaConfigError,
+    BaguaError,
+    NotInitializedError,
+    RepeatedInitializationError,
+)
+from bagua_core.module import BaguaModule, with_bagua
+from bagua_core.process_group import (
+    BaguaProcessGroup,
+    destroy_process_group,
+    from_torch_group,
+    init_process_group,
+    is_initialized,
+    new_group,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Algorithm",
+    "AlgorithmConfig",
+    "AlgorithmImpl",
+    "BaguaBucket",
+    "BaguaCommunicator",
+    "BaguaModule",
+    "BaguaProcessGroup",
+    "BaguaConfigError",
+    "BaguaError",
+    "NotInitializedError",
+    "RepeatedInitializationError",
+    "ReduceOp",
+    "init_process_group",
+    "is_initialized",
+    "new_group",
+    "from_torch_group",
+    "destroy_process_group",
+    "get_rank",
+    "get_world_size",
+    "get_local_rank",
+    "get_local_size",
+    "get_node_rank",
+    "get_default_bucket_size",
+    "with_bagua",
+    "allreduce",
+    "allreduce_inplace",
+    "reduce",
+    "reduce_inplace",
+    "reduce_scatter",
+    "reduce_scatter_inplace",
+    "broadcast",
+    "allgather",
+    "allgather_inplace",
+    "gather",
+    "gather_inplace",
+    "scatter",
+    "scatter_inplace",
+    "alltoall",
+    "alltoall_inplace",
+    "alltoall_v",
+    "alltoall_v_inplace",
+    "send",
+    "recv",
+    "barrier",
+]

@@ -1,0 +1,182 @@
+"""``BaguaBucket``: tensors communicated together, optionally flattened into one buffer.
+
+A bucket runs its operations, in the order they were appended, once every one of its tensors is
+marked ready; the module launches buckets strictly in registration order on the process group's
+communication thread, so communication overlaps the rest of backward.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import torch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bagua_core.process_group import BaguaProcessGroup
+
+__all__ = ["BaguaBucket"]
+
+BucketOp = Callable[["BaguaBucket"], None]
+
+
+class BaguaBucket:
+    """Example::
+
+    >>> bucket = BaguaBucket([p1, p2], "bucket_0", flatten=True)
+    >>> bucket.append_centralized_synchronous_op(hierarchical=False, average=True)
+    """
+
+    def __init__(self, tensors: list[torch.Tensor], name: str, flatten: bool, alignment: int = 1) -> None:
+        if not tensors:
+            raise ValueError(f"bucket {name!r} needs at least one tensor")
+        if not isinstance(alignment, int) or alignment < 1:
+            raise ValueError(f"alignment must be a positive integer, got {alignment!r}")
+        for tensor in tensors:
+            if not tensor.is_bagua_tensor():
+                raise ValueError(f"bucket {name!r}: every tensor must be a bagua tensor (call ensure_bagua_tensor)")
+        self.tensors = list(tensors)
+        self.name = name
+        self.flatten = flatten
+        self.alignment = alignment
+        self._ops: list[BucketOp] = []
+        self._ready: set[int] = set()
+        self.on_ready: Callable[[BaguaBucket], None] | None = None
+        self.process_group: BaguaProcessGroup | None = None
+        effective = [t.bagua_getter_closure() for t in self.tensors]
+        self.dtype, self.device = effective[0].dtype, effective[0].device
+        for tensor in effective:
+            if flatten and (tensor.dtype != self.dtype or tensor.device != self.device):
+                raise ValueError(
+                    f"bucket {name!r} cannot be flattened: it mixes {self.dtype}/{self.device} with "
+                    f"{tensor.dtype}/{tensor.device}"
+                )
+        self.numels = [t.numel() for t in effective]
+        self.offsets = [sum(self.numels[:i]) for i in range(len(self.numels))]
+        total = sum(self.numels)
+        self.padded_numel = -(-total // alignment) * alignment
+        self.padding = self.padded_numel - total
+        self._buffer: torch.Tensor | None = None
+        for tensor in self.tensors:
+            tensor._bagua_bucket = self
+        if flatten:
+            self._buffer = torch.zeros(self.padded_numel, dtype=self.dtype, device=self.device)
+            for tensor, offset in zip(self.tensors, self.offsets):
+                tensor.bagua_set_storage(self._buffer.untyped_storage(), offset)
+
+    # --- layout -----------------------------------------------------------------------------
+    def _slot(self, index: int) -> torch.Tensor:
+        assert self._buffer is not None
+        offset, numel = self.offsets[index], self.numels[index]
+        return self._buffer[offset : offset + numel]
+
+    def check_flatten(self) -> bool:
+        """True when every effective tensor is a contiguous view at its place in the bucket buffer."""
+        if self._buffer is None:
+            return False
+        base = self._buffer.data_ptr()
+        itemsize = self._buffer.element_size()
+        for tensor, offset in zip(self.tensors, self.offsets):
+            effective = tensor.bagua_getter_closure()
+            if effective is None or not effective.is_contiguous():
+                return False
+            if effective.data_ptr() != base + offset * itemsize:
+                return False
+        return True
+
+    def flattened_tensor(self) -> torch.Tensor:
+        """One contiguous tensor holding the effective tensors (and padding) in order: the bucket's
+        buffer itself when flattened, else a new tensor."""
+        if self.check_flatten():
+            return self._buffer
+        pieces = [t.bagua_getter_closure().reshape(-1) for t in self.tensors]
+        if self.padding:
+            pieces.append(torch.zeros(self.padding, dtype=self.dtype, device=self.device))
+        return torch.cat(pieces)
+
+    def write_back(self, flat: torch.Tensor) -> None:
+        """Copy ``flat`` (laid out as :meth:`flattened_tensor`) into the effective tensors, unless it is
+        the bucket's own buffer and the tensors are already views of it."""
+        if self._buffer is not None and flat.data_ptr() == self._buffer.data_ptr() and self.check_flatten():
+            return
+        with torch.no_grad():
+            for tensor, offset, numel in zip(self.tensors, self.offsets, self.numels):
+                effective = tensor.bagua_getter_closure()
+                effective.copy_(flat[offset : offset + numel].view_as(effective))
+
+    def restore_view(self, tensor: torch.Tensor) -> None:
+        """Put ``tensor``'s effective tensor back into its slot of the buffer if it was replaced (an
+        optimizer's ``zero_grad(set_to_none=True)`` followed by backward does that)."""
+        if self._buffer is None:
+            return
+        index = next(i for i, t in enumerate(self.tensors) if t is tensor)
+        slot = self._slot(index)
+        effective = tensor.bagua_getter_closure()
+        if effective is not None and effective.data_ptr() == slot.data_ptr() and effective.is_contiguous():
+            return
+        with torch.no_grad():
+            if effective is None:
+                slot.zero_()
+                shape = tensor.shape
+            else:
+                slot.copy_(effective.reshape(-1))
+                shape = effective.shape
+        tensor.bagua_setter_closure(slot.view(shape))
+
+    def bytes(self) -> int:
+        """Size of the bucket's data in bytes (padding included)."""
+        return self.padded_numel * torch.empty(0, dtype=self.dtype).element_size()
+
+    # --- readiness and execution ----------------------------------------------------------------
+    def mark_ready(self, tensor: torch.Tensor) -> None:
+        self.restore_view(tensor)
+        self._ready.add(id(tensor))
+        if self.is_ready() and self.on_ready is not None:
+            self.on_ready(self)
+
+    def is_ready(self) -> bool:
+        return len(self._ready) == len(self.tensors)
+
+    def reset_ready(self) -> None:
+        self._ready.clear()
+
+    def pending_tensors(self) -> list[torch.Tensor]:
+        return [t for t in self.tensors if id(t) not in self._ready]
+
+    def execute_ops(self) -> None:
+        """Run the operations in order (on the communication thread)."""
+        for op in self._ops:
+            op(self)
+
+    # --- operations ---------------------------------------------------------------------------
+    def clear_ops(self) -> BaguaBucket:
+        self._ops.clear()
+        return self
+
+    def append_op(self, op: BucketOp) -> BaguaBucket:
+        """Append any callable ``op(bucket)``; it runs on the communication thread."""
+        self._ops.append(op)
+        return self
+
+    def append_python_op(self, python_function: Callable[[str], None], group: BaguaProcessGroup | None = None) -> BaguaBucket:
+        """Append ``python_function(bucket_name)`` to the bucket's operations."""
+        return self.append_op(lambda bucket: python_function(bucket.name))
+
+    def append_centralized_synchronous_op(
+        self,
+        hierarchical: bool = False,
+        average: bool = True,
+        scattergather: bool = False,
+        compression: str | None = None,
+        group: BaguaProcessGroup | None = None,
+    ) -> BaguaBucket:
+        """Append an allreduce of the bucket over ``group`` (the module's group by default).
+
+        ``hierarchical``: reduce inside each node, allreduce among node leaders, broadcast inside the
+        node. ``scattergather``: reduce-scatter then allgather. ``compression="MinMaxUInt8"``: the
+        bytegrad exchange (compressed alltoall + allgather)."""
+        from bagua_core.bucket_ops.centralized import CentralizedSynchronousOp
+
+        return self.append_op(CentralizedSynchronousOp(group, hierarchical, average, scattergather, compression))
+
+    def __repr__(self) -> str:
+        return f"BaguaBucket({self.name!r}, tensors={len(self.tensors)}, bytes={self.bytes()}, flatten={self.flatten})"

@@ -1,0 +1,1 @@
+"""Operations a bucket runs on its data (each a callable taking the bucket)."""

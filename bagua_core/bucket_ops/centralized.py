@@ -1,0 +1,84 @@
+"""The centralized synchronous operation: every rank ends with the same reduced bucket."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from bagua_core.communication import ReduceOp, allgather, allreduce_inplace, broadcast, reduce_inplace, reduce_scatter
+from bagua_core.communication.common import finish_average
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bagua_core.bucket import BaguaBucket
+    from bagua_core.process_group import BaguaProcessGroup
+
+__all__ = ["CentralizedSynchronousOp", "hierarchical_allreduce", "COMPRESSIONS"]
+
+COMPRESSIONS = (None, "MinMaxUInt8")
+
+
+def hierarchical_allreduce(tensor: torch.Tensor, group: BaguaProcessGroup, average: bool) -> None:
+    """Reduce to the node leader, allreduce among leaders, broadcast inside the node."""
+    intra, inter = group.get_intra_node_communicator(), group.get_inter_node_communicator()
+    if intra.nranks() > 1:
+        reduce_inplace(tensor, dst=0, op=ReduceOp.SUM, comm=intra)
+    if inter.is_member:
+        if inter.nranks() > 1:
+            allreduce_inplace(tensor, op=ReduceOp.SUM, comm=inter)
+        if average:
+            finish_average(tensor, group.world_size)
+    if intra.nranks() > 1:
+        broadcast(tensor, src=0, comm=intra)
+
+
+def scattergather_allreduce(tensor: torch.Tensor, group: BaguaProcessGroup, average: bool) -> None:
+    """Reduce-scatter then allgather (padded to a multiple of the number of ranks)."""
+    comm = group.get_global_communicator()
+    n = comm.nranks()
+    padded = -(-tensor.numel() // n) * n
+    work = tensor if padded == tensor.numel() else torch.cat([tensor, tensor.new_zeros(padded - tensor.numel())])
+    chunk = torch.empty(padded // n, dtype=tensor.dtype, device=tensor.device)
+    reduce_scatter(work, chunk, op=ReduceOp.AVG if average else ReduceOp.SUM, comm=comm)
+    allgather(chunk, work, comm=comm)
+    if work is not tensor:
+        tensor.copy_(work[: tensor.numel()])
+
+
+class CentralizedSynchronousOp:
+    """Allreduce of the bucket (AVG when ``average``), plain, scatter-gather, hierarchical or compressed."""
+
+    def __init__(
+        self,
+        group: BaguaProcessGroup | None,
+        hierarchical: bool,
+        average: bool,
+        scattergather: bool,
+        compression: str | None,
+    ) -> None:
+        if compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")
+        self.group = group
+        self.hierarchical = bool(hierarchical)
+        self.average = bool(average)
+        self.scattergather = bool(scattergather)
+        self.compression = compression
+
+    def __call__(self, bucket: BaguaBucket) -> None:
+        group = self.group or bucket.process_group
+        if group is None:
+            from bagua_core.process_group import get_default_group
+
+            group = get_default_group()
+        tensor = bucket.flattened_tensor()
+        if self.compression is not None:
+            from bagua_core.bucket_ops.compressed import compressed_allreduce
+
+            compressed_allreduce(tensor, group, self.average, self.hierarchical)
+        elif self.hierarchical:
+            hierarchical_allreduce(tensor, group, self.average)
+        elif self.scattergather:
+            scattergather_allreduce(tensor, group, self.average)
+        else:
+            allreduce_inplace(tensor, op=ReduceOp.AVG if self.average else ReduceOp.SUM, comm=group.get_global_communicator())
+        bucket.write_back(tensor)

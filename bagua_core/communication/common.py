@@ -1,0 +1,73 @@
+"""Shared helpers of the collectives: default communicator, argument checks, reductions on gloo."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from bagua_core.communication import stats
+from bagua_core.communication.communicator import BaguaCommunicator
+from bagua_core.communication.reduce_op import TORCH_OPS, ReduceOp, to_reduce_op
+
+__all__ = ["resolve_comm", "check_numel", "flat", "reduce_inplace_on", "record"]
+
+
+def resolve_comm(comm: BaguaCommunicator | None) -> BaguaCommunicator:
+    """The given communicator, or the global communicator of the default process group."""
+    if comm is None:
+        from bagua_core.process_group import get_default_group
+
+        comm = get_default_group().get_global_communicator()
+    comm.check_member()
+    return comm
+
+
+def check_numel(name: str, tensor: torch.Tensor, expected: int, why: str) -> None:
+    if tensor.numel() != expected:
+        raise ValueError(f"{name} must have {expected} elements ({why}), got {tensor.numel()}")
+
+
+def flat(tensor: torch.Tensor, name: str) -> torch.Tensor:
+    """A 1-D view of a contiguous tensor (collectives treat tensors as flat buffers)."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+    if not tensor.is_contiguous():
+        raise ValueError(f"{name} must be contiguous; call .contiguous() first")
+    return tensor.view(-1)
+
+
+def record(collective: str, tensor: torch.Tensor) -> None:
+    stats.record(collective, tensor.numel() * tensor.element_size())
+
+
+def _as_real(tensor: torch.Tensor, op: ReduceOp) -> torch.Tensor:
+    if tensor.is_complex():
+        if op not in (ReduceOp.SUM, ReduceOp.AVG):
+            raise ValueError(f"complex tensors support only SUM and AVG, got {op.name}")
+        return torch.view_as_real(tensor)
+    return tensor
+
+
+def finish_average(tensor: torch.Tensor, nranks: int) -> None:
+    """Divide a SUM by ``nranks`` in place (integers: floor division, like the seed on CPU)."""
+    if tensor.is_floating_point() or tensor.is_complex():
+        tensor.div_(nranks)
+    else:
+        tensor.copy_(torch.div(tensor, nranks, rounding_mode="floor"))
+
+
+def reduce_inplace_on(tensor: torch.Tensor, op: object, comm: BaguaCommunicator, dst: int | None) -> None:
+    """Reduce ``tensor`` in place over ``comm``: to every rank (``dst is None``) or to ``dst``.
+
+    AVG is a SUM followed by a division on every backend (gloo has no AVG, and a division after the
+    sum keeps every rank bit-identical).
+    """
+    op = to_reduce_op(op)
+    view = _as_real(tensor, op)
+    torch_op = TORCH_OPS[ReduceOp.SUM if op == ReduceOp.AVG else op]
+    if dst is None:
+        dist.all_reduce(view, op=torch_op, group=comm.torch_group)
+    else:
+        dist.reduce(view, dst=comm.global_rank(dst), op=torch_op, group=comm.torch_group)
+    if op == ReduceOp.AVG and (dst is None or comm.rank() == dst):
+        finish_average(tensor, comm.nranks())

@@ -1,0 +1,58 @@
+"""``BaguaCommunicator``: a set of ranks and the torch process group that connects them."""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+
+from bagua_core.exceptions import BaguaError
+
+__all__ = ["BaguaCommunicator"]
+
+
+class BaguaCommunicator:
+    """The members of one communication domain (global, intra-node or inter-node).
+
+    ``rank()`` is this process's index among ``global_ranks`` (-1 when it is not a member, as on the
+    inter-node communicator of a non-leader); ``nranks()`` is the number of members. Collectives take
+    and return ranks *of this communicator*.
+    """
+
+    def __init__(self, torch_group: dist.ProcessGroup | None, global_ranks: list[int], name: str) -> None:
+        self.torch_group = torch_group
+        self.global_ranks = list(global_ranks)
+        self.name = name
+        me = dist.get_rank()
+        self._rank = self.global_ranks.index(me) if me in self.global_ranks else -1
+
+    def rank(self) -> int:
+        return self._rank
+
+    def nranks(self) -> int:
+        return len(self.global_ranks)
+
+    @property
+    def is_member(self) -> bool:
+        return self._rank >= 0
+
+    @property
+    def backend(self) -> str:
+        return str(dist.get_backend(self.torch_group)) if self.is_member else "none"
+
+    def global_rank(self, comm_rank: int) -> int:
+        """Global rank of member ``comm_rank``; a clear error for an index out of range."""
+        if not isinstance(comm_rank, int) or not 0 <= comm_rank < self.nranks():
+            raise ValueError(
+                f"rank {comm_rank!r} is not in communicator {self.name!r} of {self.nranks()} ranks "
+                f"(valid: 0..{self.nranks() - 1})"
+            )
+        return self.global_ranks[comm_rank]
+
+    def check_member(self) -> None:
+        if not self.is_member:
+            raise BaguaError(
+                f"this process (global rank {dist.get_rank()}) is not a member of communicator {self.name!r} "
+                f"(members {self.global_ranks}); only members may call its collectives"
+            )
+
+    def __repr__(self) -> str:
+        return f"BaguaCommunicator({self.name!r}, rank={self._rank}, ranks={self.global_ranks})"

@@ -1,0 +1,143 @@
+"""Reducing collectives: allreduce, reduce, reduce_scatter (out-of-place and ``_inplace``).
+
+Both documented call forms are accepted: ``allreduce(send_tensor, recv_tensor, op, comm)`` and the
+older in-place ``allreduce(tensor, op=..., comm=...)``; ``reduce(send_tensor, recv_tensor, dst, op)``
+and the older ``reduce(tensor, dst, op)``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from bagua_core.communication.common import (
+    check_numel,
+    finish_average,
+    flat,
+    record,
+    reduce_inplace_on,
+    resolve_comm,
+)
+from bagua_core.communication.communicator import BaguaCommunicator
+from bagua_core.communication.reduce_op import TORCH_OPS, ReduceOp, to_reduce_op
+
+__all__ = [
+    "allreduce",
+    "allreduce_inplace",
+    "reduce",
+    "reduce_inplace",
+    "reduce_scatter",
+    "reduce_scatter_inplace",
+]
+
+
+def allreduce_inplace(tensor: torch.Tensor, op: object = ReduceOp.SUM, comm: BaguaCommunicator | None = None) -> None:
+    """Reduce ``tensor`` over all ranks of ``comm`` and leave the result in it on every rank."""
+    comm = resolve_comm(comm)
+    buffer = flat(tensor, "tensor")
+    record("allreduce", buffer)
+    reduce_inplace_on(buffer, op, comm, dst=None)
+
+
+def allreduce(
+    send_tensor: torch.Tensor,
+    recv_tensor: torch.Tensor | None = None,
+    op: object = ReduceOp.SUM,
+    comm: BaguaCommunicator | None = None,
+) -> None:
+    """Reduce ``send_tensor`` over all ranks into ``recv_tensor`` (in place when it is not given).
+
+    Example (2 ranks, int64 and complex)::
+
+        >>> send_tensor = torch.arange(2, dtype=torch.int64) + 1 + 2 * rank   # [1, 2] and [3, 4]
+        >>> recv_tensor = torch.zeros(2, dtype=torch.int64)
+        >>> allreduce(send_tensor, recv_tensor)
+        >>> recv_tensor                                                         # on both ranks
+        tensor([4, 6])
+        >>> send_tensor = torch.tensor([1+1j, 2+2j], dtype=torch.cfloat) + 2 * rank * (1+1j)
+        >>> recv_tensor = torch.zeros(2, dtype=torch.cfloat)
+        >>> allreduce(send_tensor, recv_tensor)
+        >>> recv_tensor
+        tensor([4.+4.j, 6.+6.j])
+    """
+    if recv_tensor is not None and not isinstance(recv_tensor, torch.Tensor):
+        op, recv_tensor = recv_tensor, None  # older form: allreduce(tensor, op)
+    if recv_tensor is None:
+        return allreduce_inplace(send_tensor, op=op, comm=comm)
+    check_numel("recv_tensor", recv_tensor, send_tensor.numel(), "same as send_tensor")
+    out = flat(recv_tensor, "recv_tensor")
+    out.copy_(flat(send_tensor, "send_tensor"))
+    allreduce_inplace(out, op=op, comm=comm)
+
+
+def reduce_inplace(
+    tensor: torch.Tensor, dst: int = 0, op: object = ReduceOp.SUM, comm: BaguaCommunicator | None = None
+) -> None:
+    """Reduce ``tensor`` of every rank into ``tensor`` on rank ``dst``; other ranks' tensors are kept."""
+    comm = resolve_comm(comm)
+    buffer = flat(tensor, "tensor")
+    record("reduce", buffer)
+    work = buffer if comm.rank() == dst else buffer.clone()
+    reduce_inplace_on(work, op, comm, dst=dst)
+
+
+def reduce(send_tensor: torch.Tensor, *args: object, **kwargs: object) -> None:
+    """``reduce(send_tensor, recv_tensor, dst, op=SUM, comm=None)``: the reduction of every rank's
+    ``send_tensor`` lands in ``recv_tensor`` on rank ``dst`` (other ranks' ``recv_tensor`` untouched).
+    The older form ``reduce(tensor, dst, op=SUM, comm=None)`` reduces in place.
+
+    Example::
+
+        >>> reduce(torch.ones(2) * (rank + 1), out, dst=0)   # out == [3., 3.] on rank 0 of 2
+    """
+    if args and isinstance(args[0], torch.Tensor) or isinstance(kwargs.get("recv_tensor"), torch.Tensor):
+        names = ("recv_tensor", "dst", "op", "comm")
+        bound = dict(zip(names, args)) | kwargs
+        recv_tensor = bound.pop("recv_tensor")
+        check_numel("recv_tensor", recv_tensor, send_tensor.numel(), "same as send_tensor")
+        comm = resolve_comm(bound.get("comm"))
+        dst = int(bound.get("dst", 0))
+        work = flat(send_tensor, "send_tensor").clone()
+        reduce_inplace(work, dst=dst, op=bound.get("op", ReduceOp.SUM), comm=comm)
+        if comm.rank() == dst:
+            flat(recv_tensor, "recv_tensor").copy_(work)
+        return
+    names = ("dst", "op", "comm")
+    bound = dict(zip(names, args)) | kwargs
+    bound.pop("recv_tensor", None)
+    reduce_inplace(send_tensor, **bound)
+
+
+def reduce_scatter(
+    send_tensor: torch.Tensor,
+    recv_tensor: torch.Tensor,
+    op: object = ReduceOp.SUM,
+    comm: BaguaCommunicator | None = None,
+) -> None:
+    """Reduce ``send_tensor`` (``nranks`` equal chunks) over all ranks; rank i receives chunk i."""
+    comm = resolve_comm(comm)
+    n = comm.nranks()
+    send = flat(send_tensor, "send_tensor")
+    out = flat(recv_tensor, "recv_tensor")
+    check_numel("send_tensor", send, out.numel() * n, f"nranks ({n}) x recv_tensor's elements")
+    op = to_reduce_op(op)
+    record("reduce_scatter", send)
+    send_view = torch.view_as_real(send) if send.is_complex() else send
+    out_view = torch.view_as_real(out) if out.is_complex() else out
+    torch_op = TORCH_OPS[ReduceOp.SUM if op == ReduceOp.AVG else op]
+    dist.reduce_scatter_tensor(out_view.view(-1), send_view.reshape(-1), op=torch_op, group=comm.torch_group)
+    if op == ReduceOp.AVG:
+        finish_average(out, n)
+
+
+def reduce_scatter_inplace(tensor: torch.Tensor, op: object = ReduceOp.SUM, comm: BaguaCommunicator | None = None) -> None:
+    """Like :func:`reduce_scatter`; the result for rank i is written into chunk i of ``tensor``."""
+    comm = resolve_comm(comm)
+    buffer = flat(tensor, "tensor")
+    n = comm.nranks()
+    if buffer.numel() % n:
+        raise ValueError(f"tensor's {buffer.numel()} elements do not split into {n} equal chunks")
+    chunk = buffer.numel() // n
+    out = torch.empty(chunk, dtype=buffer.dtype, device=buffer.device)
+    reduce_scatter(buffer, out, op=op, comm=comm)
+    buffer[comm.rank() * chunk : (comm.rank() + 1) * chunk].copy_(out)

@@ -1,0 +1,69 @@
+"""A background thread per process group that runs bucket communication in submission order.
+
+Bucket operations are submitted while backward is still running and execute on this thread, so
+communication overlaps computation; a single thread keeps the order of collectives identical on
+every rank (which gloo and NCCL both require).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from concurrent.futures import Future
+from typing import Any, Callable
+
+__all__ = ["CommunicationWorker"]
+
+
+class CommunicationWorker:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._queue: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._pending: list[Future] = []
+        self._lock = threading.Lock()
+
+    def _ensure_started(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._loop, name=f"bagua-comm-{self.name}", daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            future, fn, args = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # handed to whoever waits
+                future.set_exception(exc)
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        """Run ``fn(*args)`` on the worker thread after everything submitted before it."""
+        future: Future = Future()
+        with self._lock:
+            self._ensure_started()
+            self._pending.append(future)
+            self._queue.put((future, fn, args))
+        return future
+
+    def synchronize(self) -> None:
+        """Wait for everything submitted so far; re-raise the first failure."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        first_error: BaseException | None = None
+        for future in pending:
+            exc = future.exception()
+            if exc is not None and first_error is None:
+                first_error = exc
+        if first_error is not None:
+            raise first_error
+
+    def shutdown(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join(timeout=10)
+        self._thread = None

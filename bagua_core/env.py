@@ -1,0 +1,104 @@
+"""The launcher's environment: ranks, sizes, master address, and bagua's own tunables.
+
+Before ``init_process_group`` the values come from the torchrun variables (RANK, WORLD_SIZE,
+LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT); after it, rank and world size come from the
+process group and the local rank/size from the node membership actually found (see
+:mod:`bagua_core.process_group`), which stays right when ranks run on different hosts.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+__all__ = [
+    "get_rank",
+    "get_world_size",
+    "get_local_rank",
+    "get_local_size",
+    "get_node_rank",
+    "get_master_addr",
+    "get_master_port",
+    "get_default_bucket_size",
+    "get_node_key",
+    "get_comm_timeout_s",
+]
+
+DEFAULT_BUCKET_SIZE = 10 * 1024 * 1024
+
+
+def _int_env(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name} must be an integer, got {raw!r}") from None
+
+
+def _group():
+    from bagua_core import process_group
+
+    return process_group.get_default_group_or_none()
+
+
+def get_rank() -> int:
+    """Global rank of this process (0 when not distributed)."""
+    group = _group()
+    return group.global_rank if group is not None else _int_env("RANK", 0)
+
+
+def get_world_size() -> int:
+    """Number of processes in the job (1 when not distributed)."""
+    group = _group()
+    return group.world_size if group is not None else _int_env("WORLD_SIZE", 1)
+
+
+def get_local_rank() -> int:
+    """Rank of this process among the processes of its node."""
+    group = _group()
+    return group.local_rank if group is not None else _int_env("LOCAL_RANK", 0)
+
+
+def get_local_size() -> int:
+    """Number of processes on this node."""
+    group = _group()
+    return group.local_size if group is not None else _int_env("LOCAL_WORLD_SIZE", 1)
+
+
+def get_node_rank() -> int:
+    """Index of this node (0 .. number of nodes - 1), nodes ordered by their lowest rank."""
+    group = _group()
+    return group.node_rank if group is not None else _int_env("GROUP_RANK", 0)
+
+
+def get_master_addr() -> str:
+    return os.environ.get("MASTER_ADDR", "127.0.0.1")
+
+
+def get_master_port() -> int:
+    return _int_env("MASTER_PORT", 29500)
+
+
+def get_default_bucket_size() -> int:
+    """Bucket size in bytes: ``BAGUA_DEFAULT_BUCKET_SIZE`` or 10 MiB."""
+    size = _int_env("BAGUA_DEFAULT_BUCKET_SIZE", DEFAULT_BUCKET_SIZE)
+    if size <= 0:
+        raise ValueError(f"BAGUA_DEFAULT_BUCKET_SIZE must be a positive number of bytes, got {size}")
+    return size
+
+
+def get_node_key() -> str:
+    """What identifies this process's node: ``BAGUA_NODE_ID``, else torchrun's ``GROUP_RANK``, else
+    the host name. Ranks with equal keys share a node."""
+    for name in ("BAGUA_NODE_ID", "GROUP_RANK"):
+        value = os.environ.get(name)
+        if value not in (None, ""):
+            return f"{name}={value}"
+    return f"host={socket.gethostname()}"
+
+
+def get_comm_timeout_s() -> float:
+    """Timeout of a collective before it fails instead of hanging: ``BAGUA_COMM_TIMEOUT_S`` or 600."""
+    return float(os.environ.get("BAGUA_COMM_TIMEOUT_S", "600"))

@@ -1,0 +1,130 @@
+"""``model.with_bagua(optimizers, algorithm)``: the methods bagua adds to every ``torch.nn.Module``."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator, Sequence
+
+import torch
+
+from bagua_core.module import hooks
+from bagua_core.module.initial_sync import (
+    agree_or_raise,
+    broadcast_optimizer_state,
+    broadcast_tensors,
+    model_signature,
+)
+
+__all__ = ["BaguaModule", "with_bagua"]
+
+
+class BaguaModule:
+    """Methods installed on ``torch.nn.Module``. After ``with_bagua`` a module has the seed's attributes
+    ``bagua_optimizers``, ``bagua_algorithm`` (the reified impl), ``process_group``,
+    ``bagua_module_name``, ``bagua_train_step_counter`` and ``bagua_buckets``."""
+
+    def with_bagua(
+        self: torch.nn.Module,
+        optimizers: Sequence[torch.optim.Optimizer] | torch.optim.Optimizer,
+        algorithm: Any = None,
+        process_group: Any = None,
+        do_flatten: bool = True,
+    ) -> torch.nn.Module:
+        """Wrap this module for distributed training with ``algorithm`` and return it.
+
+        ``algorithm`` may be an ``Algorithm``, a registered name (``"gradient_allreduce"``), a dict with
+        ``name`` and options, a config model, or the path of a .toml/.yaml/.yml/.json file (its top level
+        or its ``[algorithm]`` table). ``None`` uses ``BAGUA_CONFIG_FILE`` if set, else gradient_allreduce.
+        Wrapping broadcasts parameters, buffers and optimizer state from the group's first rank; calling
+        it again switches the algorithm.
+
+        Example::
+
+            >>> model = torch.nn.Linear(4, 2)
+            >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            >>> model = model.with_bagua([optimizer], "gradient_allreduce")
+        """
+        from bagua_core.config import resolve_algorithm
+        from bagua_core.process_group import get_default_group
+
+        if isinstance(optimizers, torch.optim.Optimizer):
+            optimizers = [optimizers]
+        optimizers = list(optimizers)
+        group = process_group if process_group is not None else get_default_group()
+        comm = group.get_global_communicator()
+        if getattr(self, "_bagua_hooks", None) is not None:
+            hooks.uninstall(self)
+        self.bagua_optimizers = optimizers
+        self.process_group = group
+        self.bagua_module_name = f"{type(self).__name__}_{id(self)}"
+        named = self.bagua_named_parameters() + self.bagua_named_buffers()
+        declaration = agree_or_raise(comm, lambda: resolve_algorithm(algorithm, optimizers), model_signature(named))
+        broadcast_tensors([t for _, t in named], src=0, comm=comm)
+        for optimizer in optimizers:
+            broadcast_optimizer_state(optimizer, src=0, comm=comm)
+        self._bagua_algorithm_declaration = declaration
+        self.bagua_algorithm = declaration.reify(group)
+        self.bagua_train_step_counter = 0
+        self._bagua_do_flatten = do_flatten
+        self._bagua_sync_enabled = True
+        hooks.install(self)
+        return self
+
+    def bagua_named_parameters(self: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
+        """Trainable parameters not listed in ``_bagua_params_and_buffers_to_ignore``, in registration order."""
+        ignore = set(getattr(self, "_bagua_params_and_buffers_to_ignore", ()))
+        return [(n, p) for n, p in self.named_parameters() if p.requires_grad and n not in ignore]
+
+    def bagua_named_buffers(self: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+        ignore = set(getattr(self, "_bagua_params_and_buffers_to_ignore", ()))
+        return [(n, b) for n, b in self.named_buffers() if n not in ignore]
+
+    @contextlib.contextmanager
+    def no_sync(self: torch.nn.Module) -> Iterator[None]:
+        """Skip communication inside the block: gradients accumulate locally (as with torch DDP) and are
+        communicated by the first backward after it.
+
+        Example::
+
+            >>> with model.no_sync():
+            ...     model(x1).sum().backward()
+            >>> model(x2).sum().backward()     # communicates the sum of both gradients
+        """
+        previous = getattr(self, "_bagua_sync_enabled", True)
+        self._bagua_sync_enabled = False
+        try:
+            yield
+        finally:
+            self._bagua_sync_enabled = previous
+
+    def bagua_wait_for_communication(self: torch.nn.Module) -> None:
+        """Launch the buckets not launched yet, then wait for every pending bucket operation."""
+        scheduler = getattr(self, "_bagua_scheduler", None)
+        if scheduler is not None:
+            scheduler.wait()
+
+    def bagua_reset(self: torch.nn.Module) -> None:
+        """Redo tensors, buckets and operations (the impl's ``need_reset`` asks for it)."""
+        hooks.rebuild_buckets(self)
+
+    def bagua_shutdown(self: torch.nn.Module) -> None:
+        """Remove bagua's hooks and stop the algorithm's background work; the module is plain again."""
+        if getattr(self, "_bagua_hooks", None) is not None:
+            hooks.uninstall(self)
+
+
+def with_bagua(module: torch.nn.Module, optimizers: Any, algorithm: Any = None, process_group: Any = None,
+               do_flatten: bool = True) -> torch.nn.Module:
+    """Function form of :meth:`BaguaModule.with_bagua`."""
+    return BaguaModule.with_bagua(module, optimizers, algorithm, process_group, do_flatten)
+
+
+def install_module_methods() -> None:
+    for name in ("with_bagua", "bagua_named_parameters", "bagua_named_buffers", "no_sync",
+                 "bagua_wait_for_communication", "bagua_reset", "bagua_shutdown"):
+        if name == "no_sync" and hasattr(torch.nn.Module, "no_sync"):
+            continue
+        setattr(torch.nn.Module, name, BaguaModule.__dict__[name])
+
+
+install_module_methods()

@@ -1,0 +1,85 @@
+"""Installs the lifecycle hooks of a wrapped module (forward pre-hook, per-parameter backward hooks,
+end-of-backward callback, optimizer post-step hook) and rebuilds its buckets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from bagua_core.module.scheduler import BucketScheduler
+
+__all__ = ["install", "uninstall", "rebuild_buckets"]
+
+
+def rebuild_buckets(module: torch.nn.Module) -> None:
+    """Steps 2-4 of the lifecycle: init_tensors, tensors_to_buckets, init_operations."""
+    impl = module.bagua_algorithm
+    old = getattr(module, "_bagua_scheduler", None)
+    if old is not None:
+        old.worker.synchronize()
+        old.detach()
+    tensors = impl.init_tensors(module)
+    buckets = impl.tensors_to_buckets(tensors, module._bagua_do_flatten)
+    for bucket in buckets:
+        bucket.process_group = module.process_group
+        impl.init_operations(module, bucket)
+    module.bagua_buckets = buckets
+    module._bagua_scheduler = BucketScheduler(buckets, module.process_group.worker)
+    module._bagua_backward_hook = impl.init_backward_hook(module)
+    module._bagua_post_backward_hook = impl.init_post_backward_hook(module)
+    module._bagua_forward_pre_hook = impl.init_forward_pre_hook(module)
+    module._bagua_post_step_hook = impl.init_post_optimizer_step_hook(module)
+
+
+def _forward_pre_hook(module: torch.nn.Module, inputs: Any) -> None:
+    if not module.training:
+        return
+    module.bagua_train_step_counter += 1
+    if module.bagua_algorithm.need_reset():
+        rebuild_buckets(module)
+    module._bagua_forward_pre_hook(inputs)
+
+
+def _make_backward_hook(module: torch.nn.Module, name: str):
+    def hook(param: torch.Tensor) -> None:
+        if not module.training or not module._bagua_sync_enabled:
+            return
+        if not module._bagua_post_backward_queued:
+            module._bagua_post_backward_queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(lambda: _post_backward(module))
+        module._bagua_backward_hook(name, param)
+
+    return hook
+
+
+def _post_backward(module: torch.nn.Module) -> None:
+    module._bagua_post_backward_queued = False
+    module._bagua_post_backward_hook()
+
+
+def install(module: torch.nn.Module) -> None:
+    """Steps 2-8: build buckets, register every hook, remember the handles for :func:`uninstall`."""
+    module._bagua_post_backward_queued = False
+    rebuild_buckets(module)
+    handles = [module.register_forward_pre_hook(_forward_pre_hook)]
+    for name, param in module.bagua_named_parameters():
+        handles.append(param.register_post_accumulate_grad_hook(_make_backward_hook(module, name)))
+    for optimizer in module.bagua_optimizers:
+        handles.append(
+            optimizer.register_step_post_hook(lambda opt, args, kwargs: module._bagua_post_step_hook(opt))
+        )
+    module._bagua_hooks = handles
+
+
+def uninstall(module: torch.nn.Module) -> None:
+    """Remove every hook, wait for pending communication and let the impl release what it holds."""
+    for handle in getattr(module, "_bagua_hooks", None) or ():
+        handle.remove()
+    module._bagua_hooks = None
+    scheduler = getattr(module, "_bagua_scheduler", None)
+    if scheduler is not None:
+        scheduler.worker.synchronize()
+        scheduler.detach()
+    module._bagua_scheduler = None
+    module.bagua_algorithm.shutdown(module)

@@ -1,0 +1,55 @@
+"""Launches ready buckets strictly in registration order on the group's communication thread."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bagua_core.bucket import BaguaBucket
+    from bagua_core.communication.worker import CommunicationWorker
+
+__all__ = ["BucketScheduler"]
+
+
+class BucketScheduler:
+    """Bucket i is launched once it is ready and buckets 0..i-1 have been launched."""
+
+    def __init__(self, buckets: list[BaguaBucket], worker: CommunicationWorker) -> None:
+        self.buckets = buckets
+        self.worker = worker
+        self.next_index = 0
+        for bucket in buckets:
+            bucket.on_ready = self._on_ready
+
+    def _on_ready(self, bucket: BaguaBucket) -> None:
+        while self.next_index < len(self.buckets) and self.buckets[self.next_index].is_ready():
+            launching = self.buckets[self.next_index]
+            self.next_index += 1
+            launching.reset_ready()
+            self.worker.submit(launching.execute_ops)
+
+    def flush(self) -> None:
+        """Mark what was never marked ready (unused parameters get zero gradients) and launch it."""
+        while self.next_index < len(self.buckets):
+            bucket = self.buckets[self.next_index]
+            if not bucket.pending_tensors():
+                self._on_ready(bucket)
+                continue
+            for tensor in bucket.pending_tensors():
+                if tensor.bagua_getter_closure() is None:
+                    tensor.bagua_ensure_grad()
+                bucket.mark_ready(tensor)
+
+    def wait(self) -> None:
+        """Launch what is left, wait for all of it, and start the next iteration from bucket 0."""
+        try:
+            self.flush()
+            self.worker.synchronize()
+        finally:
+            self.next_index = 0
+            for bucket in self.buckets:
+                bucket.reset_ready()
+
+    def detach(self) -> None:
+        for bucket in self.buckets:
+            bucket.on_ready = None

@@ -1,0 +1,93 @@
+"""The compiled CPU kernels (``bagua_core._native_minmax``, cffi API mode) behind the public API.
+
+Inputs of fp16/bf16 are converted to fp32 by torch first; fp16/bf16 outputs are written through an
+fp32 buffer, exactly as the fallback rounds them, so results are bit-identical to it. The C calls
+release the GIL.
+
+Example::
+
+    >>> buf = compress(torch.randn(1000), 4, "raise")
+    >>> decompress(buf, 4, torch.empty(1000), accumulate=False).shape
+    torch.Size([1000])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from bagua_core._native_minmax import ffi, lib
+from bagua_core.native.layout import NonFiniteError, compressed_size, nonfinite_message
+
+__all__ = ["compress", "decompress", "decompress_sum", "set_threads", "get_threads", "lib"]
+
+
+def _check(rc: int, what: str) -> None:
+    if rc == lib.BAGUA_MINMAX_OK:
+        return
+    if rc == lib.BAGUA_MINMAX_ERR_NONFINITE:
+        raise NonFiniteError(nonfinite_message(None, overflow=False))
+    if rc == lib.BAGUA_MINMAX_ERR_OVERFLOW:
+        raise NonFiniteError(nonfinite_message(None, overflow=True))
+    if rc == lib.BAGUA_MINMAX_ERR_SIZE:
+        raise ValueError(f"{what}: buffer size does not match compressed_size(numel, n_chunks)")
+    raise ValueError(f"{what}: invalid argument (native error code {rc})")
+
+
+def _float_ptr(t: torch.Tensor):  # noqa: ANN202 (cffi pointer)
+    return ffi.cast("float *", t.data_ptr())
+
+
+def _byte_ptr(t: torch.Tensor):  # noqa: ANN202
+    return ffi.cast("uint8_t *", t.data_ptr())
+
+
+def compress(
+    x: torch.Tensor, n_chunks: int, nonfinite: str, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The compressed uint8 buffer of ``x`` (fp32 arithmetic)."""
+    xf = x if x.dtype == torch.float32 else x.float()
+    if out is None:
+        out = torch.empty(compressed_size(x.numel(), n_chunks), dtype=torch.uint8)
+    rc = lib.bagua_minmax_compress_f32(
+        _float_ptr(xf), xf.numel(), n_chunks, _byte_ptr(out), out.numel(), int(nonfinite == "raise")
+    )
+    _check(rc, "compress_minmax_uint8")
+    return out
+
+
+def decompress(buf: torch.Tensor, n_chunks: int, out: torch.Tensor, accumulate: bool) -> torch.Tensor:
+    """``out = D(buf)`` or ``out += D(buf)`` in fp32."""
+    target = out if out.dtype == torch.float32 else (out.float() if accumulate else out.new_empty(out.shape, dtype=torch.float32))
+    rc = lib.bagua_minmax_decompress_f32(
+        _byte_ptr(buf), buf.numel(), out.numel(), n_chunks, _float_ptr(target), int(accumulate)
+    )
+    _check(rc, "decompress_minmax_uint8")
+    if target is not out:
+        out.copy_(target)
+    return out
+
+
+def decompress_sum(bufs: Sequence[torch.Tensor], out: torch.Tensor, average: bool) -> torch.Tensor:
+    """``out = sum_k D(bufs[k])`` (or the mean) accumulated in fp32."""
+    target = out if out.dtype == torch.float32 else out.new_empty(out.shape, dtype=torch.float32)
+    pointers = ffi.new("uint8_t *[]", [_byte_ptr(b) for b in bufs])
+    rc = lib.bagua_minmax_decompress_sum_f32(
+        pointers, len(bufs), compressed_size(out.numel(), 1), out.numel(), _float_ptr(target), int(average)
+    )
+    _check(rc, "decompress_average_minmax_uint8")
+    if target is not out:
+        out.copy_(target)
+    return out
+
+
+def set_threads(n_threads: int) -> None:
+    """Lets the kernels split large tensors over ``n_threads`` threads (1 = the calling thread)."""
+    if lib.bagua_minmax_set_threads(n_threads) != lib.BAGUA_MINMAX_OK:
+        raise ValueError(f"threads must be an integer in 1..64, got {n_threads!r}")
+
+
+def get_threads() -> int:
+    """The number of threads the kernels may use."""
+    return lib.bagua_minmax_get_threads()

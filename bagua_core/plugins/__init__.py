@@ -1,0 +1,55 @@
+"""Plugin system of bagua: quick start for plugin authors.
+
+A plugin is a module with functions marked by :data:`hookimpl`; the hooks it may implement are in
+:mod:`bagua_core.plugins.hookspecs`. Announce the module through an entry point of group ``bagua``
+in your ``pyproject.toml``::
+
+    [project.entry-points.bagua]
+    local_sgd = "my_package.local_sgd"
+
+and in ``my_package/local_sgd.py``::
+
+    from bagua_core.algorithm import Algorithm, AlgorithmConfig
+    from bagua_core.plugins import hookimpl
+
+    class LocalSGDAlgorithm(Algorithm):
+        name = "local_sgd"
+        ...
+
+    @hookimpl
+    def bagua_register_algorithms():
+        return [LocalSGDAlgorithm]
+
+After ``pip install``, ``model.with_bagua(optimizers, "local_sgd")`` and ``bagua plugins`` find it.
+Names are unique across all installed plugins: a duplicate is an error that names both providers.
+``BAGUA_DISABLE_PLUGINS=name,...`` skips named entry points, ``BAGUA_DISABLE_PLUGIN_AUTOLOAD=1``
+skips every third-party one.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+from bagua_core.plugins.hookspecs import ENTRY_POINT_GROUP, PROJECT_NAME
+
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+from bagua_core.plugins.manager import get_plugin_manager, reset_plugin_manager  # noqa: E402
+from bagua_core.plugins.registry import (  # noqa: E402
+    NamedRegistry,
+    algorithm_registry,
+    cache_store_registry,
+    topology_registry,
+)
+
+__all__ = [
+    "hookimpl",
+    "get_plugin_manager",
+    "reset_plugin_manager",
+    "NamedRegistry",
+    "algorithm_registry",
+    "topology_registry",
+    "cache_store_registry",
+    "ENTRY_POINT_GROUP",
+    "PROJECT_NAME",
+]

@@ -1,0 +1,72 @@
+"""Registries keyed by name, built from a registration hook (algorithms, topologies, cache stores).
+
+Registries are rebuilt from the plugin manager on every lookup, so a plugin registered or unregistered
+at run time (tests do that) is seen at once; the hook calls are cheap.
+"""
+
+from __future__ import annotations
+
+from typing import Generic, TypeVar
+
+from bagua_core.exceptions import DuplicateNameError, PluginError, UnknownNameError
+from bagua_core.plugins.manager import get_plugin_manager
+
+__all__ = ["NamedRegistry", "algorithm_registry", "topology_registry", "cache_store_registry"]
+
+T = TypeVar("T")
+
+
+def _describe(cls: type, plugin_name: str) -> str:
+    return f"{cls.__module__}.{cls.__qualname__} (plugin {plugin_name!r})"
+
+
+class NamedRegistry(Generic[T]):
+    """Classes registered through ``hook_name``, keyed by their ``name`` attribute."""
+
+    def __init__(self, kind: str, hook_name: str) -> None:
+        self.kind = kind
+        self.hook_name = hook_name
+
+    def providers(self) -> dict[str, tuple[type[T], str]]:
+        """Map each name to ``(class, plugin name)``; raise on a missing or duplicate name."""
+        pm = get_plugin_manager()
+        hook = getattr(pm.hook, self.hook_name)
+        found: dict[str, tuple[type[T], str]] = {}
+        # pluggy calls the last registered first; walk in registration order for stable messages
+        for impl in hook.get_hookimpls():
+            for cls in impl.function() or ():
+                name = getattr(cls, "name", None)
+                if not isinstance(name, str) or not name:
+                    raise PluginError(
+                        f"{self.kind} class {_describe(cls, impl.plugin_name)} has no `name`: set a class "
+                        f"attribute `name = \"...\"`"
+                    )
+                if name in found and found[name][0] is not cls:
+                    other_cls, other_plugin = found[name]
+                    raise DuplicateNameError(
+                        f"{self.kind} name {name!r} is registered twice: by {_describe(other_cls, other_plugin)} "
+                        f"and by {_describe(cls, impl.plugin_name)}"
+                    )
+                found[name] = (cls, impl.plugin_name)
+        return found
+
+    def names(self) -> list[str]:
+        return sorted(self.providers())
+
+    def get(self, name: str) -> type[T]:
+        providers = self.providers()
+        if name not in providers:
+            available = ", ".join(sorted(providers)) or "none"
+            raise UnknownNameError(
+                f"unknown {self.kind} {name!r}; available: {available}. "
+                f"Install the plugin that provides it, or check the spelling"
+            )
+        return providers[name][0]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.providers()
+
+
+algorithm_registry: NamedRegistry = NamedRegistry("algorithm", "bagua_register_algorithms")
+topology_registry: NamedRegistry = NamedRegistry("topology", "bagua_register_topologies")
+cache_store_registry: NamedRegistry = NamedRegistry("cache store", "bagua_register_cache_stores")

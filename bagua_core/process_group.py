@@ -1,0 +1,192 @@
+"""Process groups: ``init_process_group``, ``new_group``, ``BaguaProcessGroup``, ``from_torch_group``.
+
+Node membership is found by exchanging each rank's node key (``BAGUA_NODE_ID``, else torchrun's
+``GROUP_RANK``, else the host name) when the default group starts, so intra-node and inter-node
+communicators are right however the ranks are spread over hosts.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+import torch
+import torch.distributed as dist
+
+from bagua_core import env
+from bagua_core.communication.communicator import BaguaCommunicator
+from bagua_core.communication.worker import CommunicationWorker
+from bagua_core.exceptions import NotInitializedError, RepeatedInitializationError
+
+__all__ = [
+    "BaguaProcessGroup",
+    "init_process_group",
+    "is_initialized",
+    "new_group",
+    "from_torch_group",
+    "get_default_group",
+    "destroy_process_group",
+]
+
+_default_group: BaguaProcessGroup | None = None
+_node_keys: list[str] = []  # node key of every global rank
+_group_count = 0
+
+
+class BaguaProcessGroup:
+    """A set of global ranks with its global, intra-node and inter-node communicators.
+
+    Creating one is collective: every process of the job must create the same groups in the same
+    order (torch's ``new_group`` requires it).
+    """
+
+    def __init__(self, ranks: list[int], torch_group: dist.ProcessGroup | None, name: str) -> None:
+        self.ranks = sorted(ranks)
+        self.name = name
+        me = dist.get_rank()
+        nodes: dict[str, list[int]] = {}
+        for rank in self.ranks:
+            nodes.setdefault(_node_keys[rank], []).append(rank)
+        self.node_ranks = list(nodes.values())  # ordered by each node's lowest rank
+        self.leaders = [members[0] for members in self.node_ranks]
+        self._global = BaguaCommunicator(torch_group, self.ranks, f"{name}/global")
+        self._intra = None
+        for members in self.node_ranks:
+            group = torch_group if len(members) == len(self.ranks) else _new_torch_group(members)
+            if me in members:
+                self._intra = BaguaCommunicator(group, members, f"{name}/intra")
+        inter_group = torch_group if len(self.leaders) == len(self.ranks) else _new_torch_group(self.leaders)
+        self._inter = BaguaCommunicator(inter_group if me in self.leaders else None, self.leaders, f"{name}/inter")
+        self.worker = CommunicationWorker(name)
+
+    # seed API -------------------------------------------------------------------------------
+    def get_global_communicator(self) -> BaguaCommunicator:
+        return self._global
+
+    def get_intra_node_communicator(self) -> BaguaCommunicator:
+        if self._intra is None:
+            return BaguaCommunicator(None, self.node_ranks[0], f"{self.name}/intra")  # non-member view
+        return self._intra
+
+    def get_inter_node_communicator(self) -> BaguaCommunicator:
+        """Communicator among the node leaders (the lowest rank of each node); rank() is -1 elsewhere."""
+        return self._inter
+
+    # facts about this process -----------------------------------------------------------------
+    @property
+    def global_rank(self) -> int:
+        return dist.get_rank()
+
+    @property
+    def world_size(self) -> int:
+        return len(self.ranks)
+
+    @property
+    def local_rank(self) -> int:
+        return self.get_intra_node_communicator().rank()
+
+    @property
+    def local_size(self) -> int:
+        return self.get_intra_node_communicator().nranks()
+
+    @property
+    def node_rank(self) -> int:
+        return next(i for i, members in enumerate(self.node_ranks) if dist.get_rank() in members)
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.node_ranks)
+
+    def __repr__(self) -> str:
+        return f"BaguaProcessGroup({self.name!r}, ranks={self.ranks}, nodes={self.node_ranks})"
+
+
+def _new_torch_group(ranks: list[int]) -> dist.ProcessGroup:
+    return dist.new_group(ranks, timeout=datetime.timedelta(seconds=env.get_comm_timeout_s()))
+
+
+def _next_name() -> str:
+    global _group_count
+    _group_count += 1
+    return f"pg{_group_count}"
+
+
+def is_initialized() -> bool:
+    """Whether ``init_process_group`` has run in this process."""
+    return _default_group is not None
+
+
+def get_default_group_or_none() -> BaguaProcessGroup | None:
+    return _default_group
+
+
+def get_default_group() -> BaguaProcessGroup:
+    if _default_group is None:
+        raise NotInitializedError("bagua is not initialized: call bagua_core.init_process_group() first")
+    return _default_group
+
+
+def init_process_group(store: dist.Store | None = None) -> BaguaProcessGroup:
+    """Start the default process group from the torchrun variables (gloo on CPU, NCCL on CUDA).
+
+    ``store`` replaces the ``MASTER_ADDR``/``MASTER_PORT`` rendezvous. If torch.distributed is already
+    initialized (by Lightning, say) its default group is used. ``BAGUA_BACKEND`` overrides the backend.
+
+    Example::
+
+        >>> import bagua_core as bagua
+        >>> bagua.init_process_group()      # in a script started by `bagua run --nproc_per_node 2 ...`
+        >>> bagua.get_rank(), bagua.get_world_size()
+    """
+    global _default_group, _node_keys
+    if _default_group is not None:
+        raise RepeatedInitializationError(
+            "bagua's process group is already initialized; init_process_group() must be called once per process"
+        )
+    if not dist.is_initialized():
+        use_cuda = torch.cuda.is_available()
+        backend = os.environ.get("BAGUA_BACKEND") or ("nccl" if use_cuda else "gloo")
+        if backend == "nccl":
+            torch.cuda.set_device(env.get_local_rank())
+        timeout = datetime.timedelta(seconds=env.get_comm_timeout_s())
+        if store is not None:
+            dist.init_process_group(
+                backend, store=store, rank=env.get_rank(), world_size=env.get_world_size(), timeout=timeout
+            )
+        else:
+            dist.init_process_group(backend, init_method="env://", timeout=timeout)
+    keys: list[str | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(keys, env.get_node_key())
+    _node_keys = [str(key) for key in keys]
+    _default_group = BaguaProcessGroup(list(range(dist.get_world_size())), dist.group.WORLD, "default")
+    return _default_group
+
+
+def new_group(ranks: list[int] | None = None) -> BaguaProcessGroup:
+    """A process group over ``ranks`` (all ranks when None). Collective: every rank must call it."""
+    get_default_group()
+    world = dist.get_world_size()
+    if ranks is None:
+        ranks = list(range(world))
+    ranks = sorted(set(int(r) for r in ranks))
+    if not ranks or ranks[0] < 0 or ranks[-1] >= world:
+        raise ValueError(f"new_group ranks must be a non-empty subset of 0..{world - 1}, got {ranks}")
+    torch_group = dist.group.WORLD if len(ranks) == world else _new_torch_group(ranks)
+    return BaguaProcessGroup(ranks, torch_group if dist.get_rank() in ranks else None, _next_name())
+
+
+def from_torch_group(group: dist.ProcessGroup) -> BaguaProcessGroup:
+    """Wrap an existing torch process group. Collective over the whole job (sub-groups are created)."""
+    get_default_group()
+    ranks = dist.get_process_group_ranks(group) if group is not dist.group.WORLD else list(range(dist.get_world_size()))
+    return BaguaProcessGroup(ranks, group, _next_name())
+
+
+def destroy_process_group() -> None:
+    """Stop the default group and torch.distributed (tests and clean shutdown)."""
+    global _default_group
+    if _default_group is not None:
+        _default_group.worker.shutdown()
+    _default_group = None
+    if dist.is_initialized():
+        dist.destroy_process_group()

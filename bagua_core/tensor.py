@@ -1,0 +1,126 @@
+"""Tensor proxies: the seed's ``bagua_*`` methods, added to ``torch.Tensor``.
+
+A bagua tensor is a torch tensor marked for communication. Its *effective tensor* is what is
+communicated: by default the tensor itself, or what ``getter_closure(tensor)`` returns (a
+parameter's ``.grad``, say). ``setter_closure(tensor, value)`` replaces the effective tensor.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+__all__ = ["install_tensor_methods"]
+
+
+def ensure_bagua_tensor(
+    self: torch.Tensor,
+    name: str | None = None,
+    module_name: str | None = None,
+    getter_closure: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    setter_closure: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
+) -> torch.Tensor:
+    """Mark this tensor as a bagua tensor in place and return it.
+
+    Example::
+
+        >>> p = torch.nn.Parameter(torch.zeros(3))
+        >>> p.ensure_bagua_tensor("w", "model", getter_closure=lambda t: t.grad,
+        ...                       setter_closure=lambda t, v: setattr(t, "grad", v))
+    """
+    if getattr(self, "_bagua_is_tensor", False) and name is None:
+        return self
+    self._bagua_is_tensor = True
+    self.bagua_tensor_name = name if name is not None else f"tensor_{id(self)}"
+    self.bagua_module_name = module_name
+    self._bagua_getter = getter_closure
+    self._bagua_setter = setter_closure
+    self._bagua_bucket = None
+    self._bagua_ready = False
+    return self
+
+
+def to_bagua_tensor(
+    self: torch.Tensor,
+    name: str | None = None,
+    module_name: str | None = None,
+    getter_closure: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    setter_closure: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
+) -> torch.Tensor:
+    """A new bagua tensor sharing this tensor's storage (a Parameter stays a Parameter)."""
+    if isinstance(self, torch.nn.Parameter):
+        new = torch.nn.Parameter(self.data, requires_grad=self.requires_grad)
+    else:
+        new = self.detach()
+    return ensure_bagua_tensor(new, name, module_name, getter_closure, setter_closure)
+
+
+def is_bagua_tensor(self: torch.Tensor) -> bool:
+    return bool(getattr(self, "_bagua_is_tensor", False))
+
+
+def bagua_getter_closure(self: torch.Tensor) -> torch.Tensor:
+    """The effective tensor."""
+    getter = getattr(self, "_bagua_getter", None)
+    return getter(self) if getter is not None else self
+
+
+def bagua_setter_closure(self: torch.Tensor, tensor: torch.Tensor) -> None:
+    """Replace the effective tensor by ``tensor``."""
+    setter = getattr(self, "_bagua_setter", None)
+    if setter is None:
+        with torch.no_grad():
+            self.set_(tensor)
+    else:
+        setter(self, tensor)
+
+
+def bagua_set_storage(self: torch.Tensor, storage: torch.UntypedStorage | torch.TypedStorage, storage_offset: int = 0) -> None:
+    """Make the effective tensor a view of ``storage`` at ``storage_offset`` (in elements), keeping its
+    values, shape and strides. Flattened buckets use it to place tensors in one contiguous buffer."""
+    effective = self.bagua_getter_closure()
+    if isinstance(storage, torch.TypedStorage):
+        storage = storage.untyped()
+    with torch.no_grad():
+        view = torch.empty(0, dtype=effective.dtype, device=effective.device)
+        view.set_(storage, storage_offset, effective.shape, effective.stride())
+        if view.data_ptr() != effective.data_ptr():
+            view.copy_(effective)
+        if getattr(self, "_bagua_getter", None) is None:
+            self.set_(storage, storage_offset, effective.shape, effective.stride())
+            return
+    self.bagua_setter_closure(view)
+
+
+def bagua_ensure_grad(self: torch.Tensor) -> torch.Tensor:
+    """Give the tensor a zero gradient if it has none; return it."""
+    if self.grad is None:
+        with torch.no_grad():
+            self.grad = torch.zeros_like(self, memory_format=torch.preserve_format)
+    return self
+
+
+def bagua_mark_communication_ready(self: torch.Tensor) -> None:
+    """Tell the tensor's bucket that its effective tensor is ready to be communicated."""
+    bucket = getattr(self, "_bagua_bucket", None)
+    if bucket is None:
+        raise RuntimeError(f"bagua tensor {getattr(self, 'bagua_tensor_name', '?')!r} is not in a bucket")
+    bucket.mark_ready(self)
+
+
+def install_tensor_methods() -> None:
+    for fn in (
+        ensure_bagua_tensor,
+        to_bagua_tensor,
+        is_bagua_tensor,
+        bagua_getter_closure,
+        bagua_setter_closure,
+        bagua_set_storage,
+        bagua_ensure_grad,
+        bagua_mark_communication_ready,
+    ):
+        setattr(torch.Tensor, fn.__name__, fn)
+
+
+install_tensor_methods()

@@ -1,0 +1,119 @@
+"""Run a test function on several local worker processes over gloo, with a timeout that names the rank
+that hung.
+
+    results = run_workers(check_fn, world_size=3)           # check_fn(rank, *args) -> picklable
+    results = run_workers(check_fn, 4, local_size=2)         # 2 emulated nodes of 2 ranks
+
+Each worker gets the torchrun variables, one thread, its node from ``local_size``
+(``GROUP_RANK = rank // local_size``), runs ``bagua_core.init_process_group()`` and then ``fn``.
+The test function must live at module level in a test module (workers import it).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import pickle
+import queue
+import socket
+import time
+import traceback
+from typing import Any, Callable
+
+__all__ = ["run_workers", "free_port", "WorkerFailure"]
+
+_CONTEXT = mp.get_context("forkserver")
+_CONTEXT.set_forkserver_preload(["torch", "torch.distributed", "bagua_core"])
+
+
+class WorkerFailure(AssertionError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _worker(rank: int, world_size: int, local_size: int, port: int, timeout: float, extra_env: dict,
+            fn: Callable, args: tuple, results: Any) -> None:
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(rank % local_size),
+        LOCAL_WORLD_SIZE=str(local_size),
+        GROUP_RANK=str(rank // local_size),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        BAGUA_COMM_TIMEOUT_S=str(int(timeout)),
+        OMP_NUM_THREADS="1",
+    )
+    os.environ.update(extra_env)
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+        import bagua_core
+
+        bagua_core.init_process_group()
+        try:
+            value = fn(rank, *args)
+        finally:
+            bagua_core.destroy_process_group()
+        results.put((rank, "ok", pickle.dumps(value)))  # plain pickle: no shared-memory handles
+    except BaseException:
+        results.put((rank, "error", traceback.format_exc()))
+
+
+def run_workers(
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    local_size: int | None = None,
+    timeout: float = 120.0,
+    env: dict[str, str] | None = None,
+) -> list[Any]:
+    """Run ``fn(rank, *args)`` on ``world_size`` processes; return the results ordered by rank."""
+    local_size = local_size or world_size
+    results = _CONTEXT.Queue()
+    port = free_port()
+    procs = [
+        _CONTEXT.Process(
+            target=_worker,
+            args=(rank, world_size, local_size, port, timeout, env or {}, fn, args, results),
+            daemon=True,
+        )
+        for rank in range(world_size)
+    ]
+    for proc in procs:
+        proc.start()
+    deadline = time.monotonic() + timeout
+    outcome: dict[int, tuple[str, Any]] = {}
+    try:
+        while len(outcome) < world_size:
+            remaining = deadline - time.monotonic()
+            if any(status == "error" for status, _ in outcome.values()):
+                remaining = min(remaining, 10.0)  # the others may be stuck waiting for the failed rank
+            try:
+                rank, status, value = results.get(timeout=max(remaining, 0.01))
+                outcome[rank] = (status, value)
+            except queue.Empty:
+                break
+            for rank, proc in enumerate(procs):
+                if rank not in outcome and not proc.is_alive() and proc.exitcode not in (None, 0):
+                    outcome[rank] = ("error", f"worker exited with code {proc.exitcode}")
+    finally:
+        for proc in procs:
+            proc.join(timeout=0.5 if len(outcome) < world_size else 10)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+    errors = [f"--- rank {r} failed:\n{v}" for r, (s, v) in sorted(outcome.items()) if s == "error"]
+    hung = [r for r in range(world_size) if r not in outcome]
+    if errors or hung:
+        message = "\n".join(errors)
+        if hung:
+            message += f"\nranks {hung} hung: no result within {timeout:.0f} s (killed)"
+        raise WorkerFailure(message)
+    return [pickle.loads(outcome[r][1]) for r in range(world_size)]
