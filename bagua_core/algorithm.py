@@ -30,7 +30,7 @@ __all__ = ["AlgorithmConfig", "Algorithm", "AlgorithmImpl", "split_into_buckets"
 class AlgorithmConfig(BaseModel):
     """Base of every algorithm's options. Subclasses set ``name: Literal["their_name"] = "their_name"``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     name: str
     """The registered name of the algorithm."""

@@ -38,6 +38,7 @@ __all__ = [
     "algorithm_config_adapter",
     "validate_algorithm_config",
     "resolve_algorithm",
+    "algorithm_config_of",
     "DEFAULT_ALGORITHM",
 ]
 
@@ -68,9 +69,12 @@ def load_config_file(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
+OTHER_SECTIONS = ("training",)
+
+
 def algorithm_section(data: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``[algorithm]`` table if there is one, else the top level."""
-    section = data.get("algorithm", data)
+    """The ``[algorithm]`` table if there is one, else the top level (less other tables: ``[training]``)."""
+    section = data["algorithm"] if "algorithm" in data else {k: v for k, v in data.items() if k not in OTHER_SECTIONS}
     if not isinstance(section, Mapping):
         raise BaguaConfigError(f"'algorithm' must be a table with a 'name' key, got {section!r}")
     return dict(section)
@@ -105,6 +109,27 @@ def _from_config(config: AlgorithmConfig, optimizers: Sequence[torch.optim.Optim
     return algorithm_registry.get(config.name).from_config(config, optimizers=optimizers)
 
 
+def algorithm_config_of(algorithm: Any) -> AlgorithmConfig:
+    """Validate any accepted form of ``algorithm`` into its config, without building the algorithm
+    (no optimizer needed): launchers use it to fail before starting workers."""
+    if algorithm is None:
+        algorithm = os.environ.get("BAGUA_CONFIG_FILE") or DEFAULT_ALGORITHM
+    if isinstance(algorithm, Algorithm):
+        return algorithm.config
+    if isinstance(algorithm, AlgorithmConfig):
+        return algorithm
+    if isinstance(algorithm, os.PathLike) or (isinstance(algorithm, str) and algorithm.endswith(CONFIG_SUFFIXES)):
+        return validate_algorithm_config(algorithm_section(load_config_file(algorithm)), source=str(algorithm))
+    if isinstance(algorithm, str):
+        return validate_algorithm_config({"name": algorithm})
+    if isinstance(algorithm, Mapping):
+        return validate_algorithm_config(algorithm)
+    raise BaguaConfigError(
+        f"algorithm must be an Algorithm, a name, a dict with 'name', a config model or a config file path, "
+        f"got {type(algorithm).__name__}"
+    )
+
+
 def resolve_algorithm(algorithm: Any, optimizers: Sequence[torch.optim.Optimizer] = ()) -> Algorithm:
     """Turn any accepted form of ``algorithm`` into an :class:`Algorithm`.
 
@@ -113,20 +138,6 @@ def resolve_algorithm(algorithm: Any, optimizers: Sequence[torch.optim.Optimizer
         >>> resolve_algorithm({"name": "gradient_allreduce", "hierarchical": True})
         GradientAllReduceAlgorithm(hierarchical=True, average=True)
     """
-    if algorithm is None:
-        algorithm = os.environ.get("BAGUA_CONFIG_FILE") or DEFAULT_ALGORITHM
     if isinstance(algorithm, Algorithm):
         return algorithm
-    if isinstance(algorithm, AlgorithmConfig):
-        return _from_config(algorithm, optimizers)
-    if isinstance(algorithm, os.PathLike) or (isinstance(algorithm, str) and algorithm.endswith(CONFIG_SUFFIXES)):
-        section = algorithm_section(load_config_file(algorithm))
-        return _from_config(validate_algorithm_config(section, source=str(algorithm)), optimizers)
-    if isinstance(algorithm, str):
-        return _from_config(validate_algorithm_config({"name": algorithm}), optimizers)
-    if isinstance(algorithm, Mapping):
-        return _from_config(validate_algorithm_config(algorithm), optimizers)
-    raise BaguaConfigError(
-        f"algorithm must be an Algorithm, a name, a dict with 'name', a config model or a config file path, "
-        f"got {type(algorithm).__name__}"
-    )
+    return _from_config(algorithm_config_of(algorithm), optimizers)

@@ -1,0 +1,50 @@
+"""The ``bagua`` command.
+
+  bagua run [--config FILE] [torchrun options] script.py [args]   launch workers with torch's launcher
+  bagua train [--nproc N] [--algorithm NAME | --config FILE] ...  the main job: digits on N local workers
+  bagua plugins [--json]                                           installed algorithms, options, defaults
+  bagua check-config FILE                                          validate a config file
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from bagua_core.exceptions import BaguaError
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    command, rest = argv[0], argv[1:]
+    try:
+        if command == "run":
+            from bagua_core.cli.launch import run_command
+
+            return run_command(rest)
+        if command == "train":
+            from bagua_core.cli.launch import train_command
+
+            return train_command(rest)
+        if command == "plugins":
+            from bagua_core.cli.plugins_command import plugins_command
+
+            return plugins_command(rest)
+        if command == "check-config":
+            from bagua_core.cli.plugins_command import check_config_command
+
+            return check_config_command(rest)
+    except (BaguaError, ValueError) as exc:
+        print(f"bagua {command}: error: {exc}", file=sys.stderr)
+        return 2
+    argparse.ArgumentParser(prog="bagua").error(f"unknown command {command!r}; use run, train, plugins or check-config")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

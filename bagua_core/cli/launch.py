@@ -1,0 +1,72 @@
+"""``bagua run`` and ``bagua train``: launch workers through ``torch.distributed.run`` (torchrun), so
+multi-node rendezvous and elastic options (``--nnodes=MIN:MAX``, ``--max-restarts``) pass through."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from bagua_core.config import algorithm_config_of
+
+__all__ = ["run_command", "train_command", "extract_config"]
+
+
+def extract_config(argv: list[str]) -> tuple[str | None, list[str]]:
+    """Take ``--config FILE`` out of the launcher options (those before the script or ``-m module``)."""
+    for i, token in enumerate(argv):
+        if token.endswith(".py") or token in ("-m", "--module", "--"):
+            break
+        if token == "--config":
+            if i + 1 >= len(argv):
+                raise ValueError("--config needs a file name")
+            return argv[i + 1], argv[:i] + argv[i + 2 :]
+        if token.startswith("--config="):
+            return token.split("=", 1)[1], argv[:i] + argv[i + 1 :]
+    return None, argv
+
+
+def _launch(torchrun_args: list[str]) -> int:
+    from torch.distributed import run as torchrun
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    try:
+        torchrun.main(torchrun_args)
+    except SystemExit as exc:  # torchrun exits on argument errors
+        return int(exc.code or 0)
+    except Exception as exc:  # ChildFailedError: the workers' tracebacks were printed above
+        print(f"bagua: workers failed: {type(exc).__name__}", flush=True)
+        return 1
+    return 0
+
+
+def run_command(argv: list[str]) -> int:
+    """``bagua run [--config FILE] <torchrun options> script.py [script args]``.
+
+    The config file is validated here, before any worker starts, and handed to the workers in
+    ``BAGUA_CONFIG_FILE`` (``with_bagua(optimizers)`` with no algorithm reads it)."""
+    config, rest = extract_config(argv)
+    if config is not None:
+        algorithm_config_of(config)  # fail now, naming the file and field
+        os.environ["BAGUA_CONFIG_FILE"] = os.path.abspath(config)
+    return _launch(rest)
+
+
+def train_command(argv: list[str]) -> int:
+    """``bagua train [--nproc N] [--algorithm NAME | --config FILE] [training options]``: the main job."""
+    parser = argparse.ArgumentParser(prog="bagua train", add_help=False)
+    parser.add_argument("--nproc", type=int, default=2)
+    parser.add_argument("-h", "--help", action="store_true")
+    known, worker_args = parser.parse_known_args(argv)
+    if known.help:
+        from bagua_core.examples import train_digits
+
+        print("usage: bagua train [--nproc N] [worker options]\n\n--nproc N  local worker processes (default 2)\n")
+        train_digits._parse(["--help"])
+        return 0
+    if known.nproc < 1:
+        raise ValueError(f"--nproc must be a positive integer, got {known.nproc}")
+    from bagua_core.examples.train_digits import _parse
+
+    cfg, algorithm, _ = _parse(worker_args)  # validate options and config before starting workers
+    algorithm_config_of(algorithm)
+    return _launch(["--standalone", f"--nproc_per_node={known.nproc}", "-m", "bagua_core.examples.train_digits", *worker_args])

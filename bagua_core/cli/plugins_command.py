@@ -1,0 +1,65 @@
+"""``bagua plugins`` (what is installed, with options and defaults) and ``bagua check-config``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from pydantic_core import PydanticUndefined
+
+from bagua_core.config import algorithm_config_of
+from bagua_core.plugins import algorithm_registry, cache_store_registry, topology_registry
+
+__all__ = ["plugins_command", "check_config_command", "describe_algorithms"]
+
+
+def _type_name(annotation: Any) -> str:
+    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+
+
+def describe_algorithms() -> list[dict[str, Any]]:
+    rows = []
+    for name, (cls, plugin) in sorted(algorithm_registry.providers().items()):
+        options = []
+        for field_name, field in cls.Config.model_fields.items():
+            if field_name == "name":
+                continue
+            default = None if field.default is PydanticUndefined else field.default
+            options.append({"name": field_name, "type": _type_name(field.annotation), "default": default,
+                            "required": field.is_required(), "help": field.description or ""})
+        rows.append({"name": name, "plugin": plugin, "class": f"{cls.__module__}.{cls.__qualname__}", "options": options})
+    return rows
+
+
+def _names(registry) -> list[dict[str, str]]:
+    return [{"name": n, "plugin": p} for n, (_, p) in sorted(registry.providers().items())]
+
+
+def plugins_command(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bagua plugins", description="list installed bagua plugins")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    args = parser.parse_args(argv)
+    report = {"algorithms": describe_algorithms(), "topologies": _names(topology_registry),
+              "cache_stores": _names(cache_store_registry)}
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+        return 0
+    print("algorithms:")
+    for row in report["algorithms"]:
+        print(f"  {row['name']}  ({row['class']}, plugin {row['plugin']!r})")
+        for option in row["options"]:
+            default = "required" if option["required"] else f"default {option['default']!r}"
+            print(f"      {option['name']}: {option['type']} = {default}  {option['help']}")
+    for key in ("topologies", "cache_stores"):
+        print(f"{key.replace('_', ' ')}: " + (", ".join(r["name"] for r in report[key]) or "none"))
+    return 0
+
+
+def check_config_command(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bagua check-config", description="validate a bagua config file")
+    parser.add_argument("file")
+    args = parser.parse_args(argv)
+    config = algorithm_config_of(args.file)
+    print(f"{args.file}: ok ({config.name}: {config.model_dump(exclude={'name'})})")
+    return 0
