@@ -1,0 +1,40 @@
+"""cffi builder (out-of-line API mode) of ``bagua_core._native_minmax``, the CPU compression kernels.
+
+Run by ``pip install .`` through ``setup.py`` (``cffi_modules``), or by hand:
+``python native/build_minmax.py`` builds the module in the current directory.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+
+from cffi import FFI
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cdef_header import cdef_from_header, header_path
+
+__all__ = ["ffibuilder"]
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# -ffp-contract=off: no FMA contraction (results must equal the torch fallback bit for bit);
+# never -ffast-math: rintf must stay round-half-to-even and the NaN checks must survive.
+COMPILE_ARGS = ["-std=c11", "-O3", "-ffp-contract=off", "-fno-math-errno", "-fvisibility=hidden"]
+if sys.platform == "win32" or platform.python_implementation() != "CPython":
+    COMPILE_ARGS = []
+
+ffibuilder = FFI()
+with open(header_path("minmax_uint8.h")) as header:
+    ffibuilder.cdef(cdef_from_header(header.read()))
+ffibuilder.set_source(
+    "bagua_core._native_minmax",
+    '#include "minmax_uint8.h"',
+    sources=[os.path.relpath(os.path.join(HERE, "minmax_uint8.c"))],
+    include_dirs=[HERE],
+    extra_compile_args=COMPILE_ARGS,
+    libraries=["m", "pthread"] if sys.platform != "win32" else [],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

@@ -1,0 +1,51 @@
+/*
+ * MinMaxUInt8 compression kernels (CPU). This header is the single source of the cffi cdef
+ * (native/build_minmax.py strips the preprocessor lines and feeds the rest to ffibuilder.cdef).
+ *
+ * Formula, per chunk x, all in fp32 (eps = 1e-7, rint = round half to even):
+ *   scale = 255 / (max - min + eps), upper = rint(max * scale), lower = upper - 255,
+ *   q = uint8(clamp(min(rint(x * scale), upper) - lower, 0, 255)),  x' = (q + lower) / scale.
+ * (The clamp only matters where fp32 rounding would push the value out of [0, 255].)
+ *
+ * Buffer layout for numel elements in n_chunks chunks:
+ *   chunk_numel = ceil(numel / n_chunks) (the last chunk shorter, trailing chunks possibly empty),
+ *   slot_bytes  = 8 + chunk_numel rounded up to a multiple of 8,
+ *   total bytes = n_chunks * slot_bytes; slot i starts at i * slot_bytes and holds
+ *   [float32 min][float32 max][one uint8 per element][zero padding to slot_bytes].
+ * A chunk that cannot be represented (NaN/Inf, or so large that x * scale overflows) is stored as
+ * min = max = NaN with a zero payload, and decompresses to NaN.
+ */
+#ifndef BAGUA_MINMAX_UINT8_H
+#define BAGUA_MINMAX_UINT8_H
+
+#include <stdint.h>
+
+#define BAGUA_MINMAX_OK 0
+#define BAGUA_MINMAX_ERR_SIZE -1
+#define BAGUA_MINMAX_ERR_NONFINITE -2
+#define BAGUA_MINMAX_ERR_OVERFLOW -3
+#define BAGUA_MINMAX_ERR_ARGUMENT -4
+
+/* Bytes of the compressed buffer for numel elements split into n_chunks chunks (-1 if invalid). */
+int64_t bagua_minmax_compressed_size(int64_t numel, int64_t n_chunks);
+
+/* Compresses x[0:numel] into out[0:out_bytes]. When nonfinite_raise is 0, unrepresentable chunks are
+ * stored as NaN chunks and the call succeeds; otherwise the first such chunk makes it return
+ * BAGUA_MINMAX_ERR_NONFINITE or BAGUA_MINMAX_ERR_OVERFLOW (out is then unspecified). */
+int bagua_minmax_compress_f32(const float *x, int64_t numel, int64_t n_chunks, uint8_t *out,
+                              int64_t out_bytes, int nonfinite_raise);
+
+/* Decompresses buf into out[0:numel] (fp32); accumulate != 0 adds into out instead (fp32). */
+int bagua_minmax_decompress_f32(const uint8_t *buf, int64_t buf_bytes, int64_t numel,
+                                int64_t n_chunks, float *out, int accumulate);
+
+/* out[0:numel] = sum over i < n_bufs of D(bufs[i]) (each a one-chunk buffer of numel elements),
+ * accumulated in fp32 in order i = 0, 1, ...; divided by n_bufs when average != 0. */
+int bagua_minmax_decompress_sum_f32(const uint8_t *const *bufs, int64_t n_bufs, int64_t buf_bytes,
+                                    int64_t numel, float *out, int average);
+
+/* Number of worker threads the kernels may use (1 = the calling thread only). */
+int bagua_minmax_set_threads(int n_threads);
+int bagua_minmax_get_threads(void);
+
+#endif /* BAGUA_MINMAX_UINT8_H */
