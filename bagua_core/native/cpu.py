@@ -20,7 +20,7 @@ import torch
 from bagua_core._native_minmax import ffi, lib
 from bagua_core.native.layout import NonFiniteError, compressed_size, nonfinite_message
 
-__all__ = ["compress", "decompress", "decompress_sum", "set_threads", "get_threads", "lib"]
+__all__ = ["compress", "decompress", "decompress_sum", "get_threads", "lib", "set_threads"]
 
 
 def _check(rc: int, what: str) -> None:
@@ -35,17 +35,15 @@ def _check(rc: int, what: str) -> None:
     raise ValueError(f"{what}: invalid argument (native error code {rc})")
 
 
-def _float_ptr(t: torch.Tensor):  # noqa: ANN202 (cffi pointer)
+def _float_ptr(t: torch.Tensor):
     return ffi.cast("float *", t.data_ptr())
 
 
-def _byte_ptr(t: torch.Tensor):  # noqa: ANN202
+def _byte_ptr(t: torch.Tensor):
     return ffi.cast("uint8_t *", t.data_ptr())
 
 
-def compress(
-    x: torch.Tensor, n_chunks: int, nonfinite: str, out: torch.Tensor | None = None
-) -> torch.Tensor:
+def compress(x: torch.Tensor, n_chunks: int, nonfinite: str, out: torch.Tensor | None = None) -> torch.Tensor:
     """The compressed uint8 buffer of ``x`` (fp32 arithmetic)."""
     xf = x if x.dtype == torch.float32 else x.float()
     if out is None:
@@ -59,7 +57,11 @@ def compress(
 
 def decompress(buf: torch.Tensor, n_chunks: int, out: torch.Tensor, accumulate: bool) -> torch.Tensor:
     """``out = D(buf)`` or ``out += D(buf)`` in fp32."""
-    target = out if out.dtype == torch.float32 else (out.float() if accumulate else out.new_empty(out.shape, dtype=torch.float32))
+    target = (
+        out
+        if out.dtype == torch.float32
+        else (out.float() if accumulate else out.new_empty(out.shape, dtype=torch.float32))
+    )
     rc = lib.bagua_minmax_decompress_f32(
         _byte_ptr(buf), buf.numel(), out.numel(), n_chunks, _float_ptr(target), int(accumulate)
     )

@@ -46,9 +46,7 @@ def minmax_params(mn: torch.Tensor, mx: torch.Tensor) -> tuple[torch.Tensor, ...
     return scale, upper, lower, ok
 
 
-def compress(
-    x: torch.Tensor, n_chunks: int, nonfinite: str, out: torch.Tensor | None = None
-) -> torch.Tensor:
+def compress(x: torch.Tensor, n_chunks: int, nonfinite: str, out: torch.Tensor | None = None) -> torch.Tensor:
     """The compressed uint8 buffer of ``x`` (see ``bagua_core.native.layout``)."""
     xf = x.reshape(-1).float()
     numel, m, slot = xf.numel(), chunk_numel(x.numel(), n_chunks), slot_bytes(x.numel(), n_chunks)

@@ -22,15 +22,15 @@ __all__ = [
     "EPS",
     "FLOAT_DTYPES",
     "HEADER_BYTES",
-    "chunk_numel",
-    "slot_bytes",
-    "compressed_size",
-    "check_input",
-    "check_buffer",
-    "check_output",
-    "check_nonfinite",
     "NonFiniteError",
+    "check_buffer",
+    "check_input",
+    "check_nonfinite",
+    "check_output",
+    "chunk_numel",
+    "compressed_size",
     "nonfinite_message",
+    "slot_bytes",
 ]
 
 EPS = 1e-7
