@@ -1,0 +1,57 @@
+"""CUDA kernels: identical bytes and values to the CPU kernels (run wherever a CUDA device exists)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bagua_core import native
+from bagua_core.native import cuda, fallback
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
+
+
+def test_cuda_kernels_are_loaded() -> None:
+    if native.backend == "native" and not cuda.available():
+        pytest.fail(f"CUDA exists but the kernels do not load: {cuda.unavailable_reason()}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("numel,n_chunks", [(1, 1), (1000, 7), (5, 8), (1 << 20, 4), (3_000_001, 3)])
+def test_cuda_matches_cpu(dtype: torch.dtype, numel: int, n_chunks: int) -> None:
+    x = (torch.randn(numel, generator=torch.Generator().manual_seed(numel)) * 2).to(dtype)
+    on_cpu = native.compress_minmax_uint8(x, n_chunks)
+    on_gpu = native.compress_minmax_uint8(x.cuda(), n_chunks)
+    assert on_gpu.is_cuda and torch.equal(on_gpu.cpu(), on_cpu)
+    assert torch.equal(fallback.compress(x.cuda(), n_chunks, "raise").cpu(), on_cpu)
+    for accumulate in (False, True):
+        base = torch.randn(numel).to(dtype)
+        expected = native.decompress_minmax_uint8(on_cpu, n_chunks, base.clone(), accumulate=accumulate)
+        got = native.decompress_minmax_uint8(on_gpu, n_chunks, base.cuda(), accumulate=accumulate)
+        assert torch.equal(got.cpu(), expected)
+
+
+@pytest.mark.parametrize("average", [True, False])
+def test_cuda_decompress_average(average: bool) -> None:
+    n, m = 4, 10_001
+    x = torch.randn(n * m)
+    expected = native.decompress_average_minmax_uint8(
+        native.compress_minmax_uint8(x, n), n, torch.empty(m), average
+    )
+    stacked = native.compress_minmax_uint8(x.cuda(), n)
+    got = native.decompress_average_minmax_uint8(stacked, n, torch.empty(m, device="cuda"), average)
+    assert torch.equal(got.cpu(), expected)
+    parts = list(stacked.view(n, -1).unbind(0))
+    got = native.decompress_average_minmax_uint8(parts, n, torch.empty(m, device="cuda"), average)
+    assert torch.equal(got.cpu(), expected)
+
+
+def test_cuda_nonfinite() -> None:
+    x = torch.randn(40, device="cuda")
+    x[25] = float("nan")
+    with pytest.raises(native.NonFiniteError, match="chunk 2"):
+        native.compress_minmax_uint8(x, 4)
+    buf = native.compress_minmax_uint8(x, 4, nonfinite="propagate")
+    assert torch.equal(buf.cpu(), native.compress_minmax_uint8(x.cpu(), 4, nonfinite="propagate"))
+    with pytest.raises(native.NonFiniteError, match="overflow"):
+        native.compress_minmax_uint8(torch.full((16,), 1e30, device="cuda"))
