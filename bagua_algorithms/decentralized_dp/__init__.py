@@ -1,0 +1,48 @@
+"""Decentralized data parallel (the decent-dp design): per-bucket optimizers fused into backward, each
+bucket's parameters mixed with the peers of the step's topology edge while the next iteration runs.
+
+Two call forms over one engine (:class:`~.engine.DecentralizedEngine`):
+
+- the wrapper :class:`DecentralizedDataParallel` (``optim_fn`` / ``lr_scheduler_fn`` build each
+  bucket's optimizer and scheduler; ``global_avg()`` averages exactly for evaluation);
+- the ``decentralized_dp`` algorithm for ``with_bagua``: the user's loop stays
+  ``zero_grad / backward / step``.
+
+Topologies are plugins (hook ``bagua_register_topologies``, base :class:`Topology`).
+
+Example::
+
+    >>> from bagua_algorithms.decentralized_dp import DecentralizedDataParallel, optim_fn_for
+    >>> model = DecentralizedDataParallel(net, optim_fn_for(torch.optim.AdamW, lr=1e-3, weight_decay=0.05),
+    ...                                   topology="one-peer-exp")
+"""
+
+from __future__ import annotations
+
+from bagua_algorithms.decentralized_dp.engine import DecentralizedEngine
+from bagua_algorithms.decentralized_dp.optim_fns import optim_fn_for, optim_fn_like, weight_decay_groups
+from bagua_algorithms.decentralized_dp.optimizers import AccumAdam, AccumAdamW, DecentralizedOptimizer
+from bagua_algorithms.decentralized_dp.topology import (
+    Edge,
+    Topology,
+    get_topology,
+    mix_inplace,
+    topology_names,
+)
+from bagua_algorithms.decentralized_dp.wrapper import DecentralizedDataParallel
+
+__all__ = [
+    "AccumAdam",
+    "AccumAdamW",
+    "DecentralizedDataParallel",
+    "DecentralizedEngine",
+    "DecentralizedOptimizer",
+    "Edge",
+    "Topology",
+    "get_topology",
+    "mix_inplace",
+    "optim_fn_for",
+    "optim_fn_like",
+    "topology_names",
+    "weight_decay_groups",
+]

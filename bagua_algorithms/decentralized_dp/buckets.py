@@ -1,0 +1,121 @@
+"""``ParamBucket``: a block of parameters stepped by its own optimizer and mixed as one flat tensor.
+
+With ``as_view`` the parameters become views of one contiguous buffer (in their own memory layout,
+so ``channels_last`` parameters stay ``channels_last``); otherwise they are flattened into a copy
+when sent and written back after mixing. The bucket's parameters are sent in their own dtype, as an
+asynchronous ``all_reduce(SUM)`` on the edge's group, from a separate communication buffer, so the
+next iteration's forward and backward run on the local parameters while the sum is in flight.
+
+Example::
+
+    >>> bucket = ParamBucket([("fc.weight", w), ("fc.bias", b)], as_view=True)
+    >>> bucket.launch(edge)          # after the bucket's optimizer stepped
+    >>> bucket.finish()              # next iteration, before the next step: mix
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from bagua_algorithms.decentralized_dp.topology import Edge, mix_inplace
+
+__all__ = ["ParamBucket", "split_params"]
+
+def _is_dense(param: torch.Tensor) -> bool:
+    """True for the layouts kept in the bucket buffer as they are: contiguous and channels-last."""
+    if param.is_contiguous():
+        return True
+    if param.dim() == 4:
+        return param.is_contiguous(memory_format=torch.channels_last)
+    return param.dim() == 5 and param.is_contiguous(memory_format=torch.channels_last_3d)
+
+
+class ParamBucket:
+    """Parameters of one dtype and device, their optimizer, LR scheduler and in-flight mixing round."""
+
+    def __init__(self, named_params: list[tuple[str, torch.nn.Parameter]], as_view: bool) -> None:
+        self.names = [name for name, _ in named_params]
+        self.params = [param for _, param in named_params]
+        self.as_view = as_view
+        self.numels = [p.numel() for p in self.params]
+        self.offsets = [sum(self.numels[:i]) for i in range(len(self.params))]
+        first = self.params[0]
+        self.flat = torch.empty(sum(self.numels), dtype=first.dtype, device=first.device)
+        with torch.no_grad():
+            for param, offset, numel in zip(self.params, self.offsets, self.numels):
+                if as_view:
+                    stride = param.stride() if _is_dense(param) else torch.empty(param.shape).stride()
+                    view = self.flat[offset : offset + numel].as_strided(param.shape, stride)
+                    view.copy_(param.data)
+                    param.data = view
+        self.comm_buffer = torch.empty_like(self.flat)
+        self.optimizer: Any = None
+        self.scheduler: Any = None
+        self.work: Any = None
+        self.edge: Edge | None = None
+
+    def gather(self) -> torch.Tensor:
+        """The parameters as one flat tensor (the buffer itself when the parameters are its views)."""
+        if self.as_view:
+            return self.flat
+        with torch.no_grad():
+            for param, offset, numel in zip(self.params, self.offsets, self.numels):
+                self.flat[offset : offset + numel].copy_(param.detach().reshape(-1))
+        return self.flat
+
+    def scatter(self) -> None:
+        """Write the flat tensor back into the parameters (nothing to do for views)."""
+        if self.as_view:
+            return
+        with torch.no_grad():
+            for param, offset, numel in zip(self.params, self.offsets, self.numels):
+                param.copy_(self.flat[offset : offset + numel].view(param.shape))
+
+    def launch(self, edge: Edge) -> None:
+        """Start the asynchronous SUM of the parameters over ``edge`` (nothing for a one-rank edge)."""
+        self.edge = edge
+        if edge.size < 2:
+            return
+        self.comm_buffer.copy_(self.gather())
+        self.work = dist.all_reduce(self.comm_buffer, op=dist.ReduceOp.SUM, group=edge.group, async_op=True)
+
+    def finish(self) -> None:
+        """Wait for the round in flight and mix its result into the parameters."""
+        if self.work is None:
+            return
+        self.work.wait()
+        self.work = None
+        with torch.no_grad():
+            mix_inplace(self.gather(), self.comm_buffer, self.edge)
+            self.scatter()
+
+    def discard(self) -> None:
+        """Wait for the round in flight and drop its result."""
+        if self.work is not None:
+            self.work.wait()
+            self.work = None
+
+
+def split_params(
+    named_params: list[tuple[str, torch.nn.Parameter]], bucket_bytes: int, as_view: bool
+) -> list[ParamBucket]:
+    """Split parameters, in order, into buckets of about ``bucket_bytes`` (a new bucket starts where the
+    dtype or device changes)."""
+    buckets: list[ParamBucket] = []
+    current: list[tuple[str, torch.nn.Parameter]] = []
+    size = 0
+    for name, param in named_params:
+        if current and (param.dtype, param.device) != (current[0][1].dtype, current[0][1].device):
+            buckets.append(ParamBucket(current, as_view))
+            current, size = [], 0
+        current.append((name, param))
+        size += param.numel() * param.element_size()
+        if size >= bucket_bytes:
+            buckets.append(ParamBucket(current, as_view))
+            current, size = [], 0
+    if current:
+        buckets.append(ParamBucket(current, as_view))
+    return buckets

@@ -1,0 +1,196 @@
+"""``DecentralizedEngine``: the decent-dp step, shared by the wrapper and the ``decentralized_dp`` plugin.
+
+In the first backward the engine records the order in which gradients become ready, checks it is
+the same on every rank (an all_gather of the parameter names; a mismatch raises on every rank),
+and splits the parameters into buckets with their own optimizer and LR scheduler. From then on,
+when a bucket's last gradient is ready (buckets strictly in order): wait for the bucket's previous
+round and mix it in, step the bucket's optimizer, then start the next round (an async SUM of the
+bucket's parameters, in their dtype, over this step's edge). So ``x_{t+1} = mix(x_t) - lr * g(x_t)``,
+and the first step is local.
+
+Example::
+
+    >>> engine = DecentralizedEngine(model.named_parameters(), optim_fn, get_topology("ring", 4))
+    >>> # per parameter: engine.grad_ready(name, param); at the end of backward: engine.backward_end()
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from bagua_algorithms.decentralized_dp.buckets import ParamBucket, split_params
+from bagua_algorithms.decentralized_dp.topology import Topology
+from bagua_core import env
+from bagua_core.exceptions import BaguaConfigError, BaguaError, RankMismatchError
+
+__all__ = ["DecentralizedEngine", "NamedParams", "OptimFn", "SchedulerFn", "validate_engine_options"]
+
+NamedParams = Sequence[tuple[str, torch.nn.Parameter]]
+OptimFn = Callable[[list[tuple[str, torch.nn.Parameter]]], torch.optim.Optimizer]
+SchedulerFn = Callable[[torch.optim.Optimizer], Any]
+
+
+def validate_engine_options(grad_clip_norm: float, bucket_size_in_mb: float) -> None:
+    """Raise ``BaguaConfigError`` (identically on every rank) for bad options."""
+    if not isinstance(grad_clip_norm, (int, float)) or grad_clip_norm < 0:
+        raise BaguaConfigError(f"grad_clip_norm must be a non-negative number, got {grad_clip_norm!r}")
+    if not isinstance(bucket_size_in_mb, (int, float)) or bucket_size_in_mb <= 0:
+        raise BaguaConfigError(f"bucket_size_in_mb must be a positive number, got {bucket_size_in_mb!r}")
+
+
+class DecentralizedEngine:
+    """Per-bucket optimizer steps fused into backward, parameters mixed over the topology's edges.
+
+    Construction is collective (it creates the topology's process groups and one of all ranks)."""
+
+    def __init__(self, named_params: NamedParams, optim_fn: OptimFn, topology: Topology,
+                 lr_scheduler_fn: SchedulerFn | None = None, scaler: Any = None, grad_clip_norm: float = 0.0,
+                 param_as_bucket_view: bool = True, bucket_size_in_mb: float = 25.0) -> None:
+        validate_engine_options(grad_clip_norm, bucket_size_in_mb)
+        self.named_params = [(n, p) for n, p in named_params if p.requires_grad]
+        self.optim_fn, self.lr_scheduler_fn, self.topology = optim_fn, lr_scheduler_fn, topology
+        self.scaler, self.grad_clip_norm = scaler, float(grad_clip_norm)
+        self.as_view, self.bucket_bytes = param_as_bucket_view, int(bucket_size_in_mb * 1024 * 1024)
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        if topology.world_size != self.world_size:
+            raise BaguaConfigError(f"topology is for {topology.world_size} ranks, the job has {self.world_size}")
+        timeout = datetime.timedelta(seconds=env.get_comm_timeout_s())
+        self.world_group = dist.new_group(list(range(self.world_size)), timeout=timeout)
+        topology.build_groups()
+        self._name_of = {id(p): n for n, p in self.named_params}
+        self.trace: list[str] = []
+        self.buckets: list[ParamBucket] | None = None
+        self._bucket_of: dict[int, int] = {}
+        self._ready: list[set[int]] = []
+        self._seen: set[int] = set()
+        self._next = 0
+        self.step = 0
+        """Training steps completed (the edge of step ``t`` is ``topology.edge(rank, t)``)."""
+        self.accumulate = False
+
+    # --- called by the hooks --------------------------------------------------------------------
+    def grad_ready(self, name: str, param: torch.Tensor) -> None:
+        """A parameter's gradient is accumulated: record it (first backward) or step its bucket if full."""
+        key = id(param)
+        if key not in self._name_of:
+            return
+        if key in self._seen:
+            raise BaguaError(
+                f"parameter {self._name_of[key]!r} received its gradient twice in one backward (used twice, e.g. "
+                "inside and outside a reentrant checkpoint); decentralized data parallel steps every parameter "
+                "once per backward: use torch.utils.checkpoint(use_reentrant=False) or a single use"
+            )
+        self._seen.add(key)
+        if self.buckets is None:
+            self.trace.append(self._name_of[key])
+        elif not self.accumulate:
+            index = self._bucket_of[key]
+            self._ready[index].add(key)
+            self._advance(flush=False)
+
+    def backward_end(self) -> None:
+        """End of a backward: build buckets after the first one; step what is left; count the step."""
+        self._seen.clear()
+        if self.buckets is None:
+            self._build()
+        if self.accumulate:
+            return
+        try:
+            self._advance(flush=True)
+        finally:
+            self._next = 0
+            for ready in self._ready:
+                ready.clear()
+        if self.scaler is not None:
+            self.scaler.update()
+        self.step += 1
+
+    # --- internals ------------------------------------------------------------------------------
+    def _build(self) -> None:
+        traced = set(self.trace)
+        order = self.trace + [n for n, _ in reversed(self.named_params) if n not in traced]
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, order, group=self.world_group)
+        for rank, other in enumerate(gathered):
+            if other != order:
+                where = next((i for i, (a, b) in enumerate(zip(order, other)) if a != b), min(len(order), len(other)))
+                raise RankMismatchError(
+                    f"the order in which gradients become ready differs between rank {self.rank} and rank {rank} "
+                    f"at position {where}: {order[where:where + 1]} vs {other[where:where + 1]} (of {len(order)} "
+                    f"vs {len(other)} parameters); every rank must run the same model and the same backward"
+                )
+        by_name = dict(self.named_params)
+        self.buckets = split_params([(n, by_name[n]) for n in order], self.bucket_bytes, self.as_view)
+        for index, bucket in enumerate(self.buckets):
+            bucket.optimizer = self.optim_fn(list(zip(bucket.names, bucket.params)))
+            if self.lr_scheduler_fn is not None:
+                bucket.scheduler = self.lr_scheduler_fn(bucket.optimizer)
+            for param in bucket.params:
+                self._bucket_of[id(param)] = index
+        self._ready = [set() for _ in self.buckets]
+
+    def _advance(self, flush: bool) -> None:
+        assert self.buckets is not None
+        while self._next < len(self.buckets):
+            bucket = self.buckets[self._next]
+            if not flush and len(self._ready[self._next]) < len(bucket.params):
+                return
+            self._next += 1
+            self._step_bucket(bucket)
+
+    @torch.no_grad()
+    def _step_bucket(self, bucket: ParamBucket) -> None:
+        bucket.finish()
+        optimizer = bucket.optimizer
+        if any(p.grad is not None for p in bucket.params):
+            if self.scaler is not None:
+                if self.grad_clip_norm > 0:
+                    self.scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(bucket.params, self.grad_clip_norm)
+                self.scaler.step(optimizer)
+            else:
+                if self.grad_clip_norm > 0:
+                    torch.nn.utils.clip_grad_norm_(bucket.params, self.grad_clip_norm)
+                optimizer.step()
+        if bucket.scheduler is not None:
+            bucket.scheduler.step()
+        for param in bucket.params:
+            param.grad = None
+        edge = self.topology.edge(self.rank, self.step)
+        hook = getattr(optimizer, "pre_average_hook", None)
+        if hook is not None:
+            hook(edge, edge.weight)
+        bucket.launch(edge)
+
+    # --- evaluation and shutdown ----------------------------------------------------------------
+    def wait(self) -> None:
+        """Wait for every round in flight and drop it (the parameters keep their local values)."""
+        for bucket in self.buckets or ():
+            bucket.discard()
+
+    @torch.no_grad()
+    def global_avg(self, buffers: Iterable[torch.Tensor] = ()) -> None:
+        """Wait for the rounds in flight, then average every parameter (and floating ``buffers``) over all
+        ranks exactly: a SUM allreduce in each tensor's dtype, divided by the world size, written back in
+        place. Non-floating buffers are broadcast from rank 0. Every rank ends bit-identical."""
+        self.wait()
+        tensors = [p.data for _, p in self.named_params] + list(buffers)
+        groups: dict[tuple, list[torch.Tensor]] = {}
+        for tensor in tensors:
+            groups.setdefault((tensor.dtype, tensor.device), []).append(tensor)
+        for (dtype, _), members in groups.items():
+            flat = torch.cat([t.reshape(-1) for t in members])
+            if dtype.is_floating_point or dtype.is_complex:
+                dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.world_group)
+                flat.div_(self.world_size)
+            else:
+                dist.broadcast(flat, src=0, group=self.world_group)
+            offset = 0
+            for tensor in members:
+                tensor.copy_(flat[offset : offset + tensor.numel()].view(tensor.shape))
+                offset += tensor.numel()

@@ -1,0 +1,150 @@
+"""``decentralized_dp`` for ``with_bagua``: the decent-dp engine behind the user's plain training loop.
+
+The per-bucket optimizers are built like the optimizer passed to ``with_bagua`` (its class, its
+defaults and each parameter's group options; see :func:`optim_fn_like`) and step inside backward.
+The user's ``optimizer.step()`` is therefore replaced, on that optimizer instance only, by a no-op
+that still runs the optimizer's step pre/post hooks (``Optimizer.profile_hook_step``), so it never
+applies a second update; ``model.bagua_shutdown()`` or re-wrapping restores it. Communicated: as
+:class:`DecentralizedDataParallel` (each bucket's parameters, in their dtype, async SUM over the
+step's edge). ``model.no_sync()`` accumulates gradients without stepping.
+
+Example::
+
+    >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    >>> model = model.with_bagua([optimizer], {"name": "decentralized_dp", "topology": "ring"})
+    >>> optimizer.zero_grad(); loss_fn(model(x), y).backward(); optimizer.step()
+    >>> model.bagua_algorithm.global_avg(model)       # exact average before evaluation
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import torch
+import torch.distributed as dist
+from pydantic import Field, field_validator
+
+from bagua_algorithms.decentralized_dp.engine import DecentralizedEngine
+from bagua_algorithms.decentralized_dp.optim_fns import optim_fn_like
+from bagua_algorithms.decentralized_dp.topology import Topology, get_topology
+from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
+from bagua_core.exceptions import BaguaConfigError, BaguaError
+from bagua_core.plugins import hookimpl, topology_registry
+
+__all__ = ["DecentralizedDPAlgorithm", "DecentralizedDPAlgorithmImpl", "DecentralizedDPConfig"]
+
+
+class DecentralizedDPConfig(AlgorithmConfig):
+    name: Literal["decentralized_dp"] = "decentralized_dp"
+    topology: str = "complete"
+    """Registered topology name: complete, ring, one-peer-exp, alternating-exp-ring, or a plugin's."""
+    bucket_size_in_mb: float = Field(25.0, gt=0)
+    """Size of a bucket of parameters (each bucket has its own optimizer and communication)."""
+    grad_clip_norm: float = Field(0.0, ge=0)
+    """When > 0, clip each bucket's gradients to this norm before its step."""
+    sync_buffer_in_global_avg: bool = False
+    """``global_avg`` also averages the module's floating buffers (and broadcasts the others from rank 0)."""
+
+    @field_validator("topology")
+    @classmethod
+    def _known_topology(cls, value: str) -> str:
+        if value not in topology_registry:
+            raise ValueError(f"unknown topology {value!r}; available: {', '.join(topology_registry.names())}")
+        return value
+
+
+def _noop_step(self: torch.optim.Optimizer, closure: Any = None) -> None:
+    if closure is not None:
+        raise BaguaError("decentralized_dp steps the optimizer inside backward; step(closure) is not supported")
+
+
+_hooked_noop_step = torch.optim.Optimizer.profile_hook_step(_noop_step)  # still runs the step hooks
+
+
+class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
+    """Lifecycle hooks delegating to one :class:`DecentralizedEngine` (no core buckets)."""
+
+    def __init__(self, process_group: Any, config: DecentralizedDPConfig, topology: Topology,
+                 optimizers: Sequence[torch.optim.Optimizer]) -> None:
+        super().__init__(process_group)
+        self.config, self.topology, self.optimizers = config, topology, list(optimizers)
+        self.engine: DecentralizedEngine | None = None
+        self._silenced: torch.optim.Optimizer | None = None
+
+    def _user_optimizer(self, module: torch.nn.Module) -> torch.optim.Optimizer:
+        optimizers = self.optimizers or list(getattr(module, "bagua_optimizers", ()))
+        if len(optimizers) != 1:
+            raise BaguaConfigError(f"decentralized_dp needs exactly one optimizer in with_bagua, got {len(optimizers)}")
+        optimizer = optimizers[0]
+        held = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        trained = {id(p) for _, p in module.bagua_named_parameters()}
+        if held != trained:
+            raise BaguaConfigError(
+                "decentralized_dp steps every parameter inside backward, so the optimizer must hold exactly the "
+                f"module's trainable parameters ({len(trained)}), got {len(held)} of which "
+                f"{len(held - trained)} are not the module's"
+            )
+        return optimizer
+
+    def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
+        if self.engine is None:
+            optimizer = self._user_optimizer(bagua_module)
+            self.engine = DecentralizedEngine(
+                bagua_module.bagua_named_parameters(), optim_fn_like(optimizer), self.topology,
+                grad_clip_norm=self.config.grad_clip_norm, bucket_size_in_mb=self.config.bucket_size_in_mb,
+            )
+            optimizer.step = types.MethodType(_hooked_noop_step, optimizer)
+            self._silenced = optimizer
+        return []  # the engine communicates parameters itself; no gradient buckets
+
+    def init_backward_hook(self, bagua_module: torch.nn.Module) -> Callable[[str, torch.nn.Parameter], None]:
+        assert self.engine is not None
+        return self.engine.grad_ready
+
+    def init_post_backward_hook(self, bagua_module: torch.nn.Module) -> Callable[[], None]:
+        assert self.engine is not None
+        return self.engine.backward_end
+
+    def global_avg(self, bagua_module: torch.nn.Module) -> None:
+        """Wait for the rounds in flight, average parameters (and buffers if asked) over all ranks exactly."""
+        assert self.engine is not None
+        buffers = [b for _, b in bagua_module.bagua_named_buffers()] if self.config.sync_buffer_in_global_avg else []
+        self.engine.global_avg(buffers)
+
+    def shutdown(self, bagua_module: torch.nn.Module) -> None:
+        if self.engine is not None:
+            self.engine.wait()
+        if self._silenced is not None and "step" in self._silenced.__dict__:
+            del self._silenced.step
+        self._silenced = None
+
+
+class DecentralizedDPAlgorithm(Algorithm):
+    """Decentralized data parallel (decent-dp): optimizer fused into backward, gossip over a topology."""
+
+    name = "decentralized_dp"
+    Config = DecentralizedDPConfig
+
+    def __init__(self, topology: str = "complete", bucket_size_in_mb: float = 25.0, grad_clip_norm: float = 0.0,
+                 sync_buffer_in_global_avg: bool = False,
+                 optimizers: Sequence[torch.optim.Optimizer] = ()) -> None:
+        super().__init__(topology=topology, bucket_size_in_mb=bucket_size_in_mb, grad_clip_norm=grad_clip_norm,
+                         sync_buffer_in_global_avg=sync_buffer_in_global_avg)
+        self.optimizers = list(optimizers)
+
+    @classmethod
+    def from_config(cls, config: AlgorithmConfig, optimizers: Sequence[torch.optim.Optimizer] = ()) -> Algorithm:
+        return cls(**config.model_dump(exclude={"name"}), optimizers=optimizers)
+
+    def reify(self, process_group: Any) -> DecentralizedDPAlgorithmImpl:
+        if process_group.world_size != dist.get_world_size():
+            raise BaguaConfigError("decentralized_dp runs on the whole job's process group, not a subgroup")
+        topology = get_topology(self.config.topology, process_group.world_size, process_group.local_size)
+        return DecentralizedDPAlgorithmImpl(process_group, self.config, topology, self.optimizers)
+
+
+@hookimpl
+def bagua_register_algorithms() -> list[type[Algorithm]]:
+    return [DecentralizedDPAlgorithm]

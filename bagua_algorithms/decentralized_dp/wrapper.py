@@ -1,0 +1,118 @@
+"""``DecentralizedDataParallel``: the decent-dp wrapper (optimizer fused into backward, gossip over edges).
+
+Communicated: each bucket's parameters, in their own dtype, with an asynchronous ``all_reduce(SUM)``
+over the current step's edge of the topology, mixed in as ``x <- w*x + (1-w)/(|R|-1) * (sum - x)``
+when the bucket steps in the next backward; :meth:`global_avg` averages everything over all ranks.
+
+Example::
+
+    >>> model = DecentralizedDataParallel(
+    ...     net, lambda named: torch.optim.AdamW([p for _, p in named], lr=1e-3), topology="ring")
+    >>> for x, y in data:
+    ...     F.cross_entropy(model(x), y).backward()     # buckets step and communicate here
+    >>> model.global_avg()                              # exact average before evaluation
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from bagua_algorithms.decentralized_dp.engine import (
+    DecentralizedEngine,
+    OptimFn,
+    SchedulerFn,
+    validate_engine_options,
+)
+from bagua_algorithms.decentralized_dp.topology import Topology, get_topology
+from bagua_core import env
+
+__all__ = ["DecentralizedDataParallel"]
+
+
+class DecentralizedDataParallel(torch.nn.Module):
+    """Wrap ``model`` for decentralized training. Construction is collective.
+
+    ``optim_fn`` takes a list of ``(name, parameter)`` pairs (one bucket) and returns its optimizer;
+    ``lr_scheduler_fn`` takes that optimizer and returns its scheduler (stepped with it). ``topology``
+    is a registered name or a :class:`Topology`. ``scaler``: a ``torch.amp.GradScaler`` (call
+    ``scaler.scale(loss).backward()``; the engine unscales, steps and updates it). ``grad_clip_norm``
+    > 0 clips each bucket's gradients to that norm. Parameters and buffers are broadcast from rank 0.
+    """
+
+    def __init__(self, model: torch.nn.Module, optim_fn: OptimFn, lr_scheduler_fn: SchedulerFn | None = None,
+                 topology: str | Topology = "complete", scaler: Any = None, grad_clip_norm: float = 0.0,
+                 param_as_bucket_view: bool = True, sync_buffer_in_global_avg: bool = False,
+                 bucket_size_in_mb: float = 25.0, local_world_size: int | None = None) -> None:
+        super().__init__()
+        validate_engine_options(grad_clip_norm, bucket_size_in_mb)
+        if isinstance(topology, str):
+            local = env.get_local_size() if local_world_size is None else local_world_size
+            topology = get_topology(topology, dist.get_world_size(), local)
+        self.module = model
+        self.sync_buffer_in_global_avg = sync_buffer_in_global_avg
+        with torch.no_grad():
+            for tensor in list(model.parameters()) + list(model.buffers()):
+                flat = tensor.data.reshape(-1).clone()
+                dist.broadcast(flat, src=0)
+                tensor.data.copy_(flat.view(tensor.shape))
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self.engine = DecentralizedEngine(
+            named, optim_fn, topology, lr_scheduler_fn, scaler, grad_clip_norm, param_as_bucket_view,
+            bucket_size_in_mb,
+        )
+        self._callback_queued = False
+        self._handles = [p.register_post_accumulate_grad_hook(self._make_hook(n)) for n, p in named]
+
+    def _make_hook(self, name: str):
+        def hook(param: torch.Tensor) -> None:
+            if not self.training:
+                return
+            if not self._callback_queued:
+                self._callback_queued = True
+                torch.autograd.Variable._execution_engine.queue_callback(self._backward_end)
+            self.engine.grad_ready(name, param)
+
+        return hook
+
+    def _backward_end(self) -> None:
+        self._callback_queued = False
+        self.engine.backward_end()
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module(*args, **kwargs)
+
+    def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]:
+        return self.module.parameters(recurse)
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True,
+                         remove_duplicate: bool = True) -> Iterator[tuple[str, torch.nn.Parameter]]:
+        return self.module.named_parameters(prefix, recurse, remove_duplicate)
+
+    def set_accumulate_grad(self, enable: bool = True) -> None:
+        """While enabled, backward only accumulates gradients (no step, no communication, no step count)."""
+        self.engine.accumulate = bool(enable)
+
+    def global_avg(self) -> None:
+        """Wait for the communication in flight, then average the parameters over all ranks exactly
+        (and the buffers when ``sync_buffer_in_global_avg``), in place. Collective."""
+        self.engine.global_avg(list(self.module.buffers()) if self.sync_buffer_in_global_avg else ())
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """The per-bucket optimizers (empty before the first backward)."""
+        return [b.optimizer for b in self.engine.buckets or ()]
+
+    @property
+    def lr_schedulers(self) -> list[Any]:
+        return [b.scheduler for b in self.engine.buckets or ()]
+
+    def remove_hooks(self) -> None:
+        """Wait for the rounds in flight and remove the gradient hooks (the model trains plainly again)."""
+        self.engine.wait()
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
