@@ -178,5 +178,37 @@ class BaguaBucket:
 
         return self.append_op(CentralizedSynchronousOp(group, hierarchical, average, scattergather, compression))
 
+    def append_decentralized_synchronous_op(
+        self, hierarchical: bool = True, peer_selection_mode: str = "all", group: BaguaProcessGroup | None = None
+    ):
+        """Append a decentralized weight-averaging op (``bagua_core.bucket_ops.decentralized``) and return
+        the op: call ``op.take_snapshot(bucket, round)`` before the bucket is marked ready and
+        ``op.copy_back_peer_weight(bucket)`` after it ran."""
+        from bagua_core.bucket_ops.decentralized import DecentralizedSynchronousOp
+
+        op = DecentralizedSynchronousOp(group, hierarchical, peer_selection_mode)
+        self.append_op(op)
+        return op
+
+    def append_low_precision_decentralized_synchronous_op(
+        self, hierarchical: bool = True, group: BaguaProcessGroup | None = None
+    ):
+        """Append a low-precision decentralized op (``bagua_core.bucket_ops.low_precision_decentralized``)
+        whose replicas start at the bucket's current values; return the op."""
+        from bagua_core.bucket_ops.low_precision_decentralized import LowPrecisionDecentralizedOp
+
+        op = LowPrecisionDecentralizedOp(group, hierarchical, self.flattened_tensor())
+        self.append_op(op)
+        return op
+
+    def append_asynchronous_model_average_op(self, averager):
+        """Hand this bucket to ``averager`` (a ``bagua_core.bucket_ops.async_model_average.AsyncModelAverager``),
+        whose background thread averages its weights; nothing runs when the bucket is marked ready.
+        Returns the averager."""
+        if all(bucket is not self for bucket in averager.buckets):
+            averager.buckets.append(self)
+        return averager
+
     def __repr__(self) -> str:
         return f"BaguaBucket({self.name!r}, tensors={len(self.tensors)}, bytes={self.bytes()}, flatten={self.flatten})"
+

@@ -1,0 +1,74 @@
+"""``bytegrad``: gradient allreduce with MinMaxUInt8 compression, every rank bit-identical.
+
+Communicated: each bucket of gradients as uint8 (plus an fp32 min/max per chunk): the bucket is
+padded with zeros to a multiple of the number of ranks n (the bucket's alignment) and split into n
+chunks; each chunk is compressed and sent to its owner (alltoall), which averages (or sums) the
+decompressed chunks in fp32, compresses the result again and allgathers it; every rank decompresses
+the same bytes. Hierarchical: averaged inside the node (full precision) first, the compressed
+exchange runs among the node leaders, and the result is broadcast inside the node.
+
+Example::
+
+    >>> from bagua_algorithms.bytegrad import ByteGradAlgorithm
+    >>> model = model.with_bagua([optimizer], ByteGradAlgorithm(hierarchical=False))
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from bagua_core import env
+from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl, split_into_buckets
+from bagua_core.bucket import BaguaBucket
+from bagua_core.plugins import hookimpl
+
+__all__ = ["ByteGradAlgorithm", "ByteGradAlgorithmImpl", "ByteGradConfig"]
+
+
+class ByteGradConfig(AlgorithmConfig):
+    name: Literal["bytegrad"] = "bytegrad"
+    hierarchical: bool = True
+    """Average inside each node first; the compressed exchange then runs among the node leaders."""
+    average: bool = True
+    """Average the gradients (True) or sum them (False)."""
+
+
+class ByteGradAlgorithmImpl(AlgorithmImpl):
+    def __init__(self, process_group, hierarchical: bool = True, average: bool = True) -> None:
+        super().__init__(process_group)
+        self.hierarchical = hierarchical
+        self.average = average
+
+    def _peers(self) -> int:
+        group = self.process_group
+        return group.num_nodes if self.hierarchical else group.world_size
+
+    def tensors_to_buckets(self, tensors: list[torch.Tensor], do_flatten: bool) -> list[BaguaBucket]:
+        """Default bucket size; each bucket padded to a multiple of the number of exchanging peers."""
+        return split_into_buckets(tensors, env.get_default_bucket_size(), do_flatten, alignment=self._peers())
+
+    def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
+        bucket.clear_ops()
+        bucket.append_centralized_synchronous_op(
+            hierarchical=self.hierarchical, average=self.average, compression="MinMaxUInt8", group=self.process_group
+        )
+
+
+class ByteGradAlgorithm(Algorithm):
+    """Gradient allreduce compressed to 8 bits per value (MinMaxUInt8)."""
+
+    name = "bytegrad"
+    Config = ByteGradConfig
+
+    def __init__(self, hierarchical: bool = True, average: bool = True) -> None:
+        super().__init__(hierarchical=hierarchical, average=average)
+
+    def reify(self, process_group) -> ByteGradAlgorithmImpl:
+        return ByteGradAlgorithmImpl(process_group, self.config.hierarchical, self.config.average)
+
+
+@hookimpl
+def bagua_register_algorithms() -> list[type[Algorithm]]:
+    return [ByteGradAlgorithm]

@@ -1,0 +1,28 @@
+"""What both decentralized algorithms share: the weights as effective tensors, the interval option."""
+
+from __future__ import annotations
+
+import torch
+from pydantic import ValidationInfo
+
+__all__ = ["check_positive_int", "is_communication_step", "weight_tensors"]
+
+
+def check_positive_int(value: object, info: ValidationInfo) -> int:
+    """A pydantic "before" validator: a positive int (not a bool), with a message naming the field."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{info.field_name} must be a positive integer, got {value!r}")
+    return value
+
+
+def weight_tensors(bagua_module: torch.nn.Module) -> list[torch.Tensor]:
+    """The module's parameters as bagua tensors whose effective tensor is the parameter itself."""
+    return [
+        param.ensure_bagua_tensor(name, bagua_module.bagua_module_name)
+        for name, param in bagua_module.bagua_named_parameters()
+    ]
+
+
+def is_communication_step(bagua_module: torch.nn.Module, communication_interval: int) -> bool:
+    """Whether the current step t (the train step counter - 1) communicates."""
+    return (bagua_module.bagua_train_step_counter - 1) % communication_interval == 0

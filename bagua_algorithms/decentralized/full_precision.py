@@ -1,0 +1,114 @@
+"""``decentralized``: average the weights with peers while forward and backward run.
+
+All parameters are in ONE bucket whose effective tensors are the weights. On communication steps
+(``t % communication_interval == 0``, t = train step - 1) the forward pre-hook snapshots the weights
+and the communication thread averages the snapshot with the round's peers (round
+``s = t // communication_interval``): ``"all"`` averages over every rank, ``"shift_one"`` with one
+partner that shifts every round. After backward the averaged weights overwrite the parameters and
+the optimizer then applies the gradient computed at the old weights:
+``x_{t+1} = avg(x_t) - lr * g(x_t)``. Communicated: the weights, in their dtype. Hierarchical:
+averaged inside the node first, the peers are the nodes, broadcast inside the node last.
+
+Example::
+
+    >>> model = model.with_bagua([optimizer], DecentralizedAlgorithm(peer_selection_mode="shift_one"))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+import torch
+from pydantic import field_validator
+
+from bagua_algorithms.decentralized.common import check_positive_int, is_communication_step, weight_tensors
+from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
+from bagua_core.bucket import BaguaBucket
+from bagua_core.bucket_ops.decentralized import DecentralizedSynchronousOp, check_peers
+
+__all__ = ["DecentralizedAlgorithm", "DecentralizedAlgorithmImpl", "DecentralizedConfig"]
+
+
+class DecentralizedConfig(AlgorithmConfig):
+    name: Literal["decentralized"] = "decentralized"
+    hierarchical: bool = True
+    """Average inside each node first; the peers are then the nodes."""
+    peer_selection_mode: Literal["all", "shift_one"] = "all"
+    """"all": average with every peer; "shift_one": with one partner that changes every round (even peers)."""
+    communication_interval: int = 1
+    """Communicate every this many training steps (steps t with t % communication_interval == 0)."""
+
+    _check_interval = field_validator("communication_interval", mode="before")(check_positive_int)
+
+
+class DecentralizedAlgorithmImpl(AlgorithmImpl):
+    def __init__(self, process_group, hierarchical: bool, peer_selection_mode: str, communication_interval: int) -> None:
+        check_peers(process_group, hierarchical, peer_selection_mode)
+        super().__init__(process_group)
+        self.hierarchical = hierarchical
+        self.peer_selection_mode = peer_selection_mode
+        self.communication_interval = communication_interval
+        self._ops: list[tuple[BaguaBucket, DecentralizedSynchronousOp]] = []
+        self._in_flight = False
+
+    def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
+        self._ops = []  # buckets are being rebuilt
+        return weight_tensors(bagua_module)
+
+    def tensors_to_buckets(self, tensors: list[torch.Tensor], do_flatten: bool) -> list[BaguaBucket]:
+        return [BaguaBucket(tensors, "decentralized_weights", do_flatten)]
+
+    def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
+        bucket.clear_ops()
+        op = bucket.append_decentralized_synchronous_op(self.hierarchical, self.peer_selection_mode, self.process_group)
+        self._ops.append((bucket, op))
+
+    def init_forward_pre_hook(self, bagua_module: torch.nn.Module) -> Callable:
+        def hook(inputs) -> None:
+            if self._in_flight:  # a forward without backward left a round running: finish it
+                bagua_module.bagua_wait_for_communication()
+                self._in_flight = False
+            if not is_communication_step(bagua_module, self.communication_interval):
+                return
+            round_index = (bagua_module.bagua_train_step_counter - 1) // self.communication_interval
+            self._in_flight = True
+            for bucket, op in self._ops:
+                op.take_snapshot(bucket, round_index)
+                for tensor in bucket.tensors:
+                    tensor.bagua_mark_communication_ready()
+
+        return hook
+
+    def init_backward_hook(self, bagua_module: torch.nn.Module) -> Callable:
+        def hook(parameter_name: str, parameter: torch.nn.Parameter) -> None:
+            return None
+
+        return hook
+
+    def init_post_backward_hook(self, bagua_module: torch.nn.Module) -> Callable:
+        def hook() -> None:
+            if not self._in_flight:
+                return
+            bagua_module.bagua_wait_for_communication()
+            self._in_flight = False
+            for bucket, op in self._ops:
+                op.copy_back_peer_weight(bucket)
+
+        return hook
+
+
+class DecentralizedAlgorithm(Algorithm):
+    """Decentralized SGD: average weights with peers (all, or one shifting partner) every few steps."""
+
+    name = "decentralized"
+    Config = DecentralizedConfig
+
+    def __init__(self, hierarchical: bool = True, peer_selection_mode: str = "all", communication_interval: int = 1) -> None:
+        super().__init__(
+            hierarchical=hierarchical, peer_selection_mode=peer_selection_mode, communication_interval=communication_interval
+        )
+
+    def reify(self, process_group) -> DecentralizedAlgorithmImpl:
+        c = self.config
+        return DecentralizedAlgorithmImpl(process_group, c.hierarchical, c.peer_selection_mode, c.communication_interval)

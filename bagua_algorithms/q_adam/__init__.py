@@ -1,0 +1,23 @@
+"""``qadam``: Adam whose momentum, after a full-precision warmup, is averaged with MinMaxUInt8
+compression (the second moment is frozen).
+
+Example::
+
+    >>> from bagua_algorithms.q_adam import QAdamAlgorithm, QAdamOptimizer
+    >>> optimizer = QAdamOptimizer(model.parameters(), lr=1e-3, warmup_steps=100)
+    >>> model = model.with_bagua([optimizer], QAdamAlgorithm(optimizer))   # or "qadam"
+"""
+
+from __future__ import annotations
+
+from bagua_algorithms.q_adam.algorithm import QAdamAlgorithm, QAdamAlgorithmImpl, QAdamConfig
+from bagua_algorithms.q_adam.optimizer import QAdamOptimizer
+from bagua_core.algorithm import Algorithm
+from bagua_core.plugins import hookimpl
+
+__all__ = ["QAdamAlgorithm", "QAdamAlgorithmImpl", "QAdamConfig", "QAdamOptimizer"]
+
+
+@hookimpl
+def bagua_register_algorithms() -> list[type[Algorithm]]:
+    return [QAdamAlgorithm]

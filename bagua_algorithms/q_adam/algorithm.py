@@ -1,0 +1,110 @@
+"""The ``qadam`` algorithm: what is communicated before and after the warmup of a ``QAdamOptimizer``.
+
+Warmup (the optimizer's next step is one of its first ``warmup_steps``): the gradients are
+allreduced (AVG) in full precision, in their dtype, bucket by bucket while backward runs, and the
+optimizer does Adam, exactly ``torch.optim.Adam`` on the averaged gradient. From then on the
+buckets hold the optimizer's momentum ``exp_avg`` instead: when a bucket's gradients are ready, each
+worker updates m from its local gradient (weight decay included) and the bucket is averaged with
+the bytegrad exchange (MinMaxUInt8, every rank bit-identical); the optimizer then applies m with
+the frozen v. ``need_reset`` is True once, before the first step after warmup, to rebuild the
+buckets over the momentum tensors.
+
+Example::
+
+    >>> model = model.with_bagua([optimizer], QAdamAlgorithm(optimizer, hierarchical=False))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+
+from bagua_algorithms.q_adam.optimizer import QAdamOptimizer
+from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
+from bagua_core.bucket import BaguaBucket
+from bagua_core.exceptions import BaguaConfigError
+
+__all__ = ["QAdamAlgorithm", "QAdamAlgorithmImpl", "QAdamConfig"]
+
+
+class QAdamConfig(AlgorithmConfig):
+    name: Literal["qadam"] = "qadam"
+    hierarchical: bool = True
+    """After warmup: average the momentum inside each node first, compress among the node leaders."""
+
+
+class QAdamAlgorithmImpl(AlgorithmImpl):
+    def __init__(self, process_group, optimizer: QAdamOptimizer, hierarchical: bool = True) -> None:
+        super().__init__(process_group)
+        self.optimizer = optimizer
+        self.hierarchical = hierarchical
+        self._momentum_phase: bool | None = None
+
+    def need_reset(self) -> bool:
+        return (not self.optimizer.in_warmup) != self._momentum_phase
+
+    def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
+        self._momentum_phase = not self.optimizer.in_warmup
+        if not self._momentum_phase:
+            self.optimizer.externally_updated_momentum = set()
+            return super().init_tensors(bagua_module)
+        state = self.optimizer.state
+        owned = {id(p) for group in self.optimizer.param_groups for p in group["params"]}
+        tensors = []
+        for name, param in reversed(bagua_module.bagua_named_parameters()):
+            if id(param) not in owned:
+                continue
+            param.bagua_ensure_grad()
+            tensors.append(param.ensure_bagua_tensor(
+                name, bagua_module.bagua_module_name,
+                getter_closure=lambda p: state[p]["exp_avg"],
+                setter_closure=lambda p, value: state[p].__setitem__("exp_avg", value),
+            ))
+        self.optimizer.externally_updated_momentum = {id(t) for t in tensors}
+        return tensors
+
+    def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
+        bucket.clear_ops()
+        if not self._momentum_phase:
+            bucket.append_centralized_synchronous_op(hierarchical=False, average=True, group=self.process_group)
+            return
+        bucket.append_op(lambda b: self.optimizer.update_momentum_(b.tensors))
+        bucket.append_centralized_synchronous_op(
+            hierarchical=self.hierarchical, average=True, compression="MinMaxUInt8", group=self.process_group
+        )
+
+    def shutdown(self, bagua_module: torch.nn.Module) -> None:
+        self.optimizer.externally_updated_momentum = set()
+
+
+class QAdamAlgorithm(Algorithm):
+    """QAdam (1-bit-Adam style): full Adam during warmup, then compressed momentum averaging."""
+
+    name = "qadam"
+    Config = QAdamConfig
+
+    def __init__(self, q_adam_optimizer: QAdamOptimizer, hierarchical: bool = True) -> None:
+        if not isinstance(q_adam_optimizer, QAdamOptimizer):
+            raise BaguaConfigError(
+                "QAdamAlgorithm needs a bagua_algorithms.q_adam.QAdamOptimizer, got "
+                f"{type(q_adam_optimizer).__name__}"
+            )
+        super().__init__(hierarchical=hierarchical)
+        self.optimizer = q_adam_optimizer
+
+    @classmethod
+    def from_config(cls, config: QAdamConfig, optimizers: Sequence[torch.optim.Optimizer] = ()) -> QAdamAlgorithm:
+        found = [opt for opt in optimizers if isinstance(opt, QAdamOptimizer)]
+        if len(found) != 1:
+            given = ", ".join(type(opt).__name__ for opt in optimizers) or "none"
+            raise BaguaConfigError(
+                f"algorithm 'qadam' needs exactly one QAdamOptimizer among the optimizers passed to with_bagua, "
+                f"found {len(found)} (optimizers given: {given}); create it with "
+                "bagua_algorithms.q_adam.QAdamOptimizer(model.parameters(), ...)"
+            )
+        return cls(found[0], hierarchical=config.hierarchical)
+
+    def reify(self, process_group) -> QAdamAlgorithmImpl:
+        return QAdamAlgorithmImpl(process_group, self.optimizer, self.config.hierarchical)

@@ -1,0 +1,121 @@
+"""``QAdamOptimizer``: Adam whose second moment freezes after ``warmup_steps`` so that only the
+momentum needs communicating (compressed) afterwards.
+
+Per step, with ``g = grad + weight_decay * p``:
+
+- the first ``warmup_steps`` steps are exactly ``torch.optim.Adam`` (L2 weight decay, foreach=False):
+  ``m = lerp(m, g, 1 - b1)``, ``v = b2 v + (1 - b2) g^2``;
+- later steps freeze ``v``; ``m = lerp(m, g, 1 - b1)`` is computed from the *local* gradient (by the
+  qadam algorithm on the communication thread, which then averages m compressed, or here when no
+  algorithm took that over);
+- update: ``p -= lr / (1 - b1^step) * m / (sqrt(v) / sqrt(1 - b2^step) + eps)``.
+
+Example::
+
+    >>> optimizer = QAdamOptimizer(model.parameters(), lr=1e-3, warmup_steps=100)
+    >>> model = model.with_bagua([optimizer], "qadam")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+__all__ = ["QAdamOptimizer"]
+
+
+def _check(name: str, ok: bool, value: object, requirement: str) -> None:
+    if not ok:
+        raise ValueError(f"{name} must be {requirement}, got {value!r}")
+
+
+class QAdamOptimizer(torch.optim.Optimizer):
+    """Adam with a frozen second moment after warmup (the optimizer of the ``qadam`` algorithm)."""
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor] | Iterable[dict[str, Any]],
+        lr: float = 1e-3,
+        warmup_steps: int = 100,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+    ) -> None:
+        _check("lr", lr >= 0.0, lr, "a non-negative number")
+        _check("warmup_steps", isinstance(warmup_steps, int) and not isinstance(warmup_steps, bool)
+               and warmup_steps >= 0, warmup_steps, "a non-negative integer")
+        _check("betas", len(betas) == 2 and all(0.0 <= b < 1.0 for b in betas), betas, "two numbers in [0, 1)")
+        _check("eps", eps >= 0.0, eps, "a non-negative number")
+        _check("weight_decay", weight_decay >= 0.0, weight_decay, "a non-negative number")
+        super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay})
+        self.warmup_steps = warmup_steps
+        self.step_id = 0
+        """Number of completed steps."""
+        self.externally_updated_momentum: set[int] = set()
+        """ids of parameters whose post-warmup momentum the qadam algorithm updates and averages."""
+        for group in self.param_groups:
+            for param in group["params"]:
+                state = self.state[param]
+                state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+
+    @property
+    def in_warmup(self) -> bool:
+        """Whether the next step is a warmup (full Adam) step."""
+        return self.step_id < self.warmup_steps
+
+    def _group_of(self) -> dict[int, dict[str, Any]]:
+        return {id(p): group for group in self.param_groups for p in group["params"]}
+
+    @torch.no_grad()
+    def update_momentum_(self, params: Iterable[torch.Tensor]) -> None:
+        """``m = lerp(m, grad + weight_decay * p, 1 - b1)`` for ``params`` (a missing grad counts as 0)."""
+        groups = self._group_of()
+        for param in params:
+            group = groups[id(param)]
+            beta1, wd = group["betas"][0], group["weight_decay"]
+            grad = param.grad if param.grad is not None else torch.zeros_like(param)
+            if wd != 0:
+                grad = grad.add(param, alpha=wd)
+            self.state[param]["exp_avg"].lerp_(grad, 1 - beta1)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        warmup = self.in_warmup
+        self.step_id += 1
+        for group in self.param_groups:
+            lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+            bias_correction1 = 1 - beta1**self.step_id
+            bias_correction2 = 1 - beta2**self.step_id
+            for param in group["params"]:
+                external = not warmup and id(param) in self.externally_updated_momentum
+                if param.grad is None and not external:
+                    continue
+                state = self.state[param]
+                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+                if warmup:
+                    grad = param.grad if wd == 0 else param.grad.add(param, alpha=wd)
+                    exp_avg.lerp_(grad, 1 - beta1)
+                    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                elif not external:
+                    self.update_momentum_([param])
+                denom = (exp_avg_sq.sqrt() / bias_correction2**0.5).add_(eps)
+                param.addcdiv_(exp_avg, denom, value=-(lr / bias_correction1))
+        return loss
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["step_id"] = self.step_id
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state_dict = dict(state_dict)
+        step_id = int(state_dict.pop("step_id", 0))
+        super().load_state_dict(state_dict)
+        self.step_id = step_id

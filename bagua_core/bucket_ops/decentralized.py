@@ -1,0 +1,129 @@
+"""The decentralized synchronous operation: average a bucket of weights with the step's peers.
+
+Communicated: a copy of the bucket's weights, in their own dtype, taken when the weights were
+sent (the forward pre-hook of a communication step). ``"all"``: an allreduce (AVG) over every
+peer. ``"shift_one"`` (an even number of peers): each peer exchanges its weights with one partner
+that shifts every communication round ``s`` (see :func:`shift_one_peer`) and the pair is averaged.
+The result is left in ``op.peer_weight``; :meth:`DecentralizedSynchronousOp.copy_back_peer_weight`
+writes it into the bucket. Hierarchical: the weights are averaged inside each node first (reduce
+to the leader), the peers are the nodes (their leaders), and the result is broadcast in the node.
+
+Example::
+
+    >>> op = DecentralizedSynchronousOp(group, hierarchical=False, peer_selection_mode="shift_one")
+    >>> bucket.append_op(op)
+    >>> op.take_snapshot(bucket, round_index=0)    # forward pre-hook; then mark the bucket ready
+    >>> ...                                        # after the bucket ran:
+    >>> op.copy_back_peer_weight(bucket)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import torch.distributed as dist
+
+from bagua_core.communication import ReduceOp, allreduce_inplace, broadcast, reduce_inplace
+from bagua_core.communication.communicator import BaguaCommunicator
+from bagua_core.exceptions import BaguaConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bagua_core.bucket import BaguaBucket
+    from bagua_core.process_group import BaguaProcessGroup
+
+__all__ = ["PEER_SELECTION_MODES", "DecentralizedSynchronousOp", "check_peers", "peer_count", "shift_one_peer"]
+
+PEER_SELECTION_MODES = ("all", "shift_one")
+
+
+def shift_one_peer(rank: int, nranks: int, round_index: int) -> int:
+    """The partner of ``rank`` in round ``round_index`` of ``shift_one`` (``nranks`` even)."""
+    half = nranks // 2
+    if rank < half:
+        return ((round_index + rank) % ((nranks + 1) // 2)) + half
+    return (rank - half - round_index) % half
+
+
+def peer_count(group: BaguaProcessGroup, hierarchical: bool) -> int:
+    """How many peers exchange weights: the nodes when hierarchical, else the ranks."""
+    return group.num_nodes if hierarchical else group.world_size
+
+
+def check_peers(group: BaguaProcessGroup, hierarchical: bool, peer_selection_mode: str) -> None:
+    """Raise (identically on every rank) when ``peer_selection_mode`` cannot pair the peers."""
+    if peer_selection_mode not in PEER_SELECTION_MODES:
+        raise BaguaConfigError(f"peer_selection_mode must be one of {PEER_SELECTION_MODES}, got {peer_selection_mode!r}")
+    peers = peer_count(group, hierarchical)
+    if peer_selection_mode == "shift_one" and peers % 2:
+        what = f"{peers} nodes (hierarchical=True)" if hierarchical else f"{peers} ranks"
+        raise BaguaConfigError(
+            f"peer_selection_mode='shift_one' pairs peers and needs an even number of them, got {what}; "
+            "use peer_selection_mode='all' or an even number of " + ("nodes" if hierarchical else "ranks")
+        )
+
+
+def _average_with_peers(tensor: torch.Tensor, comm: BaguaCommunicator, mode: str, round_index: int) -> None:
+    n = comm.nranks()
+    if n == 1:
+        return
+    if mode == "all":
+        allreduce_inplace(tensor, op=ReduceOp.AVG, comm=comm)
+        return
+    peer = comm.global_rank(shift_one_peer(comm.rank(), n, round_index))
+    received = torch.empty_like(tensor)
+    works = [
+        dist.isend(tensor, peer, group=comm.torch_group),
+        dist.irecv(received, peer, group=comm.torch_group),
+    ]
+    for work in works:
+        work.wait()
+    tensor.add_(received).div_(2)
+
+
+class DecentralizedSynchronousOp:
+    """Averages a snapshot of the bucket's weights with the peers of round ``round_index``."""
+
+    def __init__(self, group: BaguaProcessGroup | None, hierarchical: bool = True, peer_selection_mode: str = "all") -> None:
+        if peer_selection_mode not in PEER_SELECTION_MODES:
+            raise ValueError(f"peer_selection_mode must be one of {PEER_SELECTION_MODES}, got {peer_selection_mode!r}")
+        self.group = group
+        self.hierarchical = bool(hierarchical)
+        self.peer_selection_mode = peer_selection_mode
+        self.peer_weight: torch.Tensor | None = None
+        self.round_index = 0
+        self._snapshot_pending = False
+
+    def take_snapshot(self, bucket: BaguaBucket, round_index: int) -> None:
+        """Copy the weights to send (on the caller's thread, before forward may read them) and set
+        the round that selects the peers."""
+        with torch.no_grad():
+            self.peer_weight = bucket.flattened_tensor().detach().clone()
+        self.round_index = int(round_index)
+        self._snapshot_pending = True
+
+    def __call__(self, bucket: BaguaBucket) -> None:
+        group = self.group or bucket.process_group
+        if group is None:
+            from bagua_core.process_group import get_default_group
+
+            group = get_default_group()
+        if not self._snapshot_pending:
+            self.take_snapshot(bucket, self.round_index)
+        self._snapshot_pending = False
+        tensor = self.peer_weight
+        if not self.hierarchical:
+            _average_with_peers(tensor, group.get_global_communicator(), self.peer_selection_mode, self.round_index)
+            return
+        intra, inter = group.get_intra_node_communicator(), group.get_inter_node_communicator()
+        if intra.nranks() > 1:
+            reduce_inplace(tensor, dst=0, op=ReduceOp.AVG, comm=intra)
+        if inter.is_member:
+            _average_with_peers(tensor, inter, self.peer_selection_mode, self.round_index)
+        if intra.nranks() > 1:
+            broadcast(tensor, src=0, comm=intra)
+
+    def copy_back_peer_weight(self, bucket: BaguaBucket) -> None:
+        """Overwrite the bucket's weights with the averaged ones (call after the op ran)."""
+        if self.peer_weight is not None:
+            bucket.write_back(self.peer_weight)
