@@ -1,0 +1,91 @@
+"""Tensor proxies and buckets in one process: flattening, padding, views kept across grad replacement."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import bagua_core  # noqa: F401  (installs the tensor methods)
+from bagua_core.bucket import BaguaBucket
+
+
+def _grad_tensor(param: torch.nn.Parameter, name: str) -> torch.nn.Parameter:
+    param.bagua_ensure_grad()
+    return param.ensure_bagua_tensor(name, "m", lambda p: p.grad, lambda p, v: setattr(p, "grad", v))
+
+
+def test_tensor_proxy_methods() -> None:
+    t = torch.arange(4.0)
+    assert not t.is_bagua_tensor()
+    assert t.ensure_bagua_tensor("t", "m") is t and t.is_bagua_tensor()
+    assert t.bagua_getter_closure() is t
+    u = t.to_bagua_tensor("u", "m")
+    assert u.is_bagua_tensor() and u.data_ptr() == t.data_ptr() and u is not t
+    p = torch.nn.Parameter(torch.ones(3))
+    q = p.to_bagua_tensor("q")
+    assert isinstance(q, torch.nn.Parameter) and q.data_ptr() == p.data_ptr()
+    assert p.grad is None and torch.equal(p.bagua_ensure_grad().grad, torch.zeros(3))
+    g = _grad_tensor(p, "p")
+    assert g.bagua_getter_closure() is p.grad
+    g.bagua_setter_closure(torch.full((3,), 7.0))
+    assert torch.equal(p.grad, torch.full((3,), 7.0))
+    storage = torch.zeros(10).untyped_storage()
+    g.bagua_set_storage(storage, 4)
+    assert torch.equal(p.grad, torch.full((3,), 7.0))
+    assert p.grad.data_ptr() == torch.empty(0).set_(storage).data_ptr() + 4 * 4
+    with pytest.raises(RuntimeError, match="not in a bucket"):
+        torch.ones(1).ensure_bagua_tensor("lonely").bagua_mark_communication_ready()
+
+
+def test_flattened_bucket_layout_and_padding() -> None:
+    params = [torch.nn.Parameter(torch.randn(2, 3)), torch.nn.Parameter(torch.randn(5))]
+    for i, p in enumerate(params):
+        p.grad = torch.full_like(p, float(i + 1))
+    tensors = [_grad_tensor(p, f"p{i}") for i, p in enumerate(params)]
+    bucket = BaguaBucket(tensors, "b", flatten=True, alignment=4)
+    assert bucket.padding == 1 and bucket.bytes() == 12 * 4
+    assert bucket.check_flatten()
+    flat = bucket.flattened_tensor()
+    assert flat.tolist() == [1.0] * 6 + [2.0] * 5 + [0.0]
+    flat.mul_(10)  # operations on the buffer are seen by the gradients
+    assert torch.equal(params[1].grad, torch.full((5,), 20.0))
+    params[0].grad = torch.full((2, 3), 3.0)  # replaced (zero_grad(set_to_none) + backward)
+    assert not bucket.check_flatten()
+    assert bucket.flattened_tensor()[:6].tolist() == [3.0] * 6  # a copy when not flattened
+    bucket.mark_ready(tensors[0])  # puts the new gradient back into its slot
+    assert bucket.check_flatten() and flat[:6].tolist() == [3.0] * 6
+
+
+def test_unflattened_bucket_write_back_and_ops_order() -> None:
+    params = [torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(3))]
+    tensors = [_grad_tensor(p, f"p{i}") for i, p in enumerate(params)]
+    bucket = BaguaBucket(tensors, "b", flatten=False)
+    assert not bucket.check_flatten()
+    bucket.write_back(torch.arange(5.0))
+    assert params[0].grad.tolist() == [0.0, 1.0] and params[1].grad.tolist() == [2.0, 3.0, 4.0]
+    calls: list[str] = []
+    bucket.append_python_op(lambda name: calls.append(f"first:{name}"))
+    bucket.append_op(lambda b: calls.append(f"second:{b.name}"))
+    fired: list[BaguaBucket] = []
+    bucket.on_ready = fired.append
+    bucket.mark_ready(tensors[1])
+    assert not fired and bucket.pending_tensors() == [tensors[0]]
+    bucket.mark_ready(tensors[0])
+    assert fired == [bucket]
+    bucket.execute_ops()
+    assert calls == ["first:b", "second:b"]
+    bucket.clear_ops().execute_ops()
+    assert len(calls) == 2
+
+
+def test_bucket_errors() -> None:
+    a = torch.zeros(2).ensure_bagua_tensor("a")
+    b = torch.zeros(2, dtype=torch.float64).ensure_bagua_tensor("b")
+    with pytest.raises(ValueError, match="cannot be flattened"):
+        BaguaBucket([a, b], "mixed", flatten=True)
+    with pytest.raises(ValueError, match="bagua tensor"):
+        BaguaBucket([torch.zeros(1)], "plain", flatten=False)
+    with pytest.raises(ValueError, match="alignment must be a positive integer"):
+        BaguaBucket([a], "x", flatten=False, alignment=0)
+    with pytest.raises(ValueError, match="compression must be one of"):
+        BaguaBucket([a], "x", flatten=False).append_centralized_synchronous_op(compression="zip")

@@ -1,0 +1,103 @@
+"""The bagua command: plugins, check-config, run (with a config file) and the main job end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from bagua_core.cli import main
+from bagua_core.cli.launch import extract_config
+
+BAGUA = [sys.executable, "-m", "bagua_core.cli"]
+
+
+def _run(args: list[str], timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    return subprocess.run(BAGUA + args, capture_output=True, text=True, timeout=timeout, env=env, **kwargs)
+
+
+def test_plugins_lists_algorithms_with_options(capsys) -> None:
+    assert main(["plugins", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    rows = {row["name"]: row for row in report["algorithms"]}
+    options = {o["name"]: o for o in rows["gradient_allreduce"]["options"]}
+    assert options["hierarchical"]["default"] is False and options["average"]["default"] is True
+    assert "node" in options["hierarchical"]["help"]
+    assert main(["plugins"]) == 0
+    assert "gradient_allreduce" in capsys.readouterr().out
+
+
+def test_check_config(tmp_path, capsys) -> None:
+    good = tmp_path / "good.toml"
+    good.write_text('[algorithm]\nname = "gradient_allreduce"\n')
+    assert main(["check-config", str(good)]) == 0
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[algorithm]\nname = "gradient_allreduce"\ncompression = "zip"\n')
+    assert main(["check-config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "bad.toml" in err and "compression: Extra inputs are not permitted" in err
+
+
+def test_unknown_command_and_config_extraction() -> None:
+    with pytest.raises(SystemExit):
+        main(["frobnicate"])
+    assert extract_config(["--config", "a.toml", "--nproc_per_node", "2", "s.py", "--config", "x"]) == (
+        "a.toml", ["--nproc_per_node", "2", "s.py", "--config", "x"])
+    assert extract_config(["--nproc_per_node=2", "-m", "mod", "--config=b.yaml"]) == (None, ["--nproc_per_node=2", "-m", "mod", "--config=b.yaml"])
+    assert extract_config(["--config=b.yaml", "s.py"]) == ("b.yaml", ["s.py"])
+
+
+SCRIPT = """
+import torch, bagua_core as bagua
+bagua.init_process_group()
+model = torch.nn.Linear(2, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+model = model.with_bagua([opt])          # algorithm from BAGUA_CONFIG_FILE
+print("ALGO", bagua.get_rank(), type(model.bagua_algorithm).__name__, model.bagua_algorithm.average)
+model(torch.ones(1, 2)).sum().backward()
+print("GRAD", bagua.get_rank(), model.weight.grad.tolist())
+bagua.destroy_process_group()
+"""
+
+
+def test_run_with_config_file(tmp_path) -> None:
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    config = tmp_path / "sum.yaml"
+    config.write_text("algorithm:\n  name: gradient_allreduce\n  average: false\n")
+    result = _run(["run", "--config", str(config), "--standalone", "--nproc_per_node=2", str(script)])
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line for line in result.stdout.splitlines() if line.startswith(("ALGO", "GRAD"))]
+    assert sorted(lines) == sorted(
+        ["ALGO 0 GradientAllReduceAlgorithmImpl False", "ALGO 1 GradientAllReduceAlgorithmImpl False",
+         "GRAD 0 [[2.0, 2.0]]", "GRAD 1 [[2.0, 2.0]]"]
+    )
+
+
+def test_run_rejects_bad_config_before_starting_workers(tmp_path) -> None:
+    config = tmp_path / "bad.json"
+    config.write_text('{"name": "no_such_algorithm"}')
+    result = _run(["run", "--config", str(config), "--nproc_per_node=2", "never_started.py"], timeout=60)
+    assert result.returncode == 2
+    assert "no_such_algorithm" in result.stderr and "available" in result.stderr
+
+
+def test_main_job_end_to_end(tmp_path) -> None:
+    summary_path = tmp_path / "summary.json"
+    result = _run(["train", "--nproc", "2", "--epochs", "3", "--no-progress", "--summary-json", str(summary_path)])
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(summary_path.read_text())
+    assert summary["algorithm"] == "gradient_allreduce" and summary["world_size"] == 2
+    assert summary["test_accuracy"] > 0.8  # 3 epochs on digits reach ~0.9
+    assert summary["bytes_communicated_per_rank"] > 0 and summary["samples_per_s"] > 0
+    assert "test accuracy" in result.stdout
+
+
+def test_main_job_rejects_bad_options() -> None:
+    result = _run(["train", "--nproc", "2", "--algorithm", "gradient_allreduse"], timeout=60)
+    assert result.returncode == 2 and "gradient_allreduce" in result.stderr

@@ -1,0 +1,136 @@
+"""The lifecycle order of DESIGN.md, checked with an inline plugin selected by name on 2 ranks."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+import bagua_core as bagua
+from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
+from bagua_core.plugins import get_plugin_manager, hookimpl
+from tests.distributed import run_workers
+from tests.models import SmallNet, batch
+
+
+class RecorderConfig(AlgorithmConfig):
+    name: Literal["recorder"] = "recorder"
+    reset_at_step: int = 2
+
+
+class RecorderImpl(AlgorithmImpl):
+    def __init__(self, process_group, reset_at_step: int) -> None:
+        super().__init__(process_group)
+        self.reset_at_step = reset_at_step
+        self.calls: list[str] = []
+        self.weights_at_init: torch.Tensor | None = None
+
+    def need_reset(self) -> bool:
+        self.calls.append("need_reset")
+        return self._module.bagua_train_step_counter == self.reset_at_step
+
+    def init_tensors(self, bagua_module):
+        self._module = bagua_module
+        self.calls.append("init_tensors")
+        self.weights_at_init = bagua_module.fc1.weight.detach().clone()
+        return super().init_tensors(bagua_module)
+
+    def tensors_to_buckets(self, tensors, do_flatten):
+        self.calls.append("tensors_to_buckets")
+        return super().tensors_to_buckets(tensors, do_flatten)
+
+    def init_operations(self, bagua_module, bucket):
+        self.calls.append("init_operations")
+        super().init_operations(bagua_module, bucket)
+        bucket.append_python_op(lambda name: self.calls.append("bucket_op"))
+        bucket.append_centralized_synchronous_op(average=True)
+
+    def init_forward_pre_hook(self, bagua_module):
+        return lambda inputs: self.calls.append(f"forward_pre:{bagua_module.bagua_train_step_counter}")
+
+    def init_backward_hook(self, bagua_module):
+        parent = super().init_backward_hook(bagua_module)
+
+        def hook(name, param):
+            self.calls.append(f"backward:{name}")
+            parent(name, param)
+
+        return hook
+
+    def init_post_backward_hook(self, bagua_module):
+        parent = super().init_post_backward_hook(bagua_module)
+
+        def hook():
+            self.calls.append("post_backward")
+            parent()
+
+        return hook
+
+    def init_post_optimizer_step_hook(self, bagua_module):
+        return lambda optimizer: self.calls.append(f"post_step:{type(optimizer).__name__}")
+
+
+class RecorderAlgorithm(Algorithm):
+    name = "recorder"
+    Config = RecorderConfig
+
+    def reify(self, process_group):
+        return RecorderImpl(process_group, self.config.reset_at_step)
+
+
+class RecorderPlugin:
+    @hookimpl
+    def bagua_register_algorithms(self):
+        return [RecorderAlgorithm]
+
+
+def _record(rank: int) -> list[str]:
+    pm = get_plugin_manager()
+    plugin = RecorderPlugin()
+    pm.register(plugin, name="recorder-inline")
+    try:
+        model = SmallNet(seed=rank)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model = model.with_bagua([optimizer], {"name": "recorder", "reset_at_step": 2})
+        impl = model.bagua_algorithm
+        gathered = [torch.empty_like(impl.weights_at_init) for _ in range(2)]
+        torch.distributed.all_gather(gathered, impl.weights_at_init)
+        assert torch.equal(gathered[0], gathered[1]), "init_tensors must see the broadcast weights"
+        for step in range(3):
+            x, y = batch(rank, step)
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        model.eval()
+        model(x)  # eval forward: no step, no hooks
+        return impl.calls
+    finally:
+        pm.unregister(plugin)
+
+
+def test_lifecycle_order() -> None:
+    calls = run_workers(_record, 2)[0]
+    n_params = 6
+    build = ["init_tensors", "tensors_to_buckets", "init_operations"]
+    assert calls[:3] == build
+    steps: list[list[str]] = []
+    for call in calls[3:]:
+        if call == "need_reset":
+            steps.append([])
+        steps[-1].append(call)
+    assert len(steps) == 3
+    for step, seq in enumerate(steps, start=1):
+        prefix = ["need_reset"] + (build if step == 2 else []) + [f"forward_pre:{step}"]
+        assert seq[: len(prefix)] == prefix, seq
+        rest = seq[len(prefix):]
+        backward = [c for c in rest if c.startswith("backward:")]
+        assert len(backward) == n_params
+        # reverse registration order: the head's gradients are ready first
+        assert backward[0].startswith("backward:head") and backward[-1].startswith("backward:fc1")
+        last_backward = rest.index(backward[-1])
+        # the bucket's ops run once all its tensors are ready (on the communication thread, so possibly
+        # after post_backward started waiting), and always before the optimizer step
+        assert last_backward < rest.index("bucket_op") < rest.index("post_step:SGD")
+        assert last_backward < rest.index("post_backward")
+        assert rest[-1] == "post_step:SGD" and rest.count("bucket_op") == 1

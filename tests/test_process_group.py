@@ -1,0 +1,87 @@
+"""init_process_group, node membership, new_group and the intra/inter-node communicators."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import bagua_core as bagua
+from bagua_core.exceptions import NotInitializedError, RepeatedInitializationError
+from tests.distributed import run_workers
+
+
+def _groups(rank: int) -> dict:
+    with pytest.raises(RepeatedInitializationError):
+        bagua.init_process_group()
+    assert bagua.is_initialized()
+    group = bagua.new_group()
+    info = {
+        "rank": bagua.get_rank(),
+        "world": bagua.get_world_size(),
+        "local_rank": bagua.get_local_rank(),
+        "local_size": bagua.get_local_size(),
+        "node": bagua.get_node_rank(),
+        "intra": (group.get_intra_node_communicator().rank(), group.get_intra_node_communicator().nranks()),
+        "inter": (group.get_inter_node_communicator().rank(), group.get_inter_node_communicator().nranks()),
+    }
+    # a SUM over each communicator proves who is in it
+    t = torch.tensor([float(rank)])
+    bagua.allreduce_inplace(t, comm=group.get_intra_node_communicator())
+    info["intra_sum"] = t.item()
+    inter = group.get_inter_node_communicator()
+    if inter.is_member:
+        t = torch.tensor([float(rank)])
+        bagua.allreduce_inplace(t, comm=inter)
+        info["inter_sum"] = t.item()
+    else:
+        with pytest.raises(bagua.BaguaError, match="not a member"):
+            bagua.allreduce_inplace(torch.zeros(1), comm=inter)
+    sub = bagua.new_group([0, bagua.get_world_size() - 1])
+    comm = sub.get_global_communicator()
+    if comm.is_member:
+        t = torch.tensor([1.0])
+        bagua.allreduce_inplace(t, comm=comm)
+        info["sub_sum"] = t.item()
+    wrapped = bagua.from_torch_group(torch.distributed.group.WORLD)
+    info["wrapped"] = wrapped.get_global_communicator().nranks()
+    with pytest.raises(ValueError, match="subset"):
+        bagua.new_group([0, 99])
+    return info
+
+
+def test_two_nodes_of_two() -> None:
+    infos = run_workers(_groups, 4, local_size=2)
+    assert [i["node"] for i in infos] == [0, 0, 1, 1]
+    assert [i["local_rank"] for i in infos] == [0, 1, 0, 1]
+    assert all(i["local_size"] == 2 for i in infos)
+    assert [i["intra_sum"] for i in infos] == [1.0, 1.0, 5.0, 5.0]
+    assert [i["inter"] for i in infos] == [(0, 2), (-1, 2), (1, 2), (-1, 2)]
+    assert infos[0]["inter_sum"] == 2.0 and infos[2]["inter_sum"] == 2.0
+    assert infos[0]["sub_sum"] == 2.0 and infos[3]["sub_sum"] == 2.0 and "sub_sum" not in infos[1]
+    assert all(i["wrapped"] == 4 for i in infos)
+
+
+def test_uneven_nodes() -> None:
+    infos = run_workers(_groups, 3, local_size=2)  # nodes {0, 1} and {2}
+    assert [i["intra"] for i in infos] == [(0, 2), (1, 2), (0, 1)]
+    assert [i["intra_sum"] for i in infos] == [1.0, 1.0, 2.0]
+    assert infos[0]["inter_sum"] == 2.0
+
+
+def test_not_initialized_and_env(monkeypatch) -> None:
+    from bagua_core.process_group import get_default_group
+
+    with pytest.raises(NotInitializedError, match="init_process_group"):
+        get_default_group()
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert (bagua.get_rank(), bagua.get_world_size(), bagua.get_local_rank(), bagua.get_local_size()) == (3, 8, 1, 2)
+    monkeypatch.setenv("BAGUA_DEFAULT_BUCKET_SIZE", "1024")
+    assert bagua.get_default_bucket_size() == 1024
+    monkeypatch.setenv("BAGUA_DEFAULT_BUCKET_SIZE", "0")
+    with pytest.raises(ValueError, match="BAGUA_DEFAULT_BUCKET_SIZE"):
+        bagua.get_default_bucket_size()
+    monkeypatch.delenv("BAGUA_DEFAULT_BUCKET_SIZE")
+    assert bagua.get_default_bucket_size() == 10 * 1024 * 1024
