@@ -83,7 +83,7 @@ def test_cached_dataset_is_faster_and_equal() -> None:
         third = [other.get(i, lambda i: pytest.fail("should be cached")) for i in range(8)]
         assert not other.store.stores[0].server.spawned
         other.shutdown()
-        for a, b, c in zip(first, second, third):
+        for a, b, c in zip(first, second, third, strict=True):
             for got in (b, c):
                 assert torch.equal(a["x"], got["x"]) and np.array_equal(a["np"], got["np"])
                 assert (a["y"], a["name"]) == (got["y"], got["name"])

@@ -105,7 +105,7 @@ class ClusterStore(Store):
         for store in self.stores:
             indices = positions.get(id(store))
             if indices:
-                for index, value in zip(indices, store.mget([keys[i] for i in indices])):
+                for index, value in zip(indices, store.mget([keys[i] for i in indices]), strict=True):
                     result[index] = value
         return result
 
