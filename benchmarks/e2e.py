@@ -1,0 +1,119 @@
+"""End-to-end benchmark: the same model trained with torch DDP (plain, fp16 hook, PowerSGD) and every
+installed bagua algorithm, on hosts emulated with network namespaces joined by a rate-limited link.
+
+    sudo python -m benchmarks.e2e                       # the full run (make bench), ~15 min
+    python -m benchmarks.e2e --loopback --model tiny --steps 2 --networks loopback   # no root
+
+Writes ``results/e2e.md`` (tables), ``results/e2e.json`` (every number) and ``results/e2e.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.launch import REPO_ROOT, LaunchError, launch, netns_link
+from benchmarks.methods import available_methods
+from benchmarks.report import write_e2e
+
+__all__ = ["NETWORKS", "run_network", "main"]
+
+NETWORKS: dict[str, dict] = {
+    "1gbit": {"rate": "1gbit", "delay": "0ms"},
+    "10gbit": {"rate": "10gbit", "delay": "0ms"},
+    "1gbit+5ms": {"rate": "1gbit", "delay": "5ms"},
+    # the framework's own overhead: a model with almost nothing to compute or send
+    "tiny@10gbit": {"rate": "10gbit", "delay": "0ms", "model": "tiny", "warmup": 20, "steps": 300},
+    "loopback": {},
+}
+DEFAULT_NETWORKS = "1gbit,10gbit,1gbit+5ms,tiny@10gbit"
+
+
+def _last_line(exc: Exception) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip() and not line.startswith("---")]
+    return lines[-1] if lines else repr(exc)
+
+
+def _record(rows: list[dict], row: dict, network: str) -> None:
+    row["network"] = network
+    rows.append(row)
+    shown = f"{row['ms_per_step']:.1f} ms/step" if "ms_per_step" in row else "FAILED " + row["error"]
+    print(f"[{network}] {row['method']:>28}: {shown}", flush=True)
+
+
+def run_network(network: str, methods: list[str], args: argparse.Namespace) -> list[dict]:
+    """Every method on one network; a failed method gets a row with its error."""
+    spec = NETWORKS[network]
+    model = spec.get("model", args.model)
+    warmup, steps = spec.get("warmup", args.warmup), spec.get("steps", args.steps)
+    rows: list[dict] = []
+
+    def run_all(hosts: list[str] | None) -> None:
+        remaining = list(methods)
+        while remaining:  # one job runs every method; after a failure, a new job runs the rest
+            with tempfile.TemporaryDirectory() as tmp:
+                out = Path(tmp) / "rows.jsonl"
+                worker_args = ["--methods", ",".join(remaining), "--model", model,
+                               "--batch-size", str(args.batch_size), "--warmup", str(warmup), "--steps", str(steps),
+                               "--iface", "eth0" if hosts else "lo", "--out", str(out)]
+                error = None
+                try:
+                    launch("benchmarks.e2e_worker", worker_args, args.world_size, hosts=hosts,
+                           timeout=args.timeout * len(remaining))
+                except LaunchError as exc:
+                    error = exc
+                done = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+            for row in done:
+                _record(rows, row, network)
+            remaining = remaining[len(done):]
+            if error is not None and remaining:
+                _record(rows, {"method": remaining[0], "error": _last_line(error), "log": str(error)}, network)
+                remaining = remaining[1:]
+
+    if args.loopback or "rate" not in spec:
+        run_all(None)
+    else:
+        with netns_link(args.world_size, spec["rate"], spec["delay"]) as hosts:
+            run_all(hosts)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--networks", default=DEFAULT_NETWORKS, help=f"comma list of {sorted(NETWORKS)}")
+    parser.add_argument("--methods", default="all", help="comma list, or 'all' (DDP baselines + every algorithm)")
+    parser.add_argument("--model", default="mlp21m")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per method before it is killed")
+    parser.add_argument("--loopback", action="store_true", help="run every network on loopback (no root)")
+    parser.add_argument("--results", default=str(REPO_ROOT / "results"))
+    args = parser.parse_args(argv)
+    methods = available_methods() if args.methods == "all" else args.methods.split(",")
+    networks = args.networks.split(",")
+    for network in networks:
+        if network not in NETWORKS:
+            parser.error(f"unknown network {network!r}; choose from {sorted(NETWORKS)}")
+    rows: list[dict] = []
+    for network in networks:
+        rows += run_network(network, methods, args)
+    header = (f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {platform.machine()} "
+              f"({torch.get_num_threads()} torch threads here, 1 per worker), torch {torch.__version__}, "
+              f"{args.world_size} workers, {args.warmup} warmup + {args.steps} timed steps (mlp21m); "
+              f"`python -m benchmarks.e2e {' '.join(sys.argv[1:] if argv is None else argv)}`.")
+    for path in write_e2e(rows, Path(args.results), header):
+        print("wrote", path)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

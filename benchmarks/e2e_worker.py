@@ -1,0 +1,120 @@
+"""One rank of the end-to-end benchmark: for each method, trains a fresh model for warmup + timed steps.
+
+Started by :mod:`benchmarks.e2e` on every emulated host (``ip netns exec bgh<i> ...``) with the
+torchrun variables set (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GROUP_RANK = host index so bagua
+sees one node per host). Wire bytes are the ``tx_bytes`` counter of ``--iface`` before and after the
+timed steps. After each method, rank 0 appends its row as one JSON line to ``--out`` (so a method
+that crashes the job leaves the rows before it).
+
+    python -m benchmarks.e2e_worker --methods ddp,bytegrad --model mlp21m --iface eth0 --out rows.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from benchmarks.methods import finish, prepare
+from benchmarks.models import build_model, parameter_count, synthetic_batch
+
+__all__ = ["run", "main", "read_counter"]
+
+
+def read_counter(iface: str, name: str = "tx_bytes") -> int:
+    """A byte counter of ``iface`` in this process's network namespace (0 if unreadable)."""
+    try:
+        return int(Path(f"/sys/class/net/{iface}/statistics/{name}").read_text())
+    except OSError:
+        return 0
+
+
+def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> float:
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return float(loss.detach())
+
+
+def run(method: str, model_name: str, batch_size: int, warmup: int, steps: int, iface: str, lr: float) -> dict:
+    """Train and measure on this rank; returns this rank's numbers (collective over the default group)."""
+    import bagua_core as bagua
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model = build_model(model_name, seed=0)
+    params = parameter_count(model)
+    model, optimizer = prepare(method, model, lr)
+    x, y = synthetic_batch(model_name, batch_size, seed=1 + rank)
+    for _ in range(warmup):
+        _step(model, optimizer, x, y)
+    dist.barrier()
+    tx0, rx0 = read_counter(iface), read_counter(iface, "rx_bytes")
+    times: list[float] = []
+    loss = float("nan")
+    started = time.perf_counter()
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        loss = _step(model, optimizer, x, y)
+        times.append(time.perf_counter() - t0)
+    elapsed = time.perf_counter() - started
+    tx, rx = read_counter(iface) - tx0, read_counter(iface, "rx_bytes") - rx0
+    finish(method, model)
+    del bagua  # imported for its side effects (with_bagua on every module)
+    return {"rank": rank, "world_size": world, "params": params, "elapsed_s": elapsed, "step_s": times,
+            "tx_bytes": tx, "rx_bytes": rx, "loss": loss}
+
+
+def summarize(per_rank: list[dict], method: str, model_name: str, batch_size: int, iface: str) -> dict:
+    """One row: the slowest rank sets the pace; bytes are the mean per rank per step."""
+    world = per_rank[0]["world_size"]
+    steps = len(per_rank[0]["step_s"])
+    seconds_per_step = max(r["elapsed_s"] for r in per_rank) / steps
+    tx = sum(r["tx_bytes"] for r in per_rank) / world
+    if iface == "lo":  # every rank shares the loopback counter: it counts the whole job's traffic
+        tx /= world
+    return {
+        "method": method, "model": model_name, "params": per_rank[0]["params"], "world_size": world,
+        "batch_size": batch_size, "steps": steps, "ms_per_step": 1000 * seconds_per_step,
+        "samples_per_s": world * batch_size / seconds_per_step, "tx_bytes_per_step": tx / steps,
+        "loss": sum(r["loss"] for r in per_rank) / world,
+        "step_ms_rank0": [1000 * t for t in per_rank[0]["step_s"]],
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--methods", required=True, help="comma list of methods, run in this order")
+    parser.add_argument("--model", default="mlp21m")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--iface", default="eth0")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    import bagua_core as bagua
+
+    bagua.init_process_group()
+    try:
+        for method in args.methods.split(","):
+            mine = run(method, args.model, args.batch_size, args.warmup, args.steps, args.iface, args.lr)
+            gathered: list = [None] * dist.get_world_size()
+            dist.all_gather_object(gathered, mine)
+            if mine["rank"] == 0:
+                row = summarize(gathered, method, args.model, args.batch_size, args.iface)
+                with open(args.out, "a") as fh:
+                    fh.write(json.dumps(row) + "\n")
+    finally:
+        bagua.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

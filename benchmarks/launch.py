@@ -1,0 +1,81 @@
+"""Starting the ranks of one benchmark run: on netns-emulated hosts or on loopback.
+
+``netns_link(hosts, rate, delay)`` is a context manager around ``../shared/bench/netns-link.sh``
+(namespaces bgh1..bghN at 10.77.0.1..N, joined by a rate-limited bridge; needs root), always torn
+down on exit. ``launch(module, args, world_size, hosts=...)`` starts one rank per host with the
+torchrun variables (GROUP_RANK = host index, so bagua sees one node per host) and waits for all.
+
+Example::
+
+    >>> with netns_link(2, "1gbit", "0ms") as hosts:
+    ...     launch("benchmarks.e2e_worker", ["--method", "ddp", "--out", "r.json"], 2, hosts=hosts)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator, Sequence
+
+__all__ = ["NETNS_SCRIPT", "REPO_ROOT", "netns_link", "launch", "LaunchError"]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+NETNS_SCRIPT = Path(os.environ.get("BAGUA_NETNS_SCRIPT", REPO_ROOT.parent / "shared" / "bench" / "netns-link.sh"))
+_ports = itertools.count(29600 + os.getpid() % 200 * 10)
+
+
+class LaunchError(RuntimeError):
+    pass
+
+
+@contextlib.contextmanager
+def netns_link(hosts: int, rate: str, delay: str) -> Iterator[list[str]]:
+    """Bring the emulated network up; yields the namespace names; always brings it down."""
+    if not NETNS_SCRIPT.exists():
+        raise LaunchError(f"{NETNS_SCRIPT} not found; set BAGUA_NETNS_SCRIPT to netns-link.sh")
+    try:
+        subprocess.run(["bash", str(NETNS_SCRIPT), "up", str(hosts), rate, delay], check=True,
+                       capture_output=True, text=True)
+        yield [f"bgh{i + 1}" for i in range(hosts)]
+    finally:
+        subprocess.run(["bash", str(NETNS_SCRIPT), "down", str(hosts)], capture_output=True)
+
+
+def launch(module: str, args: Sequence[str], world_size: int, hosts: Sequence[str] | None = None,
+           timeout: float = 300.0, threads: int = 1, comm_timeout: float = 120.0) -> None:
+    """Run ``python -m module args`` as ``world_size`` ranks (rank i on ``hosts[i]``, else loopback)."""
+    port = next(_ports)
+    master = "10.77.0.1" if hosts else "127.0.0.1"
+    procs = []
+    for rank in range(world_size):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK="0",
+                   LOCAL_WORLD_SIZE="1", GROUP_RANK=str(rank), MASTER_ADDR=master, MASTER_PORT=str(port),
+                   OMP_NUM_THREADS=str(threads), PYTHONPATH=str(REPO_ROOT),
+                   BAGUA_COMM_TIMEOUT_S=str(int(comm_timeout)))
+        command = [sys.executable, "-m", module, *args]
+        if hosts:
+            env["GLOO_SOCKET_IFNAME"] = "eth0"
+            command = ["ip", "netns", "exec", hosts[rank], *command]
+        else:
+            env["GLOO_SOCKET_IFNAME"] = "lo"
+        procs.append(subprocess.Popen(command, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    outputs, failed = [], False
+    for proc in procs:
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for other in procs:
+                other.kill()
+            out, _ = proc.communicate()
+            out += f"\n(killed after {timeout:.0f} s)"
+            failed = True
+        outputs.append(out)
+        failed = failed or proc.returncode != 0
+    if failed:
+        tail = "\n".join(f"--- rank {i} ---\n{o[-2000:]}" for i, o in enumerate(outputs))
+        raise LaunchError(f"{module} {' '.join(args)} failed:\n{tail}")

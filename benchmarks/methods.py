@@ -1,0 +1,88 @@
+"""What the benchmarks compare: torch DDP baselines and every installed bagua algorithm.
+
+A *method* is a name: ``ddp``, ``ddp_fp16`` (DDP with its fp16 compression hook), ``ddp_powersgd``
+(DDP with PowerSGD, rank 1) or the registered name of a bagua algorithm
+(``bagua_core.plugins.algorithm_registry.names()``, so plugins installed later are benchmarked too).
+:func:`prepare` wraps a model for one method and returns it with its optimizer.
+
+Example::
+
+    >>> methods = available_methods()          # ["ddp", "ddp_fp16", "ddp_powersgd", "bytegrad", ...]
+    >>> model, optimizer = prepare("bytegrad", build_model("tiny"), lr=0.01)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["DDP_METHODS", "BENCH_OPTIONS", "available_methods", "prepare", "finish", "is_ddp"]
+
+DDP_METHODS = ("ddp", "ddp_fp16", "ddp_powersgd")
+
+BENCH_OPTIONS: dict[str, dict[str, Any]] = {
+    # async: the background averaging every 100 ms so that a short benchmark sees it happen
+    "async": {"sync_interval_ms": 100},
+}
+"""Options given to a bagua algorithm in the benchmarks (defaults otherwise)."""
+
+QADAM_WARMUP_STEPS = 2
+"""qadam's full-precision warmup; shorter than the benchmark's warmup so timed steps are compressed."""
+
+# algorithms whose wrapping is not ``with_bagua(name)`` (decentralized_dp has its own wrapper)
+_NOT_WITH_BAGUA = {"decentralized_dp"}
+
+
+def is_ddp(method: str) -> bool:
+    return method in DDP_METHODS
+
+
+def available_methods() -> list[str]:
+    """The DDP baselines, then every registered bagua algorithm (gradient_allreduce first)."""
+    from bagua_core.plugins import algorithm_registry
+
+    names = [n for n in algorithm_registry.names() if n not in _NOT_WITH_BAGUA]
+    names.sort(key=lambda n: (n != "gradient_allreduce", n))
+    return list(DDP_METHODS) + names
+
+
+def _ddp(method: str, model: torch.nn.Module) -> torch.nn.Module:
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+    from torch.nn.parallel import DistributedDataParallel
+
+    ddp = DistributedDataParallel(model)
+    if method == "ddp_fp16":
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif method == "ddp_powersgd":
+        state = powerSGD_hook.PowerSGDState(
+            process_group=None, matrix_approximation_rank=1, start_powerSGD_iter=2, min_compression_rate=2
+        )
+        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    return ddp
+
+
+def prepare(method: str, model: torch.nn.Module, lr: float) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """Wrap ``model`` for ``method`` (collective: every rank calls it) and return ``(model, optimizer)``."""
+    if is_ddp(method):
+        wrapped = _ddp(method, model)
+        return wrapped, torch.optim.SGD(wrapped.parameters(), lr=lr)
+    if method == "qadam":
+        from bagua_algorithms.q_adam import QAdamOptimizer
+
+        optimizer: torch.optim.Optimizer = QAdamOptimizer(model.parameters(), lr=lr / 10,
+                                                          warmup_steps=QADAM_WARMUP_STEPS)
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    wrapped = model.with_bagua([optimizer], {"name": method, **BENCH_OPTIONS.get(method, {})})
+    return wrapped, optimizer
+
+
+def finish(method: str, model: torch.nn.Module) -> None:
+    """Stop background work (async's averaging loop) so that later collectives do not interleave."""
+    if is_ddp(method):
+        return
+    impl = getattr(model, "bagua_algorithm", None)
+    if impl is not None and hasattr(impl, "abort"):
+        impl.abort(model)
+    model.bagua_shutdown()

@@ -1,0 +1,87 @@
+"""Writing benchmark results: markdown tables and (when matplotlib is installed) PNG plots.
+
+Example::
+
+    >>> write_e2e(rows, Path("results"))     # results/e2e.md, e2e.json, and e2e.png if matplotlib loads
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+__all__ = ["e2e_markdown", "write_e2e", "have_matplotlib"]
+
+
+def have_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _ratio(row: dict, baseline: dict | None) -> str:
+    if baseline is None or "ms_per_step" not in row or "ms_per_step" not in baseline:
+        return "-"
+    return f"{row['ms_per_step'] / baseline['ms_per_step']:.2f}x"
+
+
+def e2e_markdown(rows: Sequence[dict], header: str = "") -> str:
+    """One table per network: ms/step, samples/s, MB sent per step and per rank, ratio to DDP."""
+    lines = [header] if header else []
+    for network in dict.fromkeys(r["network"] for r in rows):
+        group = [r for r in rows if r["network"] == network]
+        ddp = next((r for r in group if r["method"] == "ddp" and "ms_per_step" in r), None)
+        ddp16 = next((r for r in group if r["method"] == "ddp_fp16" and "ms_per_step" in r), None)
+        first = group[0]
+        lines += ["", f"### {network}: {first.get('model', '?')} ({first.get('params', 0) / 1e6:.1f}M parameters), "
+                      f"batch {first.get('batch_size', '?')} per rank, {first.get('world_size', '?')} hosts", "",
+                  "| method | ms/step | samples/s | MB sent/step/rank | step time vs DDP | vs DDP+fp16 | loss |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for r in group:
+            if "ms_per_step" not in r:
+                lines.append(f"| {r['method']} | failed: {r.get('error', '?')[:80]} | | | | | |")
+                continue
+            lines.append(f"| {r['method']} | {r['ms_per_step']:.1f} | {r['samples_per_s']:.1f} | "
+                         f"{r['tx_bytes_per_step'] / 1e6:.2f} | {_ratio(r, ddp)} | {_ratio(r, ddp16)} | "
+                         f"{r['loss']:.4f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _plot_e2e(rows: Sequence[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    networks = list(dict.fromkeys(r["network"] for r in rows))
+    fig, axes = plt.subplots(1, len(networks), figsize=(4.5 * len(networks), 4.5), squeeze=False)
+    for ax, network in zip(axes[0], networks):
+        group = [r for r in rows if r["network"] == network and "ms_per_step" in r]
+        names = [r["method"] for r in group]
+        values = [r["ms_per_step"] for r in group]
+        colors = ["tab:gray" if n.startswith("ddp") else "tab:blue" for n in names]
+        ax.barh(names, values, color=colors)
+        ax.invert_yaxis()
+        ax.set_title(network, fontsize=10)
+        ax.set_xlabel("ms per step (lower is better)")
+        for y, v in enumerate(values):
+            ax.text(v, y, f" {v:.0f}", va="center", fontsize=8)
+    fig.suptitle("bagua vs torch DDP: step time (gray: DDP baselines)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_e2e(rows: Sequence[dict], results: Path, header: str = "") -> list[Path]:
+    """Write ``e2e.md``, ``e2e.json`` and, with matplotlib, ``e2e.png`` into ``results``."""
+    results.mkdir(parents=True, exist_ok=True)
+    written = [results / "e2e.md", results / "e2e.json"]
+    written[0].write_text(e2e_markdown(rows, header))
+    written[1].write_text(json.dumps(list(rows), indent=2))
+    if have_matplotlib():
+        _plot_e2e(rows, results / "e2e.png")
+        written.append(results / "e2e.png")
+    return written
