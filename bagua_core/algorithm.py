@@ -11,7 +11,8 @@ is increased, ``need_reset`` asked (True redoes tensors/buckets/operations), the
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable, Sequence
 
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError

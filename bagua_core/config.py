@@ -12,10 +12,13 @@ Errors name the file and each ``field: message``; an unknown name lists every in
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 import os
 from pathlib import Path
-from typing import Annotated, Any, Mapping, Sequence, Union
+from typing import Annotated, Any
+from collections.abc import Mapping, Sequence
 
 import torch
 import yaml
@@ -85,7 +88,7 @@ def algorithm_config_adapter() -> TypeAdapter:
     models = [algorithm_registry.get(name).Config for name in algorithm_registry.names()]
     if len(models) == 1:
         return TypeAdapter(models[0])
-    return TypeAdapter(Annotated[Union[tuple(models)], Field(discriminator="name")])
+    return TypeAdapter(Annotated[functools.reduce(operator.or_, models), Field(discriminator="name")])
 
 
 def validate_algorithm_config(data: Mapping[str, Any], source: str | None = None) -> AlgorithmConfig:

@@ -7,7 +7,7 @@ parameter's ``.grad``, say). ``setter_closure(tensor, value)`` replaces the effe
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -18,7 +18,8 @@ import queue
 import socket
 import time
 import traceback
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 __all__ = ["run_workers", "free_port", "WorkerFailure"]
 

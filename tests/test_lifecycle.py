@@ -7,7 +7,6 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-import bagua_core as bagua
 from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
 from bagua_core.plugins import get_plugin_manager, hookimpl
 from tests.distributed import run_workers

@@ -6,7 +6,7 @@ non-blocking sends and receives where it does not, so it works on every backend.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist

@@ -10,7 +10,8 @@ from __future__ import annotations
 import queue
 import threading
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 __all__ = ["CommunicationWorker"]
 

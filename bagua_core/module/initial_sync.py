@@ -7,7 +7,8 @@ raised on every rank, so bad input never leaves the other ranks waiting in a col
 
 from __future__ import annotations
 
-from typing import Callable, Sequence, TypeVar
+from typing import TypeVar
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.distributed as dist
