@@ -1,8 +1,7 @@
 """``bytegrad``: gradient allreduce with MinMaxUInt8 compression, every rank bit-identical.
 
 Communicated: each bucket of gradients as uint8 (plus an fp32 min/max per chunk): the bucket is
-padded with zeros to a multiple of the number of ranks n (the bucket's alignment) and split into n
-chunks; each chunk is compressed and sent to its owner (alltoall), which averages (or sums) the
+padded to a multiple of the number of ranks n (repeating its last value) and split into n chunks; each chunk is compressed and sent to its owner (alltoall), which averages (or sums) the
 decompressed chunks in fp32, compresses the result again and allgathers it; every rank decompresses
 the same bytes. Hierarchical: averaged inside the node (full precision) first, the compressed
 exchange runs among the node leaders, and the result is broadcast inside the node.
@@ -19,8 +18,7 @@ from typing import Literal
 
 import torch
 
-from bagua_core import env
-from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl, split_into_buckets
+from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
 from bagua_core.bucket import BaguaBucket
 from bagua_core.plugins import hookimpl
 
@@ -40,14 +38,6 @@ class ByteGradAlgorithmImpl(AlgorithmImpl):
         super().__init__(process_group)
         self.hierarchical = hierarchical
         self.average = average
-
-    def _peers(self) -> int:
-        group = self.process_group
-        return group.num_nodes if self.hierarchical else group.world_size
-
-    def tensors_to_buckets(self, tensors: list[torch.Tensor], do_flatten: bool) -> list[BaguaBucket]:
-        """Default bucket size; each bucket padded to a multiple of the number of exchanging peers."""
-        return split_into_buckets(tensors, env.get_default_bucket_size(), do_flatten, alignment=self._peers())
 
     def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
         bucket.clear_ops()

@@ -1,6 +1,7 @@
 """The bytegrad exchange: an allreduce of MinMaxUInt8-compressed chunks, every rank bit-identical.
 
-Non-hierarchical, over the group's n ranks: pad the tensor with zeros to a multiple of n, split it
+Non-hierarchical, over the group's n ranks: pad the tensor to a multiple of n (repeating its last
+value), split it
 into n chunks and compress each (one uint8 slot per chunk, with its fp32 min/max); alltoall (chunk j
 to rank j); decompress the n received slots and average (or sum) them in fp32 into chunk ``rank``;
 compress that chunk again; allgather the compressed chunks; decompress all of them. Every rank
@@ -45,7 +46,8 @@ def compressed_allreduce_on(tensor: torch.Tensor, comm: BaguaCommunicator, avera
     if numel == 0:
         return
     chunk = -(-numel // n)
-    padded = flat if chunk * n == numel else torch.cat([flat, flat.new_zeros(chunk * n - numel)])
+    # pad with copies of the last value: zeros could widen the last chunk's range and cost precision
+    padded = flat if chunk * n == numel else torch.cat([flat, flat[-1:].expand(chunk * n - numel)])
     sent = native.compress_minmax_uint8(padded, n)
     received = torch.empty_like(sent)
     if n > 1:

@@ -1,0 +1,101 @@
+"""decentralized equals a reference written from the formula in plain torch.distributed, for
+peer_selection_mode all / shift_one, communication intervals 1, 2, 3, flat and hierarchical."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from bagua_algorithms.decentralized import DecentralizedAlgorithm
+from bagua_core.bucket_ops.decentralized import shift_one_peer
+from tests.distributed import run_workers
+from tests.models import SmallNet, batch
+
+STEPS = 7
+
+
+def _reference_peer(r: int, n: int, s: int) -> int:
+    """The shift_one partner, transcribed from DESIGN.md."""
+    if r < n // 2:
+        return ((s + r) % ((n + 1) // 2)) + n // 2
+    return (r - n // 2 - s) % (n // 2)
+
+
+def _reference_average(flat: torch.Tensor, mode: str, hierarchical: bool, local_size: int, s: int) -> torch.Tensor:
+    """What this rank's weights become, computed from every rank's weights (all_gather)."""
+    n, me = dist.get_world_size(), dist.get_rank()
+    everyone = [torch.empty_like(flat) for _ in range(n)]
+    dist.all_gather(everyone, flat)
+    if hierarchical:  # peers are the nodes' averages
+        peers = [sum(everyone[k * local_size : (k + 1) * local_size]) / local_size for k in range(n // local_size)]
+        mine = me // local_size
+    else:
+        peers, mine = everyone, me
+    if mode == "all":
+        return sum(peers) / len(peers)
+    return (peers[mine] + peers[_reference_peer(mine, len(peers), s)]) / 2
+
+
+def _params_flat(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def _run_case(rank: int, mode: str, interval: int, hierarchical: bool, local_size: int, do_flatten: bool) -> None:
+    reference = SmallNet(seed=0)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+    model = SmallNet(seed=rank)  # wrapping broadcasts rank 0's weights
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    algorithm = DecentralizedAlgorithm(hierarchical=hierarchical, peer_selection_mode=mode, communication_interval=interval)
+    model = model.with_bagua([optimizer], algorithm, do_flatten=do_flatten)
+    assert len(model.bagua_buckets) == 1
+    for t in range(STEPS):
+        x, y = batch(rank, t)
+        # reference: gradient at x_t, x <- avg(x_t) on communication steps, then the optimizer step
+        ref_opt.zero_grad()
+        F.cross_entropy(reference(x), y).backward()
+        if t % interval == 0:
+            averaged = _reference_average(_params_flat(reference), mode, hierarchical, local_size, t // interval)
+            with torch.no_grad():
+                offset = 0
+                for p in reference.parameters():
+                    p.copy_(averaged[offset : offset + p.numel()].view_as(p))
+                    offset += p.numel()
+        ref_opt.step()
+
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        torch.testing.assert_close(_params_flat(model), _params_flat(reference), rtol=1e-5, atol=1e-6,
+                                   msg=lambda m: f"{mode} interval={interval} hier={hierarchical} step {t}: {m}")
+    # the weights really differ between ranks (otherwise the test could not tell modes apart)
+    everyone = [torch.empty_like(_params_flat(model)) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, _params_flat(model))
+    assert not torch.equal(everyone[0], everyone[-1])
+
+
+def _check_cases(rank: int, cases: list[tuple], local_size: int) -> None:
+    for mode, interval, hierarchical, do_flatten in cases:
+        _run_case(rank, mode, interval, hierarchical, local_size, do_flatten)
+
+
+def test_shift_one_peers_pair_up() -> None:
+    for n in (2, 4, 6, 8):
+        for s in range(2 * n):
+            peers = [shift_one_peer(r, n, s) for r in range(n)]
+            assert peers == [_reference_peer(r, n, s) for r in range(n)]
+            assert all(peers[peers[r]] == r and peers[r] != r for r in range(n))
+
+
+@pytest.mark.parametrize(
+    "world_size,local_size,cases",
+    [
+        (2, 2, [("all", 1, False, True), ("shift_one", 1, False, True), ("all", 2, False, False),
+                ("shift_one", 3, False, True)]),
+        (4, 2, [("shift_one", 1, False, True), ("all", 3, False, True), ("shift_one", 2, False, False),
+                ("all", 1, True, True), ("shift_one", 1, True, True), ("shift_one", 2, True, False)]),
+    ],
+)
+def test_equals_reference(world_size: int, local_size: int, cases: list[tuple]) -> None:
+    run_workers(_check_cases, world_size, cases, local_size, local_size=local_size)
