@@ -62,18 +62,19 @@ def _ddp(method: str, model: torch.nn.Module) -> torch.nn.Module:
     return ddp
 
 
-def prepare(method: str, model: torch.nn.Module, lr: float) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-    """Wrap ``model`` for ``method`` (collective: every rank calls it) and return ``(model, optimizer)``."""
+def prepare(method: str, model: torch.nn.Module, lr: float, momentum: float = 0.0, qadam_lr: float = 1e-3,
+            qadam_warmup: int = QADAM_WARMUP_STEPS) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """Wrap ``model`` for ``method`` (collective: every rank calls it) and return ``(model, optimizer)``:
+    SGD(lr, momentum), except qadam's own QAdamOptimizer(qadam_lr, warmup_steps=qadam_warmup)."""
     if is_ddp(method):
         wrapped = _ddp(method, model)
-        return wrapped, torch.optim.SGD(wrapped.parameters(), lr=lr)
+        return wrapped, torch.optim.SGD(wrapped.parameters(), lr=lr, momentum=momentum)
     if method == "qadam":
         from bagua_algorithms.q_adam import QAdamOptimizer
 
-        optimizer: torch.optim.Optimizer = QAdamOptimizer(model.parameters(), lr=lr / 10,
-                                                          warmup_steps=QADAM_WARMUP_STEPS)
+        optimizer: torch.optim.Optimizer = QAdamOptimizer(model.parameters(), lr=qadam_lr, warmup_steps=qadam_warmup)
     else:
-        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     wrapped = model.with_bagua([optimizer], {"name": method, **BENCH_OPTIONS.get(method, {})})
     return wrapped, optimizer
 

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-__all__ = ["e2e_markdown", "write_e2e", "have_matplotlib"]
+__all__ = ["e2e_markdown", "write_e2e", "convergence_markdown", "write_convergence", "have_matplotlib"]
 
 
 def have_matplotlib() -> bool:
@@ -84,4 +84,59 @@ def write_e2e(rows: Sequence[dict], results: Path, header: str = "") -> list[Pat
     if have_matplotlib():
         _plot_e2e(rows, results / "e2e.png")
         written.append(results / "e2e.png")
+    return written
+
+
+def _seconds_to(curve: list[dict], accuracy: float) -> str:
+    hit = next((point["seconds"] for point in curve if point["test_accuracy"] >= accuracy), None)
+    return "-" if hit is None else f"{hit:.2f}"
+
+
+def convergence_markdown(rows: Sequence[dict], header: str = "", target: float = 0.9) -> str:
+    """Final loss/accuracy, training seconds, and seconds until the test accuracy first reached ``target``."""
+    lines = [header] if header else []
+    lines += ["", f"| method | epochs | train seconds | final loss | final test accuracy | seconds to {target:.0%} |",
+              "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for row in rows:
+        if "curve" not in row:
+            lines.append(f"| {row['method']} | failed: {row.get('error', '?')[:80]} | | | | |")
+            continue
+        last = row["curve"][-1]
+        lines.append(f"| {row['method']} | {last['epoch']} | {last['seconds']:.2f} | {last['loss']:.4f} | "
+                     f"{last['test_accuracy']:.3f} | {_seconds_to(row['curve'], target)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _plot_convergence(rows: Sequence[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for row in rows:
+        if "curve" not in row:
+            continue
+        seconds = [0.0] + [p["seconds"] for p in row["curve"]]
+        style = "--" if row["method"].startswith("ddp") else "-"
+        loss_ax.plot(seconds[1:], [p["loss"] for p in row["curve"]], style, marker=".", label=row["method"])
+        acc_ax.plot(seconds[1:], [p["test_accuracy"] for p in row["curve"]], style, marker=".", label=row["method"])
+    loss_ax.set(xlabel="training wall-clock seconds", ylabel="mean training loss of the epoch", yscale="log")
+    acc_ax.set(xlabel="training wall-clock seconds", ylabel="test accuracy")
+    acc_ax.legend(fontsize=8)
+    fig.suptitle("Convergence on the digits data (2 workers)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_convergence(rows: Sequence[dict], results: Path, header: str = "") -> list[Path]:
+    """Write ``convergence.md``, ``convergence.json`` and, with matplotlib, ``convergence.png``."""
+    results.mkdir(parents=True, exist_ok=True)
+    written = [results / "convergence.md", results / "convergence.json"]
+    written[0].write_text(convergence_markdown(rows, header))
+    written[1].write_text(json.dumps([{k: v for k, v in r.items() if k != "log"} for r in rows], indent=2))
+    if have_matplotlib():
+        _plot_convergence(rows, results / "convergence.png")
+        written.append(results / "convergence.png")
     return written

@@ -1,0 +1,17 @@
+# Benchmarks (see benchmarks/README.md). `bench` and `bench-convergence` need root (network namespaces).
+PYTHON ?= python
+BENCH_ARGS ?=
+
+.PHONY: bench bench-smoke bench-convergence bench-micro
+
+bench:  ## end-to-end: DDP baselines and every algorithm at 1 and 10 Gbit/s, 1 Gbit/s + 5 ms, tiny model
+	$(PYTHON) -m benchmarks.e2e $(BENCH_ARGS)
+
+bench-convergence:  ## loss/accuracy against wall-clock time on the digits data, 1 Gbit/s link
+	$(PYTHON) -m benchmarks.convergence $(BENCH_ARGS)
+
+bench-micro:  ## pytest-benchmark micro-benchmarks of the hot paths
+	$(PYTHON) -m pytest benchmarks -p no:cacheprovider --benchmark-columns=min,median,mean,rounds
+
+bench-smoke:  ## seconds, no root: checks that the benchmarks run (what CI runs)
+	$(PYTHON) -m pytest tests/test_benchmarks_smoke.py -q
