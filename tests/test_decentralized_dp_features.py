@@ -84,6 +84,13 @@ def _features(rank: int) -> dict:
         (F.cross_entropy(whole(x1), y1) + F.cross_entropy(whole(x2), y2)).backward()
     out["accumulate"] = ([p.detach().clone() for p in accum.parameters()],
                          [p.detach().clone() for p in whole.parameters()], accum.engine.step)
+    # eval mode: backward neither steps nor communicates
+    accum.eval()
+    frozen = [p.detach().clone() for p in accum.parameters()]
+    F.cross_entropy(accum(x1), y1).backward()
+    out["eval"] = accum.engine.step == 2 and all(torch.equal(a, b) for a, b in zip(frozen, accum.parameters()))
+    out["eval"] = out["eval"] and all(p.grad is not None for p in accum.parameters())
+    accum.train()
     # AMP scaler (power-of-two scale: unscaling is exact) equals the plain path; an inf halves the scale
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
     scaled = DecentralizedDataParallel(SmallNet(), _sgd(), topology="ring", scaler=scaler, grad_clip_norm=100.0)
@@ -139,7 +146,7 @@ def test_features_and_errors_on_two_ranks() -> None:
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
         assert out["channels_last"] and out["in_buffer"]
         accum, whole, steps = out["accumulate"]
-        assert steps == 2
+        assert steps == 2 and out["eval"]
         for a, b in zip(accum, whole):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
         for a, b in zip(*out["scaler"]):
