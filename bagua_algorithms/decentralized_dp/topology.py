@@ -81,7 +81,7 @@ class Topology(abc.ABC):
         self._rounds = [tuple(Edge(tuple(sorted(r)), float(w)) for r, w in edges) for edges in self.rounds()]
         self._validate()
 
-    def check_world_size(self) -> None:
+    def check_world_size(self) -> None:  # noqa: B027  (an optional hook: any size by default)
         """Raise ``BaguaConfigError`` when the topology cannot be built for this world (default: any size)."""
 
     @abc.abstractmethod
