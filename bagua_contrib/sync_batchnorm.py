@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 import bagua_core
-from bagua_contrib.utils.ordered import default_group, run_ordered
+from bagua_contrib.utils.ordered import GroupRef, run_ordered
 
 __all__ = ["SyncBatchNorm"]
 
@@ -101,7 +101,11 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
                  track_running_stats: bool = True, process_group: Any = None) -> None:
         super().__init__(num_features, eps, momentum, affine, track_running_stats)
-        self.process_group = process_group
+        self._group_ref = GroupRef(process_group)  # survives deepcopy (shared) and pickling (dropped)
+
+    @property
+    def process_group(self) -> Any:
+        return self._group_ref.group
 
     def _check_input_dim(self, input: torch.Tensor) -> None:
         if input.dim() < 2:
@@ -116,7 +120,7 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
         use_batch = self.training or (self.running_mean is None and self.running_var is None)
         keep = not self.training or self.track_running_stats
         running_mean, running_var = (self.running_mean, self.running_var) if keep else (None, None)
-        group = default_group(self.process_group) if use_batch else None
+        group = self._group_ref.get() if use_batch else None
         if group is None or group.get_global_communicator().nranks() == 1:
             return F.batch_norm(input, running_mean, running_var, self.weight, self.bias, use_batch, factor, self.eps)
         return _SyncBatchNormFunction.apply(input, self.weight, self.bias, running_mean, running_var, self.eps,

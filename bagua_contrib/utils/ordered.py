@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["default_group", "run_ordered"]
+__all__ = ["GroupRef", "default_group", "run_ordered"]
 
 
 def default_group(process_group: Any = None) -> Any:
@@ -30,3 +30,20 @@ def run_ordered(group: Any, fn: Callable[..., Any], *args: Any) -> Any:
     """Run ``fn(*args)`` on ``group``'s communication thread, after the work queued before it; return
     its result (re-raising its error)."""
     return group.worker.submit(fn, *args).result()
+
+
+class GroupRef:
+    """A process group held by a module: shared (not copied) by ``copy.deepcopy``, dropped by pickling
+    (an unpickled module uses the default group)."""
+
+    def __init__(self, group: Any = None) -> None:
+        self.group = group
+
+    def get(self) -> Any:
+        return default_group(self.group)
+
+    def __deepcopy__(self, memo: dict) -> GroupRef:
+        return self
+
+    def __reduce__(self) -> tuple:
+        return (GroupRef, ())
