@@ -68,7 +68,7 @@ def _run_case(rank: int, mode: str, interval: int, hierarchical: bool, local_siz
         F.cross_entropy(model(x), y).backward()
         optimizer.step()
         torch.testing.assert_close(_params_flat(model), _params_flat(reference), rtol=1e-5, atol=1e-6,
-                                   msg=lambda m: f"{mode} interval={interval} hier={hierarchical} step {t}: {m}")
+                                   msg=lambda m, c=f"{mode} interval={interval} hier={hierarchical} step {t}": f"{c}: {m}")
     # the weights really differ between ranks (otherwise the test could not tell modes apart)
     everyone = [torch.empty_like(_params_flat(model)) for _ in range(dist.get_world_size())]
     dist.all_gather(everyone, _params_flat(model))

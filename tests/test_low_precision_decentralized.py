@@ -89,7 +89,7 @@ def _run(rank: int, cases: list[tuple[bool, int]], local_size: int) -> None:
                         p.copy_(averaged[offset : offset + p.numel()].view_as(p))
                         offset += p.numel()
             torch.testing.assert_close(_flat(model), _flat(reference), rtol=1e-5, atol=1e-5,
-                                       msg=lambda m: f"hier={hierarchical} interval={interval} step {t}: {m}")
+                                       msg=lambda m, c=f"hier={hierarchical} interval={interval} step {t}": f"{c}: {m}")
         everyone = [torch.empty_like(_flat(model)) for _ in range(dist.get_world_size())]
         dist.all_gather(everyone, _flat(model))
         assert not torch.equal(everyone[0], everyone[-1])  # decentralized: ranks still differ
