@@ -17,7 +17,7 @@ from bagua_contrib.utils.redis_server import acquire_local_server
 from bagua_contrib.utils.redis_store import RedisShard, RedisStore
 from bagua_contrib.utils.store import ClusterStore, Store, StoreUnavailableError
 from bagua_core.exceptions import UnknownNameError
-from bagua_core.plugins import get_plugin_manager, hookimpl
+from bagua_core.plugins import cache_store_registry, get_plugin_manager, hookimpl
 from tests.distributed import free_port
 
 MB = 1 << 20
@@ -193,6 +193,7 @@ class _InlinePlugin:
 
 
 def test_backend_is_a_plugin_and_values_are_not_pickled() -> None:
+    assert cache_store_registry.get("redis") is RedisStore  # the built-in, through its entry point
     pm = get_plugin_manager()
     plugin = _InlinePlugin()
     pm.register(plugin, name="test-dict-store")
