@@ -18,7 +18,7 @@ from bagua_contrib.utils.redis_store import RedisShard, RedisStore
 from bagua_contrib.utils.store import ClusterStore, Store, StoreUnavailableError
 from bagua_core.exceptions import UnknownNameError
 from bagua_core.plugins import cache_store_registry, get_plugin_manager, hookimpl
-from tests.distributed import free_port
+from tests.distributed import free_port, run_workers
 
 MB = 1 << 20
 
@@ -219,3 +219,30 @@ def test_backend_is_a_plugin_and_values_are_not_pickled() -> None:
     with pytest.raises(ValueError, match="writer_buffer_size must be a positive integer, got 0"):
         CacheLoader("redis", writer_buffer_size=0, hosts=[("127.0.0.1", 1)])
     assert RedisShard.name != RedisStore.name
+
+
+def _join_node_server(rank: int, capacity: int) -> tuple[int, bool]:
+    store = RedisStore(capacity_per_node=capacity)
+    store.set(f"from-{rank}", str(rank).encode())
+    import bagua_core as bagua
+
+    bagua.barrier()
+    assert store.get(f"from-{1 - rank}") == str(1 - rank).encode()  # the same server
+    server = store.stores[0].server
+    bagua.barrier()
+    return server.port, server.spawned
+
+
+@pytest.mark.redis
+def test_jobs_on_a_node_share_one_server(tmp_path) -> None:
+    import json
+    import signal
+
+    state = tmp_path / "shared"
+    results = run_workers(_join_node_server, 2, 8 * MB, env={"BAGUA_REDIS_STATE_DIR": str(state)})
+    record = json.loads((state / f"redis-{8 * MB}.json").read_text())
+    try:
+        assert results[0][0] == results[1][0] == record["port"]
+        assert sorted(spawned for _, spawned in results) == [False, True]  # exactly one spawned it
+    finally:
+        os.kill(record["pid"], signal.SIGTERM)  # its spawner exited without shutdown(): clean up here

@@ -101,7 +101,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _spawn(capacity: int) -> tuple[subprocess.Popen, int]:
+def _spawn(capacity: int, log_path: str) -> tuple[subprocess.Popen, int]:
     binary = os.environ.get("BAGUA_REDIS_SERVER") or shutil.which("redis-server")
     if binary is None:
         raise BaguaError("redis-server not found on PATH: install it (e.g. `apt-get install redis-server`), "
@@ -111,8 +111,9 @@ def _spawn(capacity: int) -> tuple[subprocess.Popen, int]:
         command = [binary, "--port", str(port), "--bind", "127.0.0.1", "--protected-mode", "yes",
                    "--save", "", "--appendonly", "no", "--maxmemory", str(capacity),
                    "--maxmemory-policy", "allkeys-lru", "--daemonize", "no", "--loglevel", "warning"]
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.PIPE, start_new_session=True)
+        with open(log_path, "wb") as log:  # a file, not a pipe: the server outlives this process
+            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
         deadline = time.monotonic() + _START_TIMEOUT_S
         while time.monotonic() < deadline and process.poll() is None:
             if _answers(port):
@@ -120,8 +121,9 @@ def _spawn(capacity: int) -> tuple[subprocess.Popen, int]:
             time.sleep(0.02)
         if process.poll() is None:
             process.kill()
-        _, err = process.communicate()
-        last_error = (err or b"").decode(errors="replace").strip()
+        process.wait()
+        with open(log_path, errors="replace") as log:
+            last_error = log.read().strip()[-2000:]
     raise BaguaError(f"redis-server failed to start: {last_error or 'no answer on its port'}")
 
 
@@ -132,7 +134,7 @@ def acquire_local_server(capacity: int) -> LocalRedisServer:
         record = _read_record(record_path)
         if record.get("port") and _answers(int(record["port"])):
             return LocalRedisServer(int(record["port"]), int(record["pid"]), False, record_path)
-        process, port = _spawn(capacity)
+        process, port = _spawn(capacity, record_path + ".log")
         tmp = f"{record_path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
             json.dump({"port": port, "pid": process.pid, "capacity": capacity}, f)
