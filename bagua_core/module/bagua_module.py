@@ -72,9 +72,15 @@ class BaguaModule:
         return self
 
     def bagua_named_parameters(self: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
-        """Trainable parameters not listed in ``_bagua_params_and_buffers_to_ignore``, in registration order."""
+        """Trainable parameters in registration order, less those listed in
+        ``_bagua_params_and_buffers_to_ignore`` and those marked ``param.allreduce = False`` (the MoE
+        convention for expert parameters, which are sharded over ranks, not averaged)."""
         ignore = set(getattr(self, "_bagua_params_and_buffers_to_ignore", ()))
-        return [(n, p) for n, p in self.named_parameters() if p.requires_grad and n not in ignore]
+        return [
+            (n, p)
+            for n, p in self.named_parameters()
+            if p.requires_grad and n not in ignore and getattr(p, "allreduce", True) is not False
+        ]
 
     def bagua_named_buffers(self: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
         ignore = set(getattr(self, "_bagua_params_and_buffers_to_ignore", ()))
