@@ -58,10 +58,13 @@ class BaguaBucket:
         self._buffer: torch.Tensor | None = None
         for tensor in self.tensors:
             tensor._bagua_bucket = self
+        self._index = {id(tensor): i for i, tensor in enumerate(self.tensors)}
+        self._views: list[torch.Tensor] = []  # per tensor: its slot of the buffer, in its shape
         if flatten:
             self._buffer = torch.zeros(self.padded_numel, dtype=self.dtype, device=self.device)
             for tensor, offset in zip(self.tensors, self.offsets):
                 tensor.bagua_set_storage(self._buffer.untyped_storage(), offset)
+            self._views = [self._slot(i).view(e.shape) for i, e in enumerate(effective)]
 
     # --- layout -----------------------------------------------------------------------------
     def _slot(self, index: int) -> torch.Tensor:
@@ -108,19 +111,22 @@ class BaguaBucket:
         optimizer's ``zero_grad(set_to_none=True)`` followed by backward does that)."""
         if self._buffer is None:
             return
-        index = next(i for i, t in enumerate(self.tensors) if t is tensor)
-        slot = self._slot(index)
+        # runs for every parameter of every step: the common cases return after a few attribute reads
+        index = self._index[id(tensor)]
+        view = self._views[index]
         effective = tensor.bagua_getter_closure()
-        if effective is not None and effective.data_ptr() == slot.data_ptr() and effective.is_contiguous():
+        if effective is view:
             return
-        with torch.no_grad():
-            if effective is None:
-                slot.zero_()
-                shape = tensor.shape
-            else:
-                slot.copy_(effective.reshape(-1))
-                shape = effective.shape
-        tensor.bagua_setter_closure(slot.view(shape))
+        if effective is not None and effective.data_ptr() == view.data_ptr() and effective.is_contiguous():
+            return
+        if effective is None:
+            view.zero_()
+        elif effective.requires_grad:
+            with torch.no_grad():
+                view.copy_(effective.reshape(view.shape))
+        else:  # no autograd context or reshape when not needed: each costs several microseconds
+            view.copy_(effective if effective.shape == view.shape else effective.reshape(view.shape))
+        tensor.bagua_setter_closure(view)
 
     def bytes(self) -> int:
         """Size of the bucket's data in bytes (padding included)."""
