@@ -1,0 +1,91 @@
+"""Smoke test of the benchmarks: they run and write their results (never timed; no root, no netns).
+
+The end-to-end harness runs on loopback with the tiny model for 2 steps of a DDP baseline and
+gradient_allreduce; the convergence benchmark runs 1 epoch of 2 methods; the micro-benchmarks run once
+each with ``--benchmark-disable``. The PNG plots are checked only where matplotlib is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.report import have_matplotlib
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_e2e_harness_writes_table_and_rows(tmp_path: Path) -> None:
+    from benchmarks import e2e
+
+    rows = e2e.main(["--loopback", "--networks", "loopback", "--model", "tiny", "--warmup", "1", "--steps", "2",
+                     "--methods", "ddp,gradient_allreduce", "--timeout", "60", "--results", str(tmp_path)])
+    assert [r["method"] for r in rows] == ["ddp", "gradient_allreduce"]
+    for row in rows:
+        assert "error" not in row, row.get("log")
+        assert row["ms_per_step"] > 0 and row["samples_per_s"] > 0 and row["tx_bytes_per_step"] > 0
+        assert len(row["step_ms_rank0"]) == 2
+    table = (tmp_path / "e2e.md").read_text()
+    assert "| ddp |" in table and "| gradient_allreduce |" in table and "1.00x" in table
+    assert len(json.loads((tmp_path / "e2e.json").read_text())) == 2
+    assert (tmp_path / "e2e.png").exists() == have_matplotlib()
+
+
+def test_e2e_harness_reports_a_failing_method_and_runs_the_rest(tmp_path: Path) -> None:
+    from benchmarks import e2e
+
+    rows = e2e.main(["--loopback", "--networks", "loopback", "--model", "tiny", "--warmup", "1", "--steps", "1",
+                     "--methods", "no_such_algorithm,ddp", "--timeout", "60", "--results", str(tmp_path)])
+    assert [r["method"] for r in rows] == ["no_such_algorithm", "ddp"]
+    assert "no_such_algorithm" in rows[0]["error"] or "unknown" in rows[0]["log"]
+    assert "ms_per_step" in rows[1]
+    assert "| no_such_algorithm | failed" in (tmp_path / "e2e.md").read_text()
+
+
+def test_convergence_benchmark_writes_curves(tmp_path: Path) -> None:
+    from benchmarks import convergence
+
+    rows = convergence.main(["--network", "loopback", "--epochs", "1", "--methods", "ddp,gradient_allreduce",
+                             "--timeout", "60", "--results", str(tmp_path)])
+    assert [r["method"] for r in rows] == ["ddp", "gradient_allreduce"]
+    for row in rows:
+        (point,) = row["curve"]
+        assert point["seconds"] > 0 and point["loss"] > 0 and 0 <= point["test_accuracy"] <= 1
+    assert "| gradient_allreduce | 1 |" in (tmp_path / "convergence.md").read_text()
+    assert (tmp_path / "convergence.png").exists() == have_matplotlib()
+
+
+def test_micro_benchmarks_run_once(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "benchmarks/test_bench_hotpaths.py", "--benchmark-disable", "-q",
+         "-p", "no:cacheprovider", "--rootdir", str(ROOT)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "7 passed" in result.stdout
+
+
+def test_methods_enumerate_ddp_baselines_and_registered_algorithms() -> None:
+    from bagua_core.plugins import algorithm_registry
+    from benchmarks.methods import DDP_METHODS, available_methods
+
+    methods = available_methods()
+    assert methods[: len(DDP_METHODS)] == list(DDP_METHODS)
+    assert methods[len(DDP_METHODS)] == "gradient_allreduce"
+    assert set(methods) >= set(algorithm_registry.names()) - {"decentralized_dp"}
+
+
+@pytest.mark.parametrize("rows, expected", [
+    ([{"network": "n", "method": "ddp", "ms_per_step": 10.0}, {"network": "n", "method": "x", "ms_per_step": 5.0}],
+     "0.50x"),
+])
+def test_ratio_to_ddp_in_table(rows: list[dict], expected: str) -> None:
+    from benchmarks.report import e2e_markdown
+
+    for row in rows:
+        row.update(samples_per_s=1.0, tx_bytes_per_step=0.0, loss=1.0)
+    assert f"| x | 5.0 | 1.0 | 0.00 | {expected} |" in e2e_markdown(rows)
