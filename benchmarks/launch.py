@@ -19,7 +19,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 __all__ = ["NETNS_SCRIPT", "REPO_ROOT", "netns_link", "launch", "LaunchError"]
 
@@ -46,8 +46,9 @@ def netns_link(hosts: int, rate: str, delay: str) -> Iterator[list[str]]:
 
 
 def launch(module: str, args: Sequence[str], world_size: int, hosts: Sequence[str] | None = None,
-           timeout: float = 300.0, threads: int = 1, comm_timeout: float = 120.0) -> None:
-    """Run ``python -m module args`` as ``world_size`` ranks (rank i on ``hosts[i]``, else loopback)."""
+           timeout: float = 300.0, threads: int = 1, comm_timeout: float = 120.0, echo: bool = False) -> None:
+    """Run ``python -m module args`` as ``world_size`` ranks (rank i on ``hosts[i]``, else loopback);
+    ``echo`` prints rank 0's output."""
     port = next(_ports)
     master = "10.77.0.1" if hosts else "127.0.0.1"
     procs = []
@@ -79,3 +80,5 @@ def launch(module: str, args: Sequence[str], world_size: int, hosts: Sequence[st
     if failed:
         tail = "\n".join(f"--- rank {i} ---\n{o[-2000:]}" for i, o in enumerate(outputs))
         raise LaunchError(f"{module} {' '.join(args)} failed:\n{tail}")
+    if echo:
+        print(outputs[0], end="")
