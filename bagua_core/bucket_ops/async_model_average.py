@@ -38,9 +38,10 @@ __all__ = ["AsyncModelAverager", "new_async_torch_group"]
 
 
 def new_async_torch_group(ranks: list[int]) -> dist.ProcessGroup:
-    """A fresh torch process group over ``ranks`` (only the members need to call it)."""
+    """A fresh torch process group over ``ranks``; collective: every process of the job calls it, in the
+    same order as its other groups (torch's ``new_group`` rule)."""
     timeout = datetime.timedelta(seconds=env.get_comm_timeout_s())
-    return dist.new_group(sorted(ranks), timeout=timeout, use_local_synchronization=True)
+    return dist.new_group(sorted(ranks), timeout=timeout)
 
 
 def _add_to_bucket(bucket: BaguaBucket, delta: torch.Tensor) -> None:

@@ -1,0 +1,122 @@
+"""async: warmup equals gradient allreduce; afterwards a background thread pulls the workers'
+weights together (abort leaves every rank with the mean); abort/resume cycles; ranks that run
+different numbers of steps; abort returns only once every rank has aborted."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from bagua_algorithms.async_model_average import AsyncModelAverageAlgorithm
+from tests.distributed import run_workers
+from tests.models import SmallNet, batch
+
+
+def _flat(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def _gather(tensor: torch.Tensor) -> list[torch.Tensor]:
+    out = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, tensor.contiguous())
+    return out
+
+
+def _step(model, optimizer, rank: int, t: int) -> None:
+    x, y = batch(rank, t)
+    optimizer.zero_grad()
+    F.cross_entropy(model(x), y).backward()
+    optimizer.step()
+
+
+def _scenario(rank: int) -> dict:
+    n = dist.get_world_size()
+    model = SmallNet(seed=rank)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model = model.with_bagua([optimizer], AsyncModelAverageAlgorithm(sync_interval_ms=20, warmup_steps=2))
+    impl = model.bagua_algorithm
+    for t in range(2):  # warmup: gradient allreduce keeps the ranks identical
+        _step(model, optimizer, rank, t)
+        everyone = _gather(_flat(model))
+        assert all(torch.equal(everyone[0], e) for e in everyone)
+    assert impl.averager is None
+
+    # 1. pure averaging: no training, weights moved apart by hand; abort leaves every rank at the mean
+    model.train()
+    model(batch(rank, 0)[0])  # step 3 starts the averaging thread (this forward holds the weight lock)
+    assert impl.averager is not None and impl.averager.running
+    before = _flat(model)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(float(rank))
+    time.sleep(0.1)
+    impl.abort(model)
+    after = _flat(model)
+    torch.testing.assert_close(after, before + (n - 1) / 2, rtol=0, atol=1e-5)
+    everyone = _gather(after)
+    assert all(torch.allclose(everyone[0], e, atol=1e-6) for e in everyone)
+    impl.abort(model)  # a second abort is a no-op
+
+    # 2. aborted: training stays local, ranks drift apart
+    for t in range(3):
+        _step(model, optimizer, rank, 10 + t)
+    everyone = _gather(_flat(model))
+    assert not torch.allclose(everyone[0], everyone[1], atol=1e-4)
+
+    # 3. resume, train different numbers of steps per rank (with pauses so rounds happen), abort
+    impl.resume(model)
+    rounds_before = impl.averager.rounds
+    for t in range(3 + 4 * rank):
+        _step(model, optimizer, rank, 20 + t)
+        time.sleep(0.01)
+    started = time.monotonic()
+    impl.abort(model)  # rank 0 finishes first and waits here for the others
+    waited = time.monotonic() - started
+    assert impl.averager.rounds > rounds_before
+    everyone = _gather(_flat(model))
+    assert all(torch.allclose(everyone[0], e, atol=1e-5) for e in everyone)
+
+    # 4. another cycle, then re-wrapping shuts the loop down
+    impl.resume(model)
+    for t in range(2):
+        _step(model, optimizer, rank, 40 + t)
+    averager = impl.averager
+    model = model.with_bagua([optimizer], "gradient_allreduce")
+    assert not averager.running
+    return {"waited": waited, "rounds": averager.rounds}
+
+
+def test_async_scenario() -> None:
+    results = run_workers(_scenario, 2, timeout=90)
+    assert results[0]["waited"] > results[1]["waited"]  # the rank with fewer steps waited in abort
+
+
+def _abort_during_warmup(rank: int) -> None:
+    model = SmallNet(seed=rank)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model = model.with_bagua([optimizer], {"name": "async", "sync_interval_ms": 10, "warmup_steps": 3})
+    for t in range(3 + 3 * rank):  # rank 0 stops inside warmup+0 steps, rank 1 averages asynchronously
+        _step(model, optimizer, rank, t)
+    model.bagua_algorithm.abort(model)
+    everyone = _gather(_flat(model))
+    assert all(torch.allclose(everyone[0], e, atol=1e-5) for e in everyone)
+
+
+def test_ranks_with_different_step_counts_across_warmup() -> None:
+    run_workers(_abort_during_warmup, 3, timeout=120)
+
+
+def _exit_without_abort(rank: int) -> bool:
+    model = SmallNet(seed=rank)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model = model.with_bagua([optimizer], {"name": "async", "sync_interval_ms": 5})
+    for t in range(3 + rank):
+        _step(model, optimizer, rank, t)
+    return model.bagua_algorithm.averager.running  # the process then exits with the loop still running
+
+
+def test_no_deadlock_at_exit_without_abort() -> None:
+    assert run_workers(_exit_without_abort, 2, timeout=60) == [True, True]
