@@ -1,0 +1,132 @@
+"""``local_sgd``: every rank takes optimizer steps on its own data; the parameters are averaged over
+all ranks after every ``sync_every`` steps. Optionally the first ``warmup_steps`` steps allreduce the
+gradients instead (plain data parallel), which helps early training when the weights move fast.
+
+Communicated: during warmup, each bucket of gradients (allreduce AVG, in the gradients' dtype); after
+it, nothing during backward, and every ``sync_every``-th step, after the optimizer step, one allreduce
+(AVG) of all trainable parameters flattened per dtype, in the parameters' own dtype. With ``n`` ranks
+and ``sync_every = k`` the traffic is ``1/k`` of gradient allreduce's.
+
+With ``t`` the train step (1-based, counted by bagua's forward pre-hook) and ``W = warmup_steps``:
+steps ``t <= W`` update with the averaged gradient; after the step ``t > W`` with
+``(t - W) % sync_every == 0`` every rank's parameters become their average.
+
+Example::
+
+    >>> model = model.with_bagua([optimizer], {"name": "local_sgd", "sync_every": 4, "warmup_steps": 10})
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from pydantic import Field, StrictInt, field_validator
+
+from bagua_core import Algorithm, AlgorithmConfig, AlgorithmImpl, BaguaBucket, ReduceOp, allreduce_inplace
+
+__all__ = ["LocalSGDConfig", "LocalSGDAlgorithm", "LocalSGDAlgorithmImpl"]
+
+
+class LocalSGDConfig(AlgorithmConfig):
+    name: Literal["local_sgd"] = "local_sgd"
+    sync_every: StrictInt = Field(4)
+    """Average the parameters over all ranks after every ``sync_every`` local optimizer steps."""
+    warmup_steps: StrictInt = Field(0)
+    """Steps of plain gradient allreduce before the local steps begin (0: local from the first step)."""
+
+    @field_validator("sync_every")
+    @classmethod
+    def _sync_every_positive(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"sync_every must be a positive integer, got {value}")
+        return value
+
+    @field_validator("warmup_steps")
+    @classmethod
+    def _warmup_not_negative(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError(f"warmup_steps must be a non-negative integer, got {value}")
+        return value
+
+
+class LocalSGDAlgorithmImpl(AlgorithmImpl):
+    """Hooks of local SGD: gradient buckets with an allreduce during warmup, no bucket op after it;
+    the parameter average runs after the optimizer step on the group's communication thread."""
+
+    def __init__(self, process_group, sync_every: int, warmup_steps: int) -> None:
+        super().__init__(process_group)
+        self.sync_every = sync_every
+        self.warmup_steps = warmup_steps
+        self._module: torch.nn.Module | None = None
+        self._buckets_for_warmup = False
+        self._stepped: set[int] = set()
+        self._stepped_at = -1
+
+    def _step(self) -> int:
+        return getattr(self._module, "bagua_train_step_counter", 0) if self._module is not None else 0
+
+    def _in_warmup(self, step: int) -> bool:
+        return max(step, 1) <= self.warmup_steps
+
+    def need_reset(self) -> bool:
+        """True once: at the first step after warmup, to drop the gradient allreduce."""
+        return self._buckets_for_warmup and not self._in_warmup(self._step())
+
+    def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
+        self._module = bagua_module
+        self._buckets_for_warmup = self._in_warmup(self._step())
+        return super().init_tensors(bagua_module)
+
+    def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
+        bucket.clear_ops()
+        if self._buckets_for_warmup:
+            bucket.append_centralized_synchronous_op(hierarchical=False, average=True, group=self.process_group)
+
+    def is_sync_step(self, step: int) -> bool:
+        """Whether the parameters are averaged after the optimizer step of train step ``step``."""
+        return step >= 1 and not self._in_warmup(step) and (step - self.warmup_steps) % self.sync_every == 0
+
+    def average_parameters(self, bagua_module: torch.nn.Module) -> None:
+        """Allreduce (AVG) every trainable parameter, flattened per dtype and device, in its own dtype.
+        Runs on the communication thread, after everything submitted before it."""
+        groups: dict[tuple, list[torch.Tensor]] = {}
+        for _, param in bagua_module.bagua_named_parameters():
+            groups.setdefault((param.dtype, param.device), []).append(param)
+        comm = self.process_group.get_global_communicator()
+        with torch.no_grad():
+            for params in groups.values():
+                flat = torch.cat([p.detach().reshape(-1) for p in params])
+                allreduce_inplace(flat, op=ReduceOp.AVG, comm=comm)
+                offset = 0
+                for param in params:
+                    param.copy_(flat[offset : offset + param.numel()].view_as(param))
+                    offset += param.numel()
+
+    def init_post_optimizer_step_hook(self, bagua_module: torch.nn.Module):
+        def hook(optimizer: torch.optim.Optimizer) -> None:
+            step = bagua_module.bagua_train_step_counter
+            if step != self._stepped_at:
+                self._stepped_at, self._stepped = step, set()
+            self._stepped.add(id(optimizer))
+            # average once per step, after the last of the module's optimizers has stepped
+            if len(self._stepped) < len(bagua_module.bagua_optimizers) or not self.is_sync_step(step):
+                return
+            worker = self.process_group.worker
+            worker.submit(self.average_parameters, bagua_module)
+            worker.synchronize()
+
+        return hook
+
+
+class LocalSGDAlgorithm(Algorithm):
+    """Local SGD (periodic parameter averaging), optionally after a gradient-allreduce warmup."""
+
+    name = "local_sgd"
+    Config = LocalSGDConfig
+
+    def __init__(self, sync_every: int = 4, warmup_steps: int = 0) -> None:
+        super().__init__(sync_every=sync_every, warmup_steps=warmup_steps)
+
+    def reify(self, process_group) -> LocalSGDAlgorithmImpl:
+        return LocalSGDAlgorithmImpl(process_group, self.config.sync_every, self.config.warmup_steps)
