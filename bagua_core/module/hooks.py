@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from bagua_core.autotune import on_train_step as _autotune_on_train_step
 from bagua_core.module.scheduler import BucketScheduler
 
 __all__ = ["install", "uninstall", "rebuild_buckets"]
@@ -36,6 +37,7 @@ def _forward_pre_hook(module: torch.nn.Module, inputs: Any) -> None:
     if not module.training:
         return
     module.bagua_train_step_counter += 1
+    _autotune_on_train_step(module)  # off unless BAGUA_AUTOTUNE=1 / autotune.configure(module)
     if module.bagua_algorithm.need_reset():
         rebuild_buckets(module)
     module._bagua_forward_pre_hook(inputs)
