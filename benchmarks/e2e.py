@@ -37,7 +37,12 @@ DEFAULT_NETWORKS = "1gbit,10gbit,1gbit+5ms,tiny@10gbit"
 
 
 def _last_line(exc: Exception) -> str:
+    """The most telling line of a failed job's output: a hang report, else the last error, else the last line."""
     lines = [line for line in str(exc).splitlines() if line.strip() and not line.startswith("---")]
+    for marker in ("HANG", "Error"):
+        found = [line for line in lines if marker in line]
+        if found:
+            return found[-1].strip()
     return lines[-1] if lines else repr(exc)
 
 
@@ -48,15 +53,21 @@ def _record(rows: list[dict], row: dict, network: str) -> None:
     print(f"[{network}] {row['method']:>28}: {shown}", flush=True)
 
 
-def run_network(network: str, methods: list[str], args: argparse.Namespace) -> list[dict]:
-    """Every method on one network; a failed method gets a row with its error."""
+def run_network(network: str, methods: list[str], args: argparse.Namespace,
+                hung: dict[str, str] | None = None) -> list[dict]:
+    """Every method on one network; a failed method gets a row with its error. ``hung`` (method ->
+    network) collects the methods that hung; they are skipped on later networks."""
+    hung = {} if hung is None else hung
     spec = NETWORKS[network]
     model = spec.get("model", args.model)
     warmup, steps = spec.get("warmup", args.warmup), spec.get("steps", args.steps)
     rows: list[dict] = []
 
     def run_all(hosts: list[str] | None) -> None:
-        remaining = list(methods)
+        for method in methods:
+            if method in hung:
+                _record(rows, {"method": method, "error": f"skipped: hung on {hung[method]}"}, network)
+        remaining = [m for m in methods if m not in hung]
         while remaining:  # one job runs every method; after a failure, a new job runs the rest
             with tempfile.TemporaryDirectory() as tmp:
                 out = Path(tmp) / "rows.jsonl"
@@ -64,9 +75,10 @@ def run_network(network: str, methods: list[str], args: argparse.Namespace) -> l
                                "--batch-size", str(args.batch_size), "--warmup", str(warmup), "--steps", str(steps),
                                "--iface", "eth0" if hosts else "lo", "--out", str(out)]
                 error = None
+                worker_args += ["--method-timeout", str(args.timeout)]
                 try:
                     launch("benchmarks.e2e_worker", worker_args, args.world_size, hosts=hosts,
-                           timeout=args.timeout * len(remaining))
+                           timeout=args.timeout * len(remaining) + 60)
                 except LaunchError as exc:
                     error = exc
                 done = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
@@ -74,7 +86,10 @@ def run_network(network: str, methods: list[str], args: argparse.Namespace) -> l
                 _record(rows, row, network)
             remaining = remaining[len(done):]
             if error is not None and remaining:
-                _record(rows, {"method": remaining[0], "error": _last_line(error), "log": str(error)}, network)
+                message = _last_line(error)
+                _record(rows, {"method": remaining[0], "error": message, "log": str(error)}, network)
+                if "HANG" in message:  # do not wait for it again on the next networks
+                    hung[remaining[0]] = network
                 remaining = remaining[1:]
 
     if args.loopback or "rate" not in spec:
@@ -82,6 +97,7 @@ def run_network(network: str, methods: list[str], args: argparse.Namespace) -> l
     else:
         with netns_link(args.world_size, spec["rate"], spec["delay"]) as hosts:
             run_all(hosts)
+    rows.sort(key=lambda row: methods.index(row["method"]) if row["method"] in methods else len(methods))
     return rows
 
 
@@ -94,7 +110,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--world-size", type=int, default=2)
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per method before it is killed")
+    parser.add_argument("--timeout", type=float, default=150.0, help="seconds per method before it is killed")
     parser.add_argument("--loopback", action="store_true", help="run every network on loopback (no root)")
     parser.add_argument("--results", default=str(REPO_ROOT / "results"))
     args = parser.parse_args(argv)
@@ -104,8 +120,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if network not in NETWORKS:
             parser.error(f"unknown network {network!r}; choose from {sorted(NETWORKS)}")
     rows: list[dict] = []
+    hung: dict[str, str] = {}
     for network in networks:
-        rows += run_network(network, methods, args)
+        rows += run_network(network, methods, args, hung)
     header = (f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {platform.machine()} "
               f"({torch.get_num_threads()} torch threads here, 1 per worker), torch {torch.__version__}, "
               f"{args.world_size} workers, {args.warmup} warmup + {args.steps} timed steps (mlp21m); "

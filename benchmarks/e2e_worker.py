@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -24,7 +25,7 @@ import torch.nn.functional as F
 from benchmarks.methods import finish, prepare
 from benchmarks.models import build_model, parameter_count, synthetic_batch
 
-__all__ = ["run", "main", "read_counter"]
+__all__ = ["run", "main", "read_counter", "summarize", "hang_watchdog"]
 
 
 def read_counter(iface: str, name: str = "tx_bytes") -> int:
@@ -88,6 +89,20 @@ def summarize(per_rank: list[dict], method: str, model_name: str, batch_size: in
     }
 
 
+def hang_watchdog(method: str, seconds: float) -> threading.Timer:
+    """Ends the process (exit code 3) if ``method`` has not finished after ``seconds``: a hang
+    cannot be interrupted from Python, and the launcher then runs the remaining methods in a new job."""
+
+    def expire() -> None:
+        print(f"{method}: HANG: no result after {seconds:.0f} s", flush=True)
+        os._exit(3)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", required=True, help="comma list of methods, run in this order")
@@ -98,6 +113,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--iface", default="eth0")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--method-timeout", type=float, default=120.0,
+                        help="seconds before a method that hangs (PowerSGD on gloo can) ends the job")
     args = parser.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     import bagua_core as bagua
@@ -105,6 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     bagua.init_process_group()
     try:
         for method in args.methods.split(","):
+            watchdog = hang_watchdog(method, args.method_timeout)
             mine = run(method, args.model, args.batch_size, args.warmup, args.steps, args.iface, args.lr)
             gathered: list = [None] * dist.get_world_size()
             dist.all_gather_object(gathered, mine)
@@ -112,6 +130,7 @@ def main(argv: list[str] | None = None) -> None:
                 row = summarize(gathered, method, args.model, args.batch_size, args.iface)
                 with open(args.out, "a") as fh:
                     fh.write(json.dumps(row) + "\n")
+            watchdog.cancel()
     finally:
         bagua.destroy_process_group()
 
