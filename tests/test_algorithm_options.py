@@ -82,3 +82,31 @@ def test_shift_one_needs_an_even_number_of_nodes() -> None:
 def test_bad_options_in_constructors(make, text) -> None:
     with pytest.raises(BaguaConfigError, match=text):
         make()
+
+
+@pytest.mark.parametrize(
+    "text,cls,options",
+    [
+        ('name = "bytegrad"\nhierarchical = false\n', ByteGradAlgorithm, {"hierarchical": False, "average": True}),
+        ('[algorithm]\nname = "decentralized"\npeer_selection_mode = "shift_one"\ncommunication_interval = 3\n',
+         DecentralizedAlgorithm, {"hierarchical": True, "peer_selection_mode": "shift_one", "communication_interval": 3}),
+        ('name = "low_precision_decentralized"\ncommunication_interval = 2\n', LowPrecisionDecentralizedAlgorithm,
+         {"hierarchical": True, "communication_interval": 2}),
+        ('name = "qadam"\nhierarchical = false\n', QAdamAlgorithm, {"hierarchical": False}),
+        ('name = "async"\nsync_interval_ms = 20\nwarmup_steps = 5\n', AsyncModelAverageAlgorithm,
+         {"peer_selection_mode": "all", "sync_interval_ms": 20, "warmup_steps": 5}),
+    ],
+)
+def test_selected_by_config_file(tmp_path, text: str, cls: type, options: dict) -> None:
+    from bagua_algorithms.q_adam import QAdamOptimizer
+    from bagua_core.config import resolve_algorithm
+
+    path = tmp_path / "algorithm.toml"
+    path.write_text(text)
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    optimizers = [torch.optim.SGD(params, lr=0.1), QAdamOptimizer(params)]
+    algorithm = resolve_algorithm(str(path), optimizers)
+    assert type(algorithm) is cls
+    assert algorithm.config.model_dump(exclude={"name"}) == options
+    if cls is QAdamAlgorithm:
+        assert algorithm.optimizer is optimizers[1]
