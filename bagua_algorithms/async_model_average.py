@@ -35,7 +35,7 @@ from pydantic import field_validator
 from bagua_core import env
 from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl, split_into_buckets
 from bagua_core.bucket import BaguaBucket
-from bagua_core.bucket_ops.async_model_average import AsyncModelAverager, new_async_torch_group
+from bagua_core.bucket_ops.async_model_average import AsyncModelAverager, new_async_communicator
 from bagua_core.plugins import hookimpl
 
 __all__ = ["AsyncModelAverageAlgorithm", "AsyncModelAverageAlgorithmImpl", "AsyncModelAverageConfig"]
@@ -73,7 +73,7 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
         super().__init__(process_group)
         self.sync_interval_ms = sync_interval_ms
         self.warmup_steps = warmup_steps
-        self.torch_group = new_async_torch_group(process_group.ranks)  # collective among the members
+        self.comm = new_async_communicator(process_group.ranks)  # collective: every process calls it
         self.averager: AsyncModelAverager | None = None
         self._module: torch.nn.Module | None = None
         self._async_phase: bool | None = None
@@ -99,7 +99,7 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
     def tensors_to_buckets(self, tensors: list[torch.Tensor], do_flatten: bool) -> list[BaguaBucket]:
         if not self._async_phase:
             return super().tensors_to_buckets(tensors, do_flatten)
-        self.averager = AsyncModelAverager([], self.torch_group, self.process_group.world_size, self.sync_interval_ms)
+        self.averager = AsyncModelAverager([], self.comm, self.sync_interval_ms)
         _live_averagers.add(self.averager)
         return split_into_buckets(tensors, 2**62, do_flatten, name_prefix="async_weights")  # one per dtype
 

@@ -13,7 +13,7 @@ If the training thread holds the weight lock when a round finishes, the round's 
 
 Example::
 
-    >>> averager = AsyncModelAverager(buckets, ranks=[0, 1], sync_interval_ms=100)
+    >>> averager = AsyncModelAverager(buckets, new_async_communicator([0, 1]), sync_interval_ms=100)
     >>> averager.start()
     >>> ...                        # training: hold averager.weight_lock around forward/step
     >>> averager.abort()           # returns once every rank has aborted
@@ -30,18 +30,22 @@ import torch
 import torch.distributed as dist
 
 from bagua_core import env
+from bagua_core.communication import ReduceOp, allreduce_inplace
+from bagua_core.communication.communicator import BaguaCommunicator
 
 if TYPE_CHECKING:  # pragma: no cover
     from bagua_core.bucket import BaguaBucket
 
-__all__ = ["AsyncModelAverager", "new_async_torch_group"]
+__all__ = ["AsyncModelAverager", "new_async_communicator"]
 
 
-def new_async_torch_group(ranks: list[int]) -> dist.ProcessGroup:
-    """A fresh torch process group over ``ranks``; collective: every process of the job calls it, in the
-    same order as its other groups (torch's ``new_group`` rule)."""
+def new_async_communicator(ranks: list[int]) -> BaguaCommunicator:
+    """A communicator over ``ranks`` on a fresh torch process group; collective: every process of the
+    job calls it, in the same order as its other groups (torch's ``new_group`` rule)."""
     timeout = datetime.timedelta(seconds=env.get_comm_timeout_s())
-    return dist.new_group(sorted(ranks), timeout=timeout)
+    ranks = sorted(ranks)
+    group = dist.new_group(ranks, timeout=timeout)
+    return BaguaCommunicator(group if dist.get_rank() in ranks else None, ranks, "async_model_average")
 
 
 def _add_to_bucket(bucket: BaguaBucket, delta: torch.Tensor) -> None:
@@ -57,11 +61,10 @@ def _add_to_bucket(bucket: BaguaBucket, delta: torch.Tensor) -> None:
 class AsyncModelAverager:
     """The background averaging loop over ``buckets`` of weights (effective tensor = the weight)."""
 
-    def __init__(self, buckets: list[BaguaBucket], torch_group: dist.ProcessGroup, nranks: int,
-                 sync_interval_ms: int) -> None:
+    def __init__(self, buckets: list[BaguaBucket], comm: BaguaCommunicator, sync_interval_ms: int) -> None:
         self.buckets = buckets
-        self.torch_group = torch_group
-        self.nranks = nranks
+        self.comm = comm
+        self.nranks = comm.nranks()
         self.sync_interval_s = sync_interval_ms / 1000.0
         self.weight_lock = threading.Lock()
         self._pending_lock = threading.Lock()
@@ -125,8 +128,8 @@ class AsyncModelAverager:
             reduced = [s.clone() for s in snapshots]
             flag = torch.tensor([1.0 if self._stop_requested.is_set() else 0.0])
             for tensor in reduced:
-                dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.torch_group)
-            dist.all_reduce(flag, op=dist.ReduceOp.SUM, group=self.torch_group)
+                allreduce_inplace(tensor, op=ReduceOp.SUM, comm=self.comm)
+            allreduce_inplace(flag, op=ReduceOp.SUM, comm=self.comm)
             deltas = [r.div_(self.nranks).sub_(s) for r, s in zip(reduced, snapshots)]
         with self._pending_lock:
             self._pending = deltas
