@@ -10,6 +10,11 @@ Per step, with ``g = grad + weight_decay * p``:
   algorithm took that over);
 - update: ``p -= lr / (1 - b1^step) * m / (sqrt(v) / sqrt(1 - b2^step) + eps)``.
 
+Caution (inherent to freezing v): a weight whose gradient is exactly zero through the whole warmup
+(an input feature that is always 0 in the warmup batches, a dead ReLU unit) keeps ``v = 0``, and its
+first later gradient is divided by ``eps`` alone. Use a warmup that sees the whole data set, and a
+larger ``eps`` (1e-4, say) when such weights exist.
+
 Example::
 
     >>> optimizer = QAdamOptimizer(model.parameters(), lr=1e-3, warmup_steps=100)
