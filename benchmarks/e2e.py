@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -88,15 +89,21 @@ def run_network(network: str, methods: list[str], args: argparse.Namespace,
             if error is not None and remaining:
                 message = _last_line(error)
                 _record(rows, {"method": remaining[0], "error": message, "log": str(error)}, network)
-                if "HANG" in message:  # do not wait for it again on the next networks
+                if "HANG" in str(error):  # do not wait for it again on the next networks
                     hung[remaining[0]] = network
                 remaining = remaining[1:]
 
     if args.loopback or "rate" not in spec:
         run_all(None)
     else:
-        with netns_link(args.world_size, spec["rate"], spec["delay"]) as hosts:
-            run_all(hosts)
+        try:
+            with netns_link(args.world_size, spec["rate"], spec["delay"]) as hosts:
+                run_all(hosts)
+        except (subprocess.CalledProcessError, LaunchError) as exc:  # e.g. no sch_netem for the delay
+            reason = (getattr(exc, "stderr", "") or str(exc)).strip().splitlines()[-1]
+            for method in methods:
+                if not any(row["method"] == method for row in rows):
+                    _record(rows, {"method": method, "error": f"network emulation failed: {reason}"}, network)
     rows.sort(key=lambda row: methods.index(row["method"]) if row["method"] in methods else len(methods))
     return rows
 
@@ -110,7 +117,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--world-size", type=int, default=2)
-    parser.add_argument("--timeout", type=float, default=150.0, help="seconds per method before it is killed")
+    parser.add_argument("--timeout", type=float, default=100.0, help="seconds per method before it is killed")
     parser.add_argument("--loopback", action="store_true", help="run every network on loopback (no root)")
     parser.add_argument("--results", default=str(REPO_ROOT / "results"))
     args = parser.parse_args(argv)
@@ -121,13 +128,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
             parser.error(f"unknown network {network!r}; choose from {sorted(NETWORKS)}")
     rows: list[dict] = []
     hung: dict[str, str] = {}
+    results = Path(args.results)
     for network in networks:
         rows += run_network(network, methods, args, hung)
+        write_e2e(rows, results, "(partial: the run is not finished)")
     header = (f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {platform.machine()} "
               f"({torch.get_num_threads()} torch threads here, 1 per worker), torch {torch.__version__}, "
               f"{args.world_size} workers, {args.warmup} warmup + {args.steps} timed steps (mlp21m); "
               f"`python -m benchmarks.e2e {' '.join(sys.argv[1:] if argv is None else argv)}`.")
-    for path in write_e2e(rows, Path(args.results), header):
+    for path in write_e2e(rows, results, header):
         print("wrote", path)
     return rows
 
