@@ -79,6 +79,13 @@ def _bucket_count(sizes: list[int], bucket_size: int) -> int:
     return count + (current > 0)
 
 
+def _show_on_stderr() -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
 class Autotuner:
     """Drives the trials of one wrapped module; :meth:`on_step` runs in its forward pre-hook."""
 
@@ -90,6 +97,10 @@ class Autotuner:
         self._times: dict[int, list[float]] = {}
         self.candidates = self._candidates(module)
         self._start = config.warmup_steps + 1  # the step at which trial 0 begins
+        if self.candidates and not logger.hasHandlers() and module.process_group.get_global_communicator().rank() == 0:
+            _show_on_stderr()  # the user asked for tuning: show what it does unless logging is configured
+        if not self.candidates:
+            logger.info("nothing to tune for %s", type(self.impl).__name__)
 
     def _candidates(self, module: torch.nn.Module) -> list[dict[str, Any]]:
         impl, group = self.impl, module.process_group
