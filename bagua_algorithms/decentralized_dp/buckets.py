@@ -20,6 +20,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from bagua_core.communication import stats
+
 from bagua_algorithms.decentralized_dp.topology import Edge, mix_inplace
 
 __all__ = ["ParamBucket", "split_params"]
@@ -80,6 +82,7 @@ class ParamBucket:
         if edge.size < 2:
             return
         self.comm_buffer.copy_(self.gather())
+        stats.record("allreduce", self.comm_buffer.numel() * self.comm_buffer.element_size())
         self.work = dist.all_reduce(self.comm_buffer, op=dist.ReduceOp.SUM, group=edge.group, async_op=True)
 
     def finish(self) -> None:

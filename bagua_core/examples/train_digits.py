@@ -22,19 +22,26 @@ import bagua_core as bagua
 from bagua_core.communication import stats
 from bagua_core.config import algorithm_config_of, load_config_file
 from bagua_core.examples.digits import DigitsMLP, load_digits
-from bagua_core.examples.training_config import TrainingConfig
+from bagua_core.examples.training_config import DEFAULT_LR, TrainingConfig
 
 __all__ = ["train", "main"]
 
 
-def _make_optimizer(model: torch.nn.Module, cfg: TrainingConfig, algorithm_name: str) -> torch.optim.Optimizer:
-    if cfg.optimizer == "qadam" or algorithm_name == "qadam":
+def _make_optimizer(
+    model: torch.nn.Module, cfg: TrainingConfig, algorithm_name: str, steps_per_epoch: int
+) -> torch.optim.Optimizer:
+    kind = "qadam" if algorithm_name == "qadam" else cfg.optimizer
+    lr = cfg.lr if cfg.lr is not None else DEFAULT_LR[kind]
+    if kind == "qadam":
         from bagua_algorithms.q_adam import QAdamOptimizer
 
-        return QAdamOptimizer(model.parameters(), lr=cfg.lr, warmup_steps=20)
-    if cfg.optimizer == "adam":
-        return torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+        # QAdam freezes the second moment after warmup: a pixel blank in every warmup batch would keep
+        # v = 0 and see its first gradient divided by eps alone, so warm up for two epochs and use a
+        # larger eps than Adam's default
+        return QAdamOptimizer(model.parameters(), lr=lr, warmup_steps=2 * steps_per_epoch, eps=1e-4)
+    if kind == "adam":
+        return torch.optim.Adam(model.parameters(), lr=lr)
+    return torch.optim.SGD(model.parameters(), lr=lr, momentum=cfg.momentum)
 
 
 def _mean_over_ranks(value: float) -> float:
@@ -50,10 +57,10 @@ def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
     model = DigitsMLP(cfg.hidden)
     name = algorithm_config_of(algorithm).name
-    optimizer = _make_optimizer(model, cfg, name)
-    model = model.with_bagua([optimizer], algorithm)
     shard = torch.arange(rank, len(train_y), world)  # disjoint shards of equal size (+-1)
-    steps_per_epoch = len(shard) // cfg.batch_size
+    steps_per_epoch = len(train_y) // world // cfg.batch_size  # equal on every rank
+    optimizer = _make_optimizer(model, cfg, name, steps_per_epoch)
+    model = model.with_bagua([optimizer], algorithm)
     stats.reset()
     bar = tqdm.tqdm(total=cfg.epochs * steps_per_epoch, disable=rank != 0 or not cfg.progress,
                     desc=f"{name} x{world}", unit="step")
@@ -103,7 +110,8 @@ def _parse(argv: list[str] | None) -> tuple[TrainingConfig, Any, argparse.Namesp
         if field.annotation is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=field.description)
         else:
-            parser.add_argument(flag, default=None, type=type(field.default), help=field.description)
+            arg_type = type(field.default) if field.default is not None else float
+            parser.add_argument(flag, default=None, type=arg_type, help=field.description)
     args = parser.parse_args(argv)
     options: dict[str, Any] = {}
     algorithm: Any = "gradient_allreduce"

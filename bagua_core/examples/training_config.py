@@ -6,7 +6,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["TrainingConfig"]
+__all__ = ["TrainingConfig", "DEFAULT_LR"]
+
+DEFAULT_LR = {"sgd": 0.05, "adam": 0.002, "qadam": 0.005}
 
 
 class TrainingConfig(BaseModel):
@@ -16,8 +18,8 @@ class TrainingConfig(BaseModel):
     """Passes over the training set."""
     batch_size: int = Field(32, ge=1)
     """Samples per step on each worker."""
-    lr: float = Field(0.05, gt=0)
-    """Learning rate."""
+    lr: float | None = Field(None, gt=0)
+    """Learning rate (default: 0.05 for sgd, 0.002 for adam, 0.005 for qadam)."""
     optimizer: Literal["sgd", "adam", "qadam"] = "sgd"
     """Optimizer; ``qadam`` (bagua's QAdamOptimizer) is chosen automatically for the qadam algorithm."""
     momentum: float = Field(0.9, ge=0, lt=1)
