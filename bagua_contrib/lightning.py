@@ -44,6 +44,17 @@ class LightningBaguaModule(torch.nn.Module):
         super().__init__()
         self.module = module
 
+    @property
+    def training(self) -> bool:  # type: ignore[override]
+        # Lightning's evaluation loop calls ``.eval()`` on this wrapper but restores only the
+        # LightningModule's mode afterwards: follow the LightningModule so training resumes communicating
+        module = self.__dict__.get("_modules", {}).get("module")
+        return True if module is None else module.training
+
+    @training.setter
+    def training(self, mode: bool) -> None:
+        pass  # ``train()``/``eval()`` also set the wrapped module's mode, which this follows
+
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self.module(*args, **kwargs)
 
@@ -99,8 +110,11 @@ class BaguaStrategy(DDPStrategy):
             _optimizers_to_device(self.optimizers, self.root_device)
             self._configure_bagua_model(trainer)
         else:
+            # not fitting: nothing to communicate while running, but every rank starts from rank 0's weights
+            from lightning.pytorch.overrides.distributed import _sync_module_states
+
+            _sync_module_states(self.model)
             self.setup_precision_plugin()
-            bagua.barrier()
 
     def _configure_bagua_model(self, trainer: Any) -> None:
         wrapper = LightningBaguaModule(self.model)

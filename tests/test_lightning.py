@@ -56,6 +56,10 @@ def _app(out_dir: str, names: list[str]) -> None:
             x, y = batch
             return torch.nn.functional.cross_entropy(self.net(x), y)
 
+        def validation_step(self, batch, batch_idx):
+            x, y = batch
+            self.log("val_loss", torch.nn.functional.cross_entropy(self.net(x), y), sync_dist=True)
+
         def configure_optimizers(self):
             if self.qadam:
                 from bagua_algorithms.q_adam import QAdamOptimizer
@@ -80,9 +84,9 @@ def _app(out_dir: str, names: list[str]) -> None:
 
         trainer = pl.Trainer(strategy=strategy, accelerator="cpu", devices=2, max_steps=STEPS, logger=False,
                              enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                             callbacks=[Spy()])
+                             callbacks=[Spy()], val_check_interval=3, limit_val_batches=2)
         initial = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-        trainer.fit(model, DataLoader(data, batch_size=4))
+        trainer.fit(model, DataLoader(data, batch_size=4), DataLoader(data, batch_size=4))
         params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
         gathered = [torch.empty_like(params) for _ in range(dist.get_world_size())]
         dist.all_gather(gathered, params)
@@ -101,6 +105,8 @@ def _app(out_dir: str, names: list[str]) -> None:
             "hooks_removed": getattr(seen["wrapper"], "_bagua_hooks", None) is None,
             "async_running_after_fit": bool(averager is not None and averager.running),
             "unwrapped": trainer.strategy.model is model,
+            "bagua_steps": getattr(seen["wrapper"], "bagua_train_step_counter", None),  # validation not counted
+            "val_loss": float(trainer.callback_metrics["val_loss"]),
         }
 
     report = {"ddp": fit("ddp")}
@@ -108,6 +114,9 @@ def _app(out_dir: str, names: list[str]) -> None:
         strategy = "bagua" if name == "gradient_allreduce" else BaguaStrategy(algorithm=name, **OPTIONS.get(name, {}))
         report[name] = fit(strategy)
     report["bagua_instance_flatten_false"] = fit(BaguaStrategy(algorithm="gradient_allreduce", flatten=False))
+    validated = pl.Trainer(strategy="bagua", accelerator="cpu", devices=2, logger=False, enable_progress_bar=False,
+                           enable_model_summary=False).validate(Tiny(), DataLoader(data, batch_size=4), verbose=False)
+    report["validate_only"] = validated[0]["val_loss"]
     with open(os.path.join(out_dir, f"rank{dist.get_rank()}.json"), "w") as fh:
         json.dump(report, fh)
 
@@ -151,6 +160,8 @@ def test_gradient_allreduce_equals_lightning_ddp(fitted) -> None:
             assert ours["strategy"] == "BaguaStrategy" and ours["wrapped_as"] == "LightningBaguaModule"
             assert ours["global_step"] == ddp["global_step"] == STEPS and ours["world_size"] == 2
             torch.testing.assert_close(torch.tensor(ours["params"]), torch.tensor(ddp["params"]), rtol=1e-5, atol=1e-6)
+            assert abs(ours["val_loss"] - ddp["val_loss"]) < 1e-5
+        assert report["validate_only"] > 0  # Trainer.validate with strategy="bagua" (no wrapping)
 
 
 @pytest.mark.parametrize("name", builtin_algorithms())
@@ -161,6 +172,7 @@ def test_every_builtin_algorithm_trains(fitted, name) -> None:
     assert first["trained"]
     for report in fitted["ranks"]:
         entry = report[name]
+        assert entry["bagua_steps"] == STEPS and entry["val_loss"] == entry["val_loss"]  # not NaN
         assert entry["unwrapped"] and entry["hooks_removed"]  # teardown gave the plain module back
         assert not entry["async_running_after_fit"]  # async: aborted at teardown
         if name in IDENTICAL_ON_ALL_RANKS:
