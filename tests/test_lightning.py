@@ -44,6 +44,7 @@ def _app(out_dir: str, names: list[str]) -> None:
     from torch.utils.data import DataLoader, TensorDataset
 
     from bagua_contrib.lightning import BaguaStrategy
+    from bagua_core.communication import stats
 
     class Tiny(pl.LightningModule):
         def __init__(self, qadam: bool = False) -> None:
@@ -70,7 +71,7 @@ def _app(out_dir: str, names: list[str]) -> None:
     gen = torch.Generator().manual_seed(1)
     data = TensorDataset(torch.randn(64, 6, generator=gen), torch.randint(0, 3, (64,), generator=gen))
 
-    def fit(strategy) -> dict:
+    def fit(strategy, **trainer_options) -> dict:
         torch.manual_seed(dist.get_rank() if dist.is_initialized() else 0)
         model = Tiny(qadam=getattr(strategy, "algorithm_config", None) is not None
                      and strategy.algorithm_config.name == "qadam")
@@ -84,8 +85,9 @@ def _app(out_dir: str, names: list[str]) -> None:
 
         trainer = pl.Trainer(strategy=strategy, accelerator="cpu", devices=2, max_steps=STEPS, logger=False,
                              enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                             callbacks=[Spy()], val_check_interval=3, limit_val_batches=2)
+                             callbacks=[Spy()], val_check_interval=3, limit_val_batches=2, **trainer_options)
         initial = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        bytes_before = stats.total_bytes()
         trainer.fit(model, DataLoader(data, batch_size=4), DataLoader(data, batch_size=4))
         params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
         gathered = [torch.empty_like(params) for _ in range(dist.get_world_size())]
@@ -107,6 +109,7 @@ def _app(out_dir: str, names: list[str]) -> None:
             "unwrapped": trainer.strategy.model is model,
             "bagua_steps": getattr(seen["wrapper"], "bagua_train_step_counter", None),  # validation not counted
             "val_loss": float(trainer.callback_metrics["val_loss"]),
+            "bagua_bytes": stats.total_bytes() - bytes_before,
         }
 
     report = {"ddp": fit("ddp")}
@@ -114,6 +117,8 @@ def _app(out_dir: str, names: list[str]) -> None:
         strategy = "bagua" if name == "gradient_allreduce" else BaguaStrategy(algorithm=name, **OPTIONS.get(name, {}))
         report[name] = fit(strategy)
     report["bagua_instance_flatten_false"] = fit(BaguaStrategy(algorithm="gradient_allreduce", flatten=False))
+    report["ddp_accumulate"] = fit("ddp", accumulate_grad_batches=2)
+    report["bagua_accumulate"] = fit("bagua", accumulate_grad_batches=2)  # no_sync in accumulating steps
     validated = pl.Trainer(strategy="bagua", accelerator="cpu", devices=2, logger=False, enable_progress_bar=False,
                            enable_model_summary=False).validate(Tiny(), DataLoader(data, batch_size=4), verbose=False)
     report["validate_only"] = validated[0]["val_loss"]
@@ -161,6 +166,11 @@ def test_gradient_allreduce_equals_lightning_ddp(fitted) -> None:
             assert ours["global_step"] == ddp["global_step"] == STEPS and ours["world_size"] == 2
             torch.testing.assert_close(torch.tensor(ours["params"]), torch.tensor(ddp["params"]), rtol=1e-5, atol=1e-6)
             assert abs(ours["val_loss"] - ddp["val_loss"]) < 1e-5
+        torch.testing.assert_close(torch.tensor(report["bagua_accumulate"]["params"]),
+                                   torch.tensor(report["ddp_accumulate"]["params"]), rtol=1e-5, atol=1e-6)
+        assert report["bagua_accumulate"]["bagua_steps"] == 2 * STEPS  # forwards, two per optimizer step
+        # accumulating backward passes communicate nothing: the same bytes as without accumulation
+        assert report["bagua_accumulate"]["bagua_bytes"] == report["gradient_allreduce"]["bagua_bytes"] > 0
         assert report["validate_only"] > 0  # Trainer.validate with strategy="bagua" (no wrapping)
 
 
