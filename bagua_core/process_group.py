@@ -126,6 +126,22 @@ def get_default_group() -> BaguaProcessGroup:
     return _default_group
 
 
+def _elastic_attempt_store() -> dist.Store | None:
+    """Under torchelastic, the agent's store with a prefix of this restart attempt's own.
+
+    The workers of every attempt share the agent's store and nothing removes a previous attempt's
+    keys, so a restarted worker could read a dead peer's address and fail to connect; the prefix keeps
+    the attempts apart. ``None`` outside torchelastic (``env://`` is used)."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    store = dist.TCPStore(
+        env.get_master_addr(), env.get_master_port(), env.get_world_size(), is_master=False,
+        timeout=datetime.timedelta(seconds=env.get_comm_timeout_s()),
+    )
+    return dist.PrefixStore(f"/bagua/attempt_{attempt}", store)
+
+
 def init_process_group(store: dist.Store | None = None) -> BaguaProcessGroup:
     """Start the default process group from the torchrun variables (gloo on CPU, NCCL on CUDA).
 
@@ -149,6 +165,8 @@ def init_process_group(store: dist.Store | None = None) -> BaguaProcessGroup:
         if backend == "nccl":
             torch.cuda.set_device(env.get_local_rank())
         timeout = datetime.timedelta(seconds=env.get_comm_timeout_s())
+        if store is None:
+            store = _elastic_attempt_store()
         if store is not None:
             dist.init_process_group(
                 backend, store=store, rank=env.get_rank(), world_size=env.get_world_size(), timeout=timeout

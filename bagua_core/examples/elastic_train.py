@@ -18,19 +18,17 @@ final parameters go to ``--final-params`` (rank 0), so a test can check what hap
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import signal
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
 import bagua_core as bagua
 from bagua_core.checkpoint import load_checkpoint, save_checkpoint
 
-__all__ = ["make_model", "make_optimizer", "batch", "elastic_store", "main"]
+__all__ = ["make_model", "make_optimizer", "batch", "main"]
 
 
 def make_model() -> torch.nn.Module:
@@ -72,26 +70,11 @@ def _event(path: str | None, **event: object) -> None:
             fh.write(json.dumps(event) + "\n")
 
 
-def elastic_store(attempt: int) -> dist.Store | None:
-    """The rendezvous store of this attempt, under a prefix of its own.
-
-    Under torchrun's c10d rendezvous the workers of every attempt share the agent's store, and
-    nothing removes the previous attempt's keys: a restarted worker could read a dead peer's address
-    and fail to connect. A per-attempt prefix keeps the attempts apart. ``None`` outside torchelastic
-    (``init_process_group`` then uses ``env://``)."""
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
-        return None
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                          int(os.environ["WORLD_SIZE"]), is_master=False,
-                          timeout=datetime.timedelta(seconds=float(os.environ.get("BAGUA_COMM_TIMEOUT_S", "600"))))
-    return dist.PrefixStore(f"/bagua/attempt_{attempt}", store)
-
-
 def main(argv: list[str] | None = None) -> None:
     args = _parse(argv)
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     torch.set_num_threads(1)
-    bagua.init_process_group(store=elastic_store(attempt))
+    bagua.init_process_group()  # under torchelastic: a store prefix per restart attempt
     rank = bagua.get_rank()
     model = make_model()
     optimizer = make_optimizer(model)
