@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 __all__ = ["e2e_markdown", "write_e2e", "convergence_markdown", "write_convergence", "have_matplotlib"]
 
@@ -35,9 +35,10 @@ def e2e_markdown(rows: Sequence[dict], header: str = "") -> str:
         group = [r for r in rows if r["network"] == network]
         ddp = next((r for r in group if r["method"] == "ddp" and "ms_per_step" in r), None)
         ddp16 = next((r for r in group if r["method"] == "ddp_fp16" and "ms_per_step" in r), None)
-        first = group[0]
-        lines += ["", f"### {network}: {first.get('model', '?')} ({first.get('params', 0) / 1e6:.1f}M parameters), "
-                      f"batch {first.get('batch_size', '?')} per rank, {first.get('world_size', '?')} hosts", "",
+        first = next((r for r in group if "model" in r), None)
+        title = (f"{first['model']} ({first['params'] / 1e6:.1f}M parameters), batch {first['batch_size']} per rank, "
+                 f"{first['world_size']} hosts" if first else "not run")
+        lines += ["", f"### {network}: {title}", "",
                   "| method | ms/step | samples/s | MB sent/step/rank | step time vs DDP | vs DDP+fp16 | loss |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for r in group:
@@ -80,7 +81,7 @@ def write_e2e(rows: Sequence[dict], results: Path, header: str = "") -> list[Pat
     results.mkdir(parents=True, exist_ok=True)
     written = [results / "e2e.md", results / "e2e.json"]
     written[0].write_text(e2e_markdown(rows, header))
-    written[1].write_text(json.dumps(list(rows), indent=2))
+    written[1].write_text(json.dumps([{k: v for k, v in r.items() if k != "log"} for r in rows], indent=2))
     if have_matplotlib():
         _plot_e2e(rows, results / "e2e.png")
         written.append(results / "e2e.png")
