@@ -7,7 +7,8 @@ communication thread, so communication overlaps the rest of backward.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import torch
 
