@@ -16,10 +16,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-import torch
-
-from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
-from bagua_core.bucket import BaguaBucket
+from bagua_algorithms.gradient_allreduce import GradientAllReduceAlgorithmImpl
+from bagua_core.algorithm import Algorithm, AlgorithmConfig
 from bagua_core.plugins import hookimpl
 
 __all__ = ["ByteGradAlgorithm", "ByteGradAlgorithmImpl", "ByteGradConfig"]
@@ -33,17 +31,10 @@ class ByteGradConfig(AlgorithmConfig):
     """Average the gradients (True) or sum them (False)."""
 
 
-class ByteGradAlgorithmImpl(AlgorithmImpl):
-    def __init__(self, process_group, hierarchical: bool = True, average: bool = True) -> None:
-        super().__init__(process_group)
-        self.hierarchical = hierarchical
-        self.average = average
+class ByteGradAlgorithmImpl(GradientAllReduceAlgorithmImpl):
+    """Gradient allreduce's impl with the MinMaxUInt8-compressed centralized op."""
 
-    def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
-        bucket.clear_ops()
-        bucket.append_centralized_synchronous_op(
-            hierarchical=self.hierarchical, average=self.average, compression="MinMaxUInt8", group=self.process_group
-        )
+    compression = "MinMaxUInt8"
 
 
 class ByteGradAlgorithm(Algorithm):

@@ -32,6 +32,9 @@ class GradientAllReduceConfig(AlgorithmConfig):
 
 
 class GradientAllReduceAlgorithmImpl(AlgorithmImpl):
+    compression: str | None = None
+    """Compression of the centralized op (bytegrad's impl sets "MinMaxUInt8")."""
+
     def __init__(self, process_group, hierarchical: bool = False, average: bool = True) -> None:
         super().__init__(process_group)
         self.hierarchical = hierarchical
@@ -40,7 +43,7 @@ class GradientAllReduceAlgorithmImpl(AlgorithmImpl):
     def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
         bucket.clear_ops()
         bucket.append_centralized_synchronous_op(
-            hierarchical=self.hierarchical, average=self.average, group=self.process_group
+            hierarchical=self.hierarchical, average=self.average, compression=self.compression, group=self.process_group
         )
 
 
