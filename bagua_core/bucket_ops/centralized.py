@@ -63,6 +63,7 @@ class CentralizedSynchronousOp:
         self.average = bool(average)
         self.scattergather = bool(scattergather)
         self.compression = compression
+        self.workspace = None  # the compressed exchange's buffers, kept from step to step
 
     def __call__(self, bucket: BaguaBucket) -> None:
         group = self.group or bucket.process_group
@@ -72,9 +73,10 @@ class CentralizedSynchronousOp:
             group = get_default_group()
         tensor = bucket.flattened_tensor()
         if self.compression is not None:
-            from bagua_core.bucket_ops.compressed import compressed_allreduce
+            from bagua_core.bucket_ops.compressed import CompressedWorkspace, compressed_allreduce
 
-            compressed_allreduce(tensor, group, self.average, self.hierarchical)
+            self.workspace = self.workspace or CompressedWorkspace()
+            compressed_allreduce(tensor, group, self.average, self.hierarchical, self.workspace)
         elif self.hierarchical:
             hierarchical_allreduce(tensor, group, self.average)
         elif self.scattergather:

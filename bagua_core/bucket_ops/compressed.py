@@ -1,12 +1,15 @@
 """The bytegrad exchange: an allreduce of MinMaxUInt8-compressed chunks, every rank bit-identical.
 
 Non-hierarchical, over the group's n ranks: pad the tensor to a multiple of n (repeating its last
-value), split it
-into n chunks and compress each (one uint8 slot per chunk, with its fp32 min/max); alltoall (chunk j
-to rank j); decompress the n received slots and average (or sum) them in fp32 into chunk ``rank``;
-compress that chunk again; allgather the compressed chunks; decompress all of them. Every rank
-decompresses the same bytes, so every rank ends with the same values, bit for bit. Per rank about
-``2 * numel`` bytes of uint8 payload travel instead of ``8 * numel`` bytes of fp32.
+value), split it into n chunks and compress each (one uint8 slot per chunk, with its fp32 min/max);
+alltoall (chunk j to rank j); decompress the n received slots and average (or sum) them in fp32 into
+chunk ``rank``; compress that chunk again; allgather the compressed chunks; decompress all of them.
+Every rank decompresses the same bytes, so every rank ends with the same values, bit for bit. Per
+rank about ``2 * numel`` bytes of uint8 payload travel instead of ``8 * numel`` bytes of fp32.
+
+The buffers (uint8 send/receive/gather slots, the own chunk in the tensor's dtype) live in a
+:class:`CompressedWorkspace` that a bucket keeps from step to step, so large allocations do not
+page-fault every step; the result is decompressed straight into the tensor.
 
 Hierarchical: reduce (SUM) to the node leader, divide by the node size when averaging, run the
 compressed exchange among the node leaders (the inter-node communicator), then broadcast inside
@@ -31,12 +34,68 @@ from bagua_core.communication.communicator import BaguaCommunicator
 if TYPE_CHECKING:  # pragma: no cover
     from bagua_core.process_group import BaguaProcessGroup
 
-__all__ = ["compressed_allreduce", "compressed_allreduce_on"]
+__all__ = ["CompressedWorkspace", "compressed_allreduce", "compressed_allreduce_on"]
 
 
-def compressed_allreduce_on(tensor: torch.Tensor, comm: BaguaCommunicator, average: bool = True) -> None:
+class CompressedWorkspace:
+    """The buffers of one exchange shape (numel, n, dtype, device), reused while the shape stays.
+
+    ``sent``/``received``/``gathered``: uint8, ``compressed_size(n * chunk, n)`` bytes; ``own``: the
+    averaged chunk (``chunk`` elements, the tensor's dtype); ``own_compressed``: its one slot;
+    ``tail``: the chunks that are not full, padded with the tensor's last value (only when
+    ``n * chunk > numel``).
+
+    Example::
+
+        >>> workspace = CompressedWorkspace()
+        >>> compressed_allreduce_on(grads, comm, workspace=workspace)   # every step, same workspace
+    """
+
+    def __init__(self) -> None:
+        self._key: tuple | None = None
+
+    def buffers(self, numel: int, n: int, dtype: torch.dtype, device: torch.device) -> CompressedWorkspace:
+        key = (numel, n, dtype, device)
+        if key != self._key:
+            self._key = None  # free the old buffers before allocating the new ones
+            chunk = -(-numel // n)
+            size = native.compressed_size(chunk * n, n)
+            self.chunk = chunk
+            self.sent = torch.empty(size, dtype=torch.uint8, device=device)
+            self.received = torch.empty_like(self.sent)
+            self.gathered = torch.empty_like(self.sent)
+            self.own = torch.empty(chunk, dtype=dtype, device=device)
+            self.own_compressed = torch.empty(size // n, dtype=torch.uint8, device=device)
+            tail = chunk * n - (numel // chunk) * chunk  # the chunks that are not full, padded
+            self.tail = torch.empty(tail, dtype=dtype, device=device) if chunk * n > numel else None
+            self._key = key
+        return self
+
+
+def _compress_padded(flat: torch.Tensor, n: int, ws: CompressedWorkspace) -> None:
+    """``ws.sent = C(flat padded to n * chunk with its last value, n chunks)`` without copying ``flat``:
+    chunks are compressed independently, so only the chunks past the last full one go through a
+    padded copy (``ws.tail``)."""
+    chunk, numel = ws.chunk, flat.numel()
+    if ws.tail is None:
+        native.compress_minmax_uint8(flat, n, out=ws.sent)
+        return
+    full = numel // chunk  # >= 1 and < n
+    slot = ws.sent.numel() // n
+    native.compress_minmax_uint8(flat[: full * chunk], full, out=ws.sent[: slot * full])
+    rest = numel - full * chunk
+    ws.tail[:rest].copy_(flat[full * chunk :])
+    ws.tail[rest:].copy_(flat[-1:].expand(ws.tail.numel() - rest))
+    native.compress_minmax_uint8(ws.tail, n - full, out=ws.sent[slot * full :])
+
+
+def compressed_allreduce_on(
+    tensor: torch.Tensor, comm: BaguaCommunicator, average: bool = True, workspace: CompressedWorkspace | None = None
+) -> None:
     """The bytegrad exchange of the contiguous float tensor ``tensor`` over ``comm``, in place.
 
+    Sends uint8 slots (fp32 min/max + one byte per value): an alltoall, then an allgather.
+    ``workspace`` keeps the buffers for the next call of the same shape (a fresh one when omitted).
     The own chunk goes through compression too, so with one rank the result is ``D(C(x))``."""
     if not tensor.is_contiguous():
         raise ValueError("compressed_allreduce needs a contiguous tensor")
@@ -45,39 +104,37 @@ def compressed_allreduce_on(tensor: torch.Tensor, comm: BaguaCommunicator, avera
     numel = flat.numel()
     if numel == 0:
         return
-    chunk = -(-numel // n)
-    # pad with copies of the last value: zeros could widen the last chunk's range and cost precision
-    padded = flat if chunk * n == numel else torch.cat([flat, flat[-1:].expand(chunk * n - numel)])
-    sent = native.compress_minmax_uint8(padded, n)
-    received = torch.empty_like(sent)
+    ws = (workspace or CompressedWorkspace()).buffers(numel, n, flat.dtype, flat.device)
+    _compress_padded(flat, n, ws)
     if n > 1:
-        alltoall(sent, received, comm=comm)
+        alltoall(ws.sent, ws.received, comm=comm)
     else:
-        received.copy_(sent)
-    own = torch.empty(chunk, dtype=flat.dtype, device=flat.device)
-    native.decompress_average_minmax_uint8(received, n, own, average=average)
-    own_compressed = native.compress_minmax_uint8(own, 1)
-    gathered = torch.empty_like(sent)
+        ws.received.copy_(ws.sent)
+    native.decompress_average_minmax_uint8(ws.received, n, ws.own, average=average)
+    native.compress_minmax_uint8(ws.own, 1, out=ws.own_compressed)
     if n > 1:
-        allgather(own_compressed, gathered, comm=comm)
+        allgather(ws.own_compressed, ws.gathered, comm=comm)
     else:
-        gathered.copy_(own_compressed)
-    result = torch.empty(chunk * n, dtype=flat.dtype, device=flat.device)
-    native.decompress_minmax_uint8(gathered, n, result)
-    flat.copy_(result[:numel])
+        ws.gathered.copy_(ws.own_compressed)
+    # the slots of n * chunk and of numel elements in n chunks coincide: no padded result buffer
+    native.decompress_minmax_uint8(ws.gathered, n, flat)
 
 
 def compressed_allreduce(
-    tensor: torch.Tensor, group: BaguaProcessGroup, average: bool = True, hierarchical: bool = False
+    tensor: torch.Tensor,
+    group: BaguaProcessGroup,
+    average: bool = True,
+    hierarchical: bool = False,
+    workspace: CompressedWorkspace | None = None,
 ) -> None:
     """Bytegrad allreduce of ``tensor`` over ``group`` in place (AVG when ``average``, else SUM)."""
     if not hierarchical:
-        compressed_allreduce_on(tensor, group.get_global_communicator(), average)
+        compressed_allreduce_on(tensor, group.get_global_communicator(), average, workspace)
         return
     intra, inter = group.get_intra_node_communicator(), group.get_inter_node_communicator()
     if intra.nranks() > 1:
         reduce_inplace(tensor, dst=0, op=ReduceOp.AVG if average else ReduceOp.SUM, comm=intra)
     if inter.is_member:
-        compressed_allreduce_on(tensor, inter, average)
+        compressed_allreduce_on(tensor, inter, average, workspace)
     if intra.nranks() > 1:
         broadcast(tensor, src=0, comm=intra)
