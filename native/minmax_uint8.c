@@ -271,12 +271,20 @@ typedef struct {
     uint8_t *out_bytes;
     float *out;
     int64_t numel, n_chunks, chunk_numel, slot, n_bufs;
+    int64_t seg_b, seg_e; /* the chunk-local element range a call works on (the whole chunk by default) */
     int flag;
     float *part_mn, *part_mx; /* [n_chunks][MAX_THREADS] */
     int *part_bad;
     params_t *params;
     int *status;
 } job_t;
+
+/* [begin, end) of a chunk restricted to its chunk-local segment [seg_b, seg_e). */
+static void segment_of(int64_t begin, int64_t end, const job_t *j, int64_t *b, int64_t *e) {
+    int64_t chunk_start = begin, lo = chunk_start + j->seg_b, hi = chunk_start + j->seg_e;
+    *b = lo < end ? lo : end;
+    *e = hi < end ? hi : end;
+}
 
 static void minmax_task(void *ctx, int t, int n) {
     job_t *j = (job_t *)ctx;
@@ -305,8 +313,51 @@ static void quantise_task(void *ctx, int t, int n) {
     }
 }
 
+static int compress_impl(const float *x, int64_t numel, int64_t n_chunks, uint8_t *out,
+                         int64_t out_bytes, int nonfinite_raise, int payload);
+
 int bagua_minmax_compress_f32(const float *x, int64_t numel, int64_t n_chunks, uint8_t *out,
                               int64_t out_bytes, int nonfinite_raise) {
+    return compress_impl(x, numel, n_chunks, out, out_bytes, nonfinite_raise, 1);
+}
+
+int bagua_minmax_headers_f32(const float *x, int64_t numel, int64_t n_chunks, uint8_t *out,
+                             int64_t out_bytes, int nonfinite_raise) {
+    return compress_impl(x, numel, n_chunks, out, out_bytes, nonfinite_raise, 0);
+}
+
+static void quantise_range_task(void *ctx, int t, int n) {
+    job_t *j = (job_t *)ctx;
+    for (int64_t c = 0; c < j->n_chunks; c++) {
+        int64_t cb, ce, sb, se, b, e;
+        params_t p;
+        chunk_range(j->numel, j->chunk_numel, c, &cb, &ce);
+        segment_of(cb, ce, j, &sb, &se);
+        piece(sb, se, t, n, &b, &e);
+        if (e == b) continue;
+        uint8_t *slot = j->out_bytes + c * j->slot;
+        read_params(slot, &p);
+        if (isnan(p.scale))
+            memset(slot + 8 + (b - cb), 0, (size_t)(e - b));
+        else
+            quantise(j->x + b, e - b, p.scale, p.upper, p.lower, slot + 8 + (b - cb));
+    }
+}
+
+int bagua_minmax_quantise_f32(const float *x, int64_t numel, int64_t n_chunks, uint8_t *out,
+                              int64_t out_bytes, int64_t begin, int64_t end) {
+    if (numel < 0 || n_chunks <= 0 || (numel > 0 && (x == NULL || out == NULL)) || begin < 0 || end < begin)
+        return BAGUA_MINMAX_ERR_ARGUMENT;
+    if (out_bytes != bagua_minmax_compressed_size(numel, n_chunks)) return BAGUA_MINMAX_ERR_SIZE;
+    int64_t chunk_numel = chunk_numel_of(numel, n_chunks);
+    job_t j = {.x = x, .out_bytes = out, .numel = numel, .n_chunks = n_chunks,
+               .chunk_numel = chunk_numel, .slot = slot_bytes(chunk_numel), .seg_b = begin, .seg_e = end};
+    run_parallel((end - begin) * n_chunks, quantise_range_task, &j);
+    return BAGUA_MINMAX_OK;
+}
+
+static int compress_impl(const float *x, int64_t numel, int64_t n_chunks, uint8_t *out,
+                         int64_t out_bytes, int nonfinite_raise, int payload) {
     if (numel < 0 || n_chunks <= 0 || (numel > 0 && (x == NULL || out == NULL)))
         return BAGUA_MINMAX_ERR_ARGUMENT;
     if (out_bytes != bagua_minmax_compressed_size(numel, n_chunks)) return BAGUA_MINMAX_ERR_SIZE;
@@ -355,7 +406,7 @@ int bagua_minmax_compress_f32(const float *x, int64_t numel, int64_t n_chunks, u
         memcpy(slot, mm, sizeof mm);
         memset(slot + 8 + (ce - cb), 0, (size_t)(j.slot - 8 - (ce - cb))); /* padding */
     }
-    if (rc == BAGUA_MINMAX_OK) run_parallel(numel, quantise_task, &j);
+    if (rc == BAGUA_MINMAX_OK && payload) run_parallel(numel, quantise_task, &j);
     free(scratch); free(iscratch); free(params);
     return rc;
 }
@@ -366,9 +417,11 @@ static void decompress_task(void *ctx, int t, int n) {
         int64_t cb, ce, b, e;
         params_t p;
         chunk_range(j->numel, j->chunk_numel, c, &cb, &ce);
+        segment_of(cb, ce, j, &cb, &ce);
         piece(cb, ce, t, n, &b, &e);
         if (e == b) continue;
         const uint8_t *slot = j->cbuf + c * j->slot;
+        cb = c * j->chunk_numel; /* payload offsets are relative to the chunk start */
         read_params(slot, &p);
         dequantise(slot + 8 + (b - cb), e - b, p.scale, p.lower, j->out + b, j->flag);
     }
@@ -381,8 +434,23 @@ int bagua_minmax_decompress_f32(const uint8_t *buf, int64_t buf_bytes, int64_t n
     if (buf_bytes != bagua_minmax_compressed_size(numel, n_chunks)) return BAGUA_MINMAX_ERR_SIZE;
     int64_t chunk_numel = chunk_numel_of(numel, n_chunks);
     job_t j = {.cbuf = buf, .out = out, .numel = numel, .n_chunks = n_chunks,
-               .chunk_numel = chunk_numel, .slot = slot_bytes(chunk_numel), .flag = accumulate};
+               .chunk_numel = chunk_numel, .slot = slot_bytes(chunk_numel), .flag = accumulate,
+               .seg_b = 0, .seg_e = chunk_numel};
     run_parallel(numel, decompress_task, &j);
+    return BAGUA_MINMAX_OK;
+}
+
+int bagua_minmax_decompress_range_f32(const uint8_t *buf, int64_t buf_bytes, int64_t numel,
+                                      int64_t n_chunks, float *out, int accumulate, int64_t begin,
+                                      int64_t end) {
+    if (numel < 0 || n_chunks <= 0 || (numel > 0 && (buf == NULL || out == NULL)) || begin < 0 || end < begin)
+        return BAGUA_MINMAX_ERR_ARGUMENT;
+    if (buf_bytes != bagua_minmax_compressed_size(numel, n_chunks)) return BAGUA_MINMAX_ERR_SIZE;
+    int64_t chunk_numel = chunk_numel_of(numel, n_chunks);
+    job_t j = {.cbuf = buf, .out = out, .numel = numel, .n_chunks = n_chunks,
+               .chunk_numel = chunk_numel, .slot = slot_bytes(chunk_numel), .flag = accumulate,
+               .seg_b = begin, .seg_e = end};
+    run_parallel((end - begin) * n_chunks, decompress_task, &j);
     return BAGUA_MINMAX_OK;
 }
 
@@ -396,7 +464,7 @@ static void divide_block(float *restrict acc, int64_t n, float d) {
 static void sum_task(void *ctx, int t, int n) {
     job_t *j = (job_t *)ctx;
     int64_t b, e;
-    piece(0, j->numel, t, n, &b, &e);
+    piece(j->seg_b < j->numel ? j->seg_b : j->numel, j->seg_e < j->numel ? j->seg_e : j->numel, t, n, &b, &e);
     params_t *p = (params_t *)malloc((size_t)j->n_bufs * sizeof(params_t));
     if (p == NULL) { j->status[t] = BAGUA_MINMAX_ERR_ARGUMENT; return; }
     for (int64_t k = 0; k < j->n_bufs; k++) read_params(j->bufs[k], &p[k]);
@@ -413,6 +481,13 @@ static void sum_task(void *ctx, int t, int n) {
 
 int bagua_minmax_decompress_sum_f32(const uint8_t *const *bufs, int64_t n_bufs, int64_t buf_bytes,
                                     int64_t numel, float *out, int average) {
+    return bagua_minmax_decompress_sum_range_f32(bufs, n_bufs, buf_bytes, numel, out, average, 0, numel);
+}
+
+int bagua_minmax_decompress_sum_range_f32(const uint8_t *const *bufs, int64_t n_bufs, int64_t buf_bytes,
+                                          int64_t numel, float *out, int average, int64_t begin,
+                                          int64_t end) {
+    if (begin < 0 || end < begin) return BAGUA_MINMAX_ERR_ARGUMENT;
     if (numel < 0 || n_bufs <= 0 || bufs == NULL || (numel > 0 && out == NULL))
         return BAGUA_MINMAX_ERR_ARGUMENT;
     if (buf_bytes != bagua_minmax_compressed_size(numel, 1)) return BAGUA_MINMAX_ERR_SIZE;
@@ -420,8 +495,8 @@ int bagua_minmax_decompress_sum_f32(const uint8_t *const *bufs, int64_t n_bufs, 
         if (bufs[k] == NULL) return BAGUA_MINMAX_ERR_ARGUMENT;
     int status[MAX_THREADS] = {0};
     job_t j = {.bufs = bufs, .out = out, .numel = numel, .n_bufs = n_bufs, .flag = average,
-               .status = status};
-    run_parallel(numel, sum_task, &j);
+               .status = status, .seg_b = begin, .seg_e = end};
+    run_parallel(end - begin, sum_task, &j);
     for (int t = 0; t < MAX_THREADS; t++)
         if (status[t] != BAGUA_MINMAX_OK) return status[t];
     return BAGUA_MINMAX_OK;

@@ -44,6 +44,27 @@ int bagua_minmax_decompress_f32(const uint8_t *buf, int64_t buf_bytes, int64_t n
 int bagua_minmax_decompress_sum_f32(const uint8_t *const *bufs, int64_t n_bufs, int64_t buf_bytes,
                                     int64_t numel, float *out, int average);
 
+/* Pipelining (compress a chunk in segments, send each as soon as it is quantised):
+ * headers_f32 is compress_f32 without the payload: it writes each slot's min/max (NaN for chunks
+ * that cannot be represented) and zero padding, and leaves the payload bytes as they are.
+ * quantise_f32 writes the payload of the chunk-local elements [begin, end) of every chunk with the
+ * parameters of the headers already in out (zeros for NaN chunks). headers_f32 followed by
+ * quantise_f32 over ranges that cover every chunk gives exactly the bytes of compress_f32. */
+int bagua_minmax_headers_f32(const float *x, int64_t numel, int64_t n_chunks, uint8_t *out,
+                             int64_t out_bytes, int nonfinite_raise);
+int bagua_minmax_quantise_f32(const float *x, int64_t numel, int64_t n_chunks, uint8_t *out,
+                              int64_t out_bytes, int64_t begin, int64_t end);
+
+/* decompress_f32 restricted to the chunk-local elements [begin, end) of every chunk. */
+int bagua_minmax_decompress_range_f32(const uint8_t *buf, int64_t buf_bytes, int64_t numel,
+                                      int64_t n_chunks, float *out, int accumulate, int64_t begin,
+                                      int64_t end);
+
+/* decompress_sum_f32 restricted to out[begin:end] (the other elements of out are not touched). */
+int bagua_minmax_decompress_sum_range_f32(const uint8_t *const *bufs, int64_t n_bufs, int64_t buf_bytes,
+                                          int64_t numel, float *out, int average, int64_t begin,
+                                          int64_t end);
+
 /* Number of worker threads the kernels may use (1 = the calling thread only). */
 int bagua_minmax_set_threads(int n_threads);
 int bagua_minmax_get_threads(void);

@@ -1,6 +1,7 @@
 """The bytegrad exchange gives exactly (bit for bit) what the reference recipe of DESIGN.md gives:
 pad to a multiple of n with the last value, compress n chunks, average chunk j of every rank in fp32,
-compress it again, decompress all; workspaces reused across calls and shapes, awkward padding."""
+compress it again, decompress all; workspaces reused across calls and shapes, awkward padding, the
+pipelined exchange with one and with many segments per chunk."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import torch
 import torch.distributed as dist
 
 from bagua_core import native
+from bagua_core.bucket_ops import compressed_pipeline
 from bagua_core.bucket_ops.compressed import CompressedWorkspace, compressed_allreduce_on
 from bagua_core.process_group import get_default_group
 from tests.distributed import run_workers
@@ -39,6 +41,7 @@ def _exact(rank: int) -> None:
     comm = get_default_group().get_global_communicator()
     workspace = CompressedWorkspace()
     for repeat in range(2):  # the second round reuses the workspace (and reallocates on shape changes)
+        compressed_pipeline.SEGMENT_NUMEL = 64 if repeat else 1 << 19  # many segments in the second round
         for numel, average, dtype in CASES:
             gen = torch.Generator().manual_seed(numel + 1000 * rank + repeat)
             x = (torch.randn(numel, generator=gen) * (rank + 1) + rank).to(dtype)

@@ -29,6 +29,7 @@ import torch
 
 from bagua_core import native
 from bagua_core.communication import ReduceOp, allgather, alltoall, broadcast, reduce_inplace
+from bagua_core.bucket_ops.compressed_pipeline import pipelined_exchange
 from bagua_core.communication.communicator import BaguaCommunicator
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -72,21 +73,19 @@ class CompressedWorkspace:
         return self
 
 
-def _compress_padded(flat: torch.Tensor, n: int, ws: CompressedWorkspace) -> None:
-    """``ws.sent = C(flat padded to n * chunk with its last value, n chunks)`` without copying ``flat``:
-    chunks are compressed independently, so only the chunks past the last full one go through a
-    padded copy (``ws.tail``)."""
+def _pieces(flat: torch.Tensor, n: int, ws: CompressedWorkspace) -> list[tuple[torch.Tensor, int, torch.Tensor]]:
+    """``(values, chunks, slots)`` that together make ``ws.sent = C(flat padded to n * chunk with its
+    last value, n chunks)`` without copying ``flat``: chunks are compressed independently, so only the
+    chunks past the last full one go through a padded copy (``ws.tail``)."""
     chunk, numel = ws.chunk, flat.numel()
     if ws.tail is None:
-        native.compress_minmax_uint8(flat, n, out=ws.sent)
-        return
+        return [(flat, n, ws.sent)]
     full = numel // chunk  # >= 1 and < n
     slot = ws.sent.numel() // n
-    native.compress_minmax_uint8(flat[: full * chunk], full, out=ws.sent[: slot * full])
     rest = numel - full * chunk
     ws.tail[:rest].copy_(flat[full * chunk :])
     ws.tail[rest:].copy_(flat[-1:].expand(ws.tail.numel() - rest))
-    native.compress_minmax_uint8(ws.tail, n - full, out=ws.sent[slot * full :])
+    return [(flat[: full * chunk], full, ws.sent[: slot * full]), (ws.tail, n - full, ws.sent[slot * full :])]
 
 
 def compressed_allreduce_on(
@@ -105,7 +104,10 @@ def compressed_allreduce_on(
     if numel == 0:
         return
     ws = (workspace or CompressedWorkspace()).buffers(numel, n, flat.dtype, flat.device)
-    _compress_padded(flat, n, ws)
+    if n > 1 and pipelined_exchange(flat, comm, average, ws, _pieces(flat, n, ws)):
+        return
+    for values, chunks, slots in _pieces(flat, n, ws):
+        native.compress_minmax_uint8(values, chunks, out=slots)
     if n > 1:
         alltoall(ws.sent, ws.received, comm=comm)
     else:

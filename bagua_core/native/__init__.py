@@ -44,6 +44,7 @@ __all__ = [
     "NonFiniteError",
     "backend",
     "compress_minmax_uint8",
+    "compress_minmax_uint8_headers",
     "compressed_size",
     "cuda_unavailable_reason",
     "decompress_average_minmax_uint8",
@@ -53,6 +54,7 @@ __all__ = [
     "native_policy",
     "native_unavailable_reason",
     "nccl_unavailable_reason",
+    "quantise_minmax_uint8",
 ]
 
 native_policy: str = read_policy()  # not "policy": that name is the submodule
@@ -87,30 +89,88 @@ def compress_minmax_uint8(
     return _impl(x.device).compress(x, n_chunks, nonfinite, out)
 
 
+def _check_range(begin: int, end: int | None) -> bool:
+    """Validates a chunk-local element range; True when it is not the whole chunk."""
+    if isinstance(begin, bool) or not isinstance(begin, int) or begin < 0:
+        raise ValueError(f"begin must be an integer >= 0, got {begin!r}")
+    if end is not None and (isinstance(end, bool) or not isinstance(end, int) or end < begin):
+        raise ValueError(f"end must be None or an integer >= begin ({begin}), got {end!r}")
+    return begin > 0 or end is not None
+
+
+def _ranged_impl(device: torch.device) -> ModuleType:
+    impl = _impl(device)
+    return _fallback if impl is _cuda else impl  # the CUDA kernels work on whole chunks only
+
+
+def compress_minmax_uint8_headers(
+    x: torch.Tensor, n_chunks: int, out: torch.Tensor, *, nonfinite: str = "raise"
+) -> torch.Tensor:
+    """Writes only the slot headers (each chunk's fp32 min/max) and zero padding of
+    ``compress_minmax_uint8(x, n_chunks)`` into ``out``; the payload bytes are left as they are.
+
+    Then :func:`quantise_minmax_uint8` over segments that cover every chunk fills in exactly the
+    payload of ``compress_minmax_uint8`` (so a chunk can be sent in segments). Returns ``out``.
+    """
+    check_input(x)
+    check_nonfinite(nonfinite)
+    check_buffer(out, x.numel(), n_chunks, "out")
+    if out.device != x.device:
+        raise ValueError(f"out is on {out.device} but x is on {x.device}")
+    return _ranged_impl(x.device).headers(x, n_chunks, nonfinite, out)
+
+
+def quantise_minmax_uint8(x: torch.Tensor, n_chunks: int, out: torch.Tensor, begin: int, end: int) -> torch.Tensor:
+    """Writes the uint8 payload of the chunk-local elements [begin, end) of every chunk of ``x``
+    into ``out``, with the min/max already in ``out``'s headers (see
+    :func:`compress_minmax_uint8_headers`); NaN chunks get zeros. Returns ``out``.
+
+    Example::
+
+        >>> compress_minmax_uint8_headers(x, 2, buf)
+        >>> for begin in range(0, chunk_numel(x.numel(), 2), 4096):
+        ...     quantise_minmax_uint8(x, 2, buf, begin, begin + 4096)   # buf == compress_minmax_uint8(x, 2)
+    """
+    check_input(x)
+    check_buffer(out, x.numel(), n_chunks, "out")
+    _check_range(begin, end)
+    if end is None:
+        raise ValueError("end must be an integer")
+    if out.device != x.device:
+        raise ValueError(f"out is on {out.device} but x is on {x.device}")
+    return _ranged_impl(x.device).quantise(x, n_chunks, out, begin, end)
+
+
 def decompress_minmax_uint8(
-    buf: torch.Tensor, n_chunks: int, out: torch.Tensor, *, accumulate: bool = False
+    buf: torch.Tensor, n_chunks: int, out: torch.Tensor, *, accumulate: bool = False, begin: int = 0,
+    end: int | None = None,
 ) -> torch.Tensor:
     """Writes the values of ``buf`` (``out.numel()`` elements in ``n_chunks`` chunks) into ``out``.
 
     ``accumulate=True`` computes ``out += D(buf)`` instead; both in fp32, then rounded to
-    ``out.dtype`` (fp32, fp16 or bf16). Returns ``out``.
+    ``out.dtype`` (fp32, fp16 or bf16). ``begin``/``end``: only the chunk-local elements
+    [begin, end) of every chunk (the others are not touched). Returns ``out``.
     """
     check_output(out)
     check_buffer(buf, out.numel(), n_chunks)
     if buf.device != out.device:
         raise ValueError(f"buf is on {buf.device} but out is on {out.device}")
+    if _check_range(begin, end):
+        return _ranged_impl(out.device).decompress(buf, n_chunks, out, bool(accumulate), begin, end)
     return _impl(out.device).decompress(buf, n_chunks, out, bool(accumulate))
 
 
 def decompress_average_minmax_uint8(
-    bufs: Sequence[torch.Tensor] | torch.Tensor, n: int, out: torch.Tensor, average: bool = True
+    bufs: Sequence[torch.Tensor] | torch.Tensor, n: int, out: torch.Tensor, average: bool = True, *,
+    begin: int = 0, end: int | None = None,
 ) -> torch.Tensor:
     """``out = mean_k D(bufs[k])`` (or the sum when ``average=False``) over ``n`` compressed chunks.
 
     ``bufs`` is a sequence of ``n`` one-chunk buffers of ``compressed_size(out.numel(), 1)`` bytes,
     or one uint8 tensor holding them back to back (an alltoall receive buffer of a
     ``compress_minmax_uint8(x, n)`` with ``x.numel() == n * out.numel()``). Accumulates in fp32 in
-    order k = 0, 1, ..., divides by ``n``, then rounds to ``out.dtype``. Returns ``out``.
+    order k = 0, 1, ..., divides by ``n``, then rounds to ``out.dtype``. ``begin``/``end``: only
+    ``out[begin:end]`` (the rest is not touched). Returns ``out``.
     """
     check_output(out)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -128,6 +188,8 @@ def decompress_average_minmax_uint8(
     for k, part in enumerate(parts):
         if part.device != out.device:
             raise ValueError(f"bufs[{k}] is on {part.device} but out is on {out.device}")
+    if _check_range(begin, end):
+        return _ranged_impl(out.device).decompress_sum(parts, out, bool(average), begin, end)
     impl = _impl(out.device)
     if impl is _cuda and isinstance(bufs, torch.Tensor):
         return _cuda.decompress_sum(bufs, out, bool(average))

@@ -19,8 +19,11 @@ import torch
 
 from bagua_core._native_minmax import ffi, lib
 from bagua_core.native.layout import NonFiniteError, compressed_size, nonfinite_message
+from bagua_core.native.layout import chunk_numel as compressed_chunk
 
-__all__ = ["compress", "decompress", "decompress_sum", "get_threads", "lib", "set_threads"]
+__all__ = [
+    "compress", "decompress", "decompress_sum", "get_threads", "headers", "lib", "quantise", "set_threads",
+]
 
 
 def _check(rc: int, what: str) -> None:
@@ -55,15 +58,36 @@ def compress(x: torch.Tensor, n_chunks: int, nonfinite: str, out: torch.Tensor |
     return out
 
 
-def decompress(buf: torch.Tensor, n_chunks: int, out: torch.Tensor, accumulate: bool) -> torch.Tensor:
-    """``out = D(buf)`` or ``out += D(buf)`` in fp32."""
+def headers(x: torch.Tensor, n_chunks: int, nonfinite: str, out: torch.Tensor) -> torch.Tensor:
+    """The slot headers (min/max) and zero padding of ``compress`` into ``out``; payload untouched."""
+    xf = x if x.dtype == torch.float32 else x.float()
+    rc = lib.bagua_minmax_headers_f32(
+        _float_ptr(xf), xf.numel(), n_chunks, _byte_ptr(out), out.numel(), int(nonfinite == "raise")
+    )
+    _check(rc, "compress_minmax_uint8_headers")
+    return out
+
+
+def quantise(x: torch.Tensor, n_chunks: int, out: torch.Tensor, begin: int, end: int) -> torch.Tensor:
+    """The payload of the chunk-local elements [begin, end) of every chunk, from ``out``'s headers."""
+    xf = x if x.dtype == torch.float32 else x.float()
+    rc = lib.bagua_minmax_quantise_f32(_float_ptr(xf), xf.numel(), n_chunks, _byte_ptr(out), out.numel(), begin, end)
+    _check(rc, "quantise_minmax_uint8")
+    return out
+
+
+def decompress(
+    buf: torch.Tensor, n_chunks: int, out: torch.Tensor, accumulate: bool, begin: int = 0, end: int | None = None
+) -> torch.Tensor:
+    """``out = D(buf)`` or ``out += D(buf)`` in fp32 (only the chunk-local elements [begin, end))."""
     target = (
         out
         if out.dtype == torch.float32
-        else (out.float() if accumulate else out.new_empty(out.shape, dtype=torch.float32))
+        else (out.float() if accumulate or begin or end is not None else out.new_empty(out.shape, dtype=torch.float32))
     )
-    rc = lib.bagua_minmax_decompress_f32(
-        _byte_ptr(buf), buf.numel(), out.numel(), n_chunks, _float_ptr(target), int(accumulate)
+    rc = lib.bagua_minmax_decompress_range_f32(
+        _byte_ptr(buf), buf.numel(), out.numel(), n_chunks, _float_ptr(target), int(accumulate),
+        begin, compressed_chunk(out.numel(), n_chunks) if end is None else end,
     )
     _check(rc, "decompress_minmax_uint8")
     if target is not out:
@@ -71,12 +95,16 @@ def decompress(buf: torch.Tensor, n_chunks: int, out: torch.Tensor, accumulate: 
     return out
 
 
-def decompress_sum(bufs: Sequence[torch.Tensor], out: torch.Tensor, average: bool) -> torch.Tensor:
-    """``out = sum_k D(bufs[k])`` (or the mean) accumulated in fp32."""
-    target = out if out.dtype == torch.float32 else out.new_empty(out.shape, dtype=torch.float32)
+def decompress_sum(
+    bufs: Sequence[torch.Tensor], out: torch.Tensor, average: bool, begin: int = 0, end: int | None = None
+) -> torch.Tensor:
+    """``out = sum_k D(bufs[k])`` (or the mean) accumulated in fp32 (only ``out[begin:end]``)."""
+    partial = begin or end is not None
+    target = out if out.dtype == torch.float32 else (out.float() if partial else out.new_empty(out.shape, dtype=torch.float32))
     pointers = ffi.new("uint8_t *[]", [_byte_ptr(b) for b in bufs])
-    rc = lib.bagua_minmax_decompress_sum_f32(
-        pointers, len(bufs), compressed_size(out.numel(), 1), out.numel(), _float_ptr(target), int(average)
+    rc = lib.bagua_minmax_decompress_sum_range_f32(
+        pointers, len(bufs), compressed_size(out.numel(), 1), out.numel(), _float_ptr(target), int(average),
+        begin, out.numel() if end is None else end,
     )
     _check(rc, "decompress_average_minmax_uint8")
     if target is not out:
