@@ -25,7 +25,13 @@ __all__ = ["instrument", "main"]
 TIMERS: dict[str, float] = collections.defaultdict(float)
 COLLECTIVES = ("all_reduce", "all_to_all_single", "all_gather_into_tensor", "all_gather", "reduce_scatter_tensor",
                "broadcast", "reduce", "send", "recv", "isend", "irecv")
-KERNELS = ("compress_minmax_uint8", "decompress_minmax_uint8", "decompress_average_minmax_uint8")
+KERNELS = (
+    "compress_minmax_uint8",
+    "compress_minmax_uint8_headers",
+    "quantise_minmax_uint8",
+    "decompress_minmax_uint8",
+    "decompress_average_minmax_uint8",
+)
 
 
 def _timed(name: str, fn):  # noqa: ANN001, ANN202
