@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             rows = run_curves(methods, args, hosts)
     header = (f"Measured {time.strftime('%Y-%m-%d %H:%M')}: {args.world_size} workers on {args.network}, "
               f"{args.epochs} epochs of the digits data, batch {args.batch_size} per worker, SGD lr {args.lr} "
-              f"momentum 0.9 (qadam: QAdamOptimizer lr 1e-3, 20 warmup steps); "
+              f"momentum 0.9 (qadam: QAdamOptimizer lr 5e-3, eps 1e-4, 2 epochs of warmup); "
               f"`python -m benchmarks.convergence {' '.join(sys.argv[1:] if argv is None else argv)}`.")
     for path in write_convergence(rows, Path(args.results), header):
         print("wrote", path)

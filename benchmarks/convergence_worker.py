@@ -36,9 +36,11 @@ def train_curve(method: str, epochs: int, batch_size: int, lr: float, hidden: in
     rank, world = dist.get_rank(), dist.get_world_size()
     train_x, train_y, test_x, test_y = load_digits(seed=seed)
     torch.manual_seed(seed)
-    model, optimizer = prepare(method, DigitsMLP(hidden), lr=lr, momentum=0.9, qadam_lr=1e-3, qadam_warmup=20)
     shard = torch.arange(rank, len(train_y), world)
-    steps_per_epoch = len(shard) // batch_size
+    steps_per_epoch = len(train_y) // world // batch_size  # equal on every rank
+    # qadam as in the main job: lr 5e-3, two epochs of full-precision warmup
+    model, optimizer = prepare(method, DigitsMLP(hidden), lr=lr, momentum=0.9, qadam_lr=5e-3,
+                               qadam_warmup=2 * steps_per_epoch)
     curve: list[dict] = []
     clock = 0.0
     for epoch in range(epochs):

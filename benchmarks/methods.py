@@ -28,6 +28,9 @@ BENCH_OPTIONS: dict[str, dict[str, Any]] = {
 """Options given to a bagua algorithm in the benchmarks (defaults otherwise)."""
 
 QADAM_WARMUP_STEPS = 2
+QADAM_EPS = 1e-4
+"""qadam's eps: its second moment is frozen after warmup, and a coordinate whose v stayed near zero
+would see quantisation error divided by Adam's default 1e-8 (as in the main job)."""
 """qadam's full-precision warmup; shorter than the benchmark's warmup so timed steps are compressed."""
 
 # algorithms whose wrapping is not ``with_bagua(name)`` (decentralized_dp has its own wrapper)
@@ -65,14 +68,16 @@ def _ddp(method: str, model: torch.nn.Module) -> torch.nn.Module:
 def prepare(method: str, model: torch.nn.Module, lr: float, momentum: float = 0.0, qadam_lr: float = 1e-3,
             qadam_warmup: int = QADAM_WARMUP_STEPS) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     """Wrap ``model`` for ``method`` (collective: every rank calls it) and return ``(model, optimizer)``:
-    SGD(lr, momentum), except qadam's own QAdamOptimizer(qadam_lr, warmup_steps=qadam_warmup)."""
+    SGD(lr, momentum), except qadam's own QAdamOptimizer(qadam_lr, warmup_steps=qadam_warmup, eps=QADAM_EPS)."""
     if is_ddp(method):
         wrapped = _ddp(method, model)
         return wrapped, torch.optim.SGD(wrapped.parameters(), lr=lr, momentum=momentum)
     if method == "qadam":
         from bagua_algorithms.q_adam import QAdamOptimizer
 
-        optimizer: torch.optim.Optimizer = QAdamOptimizer(model.parameters(), lr=qadam_lr, warmup_steps=qadam_warmup)
+        optimizer: torch.optim.Optimizer = QAdamOptimizer(
+            model.parameters(), lr=qadam_lr, warmup_steps=qadam_warmup, eps=QADAM_EPS
+        )
     else:
         optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     wrapped = model.with_bagua([optimizer], {"name": method, **BENCH_OPTIONS.get(method, {})})
