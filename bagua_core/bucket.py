@@ -73,6 +73,11 @@ class BaguaBucket:
         offset, numel = self.offsets[index], self.numels[index]
         return self._buffer[offset : offset + numel]
 
+    @property
+    def buffer(self) -> torch.Tensor | None:
+        """The contiguous buffer of a flattened bucket (padding included), None when not flattened."""
+        return self._buffer
+
     def check_flatten(self) -> bool:
         """True when every effective tensor is a contiguous view at its place in the bucket buffer."""
         if self._buffer is None:

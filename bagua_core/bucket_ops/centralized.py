@@ -71,7 +71,8 @@ class CentralizedSynchronousOp:
             from bagua_core.process_group import get_default_group
 
             group = get_default_group()
-        tensor = bucket.flattened_tensor()
+        flattened = bucket.check_flatten()
+        tensor = bucket.buffer if flattened else bucket.flattened_tensor()  # one layout check per run
         if self.compression is not None:
             from bagua_core.bucket_ops.compressed import CompressedWorkspace, compressed_allreduce
 
@@ -83,4 +84,5 @@ class CentralizedSynchronousOp:
             scattergather_allreduce(tensor, group, self.average)
         else:
             allreduce_inplace(tensor, op=ReduceOp.AVG if self.average else ReduceOp.SUM, comm=group.get_global_communicator())
-        bucket.write_back(tensor)
+        if not flattened:
+            bucket.write_back(tensor)

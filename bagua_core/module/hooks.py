@@ -49,6 +49,7 @@ def _make_backward_hook(module: torch.nn.Module, name: str):
             return
         if not module._bagua_post_backward_queued:
             module._bagua_post_backward_queued = True
+            module._bagua_scheduler.in_backward = True
             torch.autograd.Variable._execution_engine.queue_callback(lambda: _post_backward(module))
         module._bagua_backward_hook(name, param)
 
@@ -57,6 +58,7 @@ def _make_backward_hook(module: torch.nn.Module, name: str):
 
 def _post_backward(module: torch.nn.Module) -> None:
     module._bagua_post_backward_queued = False
+    module._bagua_scheduler.in_backward = False
     module._bagua_post_backward_hook()
 
 

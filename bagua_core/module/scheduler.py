@@ -18,6 +18,9 @@ class BucketScheduler:
         self.buckets = buckets
         self.worker = worker
         self.next_index = 0
+        self.in_backward = False
+        """Set by the module's backward hooks: the last bucket then runs on the calling thread, which
+        would only wait for it at the end of backward anyway (no hand-off to the communication thread)."""
         for bucket in buckets:
             bucket.on_ready = self._on_ready
 
@@ -26,7 +29,11 @@ class BucketScheduler:
             launching = self.buckets[self.next_index]
             self.next_index += 1
             launching.reset_ready()
-            self.worker.submit(launching.execute_ops)
+            if self.in_backward and self.next_index == len(self.buckets):
+                self.worker.synchronize()  # earlier buckets first: the order of collectives is kept
+                launching.execute_ops()
+            else:
+                self.worker.submit(launching.execute_ops)
 
     def flush(self) -> None:
         """Mark what was never marked ready (unused parameters get zero gradients) and launch it."""
