@@ -57,7 +57,9 @@ def _plot_e2e(rows: Sequence[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    networks = list(dict.fromkeys(r["network"] for r in rows))
+    networks = list(dict.fromkeys(r["network"] for r in rows if "ms_per_step" in r))  # not the ones that failed
+    if not networks:
+        return
     fig, axes = plt.subplots(1, len(networks), figsize=(4.5 * len(networks), 4.5), squeeze=False)
     for ax, network in zip(axes[0], networks):
         group = [r for r in rows if r["network"] == network and "ms_per_step" in r]
