@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from pydantic import ValidationInfo
 
-__all__ = ["check_positive_int", "is_communication_step", "weight_tensors"]
+from bagua_core.algorithm import AlgorithmImpl
+
+__all__ = ["WeightCommunicatingImpl", "check_positive_int", "is_communication_step", "weight_tensors"]
 
 
 def check_positive_int(value: object, info: ValidationInfo) -> int:
@@ -13,6 +17,17 @@ def check_positive_int(value: object, info: ValidationInfo) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{info.field_name} must be a positive integer, got {value!r}")
     return value
+
+
+class WeightCommunicatingImpl(AlgorithmImpl):
+    """Base of the decentralized impls: they communicate the weights, so a gradient becoming ready
+    triggers nothing."""
+
+    def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
+        return weight_tensors(bagua_module)
+
+    def init_backward_hook(self, bagua_module: torch.nn.Module) -> Callable[[str, torch.nn.Parameter], None]:
+        return lambda parameter_name, parameter: None
 
 
 def weight_tensors(bagua_module: torch.nn.Module) -> list[torch.Tensor]:

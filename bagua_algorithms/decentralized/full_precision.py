@@ -22,8 +22,8 @@ from typing import Literal
 import torch
 from pydantic import field_validator
 
-from bagua_algorithms.decentralized.common import check_positive_int, is_communication_step, weight_tensors
-from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
+from bagua_algorithms.decentralized.common import WeightCommunicatingImpl, check_positive_int, is_communication_step
+from bagua_core.algorithm import Algorithm, AlgorithmConfig
 from bagua_core.bucket import BaguaBucket
 from bagua_core.bucket_ops.decentralized import DecentralizedSynchronousOp, check_peers
 
@@ -42,7 +42,7 @@ class DecentralizedConfig(AlgorithmConfig):
     _check_interval = field_validator("communication_interval", mode="before")(check_positive_int)
 
 
-class DecentralizedAlgorithmImpl(AlgorithmImpl):
+class DecentralizedAlgorithmImpl(WeightCommunicatingImpl):
     def __init__(self, process_group, hierarchical: bool, peer_selection_mode: str, communication_interval: int) -> None:
         check_peers(process_group, hierarchical, peer_selection_mode)
         super().__init__(process_group)
@@ -54,7 +54,7 @@ class DecentralizedAlgorithmImpl(AlgorithmImpl):
 
     def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
         self._ops = []  # buckets are being rebuilt
-        return weight_tensors(bagua_module)
+        return super().init_tensors(bagua_module)
 
     def tensors_to_buckets(self, tensors: list[torch.Tensor], do_flatten: bool) -> list[BaguaBucket]:
         return [BaguaBucket(tensors, "decentralized_weights", do_flatten)]
@@ -77,12 +77,6 @@ class DecentralizedAlgorithmImpl(AlgorithmImpl):
                 op.take_snapshot(bucket, round_index)
                 for tensor in bucket.tensors:
                     tensor.bagua_mark_communication_ready()
-
-        return hook
-
-    def init_backward_hook(self, bagua_module: torch.nn.Module) -> Callable:
-        def hook(parameter_name: str, parameter: torch.nn.Parameter) -> None:
-            return None
 
         return hook
 

@@ -21,8 +21,8 @@ from typing import Literal
 import torch
 from pydantic import field_validator
 
-from bagua_algorithms.decentralized.common import check_positive_int, is_communication_step, weight_tensors
-from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
+from bagua_algorithms.decentralized.common import WeightCommunicatingImpl, check_positive_int, is_communication_step
+from bagua_core.algorithm import Algorithm, AlgorithmConfig
 from bagua_core.bucket import BaguaBucket
 
 __all__ = [
@@ -42,15 +42,12 @@ class LowPrecisionDecentralizedConfig(AlgorithmConfig):
     _check_interval = field_validator("communication_interval", mode="before")(check_positive_int)
 
 
-class LowPrecisionDecentralizedAlgorithmImpl(AlgorithmImpl):
+class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
     def __init__(self, process_group, hierarchical: bool, communication_interval: int) -> None:
         super().__init__(process_group)
         self.hierarchical = hierarchical
         self.communication_interval = communication_interval
         self._stepped = 0
-
-    def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
-        return weight_tensors(bagua_module)
 
     def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
         bucket.clear_ops()
@@ -59,12 +56,6 @@ class LowPrecisionDecentralizedAlgorithmImpl(AlgorithmImpl):
     def init_forward_pre_hook(self, bagua_module: torch.nn.Module) -> Callable:
         def hook(inputs) -> None:
             self._stepped = 0
-
-        return hook
-
-    def init_backward_hook(self, bagua_module: torch.nn.Module) -> Callable:
-        def hook(parameter_name: str, parameter: torch.nn.Parameter) -> None:
-            return None
 
         return hook
 
