@@ -22,6 +22,7 @@ __all__ = [
     "get_default_bucket_size",
     "get_node_key",
     "get_comm_timeout_s",
+    "get_communicator_backend",
 ]
 
 DEFAULT_BUCKET_SIZE = 10 * 1024 * 1024
@@ -102,3 +103,15 @@ def get_node_key() -> str:
 def get_comm_timeout_s() -> float:
     """Timeout of a collective before it fails instead of hanging: ``BAGUA_COMM_TIMEOUT_S`` or 600."""
     return float(os.environ.get("BAGUA_COMM_TIMEOUT_S", "600"))
+
+
+COMMUNICATOR_BACKENDS = ("torch", "nccl")
+
+
+def get_communicator_backend() -> str:
+    """Which library runs the collectives on CUDA tensors: ``BAGUA_COMMUNICATOR=torch`` (default,
+    torch.distributed's NCCL/gloo process groups) or ``nccl`` (bagua's native NCCL communicator)."""
+    value = os.environ.get("BAGUA_COMMUNICATOR", "torch").strip().lower() or "torch"
+    if value not in COMMUNICATOR_BACKENDS:
+        raise ValueError(f"BAGUA_COMMUNICATOR must be one of {COMMUNICATOR_BACKENDS}, got {value!r}")
+    return value

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from bagua_core import env
 from bagua_core.communication.communicator import BaguaCommunicator
 from bagua_core.communication.worker import CommunicationWorker
-from bagua_core.exceptions import NotInitializedError, RepeatedInitializationError
+from bagua_core.exceptions import BaguaError, NotInitializedError, RepeatedInitializationError
 
 __all__ = [
     "BaguaProcessGroup",
@@ -146,7 +146,9 @@ def init_process_group(store: dist.Store | None = None) -> BaguaProcessGroup:
     """Start the default process group from the torchrun variables (gloo on CPU, NCCL on CUDA).
 
     ``store`` replaces the ``MASTER_ADDR``/``MASTER_PORT`` rendezvous. If torch.distributed is already
-    initialized (by Lightning, say) its default group is used. ``BAGUA_BACKEND`` overrides the backend.
+    initialized (by Lightning, say) its default group is used. ``BAGUA_BACKEND`` overrides the backend;
+    ``BAGUA_COMMUNICATOR=nccl`` runs the collectives on CUDA tensors through bagua's native NCCL
+    communicator (an error here, on every rank, says why when it is unavailable).
 
     Example::
 
@@ -159,6 +161,14 @@ def init_process_group(store: dist.Store | None = None) -> BaguaProcessGroup:
         raise RepeatedInitializationError(
             "bagua's process group is already initialized; init_process_group() must be called once per process"
         )
+    if env.get_communicator_backend() == "nccl":  # fail before any rendezvous, on every rank
+        from bagua_core import native
+
+        if not native.has_nccl:
+            raise BaguaError(
+                f"BAGUA_COMMUNICATOR=nccl, but bagua's NCCL communicator is unavailable: "
+                f"{native.nccl_unavailable_reason}; unset BAGUA_COMMUNICATOR to use torch.distributed"
+            )
     if not dist.is_initialized():
         use_cuda = torch.cuda.is_available()
         backend = os.environ.get("BAGUA_BACKEND") or ("nccl" if use_cuda else "gloo")

@@ -85,3 +85,40 @@ def test_not_initialized_and_env(monkeypatch) -> None:
         bagua.get_default_bucket_size()
     monkeypatch.delenv("BAGUA_DEFAULT_BUCKET_SIZE")
     assert bagua.get_default_bucket_size() == 10 * 1024 * 1024
+
+
+def test_native_nccl_communicator_selection(monkeypatch) -> None:
+    from bagua_core import native
+
+    monkeypatch.setenv("BAGUA_COMMUNICATOR", "mpi")
+    with pytest.raises(ValueError, match="BAGUA_COMMUNICATOR must be one of"):
+        bagua.init_process_group()
+    monkeypatch.setenv("BAGUA_COMMUNICATOR", "nccl")
+    if native.has_nccl:
+        pytest.skip("NCCL is available here: the GPU test covers the selected path")
+    with pytest.raises(bagua.BaguaError, match="NCCL communicator is unavailable: .+unset BAGUA_COMMUNICATOR"):
+        bagua.init_process_group()
+    assert not bagua.is_initialized()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_collectives_through_native_nccl(monkeypatch) -> None:
+    from tests.distributed import free_port
+
+    monkeypatch.setenv("BAGUA_COMMUNICATOR", "nccl")
+    for name, value in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())).items():
+        monkeypatch.setenv(name, value)
+    bagua.init_process_group()
+    try:
+        comm = bagua.new_group().get_global_communicator()
+        t = torch.arange(4.0, device="cuda")
+        bagua.allreduce_inplace(t, op=bagua.ReduceOp.SUM, comm=comm)
+        out = torch.empty(4, device="cuda")
+        bagua.allgather(t, out, comm=comm)
+        torch.cuda.synchronize()
+        assert comm._nccl is not None  # the native communicator ran them
+        assert out.tolist() == [0.0, 1.0, 2.0, 3.0]
+    finally:
+        bagua.destroy_process_group()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import torch
 import torch.distributed as dist
 
+from bagua_core import env
 from bagua_core.exceptions import BaguaError
 
 __all__ = ["BaguaCommunicator"]
@@ -23,6 +25,22 @@ class BaguaCommunicator:
         self.name = name
         me = dist.get_rank()
         self._rank = self.global_ranks.index(me) if me in self.global_ranks else -1
+        self.use_native_nccl = env.get_communicator_backend() == "nccl"
+        self._nccl = None
+
+    def native_nccl_for(self, tensor: torch.Tensor):
+        """The native NCCL communicator when ``BAGUA_COMMUNICATOR=nccl`` and ``tensor`` is on CUDA,
+        else None (torch.distributed runs the collective). Built on first use, which is collective:
+        every member reaches it in the same collective, the unique id travels through torch's store."""
+        if not (self.use_native_nccl and tensor.is_cuda):
+            return None
+        if self._nccl is None:
+            from bagua_core.native.nccl import NCCLCommunicator
+
+            store = dist.distributed_c10d._get_default_store()
+            self._nccl = NCCLCommunicator(store, self._rank, self.nranks(), prefix=f"bagua/{self.name}/",
+                                          device=tensor.device)
+        return self._nccl
 
     def rank(self) -> int:
         return self._rank

@@ -64,6 +64,9 @@ def alltoall(send_tensor: torch.Tensor, recv_tensor: torch.Tensor, comm: BaguaCo
     if send.numel() % n:
         raise ValueError(f"send_tensor's {send.numel()} elements do not split into {n} equal chunks")
     record("alltoall", send)
+    nccl = comm.native_nccl_for(send)
+    if nccl is not None:
+        return nccl.alltoall(send, out)
     counts = [send.numel() // n] * n
     _exchange(send, out, counts, counts, comm)
 
@@ -120,13 +123,20 @@ def send(tensor: torch.Tensor, dst: int, comm: BaguaCommunicator | None = None) 
     comm = resolve_comm(comm)
     buffer = flat(tensor, "tensor")
     record("send", buffer)
+    nccl = comm.native_nccl_for(buffer)
+    if nccl is not None:
+        return nccl.send(buffer, dst)
     dist.send(_real(buffer), comm.global_rank(dst), group=comm.torch_group)
 
 
 def recv(tensor: torch.Tensor, src: int, comm: BaguaCommunicator | None = None) -> None:
     """Receive into ``tensor`` from rank ``src`` of ``comm`` (blocking)."""
     comm = resolve_comm(comm)
-    dist.recv(_real(flat(tensor, "tensor")), comm.global_rank(src), group=comm.torch_group)
+    buffer = flat(tensor, "tensor")
+    nccl = comm.native_nccl_for(buffer)
+    if nccl is not None:
+        return nccl.recv(buffer, src)
+    dist.recv(_real(buffer), comm.global_rank(src), group=comm.torch_group)
 
 
 def barrier(comm: BaguaCommunicator | None = None) -> None:

@@ -38,6 +38,9 @@ def broadcast(
     comm = resolve_comm(comm)
     buffer = flat(tensor, "tensor")
     record("broadcast", buffer)
+    nccl = comm.native_nccl_for(buffer)
+    if nccl is not None:
+        return nccl.broadcast(buffer, src)
     dist.broadcast(_real(buffer), src=comm.global_rank(src), group=comm.torch_group)
 
 
@@ -48,6 +51,9 @@ def allgather(send_tensor: torch.Tensor, recv_tensor: torch.Tensor, comm: BaguaC
     out = flat(recv_tensor, "recv_tensor")
     check_numel("recv_tensor", out, send.numel() * comm.nranks(), f"nranks ({comm.nranks()}) x send_tensor's")
     record("allgather", send)
+    nccl = comm.native_nccl_for(send)
+    if nccl is not None:
+        return nccl.allgather(send, out)
     dist.all_gather_into_tensor(_real(out), _real(send), group=comm.torch_group)
 
 

@@ -36,6 +36,9 @@ def allreduce_inplace(tensor: torch.Tensor, op: object = ReduceOp.SUM, comm: Bag
     comm = resolve_comm(comm)
     buffer = flat(tensor, "tensor")
     record("allreduce", buffer)
+    nccl = comm.native_nccl_for(buffer)
+    if nccl is not None:
+        return nccl.allreduce_inplace(buffer, to_reduce_op(op))
     reduce_inplace_on(buffer, op, comm, dst=None)
 
 
@@ -78,6 +81,9 @@ def reduce_inplace(
     buffer = flat(tensor, "tensor")
     record("reduce", buffer)
     work = buffer if comm.rank() == dst else buffer.clone()
+    nccl = comm.native_nccl_for(buffer)
+    if nccl is not None:
+        return nccl.reduce_inplace(work, dst, to_reduce_op(op))
     reduce_inplace_on(work, op, comm, dst=dst)
 
 
@@ -122,6 +128,9 @@ def reduce_scatter(
     check_numel("send_tensor", send, out.numel() * n, f"nranks ({n}) x recv_tensor's elements")
     op = to_reduce_op(op)
     record("reduce_scatter", send)
+    nccl = comm.native_nccl_for(send)
+    if nccl is not None:
+        return nccl.reduce_scatter(send, out, op)
     send_view = torch.view_as_real(send) if send.is_complex() else send
     out_view = torch.view_as_real(out) if out.is_complex() else out
     torch_op = TORCH_OPS[ReduceOp.SUM if op == ReduceOp.AVG else op]
