@@ -2,7 +2,7 @@
 PYTHON ?= python
 BENCH_ARGS ?=
 
-.PHONY: bench bench-smoke bench-convergence bench-micro
+.PHONY: bench bench-smoke bench-convergence bench-micro bench-overhead
 
 bench:  ## end-to-end: DDP baselines and every algorithm at 1 and 10 Gbit/s, 1 Gbit/s + 5 ms, tiny model
 	$(PYTHON) -m benchmarks.e2e $(BENCH_ARGS)
@@ -15,3 +15,6 @@ bench-micro:  ## pytest-benchmark micro-benchmarks of the hot paths
 
 bench-smoke:  ## seconds, no root: checks that the benchmarks run (what CI runs)
 	$(PYTHON) -m pytest tests/test_benchmarks_smoke.py -q
+
+bench-overhead:  ## per-step overhead of plain / DDP / bagua on the tiny model, side by side (2 local workers)
+	$(PYTHON) -m bagua_core.cli run --standalone --nproc_per_node=2 -m benchmarks.overhead $(BENCH_ARGS)

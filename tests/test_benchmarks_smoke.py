@@ -89,3 +89,16 @@ def test_ratio_to_ddp_in_table(rows: list[dict], expected: str) -> None:
     for row in rows:
         row.update(samples_per_s=1.0, tx_bytes_per_step=0.0, loss=1.0)
     assert f"| x | 5.0 | 1.0 | 0.00 | {expected} |" in e2e_markdown(rows)
+
+
+def test_overhead_benchmark_runs_side_by_side(tmp_path: Path) -> None:
+    out = tmp_path / "overhead.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "bagua_core.cli", "run", "--standalone", "--nproc_per_node=2", "-m",
+         "benchmarks.overhead", "--blocks", "2", "--steps", "3", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert set(data["us_per_step"]) == {"plain", "ddp", "bagua"} and data["world_size"] == 2
+    assert all(value > 0 for value in data["us_per_step"].values())
