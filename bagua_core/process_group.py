@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -31,6 +32,7 @@ __all__ = [
 _default_group: BaguaProcessGroup | None = None
 _node_keys: list[str] = []  # node key of every global rank
 _group_count = 0
+_all_groups: weakref.WeakSet = weakref.WeakSet()  # every BaguaProcessGroup, released by destroy_process_group
 
 
 class BaguaProcessGroup:
@@ -58,6 +60,15 @@ class BaguaProcessGroup:
         inter_group = torch_group if len(self.leaders) == len(self.ranks) else _new_torch_group(self.leaders)
         self._inter = BaguaCommunicator(inter_group if me in self.leaders else None, self.leaders, f"{name}/inter")
         self.worker = CommunicationWorker(name)
+        _all_groups.add(self)
+
+    def release(self) -> None:
+        """Stop the communication thread and drop the torch process groups, so they are destroyed
+        with torch.distributed's and not at interpreter exit (where their threads may still run)."""
+        self.worker.shutdown()
+        for comm in (self._global, self._intra, self._inter):
+            if comm is not None:
+                comm.release()
 
     # seed API -------------------------------------------------------------------------------
     def get_global_communicator(self) -> BaguaCommunicator:
@@ -213,8 +224,9 @@ def from_torch_group(group: dist.ProcessGroup) -> BaguaProcessGroup:
 def destroy_process_group() -> None:
     """Stop the default group and torch.distributed (tests and clean shutdown)."""
     global _default_group
-    if _default_group is not None:
-        _default_group.worker.shutdown()
+    for group in list(_all_groups):
+        group.release()
+    _all_groups.clear()
     _default_group = None
     if dist.is_initialized():
         dist.destroy_process_group()

@@ -42,6 +42,13 @@ class BaguaCommunicator:
                                           device=tensor.device)
         return self._nccl
 
+    def release(self) -> None:
+        """Forget the torch process group and the native NCCL communicator (after shutdown)."""
+        self.torch_group = None
+        if self._nccl is not None:
+            self._nccl.destroy()
+            self._nccl = None
+
     def rank(self) -> int:
         return self._rank
 
