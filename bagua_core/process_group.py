@@ -7,7 +7,9 @@ communicators are right however the ranks are spread over hosts.
 
 from __future__ import annotations
 
+import atexit
 import datetime
+import gc
 import os
 import weakref
 
@@ -198,7 +200,13 @@ def init_process_group(store: dist.Store | None = None) -> BaguaProcessGroup:
     dist.all_gather_object(keys, env.get_node_key())
     _node_keys = [str(key) for key in keys]
     _default_group = BaguaProcessGroup(list(range(dist.get_world_size())), dist.group.WORLD, "default")
+    atexit.register(_destroy_at_exit)
     return _default_group
+
+
+def _destroy_at_exit() -> None:
+    if _default_group is not None:
+        destroy_process_group()
 
 
 def new_group(ranks: list[int] | None = None) -> BaguaProcessGroup:
@@ -222,7 +230,12 @@ def from_torch_group(group: dist.ProcessGroup) -> BaguaProcessGroup:
 
 
 def destroy_process_group() -> None:
-    """Stop the default group and torch.distributed (tests and clean shutdown)."""
+    """Stop the default group and torch.distributed (tests and clean shutdown). Also runs at exit.
+
+    Process groups kept alive by reference cycles (a wrapped module's hooks, DDP's reducer) are
+    collected here too: destroyed later, during interpreter finalization, their backend threads can
+    be killed while taking the GIL, which aborts the process ("terminate called without an active
+    exception") after all its work is done."""
     global _default_group
     for group in list(_all_groups):
         group.release()
@@ -230,3 +243,4 @@ def destroy_process_group() -> None:
     _default_group = None
     if dist.is_initialized():
         dist.destroy_process_group()
+    gc.collect()
