@@ -84,8 +84,10 @@ class BaguaBucket:
             return False
         base = self._buffer.data_ptr()
         itemsize = self._buffer.element_size()
-        for tensor, offset in zip(self.tensors, self.offsets):
+        for tensor, offset, view in zip(self.tensors, self.offsets, self._views):
             effective = tensor.bagua_getter_closure()
+            if effective is view:  # the common case: the slot itself
+                continue
             if effective is None or not effective.is_contiguous():
                 return False
             if effective.data_ptr() != base + offset * itemsize:
@@ -133,6 +135,24 @@ class BaguaBucket:
         else:  # no autograd context or reshape when not needed: each costs several microseconds
             view.copy_(effective if effective.shape == view.shape else effective.reshape(view.shape))
         tensor.bagua_setter_closure(view)
+
+    def bind_unset_views(self) -> None:
+        """Give every effective tensor that is None (a gradient after ``zero_grad(set_to_none=True)``)
+        its zeroed slot of the buffer, before backward: autograd then accumulates into the slot and
+        :meth:`restore_view` has nothing to copy. Runs before every training forward."""
+        if self._buffer is None:
+            return
+        unset = [i for i, tensor in enumerate(self.tensors) if tensor.bagua_getter_closure() is None]
+        if not unset:
+            return
+        with torch.no_grad():
+            if len(unset) == len(self.tensors):
+                self._buffer.zero_()
+            else:
+                for i in unset:
+                    self._views[i].zero_()
+        for i in unset:
+            self.tensors[i].bagua_setter_closure(self._views[i])
 
     def bytes(self) -> int:
         """Size of the bucket's data in bytes (padding included)."""

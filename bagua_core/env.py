@@ -23,9 +23,11 @@ __all__ = [
     "get_node_key",
     "get_comm_timeout_s",
     "get_communicator_backend",
+    "get_small_allreduce_bytes",
 ]
 
 DEFAULT_BUCKET_SIZE = 10 * 1024 * 1024
+DEFAULT_SMALL_ALLREDUCE_BYTES = 128 * 1024
 
 
 def _int_env(name: str, default: int) -> int:
@@ -88,6 +90,23 @@ def get_default_bucket_size() -> int:
     if size <= 0:
         raise ValueError(f"BAGUA_DEFAULT_BUCKET_SIZE must be a positive number of bytes, got {size}")
     return size
+
+
+def get_small_allreduce_bytes(raw: str | None = None) -> int:
+    """Allreduces of CPU tensors on gloo up to this many bytes use recursive doubling over
+    point-to-point messages instead of gloo's ring (:mod:`bagua_core.communication.small_allreduce`):
+    ``BAGUA_SMALL_ALLREDUCE_BYTES`` (or ``raw``), default 128 KiB, 0 turns it off."""
+    if raw is None:
+        raw = os.environ.get("BAGUA_SMALL_ALLREDUCE_BYTES", "")
+    if raw.strip() == "":
+        return DEFAULT_SMALL_ALLREDUCE_BYTES
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"BAGUA_SMALL_ALLREDUCE_BYTES must be a number of bytes >= 0 (0: off), got {raw!r}")
+    return value
 
 
 def get_node_key() -> str:

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from bagua_core import env
+from bagua_core.communication import small_allreduce
 from bagua_core.communication.communicator import BaguaCommunicator
 from bagua_core.communication.worker import CommunicationWorker
 from bagua_core.exceptions import BaguaError, NotInitializedError, RepeatedInitializationError
@@ -196,12 +197,22 @@ def init_process_group(store: dist.Store | None = None) -> BaguaProcessGroup:
             )
         else:
             dist.init_process_group(backend, init_method="env://", timeout=timeout)
-    keys: list[str | None] = [None] * dist.get_world_size()
-    dist.all_gather_object(keys, env.get_node_key())
-    _node_keys = [str(key) for key in keys]
+    facts: list[tuple[str, str] | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(facts, (env.get_node_key(), os.environ.get("BAGUA_SMALL_ALLREDUCE_BYTES", "")))
+    _node_keys = [str(key) for key, _ in facts]
+    _agree_small_allreduce_bytes([raw for _, raw in facts])
     _default_group = BaguaProcessGroup(list(range(dist.get_world_size())), dist.group.WORLD, "default")
     atexit.register(_destroy_at_exit)
     return _default_group
+
+
+def _agree_small_allreduce_bytes(raws: list[str]) -> None:
+    """Every rank checks every rank's ``BAGUA_SMALL_ALLREDUCE_BYTES``: a difference (which would pair
+    point-to-point messages with gloo's allreduce and hang) or a bad value raises on every rank."""
+    if len(set(raws)) > 1:
+        values = ", ".join(f"rank {rank}: {raw or '(unset)'}" for rank, raw in enumerate(raws))
+        raise BaguaError(f"BAGUA_SMALL_ALLREDUCE_BYTES must be the same on every rank, got {values}")
+    small_allreduce.threshold_bytes = env.get_small_allreduce_bytes(raws[0])
 
 
 def _destroy_at_exit() -> None:
@@ -241,6 +252,7 @@ def destroy_process_group() -> None:
         group.release()
     _all_groups.clear()
     _default_group = None
+    small_allreduce.threshold_bytes = 0
     if dist.is_initialized():
         dist.destroy_process_group()
     gc.collect()

@@ -39,7 +39,7 @@ def free_port() -> int:
 
 
 def _worker(rank: int, world_size: int, local_size: int, port: int, timeout: float, extra_env: dict,
-            fn: Callable, args: tuple, results: Any) -> None:
+            rank_env: dict, fn: Callable, args: tuple, results: Any) -> None:
     os.environ.update(
         RANK=str(rank),
         WORLD_SIZE=str(world_size),
@@ -52,6 +52,7 @@ def _worker(rank: int, world_size: int, local_size: int, port: int, timeout: flo
         OMP_NUM_THREADS="1",
     )
     os.environ.update(extra_env)
+    os.environ.update(rank_env.get(rank, {}))
     try:
         import torch
 
@@ -75,15 +76,17 @@ def run_workers(
     local_size: int | None = None,
     timeout: float = 120.0,
     env: dict[str, str] | None = None,
+    rank_env: dict[int, dict[str, str]] | None = None,
 ) -> list[Any]:
-    """Run ``fn(rank, *args)`` on ``world_size`` processes; return the results ordered by rank."""
+    """Run ``fn(rank, *args)`` on ``world_size`` processes; return the results ordered by rank.
+    ``env`` is added to every worker's environment, ``rank_env[r]`` to rank r's only."""
     local_size = local_size or world_size
     results = _CONTEXT.Queue()
     port = free_port()
     procs = [
         _CONTEXT.Process(
             target=_worker,
-            args=(rank, world_size, local_size, port, timeout, env or {}, fn, args, results),
+            args=(rank, world_size, local_size, port, timeout, env or {}, rank_env or {}, fn, args, results),
             daemon=True,
         )
         for rank in range(world_size)

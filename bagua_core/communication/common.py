@@ -8,6 +8,7 @@ import torch.distributed as dist
 from bagua_core.communication import stats
 from bagua_core.communication.communicator import BaguaCommunicator
 from bagua_core.communication.reduce_op import TORCH_OPS, ReduceOp, to_reduce_op
+from bagua_core.communication.small_allreduce import small_allreduce_inplace
 
 __all__ = ["resolve_comm", "check_numel", "flat", "reduce_inplace_on", "record"]
 
@@ -33,7 +34,7 @@ def flat(tensor: torch.Tensor, name: str) -> torch.Tensor:
         raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
     if not tensor.is_contiguous():
         raise ValueError(f"{name} must be contiguous; call .contiguous() first")
-    return tensor.view(-1)
+    return tensor if tensor.dim() == 1 else tensor.view(-1)
 
 
 def record(collective: str, tensor: torch.Tensor) -> None:
@@ -60,12 +61,14 @@ def reduce_inplace_on(tensor: torch.Tensor, op: object, comm: BaguaCommunicator,
     """Reduce ``tensor`` in place over ``comm``: to every rank (``dst is None``) or to ``dst``.
 
     AVG is a SUM followed by a division on every backend (gloo has no AVG, and a division after the
-    sum keeps every rank bit-identical).
+    sum keeps every rank bit-identical). Small allreduces on gloo run :mod:`small_allreduce`.
     """
     op = to_reduce_op(op)
     view = _as_real(tensor, op)
     torch_op = TORCH_OPS[ReduceOp.SUM if op == ReduceOp.AVG else op]
-    if dst is None:
+    if dst is None and comm.use_small_allreduce(view):
+        small_allreduce_inplace(view, op, comm)
+    elif dst is None:
         dist.all_reduce(view, op=torch_op, group=comm.torch_group)
     else:
         dist.reduce(view, dst=comm.global_rank(dst), op=torch_op, group=comm.torch_group)

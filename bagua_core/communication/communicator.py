@@ -6,6 +6,7 @@ import torch
 import torch.distributed as dist
 
 from bagua_core import env
+from bagua_core.communication import small_allreduce
 from bagua_core.exceptions import BaguaError
 
 __all__ = ["BaguaCommunicator"]
@@ -27,6 +28,19 @@ class BaguaCommunicator:
         self._rank = self.global_ranks.index(me) if me in self.global_ranks else -1
         self.use_native_nccl = env.get_communicator_backend() == "nccl"
         self._nccl = None
+        self.small_allreduce_bytes = 0
+        """Allreduces of CPU tensors up to this size run :mod:`small_allreduce` (gloo groups only)."""
+        if torch_group is not None and self._rank >= 0 and "gloo" in str(dist.get_backend(torch_group)):
+            self.small_allreduce_bytes = small_allreduce.threshold_bytes
+
+    def use_small_allreduce(self, tensor: torch.Tensor) -> bool:
+        """Whether an allreduce of ``tensor`` runs :func:`small_allreduce.small_allreduce_inplace`
+        (the same answer on every rank: it depends on the agreed threshold, size, dtype and device)."""
+        return (
+            tensor.numel() * tensor.element_size() <= self.small_allreduce_bytes
+            and tensor.device.type == "cpu"
+            and tensor.dtype is not torch.bool
+        )
 
     def native_nccl_for(self, tensor: torch.Tensor):
         """The native NCCL communicator when ``BAGUA_COMMUNICATOR=nccl`` and ``tensor`` is on CUDA,

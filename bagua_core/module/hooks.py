@@ -40,6 +40,8 @@ def _forward_pre_hook(module: torch.nn.Module, inputs: Any) -> None:
     _autotune_on_train_step(module)  # off unless BAGUA_AUTOTUNE=1 / autotune.configure(module)
     if module.bagua_algorithm.need_reset():
         rebuild_buckets(module)
+    for bucket in module.bagua_buckets:
+        bucket.bind_unset_views()
     module._bagua_forward_pre_hook(inputs)
 
 
