@@ -84,6 +84,8 @@ def run_network(network: str, methods: list[str], args: argparse.Namespace,
                     error = exc
                 done = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
             for row in done:
+                if hosts is not None and getattr(hosts, "link", ""):
+                    row["link"] = hosts.link
                 _record(rows, row, network)
             remaining = remaining[len(done):]
             if error is not None and remaining:
@@ -99,7 +101,7 @@ def run_network(network: str, methods: list[str], args: argparse.Namespace,
         try:
             with netns_link(args.world_size, spec["rate"], spec["delay"]) as hosts:
                 run_all(hosts)
-        except (subprocess.CalledProcessError, LaunchError) as exc:  # e.g. no sch_netem for the delay
+        except (subprocess.CalledProcessError, RuntimeError) as exc:  # the network did not come up
             reason = (getattr(exc, "stderr", "") or str(exc)).strip().splitlines()[-1]
             for method in methods:
                 if not any(row["method"] == method for row in rows):

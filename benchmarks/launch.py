@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from collections.abc import Iterator, Sequence
 
-__all__ = ["NETNS_SCRIPT", "REPO_ROOT", "netns_link", "launch", "LaunchError"]
+__all__ = ["NETNS_SCRIPT", "REPO_ROOT", "Hosts", "netns_link", "launch", "LaunchError"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NETNS_SCRIPT = Path(os.environ.get("BAGUA_NETNS_SCRIPT", REPO_ROOT.parent / "shared" / "bench" / "netns-link.sh"))
@@ -32,15 +32,39 @@ class LaunchError(RuntimeError):
     pass
 
 
+class Hosts(list):
+    """The namespace names of the hosts; ``link`` says how the link was emulated."""
+
+    link = ""
+
+
 @contextlib.contextmanager
-def netns_link(hosts: int, rate: str, delay: str) -> Iterator[list[str]]:
-    """Bring the emulated network up; yields the namespace names; always brings it down."""
+def netns_link(hosts: int, rate: str, delay: str) -> Iterator[Hosts]:
+    """Bring the emulated network up; yields the namespace names; always brings it down.
+
+    A delay needs the kernel's ``sch_netem``; without it (``Specified qdisc kind is unknown``) the
+    hosts come from :mod:`benchmarks.delay_link` instead (TUN devices and a userspace forwarder that
+    holds each packet for the delay), and ``hosts.link`` says so."""
     if not NETNS_SCRIPT.exists():
         raise LaunchError(f"{NETNS_SCRIPT} not found; set BAGUA_NETNS_SCRIPT to netns-link.sh")
     try:
-        subprocess.run(["bash", str(NETNS_SCRIPT), "up", str(hosts), rate, delay], check=True,
-                       capture_output=True, text=True)
-        yield [f"bgh{i + 1}" for i in range(hosts)]
+        try:
+            subprocess.run(["bash", str(NETNS_SCRIPT), "up", str(hosts), rate, delay], check=True,
+                           capture_output=True, text=True)
+        except subprocess.CalledProcessError as exc:
+            if delay == "0ms" or "qdisc kind is unknown" not in (exc.stderr or ""):
+                raise
+            subprocess.run(["bash", str(NETNS_SCRIPT), "down", str(hosts)], capture_output=True)
+            from benchmarks.delay_link import delay_link
+
+            with delay_link(hosts, rate, delay) as names:
+                found = Hosts(names)
+                found.link = f"tbf {rate}, {delay} one-way delay by benchmarks/delay_link.py (no sch_netem here)"
+                yield found
+            return
+        found = Hosts(f"bgh{i + 1}" for i in range(hosts))
+        found.link = f"tbf {rate}" + (f", {delay} one-way delay by netem" if delay != "0ms" else "")
+        yield found
     finally:
         subprocess.run(["bash", str(NETNS_SCRIPT), "down", str(hosts)], capture_output=True)
 

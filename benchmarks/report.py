@@ -38,6 +38,8 @@ def e2e_markdown(rows: Sequence[dict], header: str = "") -> str:
         first = next((r for r in group if "model" in r), None)
         title = (f"{first['model']} ({first['params'] / 1e6:.1f}M parameters), batch {first['batch_size']} per rank, "
                  f"{first['world_size']} hosts" if first else "not run")
+        if first and first.get("link"):
+            title += f"; link: {first['link']}"
         lines += ["", f"### {network}: {title}", "",
                   "| method | ms/step | samples/s | MB sent/step/rank | step time vs DDP | vs DDP+fp16 | loss |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
