@@ -31,7 +31,7 @@ import sys
 import time
 from collections.abc import Iterator
 
-__all__ = ["DelayLink", "delay_link", "parse_delay", "main"]
+__all__ = ["DelayLink", "delay_link", "parse_delay", "measure", "main"]
 
 TUNSETIFF = 0x400454CA
 IFF_TUN = 0x0001
@@ -160,35 +160,40 @@ def delay_link(hosts: int, rate: str, delay: str) -> Iterator[list[str]]:
         _down(hosts)
 
 
-def _check(hosts: list[str], delay: float) -> None:
-    """Round-trip time of a small message and throughput of 64 MiB, host 2 -> host 1."""
+def measure(hosts: list[str], mebibytes: int = 64) -> tuple[float, float]:
+    """``(median round-trip seconds of a 1-byte TCP ping-pong, Mbit/s of sending mebibytes)`` from
+    the second host to the first (TCP_NODELAY, one connection)."""
     server = (
-        "import socket,sys\n"
+        "import socket\n"
         "s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);s.bind(('10.77.0.1',29900));s.listen()\n"
         "print('listening',flush=True)\n"
         "c,_=s.accept();c.setsockopt(socket.IPPROTO_TCP,socket.TCP_NODELAY,1)\n"
-        "for _ in range(20):\n  c.sendall(c.recv(1))\n"
-        "n=0\n"
-        "while n<64<<20:\n  b=c.recv(1<<20)\n  n+=len(b)\n"
+        "for _ in range(21):\n  c.sendall(c.recv(1))\n"
+        f"n=0\nwhile n<{mebibytes}<<20:\n  n+=len(c.recv(1<<20))\n"
         "c.sendall(b'k')\n"
     )
     client = (
         "import socket,time\n"
         "c=socket.create_connection(('10.77.0.1',29900));c.setsockopt(socket.IPPROTO_TCP,socket.TCP_NODELAY,1)\n"
         "r=[]\n"
-        "for _ in range(20):\n  t=time.perf_counter();c.sendall(b'x');c.recv(1);r.append(time.perf_counter()-t)\n"
-        "r.sort();d=b'\\0'*(1<<20);t=time.perf_counter()\n"
-        "for _ in range(64):\n  c.sendall(d)\n"
-        "c.recv(1);el=time.perf_counter()-t\n"
-        "print(f'rtt median {r[10]*1e3:.2f} ms, throughput {64*8*1.048576/el:.0f} Mbit/s')\n"
+        "for _ in range(21):\n  t=time.perf_counter();c.sendall(b'x');c.recv(1);r.append(time.perf_counter()-t)\n"
+        "r.sort();d=bytes(1<<20);t=time.perf_counter()\n"
+        f"for _ in range({mebibytes}):\n  c.sendall(d)\n"
+        "c.recv(1);print(r[10],time.perf_counter()-t)\n"
     )
     srv = subprocess.Popen(["ip", "netns", "exec", hosts[0], sys.executable, "-c", server],
                            stdout=subprocess.PIPE, text=True)
-    assert srv.stdout is not None and srv.stdout.readline().startswith("listening")
-    out = subprocess.run(["ip", "netns", "exec", hosts[1], sys.executable, "-c", client],
-                         check=True, capture_output=True, text=True, timeout=120).stdout.strip()
-    srv.wait(timeout=30)
-    print(f"{out} (expected rtt {2 * delay * 1e3:.2f} ms)")
+    try:
+        if srv.stdout is None or not srv.stdout.readline().startswith("listening"):
+            raise RuntimeError("the measuring server did not start in " + hosts[0])
+        out = subprocess.run(["ip", "netns", "exec", hosts[1], sys.executable, "-c", client],
+                             check=True, capture_output=True, text=True, timeout=120).stdout.split()
+        srv.wait(timeout=30)
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+    rtt, seconds = float(out[0]), float(out[1])
+    return rtt, mebibytes * 8 * 1.048576 / seconds
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -202,7 +207,9 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("needs root (network namespaces, TUN devices, tc)")
     if args.command == "check":
         with delay_link(args.hosts, args.rate, args.delay) as hosts:
-            _check(hosts, parse_delay(args.delay))
+            rtt, mbits = measure(hosts)
+        print(f"rtt median {rtt * 1e3:.2f} ms (expected {2 * parse_delay(args.delay) * 1e3:.2f}), "
+              f"throughput {mbits:.0f} Mbit/s (link {args.rate})")
         return
     link = DelayLink(args.hosts, args.rate, args.delay)
     signal.signal(signal.SIGTERM, link.stop)
