@@ -2,7 +2,8 @@
 
 Communicated: each bucket of gradients in its own dtype, with an allreduce (AVG when ``average``).
 Hierarchical: reduce inside each node to its leader, allreduce among leaders, broadcast inside the
-node. The result equals torch DDP's, and every rank ends bit-identical.
+node. The result equals torch DDP's (beyond 2 ranks, to the rounding of a different order of additions),
+and every rank ends bit-identical.
 
 Example::
 
