@@ -40,6 +40,8 @@ class BaguaBucket:
         self.flatten = flatten
         self.alignment = alignment
         self._ops: list[BucketOp] = []
+        self._deferred: list[Callable[[], None]] = []
+        self._deferring = False
         self._ready: set[int] = set()
         self.on_ready: Callable[[BaguaBucket], None] | None = None
         self.process_group: BaguaProcessGroup | None = None
@@ -180,10 +182,31 @@ class BaguaBucket:
     def pending_tensors(self) -> list[torch.Tensor]:
         return [t for t in self.tensors if id(t) not in self._ready]
 
-    def execute_ops(self) -> None:
-        """Run the operations in order (on the communication thread)."""
-        for op in self._ops:
-            op(self)
+    def execute_ops(self, deferrable: bool = False) -> None:
+        """Run the operations in order (on the communication thread). With ``deferrable`` (the
+        module's scheduler) the last operation may leave its communication in flight: it hands the
+        rest to :meth:`defer`, and :meth:`complete_deferred` finishes it (at the end of backward)."""
+        self._deferring = deferrable
+        try:
+            for op in self._ops:
+                op(self)
+        finally:
+            self._deferring = False
+
+    def may_defer(self, op: BucketOp) -> bool:
+        """Whether ``op``, now running, may finish later: it is the bucket's last operation and the
+        caller of :meth:`execute_ops` completes deferred work before the results are used."""
+        return self._deferring and bool(self._ops) and self._ops[-1] is op
+
+    def defer(self, finish: Callable[[], None]) -> None:
+        """Register what completes an operation left in flight (see :meth:`may_defer`)."""
+        self._deferred.append(finish)
+
+    def complete_deferred(self) -> None:
+        """Run what the operations deferred, in order; the bucket's results are final afterwards."""
+        pending, self._deferred = self._deferred, []
+        for finish in pending:
+            finish()
 
     # --- operations ---------------------------------------------------------------------------
     def clear_ops(self) -> BaguaBucket:

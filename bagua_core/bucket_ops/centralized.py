@@ -6,7 +6,15 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from bagua_core.communication import ReduceOp, allgather, allreduce_inplace, broadcast, reduce_inplace, reduce_scatter
+from bagua_core.communication import (
+    ReduceOp,
+    allgather,
+    allreduce_inplace,
+    allreduce_inplace_start,
+    broadcast,
+    reduce_inplace,
+    reduce_scatter,
+)
 from bagua_core.communication.common import finish_average
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -82,6 +90,11 @@ class CentralizedSynchronousOp:
             hierarchical_allreduce(tensor, group, self.average)
         elif self.scattergather:
             scattergather_allreduce(tensor, group, self.average)
+        elif bucket.may_defer(self):  # in flight while later buckets start: they share the link
+            finish = allreduce_inplace_start(tensor, op=ReduceOp.AVG if self.average else ReduceOp.SUM,
+                                             comm=group.get_global_communicator())
+            bucket.defer(finish if flattened else lambda: (finish(), bucket.write_back(tensor)))
+            return
         else:
             allreduce_inplace(tensor, op=ReduceOp.AVG if self.average else ReduceOp.SUM, comm=group.get_global_communicator())
         if not flattened:

@@ -25,6 +25,7 @@ from bagua_core.communication.reduce_op import ReduceOp
 from bagua_core.communication.reductions import (
     allreduce,
     allreduce_inplace,
+    allreduce_inplace_start,
     reduce,
     reduce_inplace,
     reduce_scatter,
@@ -36,6 +37,7 @@ __all__ = [
     "ReduceOp",
     "allreduce",
     "allreduce_inplace",
+    "allreduce_inplace_start",
     "reduce",
     "reduce_inplace",
     "reduce_scatter",

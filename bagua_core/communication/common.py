@@ -10,7 +10,7 @@ from bagua_core.communication.communicator import BaguaCommunicator
 from bagua_core.communication.reduce_op import TORCH_OPS, ReduceOp, to_reduce_op
 from bagua_core.communication.small_allreduce import small_allreduce_inplace
 
-__all__ = ["resolve_comm", "check_numel", "flat", "reduce_inplace_on", "record"]
+__all__ = ["resolve_comm", "check_numel", "flat", "as_real", "finish_average", "reduce_inplace_on", "record"]
 
 
 def resolve_comm(comm: BaguaCommunicator | None) -> BaguaCommunicator:
@@ -41,7 +41,7 @@ def record(collective: str, tensor: torch.Tensor) -> None:
     stats.record(collective, tensor.numel() * tensor.element_size())
 
 
-def _as_real(tensor: torch.Tensor, op: ReduceOp) -> torch.Tensor:
+def as_real(tensor: torch.Tensor, op: ReduceOp) -> torch.Tensor:
     if tensor.is_complex():
         if op not in (ReduceOp.SUM, ReduceOp.AVG):
             raise ValueError(f"complex tensors support only SUM and AVG, got {op.name}")
@@ -64,7 +64,7 @@ def reduce_inplace_on(tensor: torch.Tensor, op: object, comm: BaguaCommunicator,
     sum keeps every rank bit-identical). Small allreduces on gloo run :mod:`small_allreduce`.
     """
     op = to_reduce_op(op)
-    view = _as_real(tensor, op)
+    view = as_real(tensor, op)
     torch_op = TORCH_OPS[ReduceOp.SUM if op == ReduceOp.AVG else op]
     if dst is None and comm.use_small_allreduce(view):
         small_allreduce_inplace(view, op, comm)

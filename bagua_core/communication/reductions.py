@@ -7,10 +7,13 @@ and the older ``reduce(tensor, dst, op)``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.distributed as dist
 
 from bagua_core.communication.common import (
+    as_real,
     check_numel,
     finish_average,
     flat,
@@ -24,6 +27,7 @@ from bagua_core.communication.reduce_op import TORCH_OPS, ReduceOp, to_reduce_op
 __all__ = [
     "allreduce",
     "allreduce_inplace",
+    "allreduce_inplace_start",
     "reduce",
     "reduce_inplace",
     "reduce_scatter",
@@ -40,6 +44,43 @@ def allreduce_inplace(tensor: torch.Tensor, op: object = ReduceOp.SUM, comm: Bag
     if nccl is not None:
         return nccl.allreduce_inplace(buffer, to_reduce_op(op))
     reduce_inplace_on(buffer, op, comm, dst=None)
+
+
+def _done() -> None:
+    return None
+
+
+def allreduce_inplace_start(
+    tensor: torch.Tensor, op: object = ReduceOp.SUM, comm: BaguaCommunicator | None = None
+) -> Callable[[], None]:
+    """Start :func:`allreduce_inplace` and return the function that waits for it and finishes it
+    (AVG's division); ``tensor`` holds the result once that returned. Allreduces on torch's process
+    groups stay in flight meanwhile (gloo runs up to two at once), so several can share a
+    high-latency link; small ones and the native NCCL communicator's are done before this returns.
+
+    Example::
+
+        >>> finish = allreduce_inplace_start(bucket_buffer, op=ReduceOp.AVG)
+        >>> ...                                   # start the next one, compute
+        >>> finish()                              # bucket_buffer is averaged
+    """
+    comm = resolve_comm(comm)
+    buffer = flat(tensor, "tensor")
+    op = to_reduce_op(op)
+    view = as_real(buffer, op)
+    if comm.native_nccl_for(buffer) is not None or comm.use_small_allreduce(view):
+        allreduce_inplace(buffer, op=op, comm=comm)
+        return _done
+    record("allreduce", buffer)
+    work = dist.all_reduce(view, op=TORCH_OPS[ReduceOp.SUM if op == ReduceOp.AVG else op],
+                           group=comm.torch_group, async_op=True)
+
+    def finish() -> None:
+        work.wait()
+        if op == ReduceOp.AVG:
+            finish_average(buffer, comm.nranks())
+
+    return finish
 
 
 def allreduce(

@@ -18,7 +18,7 @@ def rebuild_buckets(module: torch.nn.Module) -> None:
     impl = module.bagua_algorithm
     old = getattr(module, "_bagua_scheduler", None)
     if old is not None:
-        old.worker.synchronize()
+        old.synchronize()
         old.detach()
     tensors = impl.init_tensors(module)
     buckets = impl.tensors_to_buckets(tensors, module._bagua_do_flatten)
@@ -85,7 +85,7 @@ def uninstall(module: torch.nn.Module) -> None:
     module._bagua_hooks = None
     scheduler = getattr(module, "_bagua_scheduler", None)
     if scheduler is not None:
-        scheduler.worker.synchronize()
+        scheduler.synchronize()
         scheduler.detach()
     module._bagua_scheduler = None
     module.bagua_algorithm.shutdown(module)

@@ -31,9 +31,9 @@ class BucketScheduler:
             launching.reset_ready()
             if self.in_backward and self.next_index == len(self.buckets):
                 self.worker.synchronize()  # earlier buckets first: the order of collectives is kept
-                launching.execute_ops()
+                launching.execute_ops(True)
             else:
-                self.worker.submit(launching.execute_ops)
+                self.worker.submit(launching.execute_ops, True)
 
     def flush(self) -> None:
         """Mark what was never marked ready (unused parameters get zero gradients) and launch it."""
@@ -47,11 +47,25 @@ class BucketScheduler:
                     tensor.bagua_ensure_grad()
                 bucket.mark_ready(tensor)
 
+    def synchronize(self) -> None:
+        """Wait for every launched bucket, including the communication its last op left in flight."""
+        try:
+            self.worker.synchronize()
+        finally:
+            first_error: BaseException | None = None
+            for bucket in self.buckets:
+                try:
+                    bucket.complete_deferred()
+                except BaseException as exc:  # every bucket is still completed; the first error is raised
+                    first_error = first_error or exc
+            if first_error is not None:
+                raise first_error
+
     def wait(self) -> None:
         """Launch what is left, wait for all of it, and start the next iteration from bucket 0."""
         try:
             self.flush()
-            self.worker.synchronize()
+            self.synchronize()
         finally:
             self.next_index = 0
             for bucket in self.buckets:
