@@ -27,6 +27,11 @@ class BaguaBucket:
     >>> bucket.append_centralized_synchronous_op(hierarchical=False, average=True)
     """
 
+    BIND_MAX_MEAN_BYTES = 64 * 1024
+    """:meth:`bind_unset_views` binds only buckets whose tensors average at most this size: for larger
+    tensors zeroing the slot and accumulating into it costs more than autograd's fresh gradient and
+    one copy (measured on the 21M MLP: +1 ms a step); for small ones the per-tensor copies cost more."""
+
     def __init__(self, tensors: list[torch.Tensor], name: str, flatten: bool, alignment: int = 1) -> None:
         if not tensors:
             raise ValueError(f"bucket {name!r} needs at least one tensor")
@@ -68,6 +73,7 @@ class BaguaBucket:
             for tensor, offset in zip(self.tensors, self.offsets):
                 tensor.bagua_set_storage(self._buffer.untyped_storage(), offset)
             self._views = [self._slot(i).view(e.shape) for i, e in enumerate(effective)]
+        self._binds_views = flatten and self.bytes() <= self.BIND_MAX_MEAN_BYTES * len(self.tensors)
 
     # --- layout -----------------------------------------------------------------------------
     def _slot(self, index: int) -> torch.Tensor:
@@ -138,17 +144,12 @@ class BaguaBucket:
             view.copy_(effective if effective.shape == view.shape else effective.reshape(view.shape))
         tensor.bagua_setter_closure(view)
 
-    BIND_MAX_MEAN_BYTES = 64 * 1024
-    """:meth:`bind_unset_views` binds only buckets whose tensors average at most this size: for larger
-    tensors zeroing the slot and accumulating into it costs more than autograd's fresh gradient and
-    one copy (measured on the 21M MLP: +1 ms a step); for small ones the per-tensor copies cost more."""
-
     def bind_unset_views(self) -> None:
         """Give every effective tensor that is None (a gradient after ``zero_grad(set_to_none=True)``)
         its zeroed slot of the buffer, before backward: autograd then accumulates into the slot and
         :meth:`restore_view` has nothing to copy. Runs before every training forward; buckets of
         large tensors are left to :meth:`restore_view` (see ``BIND_MAX_MEAN_BYTES``)."""
-        if self._buffer is None or self.bytes() > self.BIND_MAX_MEAN_BYTES * len(self.tensors):
+        if not self._binds_views:
             return
         unset = [i for i, tensor in enumerate(self.tensors) if tensor.bagua_getter_closure() is None]
         if not unset:

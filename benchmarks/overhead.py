@@ -1,5 +1,7 @@
 """Per-step overhead side by side: plain, torch DDP and bagua's gradient_allreduce on the tiny model,
-in one job, alternating blocks of steps so that the machine's noise hits all three alike.
+in one job, alternating blocks of steps so that the machine's noise hits all of them alike.
+``bagua_ring`` is bagua with the small-message allreduce off (gloo's ring for every bucket, as DDP),
+which shows what that path is worth.
 
     bagua run --standalone --nproc_per_node=2 -m benchmarks.overhead [--blocks 15] [--steps 100]
 
@@ -23,7 +25,7 @@ from benchmarks.models import build_model, synthetic_batch
 
 __all__ = ["main"]
 
-KINDS = ("plain", "ddp", "bagua")
+KINDS = ("plain", "ddp", "bagua", "bagua_ring")
 
 
 def _make(kind: str) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -33,6 +35,10 @@ def _make(kind: str) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
         model = torch.nn.parallel.DistributedDataParallel(model)
     elif kind == "bagua":
         model = model.with_bagua([optimizer], "gradient_allreduce")
+    elif kind == "bagua_ring":
+        group = bagua.new_group()  # its own communicator, with the small-message path off
+        group.get_global_communicator().small_allreduce_bytes = 0
+        model = model.with_bagua([optimizer], "gradient_allreduce", process_group=group)
     return model, optimizer
 
 
@@ -69,6 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {
         "us_per_step": median,
         "bagua_over_ddp": median["bagua"] / median["ddp"],
+        "bagua_ring_over_ddp": median["bagua_ring"] / median["ddp"],
         "overhead_bagua_over_ddp": (median["bagua"] - median["plain"]) / (median["ddp"] - median["plain"]),
         "world_size": bagua.get_world_size(),
     }

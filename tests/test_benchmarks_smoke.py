@@ -100,5 +100,5 @@ def test_overhead_benchmark_runs_side_by_side(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads(out.read_text())
-    assert set(data["us_per_step"]) == {"plain", "ddp", "bagua"} and data["world_size"] == 2
+    assert set(data["us_per_step"]) == {"plain", "ddp", "bagua", "bagua_ring"} and data["world_size"] == 2
     assert all(value > 0 for value in data["us_per_step"].values())

@@ -136,3 +136,28 @@ def test_equals_ddp_with_allreduces_in_flight(do_flatten: bool) -> None:
     for other in results[1:]:
         for a, b in zip(results[0], other):
             assert torch.equal(a, b)
+
+
+def _bound_slots(rank: int) -> None:
+    model = SmallNet(seed=0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model = model.with_bagua([optimizer], "gradient_allreduce")
+    x, y = batch(rank, 0)
+    optimizer.zero_grad(set_to_none=True)
+    with torch.no_grad():
+        model(x)  # an evaluation: nothing is bound
+    assert all(p.grad is None for p in model.parameters())
+    loss = F.cross_entropy(model(x), y)  # a training forward: each gradient is its zeroed bucket slot
+    slots = {id(t): view for bucket in model.bagua_buckets for t, view in zip(bucket.tensors, bucket._views)}
+    for p in model.parameters():
+        assert p.grad is slots[id(p)] and not p.grad.any()
+    loss.backward()
+    for p in model.parameters():
+        assert p.grad is slots[id(p)] and p.grad.any()  # accumulated in place, then averaged there
+    gathered = [torch.zeros_like(model.bagua_buckets[0].buffer) for _ in range(2)]
+    dist.all_gather(gathered, model.bagua_buckets[0].buffer)
+    assert torch.equal(gathered[0], gathered[1])
+
+
+def test_small_gradients_accumulate_in_their_bucket_slots() -> None:
+    run_workers(_bound_slots, 2)

@@ -1,8 +1,9 @@
 """Allreduce of small tensors on gloo: recursive doubling over point-to-point messages.
 
 gloo's allreduce queues each call to one of the process group's worker threads and runs a ring of
-``2 (n - 1)`` steps; for a few KiB the thread hand-offs dominate (measured on 2 loopback ranks of a
-2-core host: 400-1200 us for 1-64 KiB, against 150-300 us here, see ``benchmarks/overhead.py``).
+``2 (n - 1)`` steps; for a few KiB the thread hand-offs dominate (2 loopback ranks of a 2-core host,
+back to back: 400-1200 us for 1-64 KiB against 150-300 us here; ``make bench-overhead`` shows the
+step time with it, ``bagua``, and without it, ``bagua_ring``).
 Here the calling thread exchanges the whole tensor with a partner in ``log2(p)`` rounds (``p``, the
 largest power of two <= n; the ``n - p`` other ranks first fold into rank ``r - p`` and get the result
 back at the end). Above the threshold, where bandwidth matters, gloo's ring is used.

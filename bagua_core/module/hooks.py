@@ -40,8 +40,9 @@ def _forward_pre_hook(module: torch.nn.Module, inputs: Any) -> None:
     _autotune_on_train_step(module)  # off unless BAGUA_AUTOTUNE=1 / autotune.configure(module)
     if module.bagua_algorithm.need_reset():
         rebuild_buckets(module)
-    for bucket in module.bagua_buckets:
-        bucket.bind_unset_views()
+    if torch.is_grad_enabled():  # a forward that backward may follow (not an evaluation under no_grad)
+        for bucket in module.bagua_buckets:
+            bucket.bind_unset_views()
     module._bagua_forward_pre_hook(inputs)
 
 
