@@ -16,5 +16,5 @@ bench-micro:  ## pytest-benchmark micro-benchmarks of the hot paths
 bench-smoke:  ## seconds, no root: checks that the benchmarks run (what CI runs)
 	$(PYTHON) -m pytest tests/test_benchmarks_smoke.py -q
 
-bench-overhead:  ## per-step overhead of plain / DDP / bagua on the tiny model, side by side (2 local workers)
+bench-overhead:  ## per-step overhead of plain / DDP / bagua / bagua_ring on the tiny model, side by side (2 local workers)
 	$(PYTHON) -m bagua_core.cli run --standalone --nproc_per_node=2 -m benchmarks.overhead $(BENCH_ARGS)
