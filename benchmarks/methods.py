@@ -54,7 +54,10 @@ def _ddp(method: str, model: torch.nn.Module) -> torch.nn.Module:
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
     from torch.nn.parallel import DistributedDataParallel
 
-    ddp = DistributedDataParallel(model)
+    # PowerSGD's hook issues allreduces from its futures' callbacks: with several buckets in flight on
+    # gloo (two worker threads) their order differs between ranks ("Received data size doesn't match
+    # expected size", 21M MLP), so that baseline gets one bucket for the whole model
+    ddp = DistributedDataParallel(model, bucket_cap_mb=1024 if method == "ddp_powersgd" else 25)
     if method == "ddp_fp16":
         ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
     elif method == "ddp_powersgd":
