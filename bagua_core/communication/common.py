@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.distributed as dist
 
@@ -57,20 +59,30 @@ def finish_average(tensor: torch.Tensor, nranks: int) -> None:
         tensor.copy_(torch.div(tensor, nranks, rounding_mode="floor"))
 
 
-def reduce_inplace_on(tensor: torch.Tensor, op: object, comm: BaguaCommunicator, dst: int | None) -> None:
-    """Reduce ``tensor`` in place over ``comm``: to every rank (``dst is None``) or to ``dst``.
+def reduce_inplace_on(tensor: torch.Tensor, op: object, comm: BaguaCommunicator, dst: int | None) -> Callable[[], None]:
+    """Start reducing ``tensor`` in place over ``comm``: to every rank (``dst is None``) or to ``dst``;
+    return the function that waits for it and finishes it. Small allreduces on gloo run
+    :mod:`small_allreduce` to completion here; the others stay in flight until the function is called.
 
     AVG is a SUM followed by a division on every backend (gloo has no AVG, and a division after the
-    sum keeps every rank bit-identical). Small allreduces on gloo run :mod:`small_allreduce`.
+    sum keeps every rank bit-identical).
     """
     op = to_reduce_op(op)
     view = as_real(tensor, op)
     torch_op = TORCH_OPS[ReduceOp.SUM if op == ReduceOp.AVG else op]
+    work = None
     if dst is None and comm.use_small_allreduce(view):
         small_allreduce_inplace(view, op, comm)
     elif dst is None:
-        dist.all_reduce(view, op=torch_op, group=comm.torch_group)
+        work = dist.all_reduce(view, op=torch_op, group=comm.torch_group, async_op=True)
     else:
-        dist.reduce(view, dst=comm.global_rank(dst), op=torch_op, group=comm.torch_group)
-    if op == ReduceOp.AVG and (dst is None or comm.rank() == dst):
-        finish_average(tensor, comm.nranks())
+        work = dist.reduce(view, dst=comm.global_rank(dst), op=torch_op, group=comm.torch_group, async_op=True)
+    average = op == ReduceOp.AVG and (dst is None or comm.rank() == dst)
+
+    def finish() -> None:
+        if work is not None:
+            work.wait()
+        if average:
+            finish_average(tensor, comm.nranks())
+
+    return finish

@@ -13,7 +13,6 @@ import torch
 import torch.distributed as dist
 
 from bagua_core.communication.common import (
-    as_real,
     check_numel,
     finish_average,
     flat,
@@ -37,13 +36,7 @@ __all__ = [
 
 def allreduce_inplace(tensor: torch.Tensor, op: object = ReduceOp.SUM, comm: BaguaCommunicator | None = None) -> None:
     """Reduce ``tensor`` over all ranks of ``comm`` and leave the result in it on every rank."""
-    comm = resolve_comm(comm)
-    buffer = flat(tensor, "tensor")
-    record("allreduce", buffer)
-    nccl = comm.native_nccl_for(buffer)
-    if nccl is not None:
-        return nccl.allreduce_inplace(buffer, to_reduce_op(op))
-    reduce_inplace_on(buffer, op, comm, dst=None)
+    allreduce_inplace_start(tensor, op=op, comm=comm)()
 
 
 def _done() -> None:
@@ -66,21 +59,12 @@ def allreduce_inplace_start(
     """
     comm = resolve_comm(comm)
     buffer = flat(tensor, "tensor")
-    op = to_reduce_op(op)
-    view = as_real(buffer, op)
-    if comm.native_nccl_for(buffer) is not None or comm.use_small_allreduce(view):
-        allreduce_inplace(buffer, op=op, comm=comm)
-        return _done
     record("allreduce", buffer)
-    work = dist.all_reduce(view, op=TORCH_OPS[ReduceOp.SUM if op == ReduceOp.AVG else op],
-                           group=comm.torch_group, async_op=True)
-
-    def finish() -> None:
-        work.wait()
-        if op == ReduceOp.AVG:
-            finish_average(buffer, comm.nranks())
-
-    return finish
+    nccl = comm.native_nccl_for(buffer)
+    if nccl is not None:
+        nccl.allreduce_inplace(buffer, to_reduce_op(op))
+        return _done
+    return reduce_inplace_on(buffer, op, comm, dst=None)
 
 
 def allreduce(
@@ -125,7 +109,7 @@ def reduce_inplace(
     nccl = comm.native_nccl_for(buffer)
     if nccl is not None:
         return nccl.reduce_inplace(work, dst, to_reduce_op(op))
-    reduce_inplace_on(work, op, comm, dst=dst)
+    reduce_inplace_on(work, op, comm, dst=dst)()
 
 
 def reduce(send_tensor: torch.Tensor, *args: object, **kwargs: object) -> None:
