@@ -33,6 +33,8 @@ import sys
 import time
 from collections.abc import Iterator
 
+from benchmarks.hosts_lock import hosts_lock
+
 __all__ = ["DelayLink", "delay_link", "parse_delay", "measure", "main"]
 
 TUNSETIFF = 0x400454CA
@@ -141,8 +143,14 @@ class DelayLink:
 
 @contextlib.contextmanager
 def delay_link(hosts: int, rate: str, delay: str) -> Iterator[list[str]]:
-    """The hosts, with the forwarder running in a child process; always torn down on exit."""
+    """The hosts, with the forwarder running in a child process; always torn down on exit. One run at
+    a time per machine (:mod:`benchmarks.hosts_lock`)."""
     parse_delay(delay)
+    with hosts_lock():
+        yield from _delay_link(hosts, rate, delay)
+
+
+def _delay_link(hosts: int, rate: str, delay: str) -> Iterator[list[str]]:
     proc = subprocess.Popen([sys.executable, "-m", "benchmarks.delay_link", "up", str(hosts), rate, delay],
                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

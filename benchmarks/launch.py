@@ -2,7 +2,7 @@
 
 ``netns_link(hosts, rate, delay)`` is a context manager around ``../shared/bench/netns-link.sh``
 (namespaces bgh1..bghN at 10.77.0.1..N, joined by a rate-limited bridge; needs root), always torn
-down on exit. ``launch(module, args, world_size, hosts=...)`` starts one rank per host with the
+down on exit, and held by one run at a time on a machine (:mod:`benchmarks.hosts_lock`). ``launch(module, args, world_size, hosts=...)`` starts one rank per host with the
 torchrun variables (GROUP_RANK = host index, so bagua sees one node per host) and waits for all.
 
 Example::
@@ -20,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 from collections.abc import Iterator, Sequence
+
+from benchmarks.hosts_lock import hosts_lock
 
 __all__ = ["NETNS_SCRIPT", "REPO_ROOT", "Hosts", "netns_link", "launch", "LaunchError"]
 
@@ -47,6 +49,11 @@ def netns_link(hosts: int, rate: str, delay: str) -> Iterator[Hosts]:
     holds each packet for the delay), and ``hosts.link`` says so."""
     if not NETNS_SCRIPT.exists():
         raise LaunchError(f"{NETNS_SCRIPT} not found; set BAGUA_NETNS_SCRIPT to netns-link.sh")
+    with hosts_lock():
+        yield from _netns_link(hosts, rate, delay)
+
+
+def _netns_link(hosts: int, rate: str, delay: str) -> Iterator[Hosts]:
     try:
         try:
             subprocess.run(["bash", str(NETNS_SCRIPT), "up", str(hosts), rate, delay], check=True,
