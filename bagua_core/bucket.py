@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 import torch
 
+from bagua_core.communication import streams
+
 if TYPE_CHECKING:  # pragma: no cover
     from bagua_core.process_group import BaguaProcessGroup
 
@@ -48,6 +50,8 @@ class BaguaBucket:
         self._deferred: list[Callable[[], None]] = []
         self._deferring = False
         self._ready: set[int] = set()
+        self._ready_events = streams.ReadyEvents()  # CUDA: the producing streams' events
+        self._done_event: torch.cuda.Event | None = None  # CUDA: the last execution's completion
         self.on_ready: Callable[[BaguaBucket], None] | None = None
         self.process_group: BaguaProcessGroup | None = None
         effective = [t.bagua_getter_closure() for t in self.tensors]
@@ -168,11 +172,20 @@ class BaguaBucket:
         return self.padded_numel * self.dtype.itemsize
 
     # --- readiness and execution ----------------------------------------------------------------
-    def mark_ready(self, tensor: torch.Tensor) -> None:
+    def mark_ready(self, tensor: torch.Tensor, synchronize: bool = True) -> None:
+        """``tensor``'s effective tensor is ready. On CUDA, with ``synchronize``, the current stream is
+        noted, and an event recorded on it when the bucket is ready orders the bucket's communication
+        after the work that produced the tensor (:mod:`bagua_core.communication.streams`)."""
         self.restore_view(tensor)
+        cuda = self.device.type == "cuda"
+        if synchronize and cuda:
+            self._ready_events.note(self.device)
         self._ready.add(id(tensor))
-        if self.is_ready() and self.on_ready is not None:
-            self.on_ready(self)
+        if self.is_ready():
+            if cuda:
+                self._ready_events.record()
+            if self.on_ready is not None:
+                self.on_ready(self)
 
     def is_ready(self) -> bool:
         return len(self._ready) == len(self.tensors)
@@ -189,10 +202,25 @@ class BaguaBucket:
         rest to :meth:`defer`, and :meth:`complete_deferred` finishes it (at the end of backward)."""
         self._deferring = deferrable
         try:
-            for op in self._ops:
-                op(self)
+            with streams.run_on(self._communication_stream(), self._ready_events) as done:
+                self._done_event = done
+                for op in self._ops:
+                    op(self)
         finally:
             self._deferring = False
+
+    def _communication_stream(self) -> torch.cuda.Stream | None:
+        """CUDA buckets communicate on their process group worker's stream for the device."""
+        if self.device.type != "cuda":
+            return None
+        if self.process_group is None:
+            return torch.cuda.current_stream(self.device)
+        return self.process_group.worker.cuda_stream(self.device)
+
+    def wait_communication(self) -> None:
+        """Order the calling thread's current CUDA stream after the last execution of the operations
+        (nothing to do on CPU, where the operations have returned)."""
+        streams.wait_for(self._done_event)
 
     def may_defer(self, op: BucketOp) -> bool:
         """Whether ``op``, now running, may finish later: it is the bucket's last operation and the

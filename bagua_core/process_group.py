@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import datetime
 import gc
+import logging
 import os
 import weakref
 
@@ -30,8 +31,10 @@ __all__ = [
     "from_torch_group",
     "get_default_group",
     "destroy_process_group",
+    "choose_backend",
 ]
 
+logger = logging.getLogger(__name__)
 _default_group: BaguaProcessGroup | None = None
 _node_keys: list[str] = []  # node key of every global rank
 _group_count = 0
@@ -157,7 +160,8 @@ def _elastic_attempt_store() -> dist.Store | None:
 
 
 def init_process_group(store: dist.Store | None = None) -> BaguaProcessGroup:
-    """Start the default process group from the torchrun variables (gloo on CPU, NCCL on CUDA).
+    """Start the default process group from the torchrun variables: gloo on CPU; with CUDA, NCCL for
+    CUDA tensors and gloo for CPU tensors (see :func:`choose_backend`).
 
     ``store`` replaces the ``MASTER_ADDR``/``MASTER_PORT`` rendezvous. If torch.distributed is already
     initialized (by Lightning, say) its default group is used. ``BAGUA_BACKEND`` overrides the backend;
@@ -184,10 +188,11 @@ def init_process_group(store: dist.Store | None = None) -> BaguaProcessGroup:
                 f"{native.nccl_unavailable_reason}; unset BAGUA_COMMUNICATOR to use torch.distributed"
             )
     if not dist.is_initialized():
-        use_cuda = torch.cuda.is_available()
-        backend = os.environ.get("BAGUA_BACKEND") or ("nccl" if use_cuda else "gloo")
-        if backend == "nccl":
-            torch.cuda.set_device(env.get_local_rank())
+        backend, device_index, note = choose_backend()
+        if device_index is not None:
+            torch.cuda.set_device(device_index)
+        if note and env.get_rank() == 0:
+            logger.warning("bagua: %s", note)
         timeout = datetime.timedelta(seconds=env.get_comm_timeout_s())
         if store is None:
             store = _elastic_attempt_store()
@@ -204,6 +209,44 @@ def init_process_group(store: dist.Store | None = None) -> BaguaProcessGroup:
     _default_group = BaguaProcessGroup(list(range(dist.get_world_size())), dist.group.WORLD, "default")
     atexit.register(_destroy_at_exit)
     return _default_group
+
+
+def choose_backend() -> tuple[str, int | None, str]:
+    """The torch.distributed backend, the CUDA device this process uses (None: none), and a note for
+    the log when the choice is not the obvious one.
+
+    ``BAGUA_BACKEND`` wins. Otherwise, with CUDA and at least one GPU per local rank,
+    ``"cpu:gloo,cuda:nccl"``: collectives on CUDA tensors run on NCCL and the control collectives on
+    CPU tensors (flags, object gathers, autotune's decision) on gloo, in the same job. With more local
+    ranks than GPUs NCCL cannot run (it allows one rank per device), so the ranks share the GPUs over
+    gloo, whose collectives handle CUDA tensors (bagua stages point-to-point messages through the host).
+    Without CUDA, gloo.
+
+    Example::
+
+        >>> choose_backend()          # 8 local ranks, 8 GPUs, LOCAL_RANK=3
+        ('cpu:gloo,cuda:nccl', 3, '')
+    """
+    forced = os.environ.get("BAGUA_BACKEND", "").strip()
+    if not torch.cuda.is_available():
+        return forced or "gloo", None, ""
+    gpus, local_rank, local_size = torch.cuda.device_count(), env.get_local_rank(), env.get_local_size()
+    if forced:
+        uses_nccl = "nccl" in forced
+        if uses_nccl and local_rank >= gpus:
+            raise BaguaError(
+                f"BAGUA_BACKEND={forced} needs one GPU per local rank, but local rank {local_rank} of "
+                f"{local_size} has only {gpus} GPU(s); start at most {gpus} processes per node or use "
+                f"BAGUA_BACKEND=gloo"
+            )
+        return forced, local_rank % gpus, ""
+    if local_size <= gpus:
+        return "cpu:gloo,cuda:nccl", local_rank, ""
+    note = (
+        f"{local_size} local ranks share {gpus} GPU(s): NCCL allows one rank per device, so collectives "
+        f"run over gloo (CUDA tensors included); start at most {gpus} processes per node for NCCL"
+    )
+    return "gloo", local_rank % gpus, note
 
 
 def _agree_small_allreduce_bytes(raws: list[str]) -> None:

@@ -101,12 +101,25 @@ def bagua_ensure_grad(self: torch.Tensor) -> torch.Tensor:
     return self
 
 
-def bagua_mark_communication_ready(self: torch.Tensor) -> None:
-    """Tell the tensor's bucket that its effective tensor is ready to be communicated."""
-    bucket = getattr(self, "_bagua_bucket", None)
+def _bucket_of(tensor: torch.Tensor):
+    bucket = getattr(tensor, "_bagua_bucket", None)
     if bucket is None:
-        raise RuntimeError(f"bagua tensor {getattr(self, 'bagua_tensor_name', '?')!r} is not in a bucket")
-    bucket.mark_ready(self)
+        raise RuntimeError(f"bagua tensor {getattr(tensor, 'bagua_tensor_name', '?')!r} is not in a bucket")
+    return bucket
+
+
+def bagua_mark_communication_ready(self: torch.Tensor) -> None:
+    """Tell the tensor's bucket that its effective tensor is ready to be communicated. On CUDA the
+    bucket's communication waits for an event on the current stream (recorded when the bucket is
+    ready), so it never reads the tensor before the work queued to produce it has run."""
+    _bucket_of(self).mark_ready(self)
+
+
+def bagua_mark_communication_ready_without_synchronization(self: torch.Tensor) -> None:
+    """Like :func:`bagua_mark_communication_ready`, without waiting for the current CUDA stream: the
+    caller guarantees that the tensor is written before the bucket's communication reads it (e.g. it
+    synchronised the device)."""
+    _bucket_of(self).mark_ready(self, synchronize=False)
 
 
 def install_tensor_methods() -> None:
@@ -119,6 +132,7 @@ def install_tensor_methods() -> None:
         bagua_set_storage,
         bagua_ensure_grad,
         bagua_mark_communication_ready,
+        bagua_mark_communication_ready_without_synchronization,
     ):
         setattr(torch.Tensor, fn.__name__, fn)
 

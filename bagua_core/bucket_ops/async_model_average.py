@@ -11,6 +11,12 @@ still agree on when to stop; a rank that has asked to stop keeps joining rounds 
 If the training thread holds the weight lock when a round finishes, the round's update waits in
 ``pending`` and whichever thread next holds the lock applies it (``apply_pending``), exactly once.
 
+On CUDA the rounds run on a stream of their own (after the work the training stream has queued when
+the round starts), and updates are applied on the training stream (the one current when
+:meth:`AsyncModelAverager.start` ran) after the round's event, so weight updates never race on the
+device. Each communicator has a name of its own (``async_model_average/<n>``), so a second wrap never
+meets the first one's native NCCL unique id in the store.
+
 Example::
 
     >>> averager = AsyncModelAverager(buckets, new_async_communicator([0, 1]), sync_interval_ms=100)
@@ -21,7 +27,9 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import itertools
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -38,6 +46,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["AsyncModelAverager", "new_async_communicator"]
 
+_communicator_ids = itertools.count()  # every process creates them in the same order (collective)
+
 
 def new_async_communicator(ranks: list[int]) -> BaguaCommunicator:
     """A communicator over ``ranks`` on a fresh torch process group; collective: every process of the
@@ -45,7 +55,8 @@ def new_async_communicator(ranks: list[int]) -> BaguaCommunicator:
     timeout = datetime.timedelta(seconds=env.get_comm_timeout_s())
     ranks = sorted(ranks)
     group = dist.new_group(ranks, timeout=timeout)
-    return BaguaCommunicator(group if dist.get_rank() in ranks else None, ranks, "async_model_average")
+    name = f"async_model_average/{next(_communicator_ids)}"
+    return BaguaCommunicator(group if dist.get_rank() in ranks else None, ranks, name)
 
 
 def _add_to_bucket(bucket: BaguaBucket, delta: torch.Tensor) -> None:
@@ -69,6 +80,9 @@ class AsyncModelAverager:
         self.weight_lock = threading.Lock()
         self._pending_lock = threading.Lock()
         self._pending: list[torch.Tensor] | None = None
+        self._pending_event: torch.cuda.Event | None = None  # CUDA: the pending deltas are computed
+        self._stream: torch.cuda.Stream | None = None  # CUDA: the rounds' stream
+        self._training_stream: torch.cuda.Stream | None = None  # CUDA: where updates are applied
         self._stop_requested = threading.Event()
         self._exiting = threading.Event()
         self._thread: threading.Thread | None = None
@@ -85,6 +99,11 @@ class AsyncModelAverager:
             return
         self._stop_requested.clear()
         self.error = None
+        device = self.buckets[0].device if self.buckets else torch.device("cpu")
+        if device.type == "cuda":
+            self._training_stream = torch.cuda.current_stream(device)
+            if self._stream is None:
+                self._stream = torch.cuda.Stream(device=device)
         self._thread = threading.Thread(target=self._loop, name="bagua-async-model-average", daemon=True)
         self._thread.start()
 
@@ -117,22 +136,50 @@ class AsyncModelAverager:
         """Apply the last round's update if it is still pending (caller holds ``weight_lock``)."""
         with self._pending_lock:
             deltas, self._pending = self._pending, None
-        if deltas is not None:
+            event, self._pending_event = self._pending_event, None
+        if deltas is None:
+            return
+        with self._on_training_stream(event):
             for bucket, delta in zip(self.buckets, deltas):
                 _add_to_bucket(bucket, delta)
 
+    @contextlib.contextmanager
+    def _on_training_stream(self, event: torch.cuda.Event | None):
+        if self._training_stream is None:
+            yield
+            return
+        with torch.cuda.stream(self._training_stream):
+            if event is not None:
+                self._training_stream.wait_event(event)
+            yield
+
+    @contextlib.contextmanager
+    def _on_round_stream(self):
+        """CUDA: the round's work on its own stream, after what the training stream has queued."""
+        if self._stream is None:
+            yield
+            return
+        self._stream.wait_stream(self._training_stream)
+        with torch.cuda.stream(self._stream):
+            yield
+
     def _round(self) -> bool:
         """One averaging round; True when every rank asked to stop."""
-        with torch.no_grad():
+        with torch.no_grad(), self._on_round_stream():
             snapshots = [bucket.flattened_tensor().detach().clone() for bucket in self.buckets]
             reduced = [s.clone() for s in snapshots]
-            flag = torch.tensor([1.0 if self._stop_requested.is_set() else 0.0])
+            flag = torch.tensor([1.0 if self._stop_requested.is_set() else 0.0])  # CPU: gloo, also in CUDA jobs
             for tensor in reduced:
                 allreduce_inplace(tensor, op=ReduceOp.SUM, comm=self.comm)
             allreduce_inplace(flag, op=ReduceOp.SUM, comm=self.comm)
             deltas = [r.div_(self.nranks).sub_(s) for r, s in zip(reduced, snapshots)]
+            event = None
+            if self._stream is not None:
+                event = torch.cuda.Event()
+                event.record(self._stream)
         with self._pending_lock:
             self._pending = deltas
+            self._pending_event = event
         while not self._exiting.is_set():  # the training thread may apply it first, at its next forward
             if self.weight_lock.acquire(timeout=0.01):
                 try:

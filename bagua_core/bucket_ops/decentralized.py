@@ -22,10 +22,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
-import torch.distributed as dist
 
 from bagua_core.communication import ReduceOp, allreduce_inplace, broadcast, reduce_inplace
 from bagua_core.communication.communicator import BaguaCommunicator
+from bagua_core.communication.host_staging import irecv, isend
 from bagua_core.exceptions import BaguaConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -73,8 +73,8 @@ def _average_with_peers(tensor: torch.Tensor, comm: BaguaCommunicator, mode: str
     peer = comm.global_rank(shift_one_peer(comm.rank(), n, round_index))
     received = torch.empty_like(tensor)
     works = [
-        dist.isend(tensor, peer, group=comm.torch_group),
-        dist.irecv(received, peer, group=comm.torch_group),
+        isend(tensor, peer, comm.torch_group),
+        irecv(received, peer, comm.torch_group),
     ]
     for work in works:
         work.wait()

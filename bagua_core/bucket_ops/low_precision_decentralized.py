@@ -23,11 +23,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
-import torch.distributed as dist
 
 from bagua_core import native
 from bagua_core.communication import ReduceOp, broadcast, reduce_inplace
 from bagua_core.communication.communicator import BaguaCommunicator
+from bagua_core.communication.host_staging import irecv, isend
 
 if TYPE_CHECKING:  # pragma: no cover
     from bagua_core.bucket import BaguaBucket
@@ -44,15 +44,15 @@ def ring_exchange(payload: torch.Tensor, comm: BaguaCommunicator) -> tuple[torch
     left, right = comm.global_rank((rank - 1) % n), comm.global_rank((rank + 1) % n)
     from_left, from_right = torch.empty_like(payload), torch.empty_like(payload)
     if n == 2:  # both neighbours are the same rank: one exchange serves both
-        works = [dist.isend(payload, right, group=comm.torch_group), dist.irecv(from_left, left, group=comm.torch_group)]
+        works = [isend(payload, right, comm.torch_group), irecv(from_left, left, comm.torch_group)]
         for work in works:
             work.wait()
         return from_left, from_left
     works = [
-        dist.isend(payload, left, group=comm.torch_group),
-        dist.isend(payload, right, group=comm.torch_group),
-        dist.irecv(from_left, left, group=comm.torch_group),
-        dist.irecv(from_right, right, group=comm.torch_group),
+        isend(payload, left, comm.torch_group),
+        isend(payload, right, comm.torch_group),
+        irecv(from_left, left, comm.torch_group),
+        irecv(from_right, right, comm.torch_group),
     ]
     for work in works:
         work.wait()

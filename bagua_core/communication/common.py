@@ -9,6 +9,7 @@ import torch.distributed as dist
 
 from bagua_core.communication import stats
 from bagua_core.communication.communicator import BaguaCommunicator
+from bagua_core.communication.host_staging import needs_staging
 from bagua_core.communication.reduce_op import TORCH_OPS, ReduceOp, to_reduce_op
 from bagua_core.communication.small_allreduce import small_allreduce_inplace
 
@@ -71,17 +72,22 @@ def reduce_inplace_on(tensor: torch.Tensor, op: object, comm: BaguaCommunicator,
     view = as_real(tensor, op)
     torch_op = TORCH_OPS[ReduceOp.SUM if op == ReduceOp.AVG else op]
     work = None
+    staged = None  # gloo reduces CUDA tensors only in allreduce: reduce goes through the host
     if dst is None and comm.use_small_allreduce(view):
         small_allreduce_inplace(view, op, comm)
     elif dst is None:
         work = dist.all_reduce(view, op=torch_op, group=comm.torch_group, async_op=True)
     else:
-        work = dist.reduce(view, dst=comm.global_rank(dst), op=torch_op, group=comm.torch_group, async_op=True)
+        staged = view.detach().to("cpu") if needs_staging(view, comm.torch_group) else None
+        work = dist.reduce(view if staged is None else staged, dst=comm.global_rank(dst), op=torch_op,
+                           group=comm.torch_group, async_op=True)
     average = op == ReduceOp.AVG and (dst is None or comm.rank() == dst)
 
     def finish() -> None:
         if work is not None:
             work.wait()
+        if staged is not None:
+            view.copy_(staged)
         if average:
             finish_average(tensor, comm.nranks())
 

@@ -13,6 +13,9 @@ import torch.distributed as dist
 
 from bagua_core.communication.common import check_numel, flat, record, resolve_comm
 from bagua_core.communication.communicator import BaguaCommunicator
+from bagua_core.communication.host_staging import irecv as staged_irecv
+from bagua_core.communication.host_staging import isend as staged_isend
+from bagua_core.communication.host_staging import on_host
 
 __all__ = ["alltoall", "alltoall_inplace", "alltoall_v", "alltoall_v_inplace", "send", "recv", "barrier"]
 
@@ -29,7 +32,8 @@ def _exchange(
     send_r, recv_r = _real(send), _real(recv)
     sc, rc = [c * scale for c in send_counts], [c * scale for c in recv_counts]
     try:
-        dist.all_to_all_single(recv_r, send_r, rc, sc, group=comm.torch_group)
+        with on_host(comm.torch_group, [send_r], [recv_r]) as ([send_view], [recv_view]):
+            dist.all_to_all_single(recv_view, send_view, rc, sc, group=comm.torch_group)
         return
     except (RuntimeError, NotImplementedError) as exc:  # backend without all_to_all: compose
         if "not supported" not in str(exc).lower() and "unsupported" not in str(exc).lower():
@@ -42,8 +46,8 @@ def _exchange(
     for peer in range(comm.nranks()):
         if peer == me:
             continue
-        works.append(dist.isend(send_chunks[peer].contiguous(), comm.global_rank(peer), group=comm.torch_group))
-        works.append(dist.irecv(recv_chunks[peer], comm.global_rank(peer), group=comm.torch_group))
+        works.append(staged_isend(send_chunks[peer].contiguous(), comm.global_rank(peer), comm.torch_group))
+        works.append(staged_irecv(recv_chunks[peer], comm.global_rank(peer), comm.torch_group))
     for work in works:
         work.wait()
 
@@ -126,7 +130,7 @@ def send(tensor: torch.Tensor, dst: int, comm: BaguaCommunicator | None = None) 
     nccl = comm.native_nccl_for(buffer)
     if nccl is not None:
         return nccl.send(buffer, dst)
-    dist.send(_real(buffer), comm.global_rank(dst), group=comm.torch_group)
+    staged_isend(_real(buffer), comm.global_rank(dst), comm.torch_group).wait()
 
 
 def recv(tensor: torch.Tensor, src: int, comm: BaguaCommunicator | None = None) -> None:
@@ -136,7 +140,7 @@ def recv(tensor: torch.Tensor, src: int, comm: BaguaCommunicator | None = None) 
     nccl = comm.native_nccl_for(buffer)
     if nccl is not None:
         return nccl.recv(buffer, src)
-    dist.recv(_real(buffer), comm.global_rank(src), group=comm.torch_group)
+    staged_irecv(_real(buffer), comm.global_rank(src), comm.torch_group).wait()
 
 
 def barrier(comm: BaguaCommunicator | None = None) -> None:

@@ -7,6 +7,7 @@ import torch.distributed as dist
 
 from bagua_core.communication.common import check_numel, flat, record, resolve_comm
 from bagua_core.communication.communicator import BaguaCommunicator
+from bagua_core.communication.host_staging import on_host
 
 __all__ = [
     "broadcast",
@@ -54,7 +55,8 @@ def allgather(send_tensor: torch.Tensor, recv_tensor: torch.Tensor, comm: BaguaC
     nccl = comm.native_nccl_for(send)
     if nccl is not None:
         return nccl.allgather(send, out)
-    dist.all_gather_into_tensor(_real(out), _real(send), group=comm.torch_group)
+    with on_host(comm.torch_group, [_real(send)], [_real(out)]) as ([send_view], [out_view]):
+        dist.all_gather_into_tensor(out_view, send_view, group=comm.torch_group)
 
 
 def allgather_inplace(tensor: torch.Tensor, comm: BaguaCommunicator | None = None) -> None:
@@ -83,7 +85,8 @@ def gather(
         out = flat(recv_tensor, "recv_tensor")
         check_numel("recv_tensor", out, send.numel() * comm.nranks(), f"nranks ({comm.nranks()}) x send_tensor's")
         gather_list = [_real(chunk) for chunk in out.chunk(comm.nranks())]
-    dist.gather(_real(send), gather_list, dst=comm.global_rank(dst), group=comm.torch_group)
+    with on_host(comm.torch_group, [_real(send)], gather_list or []) as ([send_view], outputs):
+        dist.gather(send_view, outputs or None, dst=comm.global_rank(dst), group=comm.torch_group)
 
 
 def gather_inplace(tensor: torch.Tensor, count: int, dst: int, comm: BaguaCommunicator | None = None) -> None:
@@ -114,7 +117,8 @@ def scatter(
         check_numel("send_tensor", send, out.numel() * comm.nranks(), f"nranks ({comm.nranks()}) x recv_tensor's")
         record("scatter", send)
         scatter_list = [_real(chunk) for chunk in send.chunk(comm.nranks())]
-    dist.scatter(_real(out), scatter_list, src=comm.global_rank(src), group=comm.torch_group)
+    with on_host(comm.torch_group, scatter_list or [], [_real(out)]) as (inputs, [out_view]):
+        dist.scatter(out_view, inputs or None, src=comm.global_rank(src), group=comm.torch_group)
 
 
 def scatter_inplace(tensor: torch.Tensor, count: int, src: int, comm: BaguaCommunicator | None = None) -> None:

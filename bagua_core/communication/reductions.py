@@ -21,6 +21,7 @@ from bagua_core.communication.common import (
     resolve_comm,
 )
 from bagua_core.communication.communicator import BaguaCommunicator
+from bagua_core.communication.host_staging import on_host
 from bagua_core.communication.reduce_op import TORCH_OPS, ReduceOp, to_reduce_op
 
 __all__ = [
@@ -159,7 +160,8 @@ def reduce_scatter(
     send_view = torch.view_as_real(send) if send.is_complex() else send
     out_view = torch.view_as_real(out) if out.is_complex() else out
     torch_op = TORCH_OPS[ReduceOp.SUM if op == ReduceOp.AVG else op]
-    dist.reduce_scatter_tensor(out_view.view(-1), send_view.reshape(-1), op=torch_op, group=comm.torch_group)
+    with on_host(comm.torch_group, [send_view.reshape(-1)], [out_view.view(-1)]) as ([inp], [outp]):
+        dist.reduce_scatter_tensor(outp, inp, op=torch_op, group=comm.torch_group)
     if op == ReduceOp.AVG:
         finish_average(out, n)
 

@@ -13,6 +13,10 @@ from concurrent.futures import Future
 from typing import Any
 from collections.abc import Callable
 
+import torch
+
+from bagua_core.communication import streams
+
 __all__ = ["CommunicationWorker"]
 
 
@@ -23,6 +27,16 @@ class CommunicationWorker:
         self._thread: threading.Thread | None = None
         self._pending: list[Future] = []
         self._lock = threading.Lock()
+        self._cuda_streams: dict[int, Any] = {}
+
+    def cuda_stream(self, device: Any) -> Any:
+        """The stream this group's bucket operations run on for CUDA ``device`` (created on first use;
+        one per group, so two groups' native NCCL work never queues on one stream in rank-dependent order)."""
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        stream = self._cuda_streams.get(index)
+        if stream is None:
+            stream = self._cuda_streams[index] = streams.new_stream(torch.device("cuda", index))
+        return stream
 
     def _ensure_started(self) -> None:
         if self._thread is None or not self._thread.is_alive():

@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import time
+import typing
 from typing import Any
 
 import torch
@@ -44,6 +45,18 @@ def _make_optimizer(
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=cfg.momentum)
 
 
+def resolve_device(choice: str) -> torch.device:
+    """The device of ``--device``: ``auto`` is CUDA when every local rank has a GPU of its own.
+    Call after ``init_process_group`` (which selected this rank's GPU)."""
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise bagua.BaguaError("--device cuda, but torch sees no CUDA device here; use --device cpu or auto")
+    if choice == "cpu" or not torch.cuda.is_available():
+        return torch.device("cpu")
+    if choice == "auto" and torch.cuda.device_count() < bagua.get_local_size():
+        return torch.device("cpu")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
 def _mean_over_ranks(value: float) -> float:
     t = torch.tensor([value], dtype=torch.float64)
     bagua.allreduce_inplace(t, op=bagua.ReduceOp.AVG)
@@ -53,11 +66,12 @@ def _mean_over_ranks(value: float) -> float:
 def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
     """Train on this worker's shard; every rank returns the same summary dict."""
     rank, world = bagua.get_rank(), bagua.get_world_size()
-    train_x, train_y, test_x, test_y = load_digits(seed=cfg.seed)
+    device = resolve_device(cfg.device)
+    train_x, train_y, test_x, test_y = (t.to(device) for t in load_digits(seed=cfg.seed))
     torch.manual_seed(cfg.seed)
-    model = DigitsMLP(cfg.hidden)
+    model = DigitsMLP(cfg.hidden).to(device)
     name = algorithm_config_of(algorithm).name
-    shard = torch.arange(rank, len(train_y), world)  # disjoint shards of equal size (+-1)
+    shard = torch.arange(rank, len(train_y), world, device=device)  # disjoint shards of equal size (+-1)
     steps_per_epoch = len(train_y) // world // cfg.batch_size  # equal on every rank
     optimizer = _make_optimizer(model, cfg, name, steps_per_epoch)
     model = model.with_bagua([optimizer], algorithm)
@@ -67,7 +81,8 @@ def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
     started = time.perf_counter()
     loss_value = float("nan")
     for epoch in range(cfg.epochs):
-        order = shard[torch.randperm(len(shard), generator=torch.Generator().manual_seed(cfg.seed + epoch))]
+        permutation = torch.randperm(len(shard), generator=torch.Generator().manual_seed(cfg.seed + epoch))
+        order = shard[permutation.to(device)]
         for step in range(steps_per_epoch):
             idx = order[step * cfg.batch_size : (step + 1) * cfg.batch_size]
             optimizer.zero_grad()
@@ -88,6 +103,7 @@ def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
     summary = {
         "algorithm": name,
         "world_size": world,
+        "device": device.type,
         "epochs": cfg.epochs,
         "final_loss": _mean_over_ranks(loss_value),
         "test_accuracy": _mean_over_ranks(accuracy),
@@ -109,6 +125,8 @@ def _parse(argv: list[str] | None) -> tuple[TrainingConfig, Any, argparse.Namesp
         flag = "--" + name.replace("_", "-")
         if field.annotation is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=field.description)
+        elif typing.get_origin(field.annotation) is typing.Literal:
+            parser.add_argument(flag, default=None, choices=typing.get_args(field.annotation), help=field.description)
         else:
             arg_type = type(field.default) if field.default is not None else float
             parser.add_argument(flag, default=None, type=arg_type, help=field.description)
@@ -137,7 +155,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         bagua.destroy_process_group()
     if rank == 0:
         print(
-            f"\n{summary['algorithm']} on {summary['world_size']} workers, {summary['epochs']} epochs: "
+            f"\n{summary['algorithm']} on {summary['world_size']} workers ({summary['device']}), "
+            f"{summary['epochs']} epochs: "
             f"loss {summary['final_loss']:.4f}, test accuracy {summary['test_accuracy'] * 100:.2f}%, "
             f"{summary['samples_per_s']:.0f} samples/s, "
             f"{summary['bytes_communicated_per_rank'] / 1e6:.2f} MB handed to collectives per worker"

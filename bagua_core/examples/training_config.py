@@ -30,3 +30,6 @@ class TrainingConfig(BaseModel):
     """Seed of the model's initial weights and of the data order."""
     progress: bool = True
     """Show a progress bar on rank 0."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the model trains: ``cuda`` (each rank on GPU local rank modulo the GPU count), ``cpu``, or ``auto``:
+    CUDA when there is one GPU per local rank, else the CPU."""

@@ -56,6 +56,7 @@ class BucketScheduler:
             for bucket in self.buckets:
                 try:
                     bucket.complete_deferred()
+                    bucket.wait_communication()
                 except BaseException as exc:  # every bucket is still completed; the first error is raised
                     first_error = first_error or exc
             if first_error is not None:
