@@ -51,7 +51,7 @@ def new_async_communicator(ranks: list[int]) -> BaguaCommunicator:
 def _add_to_bucket(bucket: BaguaBucket, delta: torch.Tensor) -> None:
     with torch.no_grad():
         if bucket.check_flatten():
-            bucket.flattened_tensor().add_(delta)
+            bucket.buffer[: delta.numel()].add_(delta)
             return
         for tensor, offset, numel in zip(bucket.tensors, bucket.offsets, bucket.numels):
             effective = tensor.bagua_getter_closure()
@@ -112,6 +112,17 @@ class AsyncModelAverager:
         self._stop_requested.set()
         if self._thread is not None:
             self._thread.join(timeout)
+
+    def lock_weight(self) -> None:
+        """Take the weight lock: the averaging does not touch the weights until :meth:`unlock_weight`."""
+        self.weight_lock.acquire()
+
+    def unlock_weight(self) -> None:
+        """Apply a finished round's update if one waits, then release the weight lock."""
+        try:
+            self.apply_pending()
+        finally:
+            self.weight_lock.release()
 
     def apply_pending(self) -> None:
         """Apply the last round's update if it is still pending (caller holds ``weight_lock``)."""
