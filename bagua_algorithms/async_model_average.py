@@ -166,10 +166,10 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
         return hook
 
     # --- control -------------------------------------------------------------------------------
-    def abort(self, bagua_module: torch.nn.Module) -> None:
+    def abort(self, bagua_ddp: torch.nn.Module) -> None:
         """Stop the averaging; returns once every rank has aborted (collective). A no-op if stopped.
         ``bagua_module``: the wrapped module, or a ``data_parallel.DistributedDataParallel`` of it."""
-        bagua_module = getattr(bagua_module, "inner", bagua_module)
+        bagua_module = getattr(bagua_ddp, "inner", bagua_ddp)
         if not self._active:
             return
         if not self._async_phase:  # still in warmup here, but other ranks may be averaging already
@@ -179,9 +179,9 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
         self._active = False
         self.averager.abort(timeout=env.get_comm_timeout_s())
 
-    def resume(self, bagua_module: torch.nn.Module) -> None:
+    def resume(self, bagua_ddp: torch.nn.Module) -> None:
         """Restart the averaging stopped by :meth:`abort` (every rank must resume)."""
-        bagua_module = getattr(bagua_module, "inner", bagua_module)
+        bagua_module = getattr(bagua_ddp, "inner", bagua_ddp)
         if self._active:
             return
         self._active = True

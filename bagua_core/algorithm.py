@@ -130,7 +130,11 @@ def _set_grad(param: torch.Tensor, value: torch.Tensor) -> None:
 
 
 class AlgorithmImpl:
-    """The hooks of an algorithm. The defaults implement plain bucketed gradient communication."""
+    """The hooks of an algorithm. The defaults implement plain bucketed gradient communication.
+
+    Every hook receives ``bagua_ddp`` (the name the original documents): the wrapped module, with
+    ``bagua_build_params()``, ``bagua_module_name``, ``bagua_buckets``, ``bagua_optimizers``,
+    ``bagua_train_step_counter``, ``process_group`` and ``_bagua_backend.wait_pending_comm_ops()``."""
 
     def __init__(self, process_group: BaguaProcessGroup) -> None:
         self.process_group = process_group
@@ -139,14 +143,14 @@ class AlgorithmImpl:
         """Asked before every forward; True rebuilds tensors, buckets and operations."""
         return False
 
-    def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
-        """The tensors to communicate: ``bagua_module.bagua_build_params()`` in reverse registration
+    def init_tensors(self, bagua_ddp: torch.nn.Module) -> list[torch.Tensor]:
+        """The tensors to communicate: ``bagua_ddp.bagua_build_params()`` in reverse registration
         order, effective tensor ``.grad``."""
         tensors = []
-        for name, param in reversed(bagua_module.bagua_build_params()):
+        for name, param in reversed(bagua_ddp.bagua_build_params()):
             param.bagua_ensure_grad()
             tensors.append(
-                param.ensure_bagua_tensor(name, bagua_module.bagua_module_name, _grad_of, _set_grad)
+                param.ensure_bagua_tensor(name, bagua_ddp.bagua_ddp_name, _grad_of, _set_grad)
             )
         return tensors
 
@@ -160,17 +164,17 @@ class AlgorithmImpl:
         :func:`group_tensors`) into buckets: one per group, as suggested."""
         return [BaguaBucket(group, f"bucket_{i}", do_flatten) for i, group in enumerate(tensors)]
 
-    def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
+    def init_operations(self, bagua_ddp: torch.nn.Module, bucket: BaguaBucket) -> None:
         """Append the bucket's communication operations (none by default)."""
         bucket.clear_ops()
 
-    def init_forward_pre_hook(self, bagua_module: torch.nn.Module) -> Callable[[Any], None]:
+    def init_forward_pre_hook(self, bagua_ddp: torch.nn.Module) -> Callable[[Any], None]:
         def hook(inputs: Any) -> None:
             return None
 
         return hook
 
-    def init_backward_hook(self, bagua_module: torch.nn.Module) -> Callable[[str, torch.nn.Parameter], None]:
+    def init_backward_hook(self, bagua_ddp: torch.nn.Module) -> Callable[[str, torch.nn.Parameter], None]:
         """Called with each parameter once its gradient is accumulated: mark it ready."""
 
         def hook(parameter_name: str, parameter: torch.nn.Parameter) -> None:
@@ -179,20 +183,20 @@ class AlgorithmImpl:
 
         return hook
 
-    def init_post_backward_hook(self, bagua_module: torch.nn.Module) -> Callable[[], None]:
+    def init_post_backward_hook(self, bagua_ddp: torch.nn.Module) -> Callable[[], None]:
         """Runs at the end of backward: by default launches what is left and waits for it."""
 
         def hook() -> None:
-            bagua_module.bagua_wait_for_communication()
+            bagua_ddp.bagua_wait_for_communication()
 
         return hook
 
-    def init_post_optimizer_step_hook(self, bagua_module: torch.nn.Module) -> Callable[[torch.optim.Optimizer], None]:
+    def init_post_optimizer_step_hook(self, bagua_ddp: torch.nn.Module) -> Callable[[torch.optim.Optimizer], None]:
         def hook(optimizer: torch.optim.Optimizer) -> None:
             return None
 
         return hook
 
-    def shutdown(self, bagua_module: torch.nn.Module) -> None:
+    def shutdown(self, bagua_ddp: torch.nn.Module) -> None:
         """Release what the impl started (threads, groups) when the module is re-wrapped or closed."""
         return None
