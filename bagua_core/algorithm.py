@@ -150,7 +150,7 @@ class AlgorithmImpl:
         for name, param in reversed(bagua_ddp.bagua_build_params()):
             param.bagua_ensure_grad()
             tensors.append(
-                param.ensure_bagua_tensor(name, bagua_ddp.bagua_ddp_name, _grad_of, _set_grad)
+                param.ensure_bagua_tensor(name, bagua_ddp.bagua_module_name, _grad_of, _set_grad)
             )
         return tensors
 
