@@ -180,8 +180,8 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
         self.averager.abort(timeout=env.get_comm_timeout_s())
 
     def resume(self, bagua_ddp: torch.nn.Module) -> None:
-        """Restart the averaging stopped by :meth:`abort` (every rank must resume)."""
-        bagua_module = getattr(bagua_ddp, "inner", bagua_ddp)
+        """Restart the averaging stopped by :meth:`abort` (every rank must resume). ``bagua_ddp``: the
+        wrapped module or its ``data_parallel.DistributedDataParallel``."""
         if self._active:
             return
         self._active = True

@@ -55,6 +55,15 @@ def _original_style_algorithms(rank: int) -> dict:
     results["builtin_peer_weight"] = builtin.bagua_buckets[0]._peer_weight.shape
     builtin.bagua_shutdown()
     results["init"] = repr(bagua.algorithms.Algorithm.init("gradient_allreduce", hierarchical=True))
+    from bagua.torch_api.algorithms.decentralized import LowPrecisionDecentralizedAlgorithm
+
+    net = SmallNet()
+    low = net.with_bagua([torch.optim.SGD(net.parameters(), lr=0.1)], LowPrecisionDecentralizedAlgorithm(False))
+    bucket = low.bagua_buckets[0]
+    total = sum(p.numel() for p in net.parameters())
+    results["replicas"] = [(getattr(bucket, a).dtype, getattr(bucket, a).numel() == total)
+                           for a in ("_weight", "_left_peer_weight", "_right_peer_weight")]
+    low.bagua_shutdown()
     return results
 
 
@@ -66,6 +75,7 @@ def test_an_algorithm_written_for_the_original_runs_here() -> None:
         assert result["order"] == expected and result["builtin_order"] == expected
         assert result["peer_weight"] and result["builtin_peer_weight"] == (8 * 16 + 16 + 16 * 16 + 16 + 16 * 4 + 4,)
         assert result["init"] == "GradientAllReduceAlgorithm(hierarchical=True, average=True)"
+        assert result["replicas"] == [(torch.float32, True)] * 3
 
 
 class _Branchy(torch.nn.Module):

@@ -77,3 +77,30 @@ def test_global_algorithm_registry_and_init():
     finally:
         get_plugin_manager().unregister(name="runtime-algorithm-my_algorithm")
     assert "my_algorithm" not in GlobalAlgorithmRegistry
+
+
+@pytest.mark.redis
+def test_start_redis_server_cli_starts_a_daemon(tmp_path):
+    import redis
+
+    from bagua.torch_api.contrib.utils.redis_store import RedisStore, start_redis_server_cli
+    from bagua.torch_api.env import find_free_network_port
+
+    port = find_free_network_port()
+    start_redis_server_cli(port, 16 * 1024 * 1024, "--bind", "127.0.0.1", "--dir", str(tmp_path))
+    client = redis.Redis(port=port)
+    try:
+        for _ in range(100):  # daemonized: it answers once it has forked
+            try:
+                if client.ping():
+                    break
+            except redis.ConnectionError:
+                import time
+
+                time.sleep(0.05)
+        assert client.config_get("maxmemory")["maxmemory"] == str(16 * 1024 * 1024)
+        store = RedisStore(hosts=[{"host": "127.0.0.1", "port": port}], cluster_mode=False)
+        store.set("k", b"v")
+        assert store.get("k") == b"v"
+    finally:
+        client.shutdown(nosave=True)

@@ -48,3 +48,14 @@ def test_original_flags_are_mapped_or_noted():
                             "--set_additional_flag", "-m", "pkg.train"])
     assert "--standalone" not in args and "--node-rank=1" in args and "--master-addr=10.0.0.1" in args
     assert args[-4:] == ["-m", "bagua_core.cli.local_rank_shim", "--module", "pkg.train"]
+    args, _, _ = translate(["--master_port=29999", "train.py"])
+    assert args == ["--master-port=29999", "train.py"]  # torchrun's static rendezvous on 127.0.0.1:29999
+
+
+def test_local_rank_shim_passes_local_rank_as_the_original(tmp_path):
+    script = tmp_path / "show.py"
+    script.write_text("import sys\nprint(sys.argv[1:])\n")
+    env = dict(os.environ, LOCAL_RANK="3", PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-m", "bagua_core.cli.local_rank_shim", "--script", str(script), "--lr", "1"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "['--lr', '1', '--local_rank=3']", out.stderr

@@ -62,8 +62,8 @@ def translate(argv: list[str], prog: str = "bagua.distributed.launch") -> tuple[
     for flag in _TORCHRUN_SWITCHES:
         if getattr(args, flag):
             torchrun.append(f"--{flag.replace('_', '-')}")
-    if not any(a.startswith(("--nnodes", "--rdzv", "--master_addr", "--master-addr", "--standalone")) for a in torchrun):
-        torchrun.insert(0, "--standalone")  # one node, like the original's defaults (nnodes=1, 127.0.0.1)
+    if not any(a.startswith(("--nnodes", "--rdzv", "--master-addr", "--master-port", "--standalone")) for a in torchrun):
+        torchrun.insert(0, "--standalone")  # one node on a free port (the original: nnodes=1, 127.0.0.1)
     if args.default_bucket_size is not None:
         env["BAGUA_DEFAULT_BUCKET_SIZE"] = str(args.default_bucket_size)
     if args.autotune_level >= 1:

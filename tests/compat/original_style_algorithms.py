@@ -1,3 +1,4 @@
+# ruff: noqa  (written in the original's style on purpose: typing.List, unused loop index, as its algorithms)
 """Two algorithms written for the original Bagua's author API, as its documentation and built-in
 algorithms write them (imports from ``bagua.torch_api`` only): a decentralized one that owns its
 ``peer_weight`` replica, and a gradient one whose bucket op is a Python function."""
