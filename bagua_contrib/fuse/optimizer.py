@@ -73,7 +73,7 @@ def fuse_optimizer(optimizer: torch.optim.Optimizer, do_flatten: bool = True,
     if do_flatten:
         state.buffers = flatten_param_groups(optimizer)
     optimizer._bagua_fuse = state
-    optimizer._bagua_fused_count = 0  # fused steps so far (steps that stepped at least one flat tensor)
+    optimizer._bagua_fused_count = 0  # +1 per param group and step in which some parameters were fused
     optimizer.fuse_step = types.MethodType(fuse_step, optimizer)
     return optimizer
 
@@ -168,6 +168,7 @@ def fuse_step(optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | Non
             buffer.restore()
     originals = [group["params"] for group in optimizer.param_groups]
     fused: list[tuple[tuple, torch.Tensor, list[torch.Tensor]]] = []
+    fused_groups: list[tuple[dict]] = []
     try:
         for group in optimizer.param_groups:
             params = []
@@ -186,6 +187,7 @@ def fuse_step(optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | Non
                     optimizer.state[flat] = flat_state
                 params.append(flat)
                 fused.append((key, flat, run))
+                fused_groups.append((group,))
             group["params"] = params
         optimizer.step()
     finally:
@@ -198,6 +200,5 @@ def fuse_step(optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | Non
                 state.stash[key] = flat_state
                 _split_state(run, flat_state, optimizer)
         state.flats = {key: flat for key, flat, _ in fused}  # forget runs that no longer exist
-        if fused:
-            optimizer._bagua_fused_count += 1
+        optimizer._bagua_fused_count += len({id(group) for group, *_ in fused_groups})
     return loss
