@@ -27,8 +27,9 @@ _NO_DEFAULT = object()
 
 
 def _resolve(module: str, name: str):
-    obj = importlib.import_module(module)
-    for part in name.split("."):
+    """Walk attributes from ``import bagua.torch_api`` alone: every documented page is reachable."""
+    obj = importlib.import_module("bagua.torch_api")
+    for part in module.split(".")[2:] + name.split("."):
         obj = getattr(obj, part)
     return obj
 

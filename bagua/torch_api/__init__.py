@@ -40,7 +40,19 @@ from bagua.torch_api.communication import (
 from bagua.torch_api.distributed import BaguaModule
 from bagua.torch_api.env import get_local_rank, get_local_size, get_rank, get_world_size
 from bagua.torch_api.tensor import BaguaTensor
-from bagua.torch_api import algorithms, checkpoint, communication, contrib, data_parallel  # noqa: E402
+from bagua.torch_api import (  # noqa: E402
+    algorithms,
+    bucket,
+    checkpoint,
+    communication,
+    contrib,
+    data_parallel,
+    distributed,
+    env,
+    model_parallel,
+    tensor,
+    utils,
+)
 from bagua.torch_api.model_parallel import moe  # noqa: E402
 
 version = torch.__version__
@@ -48,7 +60,7 @@ version = torch.__version__
 __all__ = [
     "BaguaModule", "BaguaTensor", "ReduceOp", "algorithms", "allgather", "allgather_inplace", "allreduce",
     "allreduce_inplace", "alltoall", "alltoall_inplace", "alltoall_v", "alltoall_v_inplace", "barrier",
-    "broadcast", "checkpoint", "communication", "contrib", "data_parallel", "gather", "gather_inplace",
+    "broadcast", "bucket", "checkpoint", "distributed", "env", "model_parallel", "tensor", "utils", "communication", "contrib", "data_parallel", "gather", "gather_inplace",
     "get_backend", "get_local_rank", "get_local_size", "get_rank", "get_world_size", "init_process_group",
     "is_initialized", "moe", "new_group", "recv", "reduce", "reduce_inplace", "reduce_scatter",
     "reduce_scatter_inplace", "scatter", "scatter_inplace", "send",

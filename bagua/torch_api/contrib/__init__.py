@@ -9,9 +9,17 @@ from bagua_contrib.load_balancing_data_loader import (
     LoadBalancingDistributedBatchSampler,
     LoadBalancingDistributedSampler,
 )
-from bagua.torch_api.contrib import fuse, utils  # noqa: E402
+from bagua.torch_api.contrib import (  # noqa: E402
+    cache_loader,
+    cached_dataset,
+    fuse,
+    load_balancing_data_loader,
+    sync_batchnorm,
+    utils,
+)
 
 __all__ = [
     "CacheLoader", "CachedDataset", "LoadBalancingDistributedBatchSampler", "LoadBalancingDistributedSampler",
-    "fuse", "fuse_optimizer", "utils",
+    "cache_loader", "cached_dataset", "fuse", "fuse_optimizer", "load_balancing_data_loader", "sync_batchnorm",
+    "utils",
 ]
