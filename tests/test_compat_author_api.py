@@ -124,6 +124,10 @@ def _ddp_wrapper(rank: int) -> dict:
     torch_group = torch.distributed.new_group([0, 1])
     torch_group.bagua_patch()
     out["patched"] = torch_group in bagua.communication._torch_to_bagua_pg_map and torch_group.bagua_pg.ranks
+    group = bagua.communication.BaguaProcessGroup([0, 1], None, "made_by_hand")  # the documented constructor
+    t = torch.ones(2)
+    bagua.allreduce_inplace(t, comm=group.get_global_communicator())
+    out["hand_made_group"] = (t.tolist(), group.group_name, group.stream)
     backend = bagua.get_backend(model.bagua_module_name)
     backend.wait_pending_comm_ops()
     with pytest.raises(Exception, match="no module named"):
@@ -141,6 +145,7 @@ def test_ddp_compatible_wrapper_and_find_unused_parameters() -> None:
         assert r["after_both"] == (every, every)
         assert r["sync_inside"] is False and r["sync_after"] is True
         assert r["object"] == {"rank": 1}
+        assert r["hand_made_group"] == ([2.0, 2.0], "made_by_hand", None)
         assert r["not_in_group"] == (rank != 0) and r["default_group"] == [0, 1] and r["patched"] == [0, 1]
     # the branch used on rank 1 only was averaged (rank 0 contributed zeros) in the step it came back
     assert torch.equal(results[0]["right_grad"], results[1]["right_grad"])
