@@ -69,8 +69,13 @@ class AsyncModelAverageConfig(AlgorithmConfig):
 
 
 class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
-    def __init__(self, process_group, sync_interval_ms: int, warmup_steps: int) -> None:
+    def __init__(
+        self, process_group, peer_selection_mode: str = "all", sync_interval_ms: int = 500, warmup_steps: int = 0
+    ) -> None:
+        if peer_selection_mode != "all":
+            raise ValueError(f"peer_selection_mode must be 'all', got {peer_selection_mode!r}")
         super().__init__(process_group)
+        self.peer_selection_mode = peer_selection_mode
         self.sync_interval_ms = sync_interval_ms
         self.warmup_steps = warmup_steps
         self.comm = new_async_communicator(process_group.ranks)  # collective: every process calls it
@@ -94,19 +99,22 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
         self._async_phase = self._wants_async()
         if not self._async_phase:
             return super().init_tensors(bagua_module)
-        return [p.ensure_bagua_tensor(n, bagua_module.bagua_module_name) for n, p in bagua_module.bagua_named_parameters()]
+        return [p.ensure_bagua_tensor(n, bagua_module.bagua_module_name) for n, p in bagua_module.bagua_build_params()]
 
-    def tensors_to_buckets(self, tensors: list[torch.Tensor], do_flatten: bool) -> list[BaguaBucket]:
+    def tensors_to_buckets(self, tensors: list[list[torch.Tensor]], do_flatten: bool) -> list[BaguaBucket]:
         if not self._async_phase:
             return super().tensors_to_buckets(tensors, do_flatten)
         self.averager = AsyncModelAverager([], self.comm, self.sync_interval_ms)
         _live_averagers.add(self.averager)
-        return split_into_buckets(tensors, 2**62, do_flatten, name_prefix="async_weights")  # one per dtype
+        weights = [t for group in tensors for t in group]
+        return split_into_buckets(weights, 2**62, do_flatten, name_prefix="async_weights")  # one per dtype
 
     def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
         bucket.clear_ops()
         if self._async_phase:
-            bucket.append_asynchronous_model_average_op(self.averager)
+            bucket._async_op = bucket.append_asynchronous_model_average_op(
+                self.peer_selection_mode, self.process_group, averager=self.averager
+            )
         else:
             bucket.append_centralized_synchronous_op(hierarchical=False, average=True, group=self.process_group)
 
@@ -158,8 +166,10 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
         return hook
 
     # --- control -------------------------------------------------------------------------------
-    def abort(self, bagua_module: torch.nn.Module) -> None:
-        """Stop the averaging; returns once every rank has aborted (collective). A no-op if stopped."""
+    def abort(self, bagua_ddp: torch.nn.Module) -> None:
+        """Stop the averaging; returns once every rank has aborted (collective). A no-op if stopped.
+        ``bagua_module``: the wrapped module, or a ``data_parallel.DistributedDataParallel`` of it."""
+        bagua_module = getattr(bagua_ddp, "inner", bagua_ddp)
         if not self._active:
             return
         if not self._async_phase:  # still in warmup here, but other ranks may be averaging already
@@ -169,8 +179,9 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
         self._active = False
         self.averager.abort(timeout=env.get_comm_timeout_s())
 
-    def resume(self, bagua_module: torch.nn.Module) -> None:
-        """Restart the averaging stopped by :meth:`abort` (every rank must resume)."""
+    def resume(self, bagua_ddp: torch.nn.Module) -> None:
+        """Restart the averaging stopped by :meth:`abort` (every rank must resume). ``bagua_ddp``: the
+        wrapped module or its ``data_parallel.DistributedDataParallel``."""
         if self._active:
             return
         self._active = True
@@ -195,7 +206,8 @@ class AsyncModelAverageAlgorithm(Algorithm):
         super().__init__(peer_selection_mode=peer_selection_mode, sync_interval_ms=sync_interval_ms, warmup_steps=warmup_steps)
 
     def reify(self, process_group) -> AsyncModelAverageAlgorithmImpl:
-        return AsyncModelAverageAlgorithmImpl(process_group, self.config.sync_interval_ms, self.config.warmup_steps)
+        c = self.config
+        return AsyncModelAverageAlgorithmImpl(process_group, c.peer_selection_mode, c.sync_interval_ms, c.warmup_steps)
 
 
 @hookimpl

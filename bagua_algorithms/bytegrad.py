@@ -36,6 +36,9 @@ class ByteGradAlgorithmImpl(GradientAllReduceAlgorithmImpl):
 
     compression = "MinMaxUInt8"
 
+    def __init__(self, process_group, hierarchical: bool = True, average: bool = True) -> None:
+        super().__init__(process_group, hierarchical, average)
+
 
 class ByteGradAlgorithm(Algorithm):
     """Gradient allreduce compressed to 8 bits per value (MinMaxUInt8)."""

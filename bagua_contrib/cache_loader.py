@@ -30,8 +30,8 @@ def _make_store(backend: str, kwargs: dict[str, Any]) -> Store:
 
 class CacheLoader:
     """``backend``: a registered cache store name; ``kwargs`` go to the store (e.g. ``hosts``,
-    ``cluster_mode``, ``capacity_per_node`` for redis). ``dataset_name`` prefixes every key so several
-    datasets can share a store."""
+    ``cluster_mode``, ``capacity_per_node`` for redis). Values are stored under ``"{dataset_name}_{key}"``
+    (as the original documents), so several datasets can share a store."""
 
     def __init__(self, backend: str = "redis", dataset_name: str = "", writer_buffer_size: int = 1,
                  **kwargs: Any) -> None:
@@ -44,7 +44,7 @@ class CacheLoader:
         self._pending: dict[str, bytes] = {}
 
     def _key(self, key: Any) -> str:
-        return f"{self.dataset_name}:{key}" if self.dataset_name else str(key)
+        return f"{self.dataset_name}_{key}"
 
     def get(self, key: Any, load_fn: Callable[[Any], Any]) -> Any:
         """The cached value of ``key``; on a miss ``load_fn(key)``, which is then cached."""

@@ -25,7 +25,7 @@ from bagua_core.exceptions import BaguaConfigError
 if TYPE_CHECKING:  # pragma: no cover
     from bagua_core.process_group import BaguaProcessGroup
 
-__all__ = ["AlgorithmConfig", "Algorithm", "AlgorithmImpl", "split_into_buckets"]
+__all__ = ["AlgorithmConfig", "Algorithm", "AlgorithmImpl", "group_tensors", "split_into_buckets"]
 
 
 class AlgorithmConfig(BaseModel):
@@ -53,7 +53,22 @@ class Algorithm(abc.ABC):
         config = self.__dict__.get("config")
         if config is not None and item in type(config).model_fields:
             return getattr(config, item)
+        if item == "config":  # an algorithm written for the original sets plain attributes, no config
+            return AlgorithmConfig(name=self.name or type(self).__name__)
         raise AttributeError(f"{type(self).__name__} has no attribute {item!r}")
+
+    @classmethod
+    def init(cls, name: str, **kwargs: Any) -> Algorithm:
+        """The registered algorithm ``name`` built with ``kwargs`` (the original's helper).
+
+        Example::
+
+            >>> Algorithm.init("gradient_allreduce", hierarchical=True)
+            GradientAllReduceAlgorithm(hierarchical=True, average=True)
+        """
+        from bagua_core.plugins import algorithm_registry
+
+        return algorithm_registry.get(name)(**kwargs)
 
     @classmethod
     def from_config(cls, config: AlgorithmConfig, optimizers: Sequence[torch.optim.Optimizer] = ()) -> Algorithm:
@@ -66,37 +81,44 @@ class Algorithm(abc.ABC):
         """Create the implementation bound to ``process_group``."""
 
     def __repr__(self) -> str:
+        if "config" not in self.__dict__:
+            return f"{type(self).__name__}()"
         options = ", ".join(f"{k}={v!r}" for k, v in self.config.model_dump(exclude={"name"}).items())
         return f"{type(self).__name__}({options})"
 
 
-def split_into_buckets(
-    tensors: Sequence[torch.Tensor], bucket_size: int, do_flatten: bool, name_prefix: str = "bucket", alignment: int = 1
-) -> list[BaguaBucket]:
-    """Split tensors, in order, into buckets of about ``bucket_size`` bytes (a new bucket also starts
-    where the dtype or device of the effective tensors changes)."""
-    buckets: list[BaguaBucket] = []
+def group_tensors(tensors: Sequence[torch.Tensor], bucket_size: int) -> list[list[torch.Tensor]]:
+    """The core's bucketing suggestion: ``tensors`` in order, in groups of about ``bucket_size`` bytes (a
+    new group also starts where the dtype or device of the effective tensors changes). The core hands
+    it to ``AlgorithmImpl.tensors_to_buckets``."""
+    groups: list[list[torch.Tensor]] = []
     current: list[torch.Tensor] = []
     current_bytes = 0
-
-    def close() -> None:
-        nonlocal current, current_bytes
-        if current:
-            buckets.append(BaguaBucket(current, f"{name_prefix}_{len(buckets)}", do_flatten, alignment))
-        current, current_bytes = [], 0
-
     for tensor in tensors:
         effective = tensor.bagua_getter_closure()
         if current:
             first = current[0].bagua_getter_closure()
             if first.dtype != effective.dtype or first.device != effective.device:
-                close()
+                groups.append(current)
+                current, current_bytes = [], 0
         current.append(tensor)
         current_bytes += effective.numel() * effective.element_size()
         if current_bytes >= bucket_size:
-            close()
-    close()
-    return buckets
+            groups.append(current)
+            current, current_bytes = [], 0
+    if current:
+        groups.append(current)
+    return groups
+
+
+def split_into_buckets(
+    tensors: Sequence[torch.Tensor], bucket_size: int, do_flatten: bool, name_prefix: str = "bucket", alignment: int = 1
+) -> list[BaguaBucket]:
+    """One bucket per group of :func:`group_tensors`."""
+    return [
+        BaguaBucket(group, f"{name_prefix}_{i}", do_flatten, alignment)
+        for i, group in enumerate(group_tensors(tensors, bucket_size))
+    ]
 
 
 def _grad_of(param: torch.Tensor) -> torch.Tensor:
@@ -108,7 +130,11 @@ def _set_grad(param: torch.Tensor, value: torch.Tensor) -> None:
 
 
 class AlgorithmImpl:
-    """The hooks of an algorithm. The defaults implement plain bucketed gradient communication."""
+    """The hooks of an algorithm. The defaults implement plain bucketed gradient communication.
+
+    Every hook receives ``bagua_ddp`` (the name the original documents): the wrapped module, with
+    ``bagua_build_params()``, ``bagua_module_name``, ``bagua_buckets``, ``bagua_optimizers``,
+    ``bagua_train_step_counter``, ``process_group`` and ``_bagua_backend.wait_pending_comm_ops()``."""
 
     def __init__(self, process_group: BaguaProcessGroup) -> None:
         self.process_group = process_group
@@ -117,32 +143,38 @@ class AlgorithmImpl:
         """Asked before every forward; True rebuilds tensors, buckets and operations."""
         return False
 
-    def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
-        """The tensors to communicate: parameters in reverse registration order, effective tensor ``.grad``."""
+    def init_tensors(self, bagua_ddp: torch.nn.Module) -> list[torch.Tensor]:
+        """The tensors to communicate: ``bagua_ddp.bagua_build_params()`` in reverse registration
+        order, effective tensor ``.grad``."""
         tensors = []
-        for name, param in reversed(bagua_module.bagua_named_parameters()):
+        for name, param in reversed(bagua_ddp.bagua_build_params()):
             param.bagua_ensure_grad()
             tensors.append(
-                param.ensure_bagua_tensor(name, bagua_module.bagua_module_name, _grad_of, _set_grad)
+                param.ensure_bagua_tensor(name, bagua_ddp.bagua_module_name, _grad_of, _set_grad)
             )
         return tensors
 
-    def tensors_to_buckets(self, tensors: list[torch.Tensor], do_flatten: bool) -> list[BaguaBucket]:
-        """Split by the bucket size (``BAGUA_DEFAULT_BUCKET_SIZE``), in order."""
-        bucket_size = getattr(self, "bucket_size", None) or env.get_default_bucket_size()
-        return split_into_buckets(tensors, bucket_size, do_flatten)
+    def bucket_size_bytes(self) -> int:
+        """The size of the groups the core suggests: ``self.bucket_size`` when set (autotune sets it),
+        else ``BAGUA_DEFAULT_BUCKET_SIZE``."""
+        return getattr(self, "bucket_size", None) or env.get_default_bucket_size()
 
-    def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
+    def tensors_to_buckets(self, tensors: list[list[torch.Tensor]], do_flatten: bool) -> list[BaguaBucket]:
+        """Turn the core's suggestion (``tensors`` grouped into lists of about the bucket size, see
+        :func:`group_tensors`) into buckets: one per group, as suggested."""
+        return [BaguaBucket(group, f"bucket_{i}", do_flatten) for i, group in enumerate(tensors)]
+
+    def init_operations(self, bagua_ddp: torch.nn.Module, bucket: BaguaBucket) -> None:
         """Append the bucket's communication operations (none by default)."""
         bucket.clear_ops()
 
-    def init_forward_pre_hook(self, bagua_module: torch.nn.Module) -> Callable[[Any], None]:
+    def init_forward_pre_hook(self, bagua_ddp: torch.nn.Module) -> Callable[[Any], None]:
         def hook(inputs: Any) -> None:
             return None
 
         return hook
 
-    def init_backward_hook(self, bagua_module: torch.nn.Module) -> Callable[[str, torch.nn.Parameter], None]:
+    def init_backward_hook(self, bagua_ddp: torch.nn.Module) -> Callable[[str, torch.nn.Parameter], None]:
         """Called with each parameter once its gradient is accumulated: mark it ready."""
 
         def hook(parameter_name: str, parameter: torch.nn.Parameter) -> None:
@@ -151,20 +183,20 @@ class AlgorithmImpl:
 
         return hook
 
-    def init_post_backward_hook(self, bagua_module: torch.nn.Module) -> Callable[[], None]:
+    def init_post_backward_hook(self, bagua_ddp: torch.nn.Module) -> Callable[[], None]:
         """Runs at the end of backward: by default launches what is left and waits for it."""
 
         def hook() -> None:
-            bagua_module.bagua_wait_for_communication()
+            bagua_ddp.bagua_wait_for_communication()
 
         return hook
 
-    def init_post_optimizer_step_hook(self, bagua_module: torch.nn.Module) -> Callable[[torch.optim.Optimizer], None]:
+    def init_post_optimizer_step_hook(self, bagua_ddp: torch.nn.Module) -> Callable[[torch.optim.Optimizer], None]:
         def hook(optimizer: torch.optim.Optimizer) -> None:
             return None
 
         return hook
 
-    def shutdown(self, bagua_module: torch.nn.Module) -> None:
+    def shutdown(self, bagua_ddp: torch.nn.Module) -> None:
         """Release what the impl started (threads, groups) when the module is re-wrapped or closed."""
         return None

@@ -54,6 +54,8 @@ class BaguaBucket:
         self._done_event: torch.cuda.Event | None = None  # CUDA: the last execution's completion
         self.on_ready: Callable[[BaguaBucket], None] | None = None
         self.process_group: BaguaProcessGroup | None = None
+        self.backend_bucket = self  # the original's ops take ``bucket.backend_bucket``: here the bucket itself
+        self.bagua_module_name = getattr(tensors[0], "bagua_module_name", None)
         effective = [t.bagua_getter_closure() for t in self.tensors]
         self.dtype, self.device = effective[0].dtype, effective[0].device
         for tensor in effective:
@@ -107,14 +109,16 @@ class BaguaBucket:
         return True
 
     def flattened_tensor(self) -> torch.Tensor:
-        """One contiguous tensor holding the effective tensors (and padding) in order: the bucket's
-        buffer itself when flattened, else a new tensor."""
-        if self.check_flatten():
-            return self._buffer
-        pieces = [t.bagua_getter_closure().reshape(-1) for t in self.tensors]
-        if self.padding:
-            pieces.append(torch.zeros(self.padding, dtype=self.dtype, device=self.device))
-        return torch.cat(pieces)
+        """A new contiguous tensor holding a copy of the effective tensors (and padding) in order, as
+        the original's (algorithms create their replicas with it); it does not require grad. The
+        flattened bucket's own storage is :attr:`buffer`."""
+        with torch.no_grad():
+            if self.check_flatten():
+                return self._buffer.clone()
+            pieces = [t.bagua_getter_closure().reshape(-1) for t in self.tensors]
+            if self.padding:
+                pieces.append(torch.zeros(self.padding, dtype=self.dtype, device=self.device))
+            return torch.cat(pieces)
 
     def write_back(self, flat: torch.Tensor) -> None:
         """Copy ``flat`` (laid out as :meth:`flattened_tensor`) into the effective tensors, unless it is
@@ -269,32 +273,71 @@ class BaguaBucket:
         return self.append_op(CentralizedSynchronousOp(group, hierarchical, average, scattergather, compression))
 
     def append_decentralized_synchronous_op(
-        self, hierarchical: bool = True, peer_selection_mode: str = "all", group: BaguaProcessGroup | None = None
+        self,
+        peer_weight: torch.Tensor,
+        hierarchical: bool = True,
+        peer_selection_mode: str = "all",
+        group: BaguaProcessGroup | None = None,
     ):
-        """Append a decentralized weight-averaging op (``bagua_core.bucket_ops.decentralized``) and return
-        the op: call ``op.take_snapshot(bucket, round)`` before the bucket is marked ready and
-        ``op.copy_back_peer_weight(bucket)`` after it ran."""
+        """Append a decentralized weight-averaging op and return it. It is not in place: the bucket's
+        weights are copied into ``peer_weight`` (a tensor of the bucket's total size, owned by the
+        algorithm: ``bucket.flattened_tensor().ensure_bagua_tensor("peer_weight")``) and averaged there
+        with the peers; ``op.copy_back_peer_weight(bucket)`` writes the result back. ``peer_selection_mode``:
+        ``"all"`` or ``"shift_one"`` (one partner that changes every execution, or every round given to
+        ``op.take_snapshot(bucket, round)``). See ``bagua_core.bucket_ops.decentralized``."""
         from bagua_core.bucket_ops.decentralized import DecentralizedSynchronousOp
 
-        op = DecentralizedSynchronousOp(group, hierarchical, peer_selection_mode)
+        op = DecentralizedSynchronousOp(group, hierarchical, peer_selection_mode, peer_weight=peer_weight)
         self.append_op(op)
         return op
 
     def append_low_precision_decentralized_synchronous_op(
-        self, hierarchical: bool = True, group: BaguaProcessGroup | None = None
+        self,
+        weight: torch.Tensor,
+        left_peer_weight: torch.Tensor,
+        right_peer_weight: torch.Tensor,
+        hierarchical: bool = True,
+        compression: str = "MinMaxUInt8",
+        group: BaguaProcessGroup | None = None,
     ):
-        """Append a low-precision decentralized op (``bagua_core.bucket_ops.low_precision_decentralized``)
-        whose replicas start at the bucket's current values; return the op."""
+        """Append a low-precision decentralized op over the replicas the algorithm owns: ``weight`` (this
+        rank's model as its neighbours know it), ``left_peer_weight`` and ``right_peer_weight`` (the ring
+        neighbours'), each a tensor of the bucket's total size starting at the initial weights
+        (``bucket.flattened_tensor().ensure_bagua_tensor(...)``); the op updates them in place. Returns
+        the op. See ``bagua_core.bucket_ops.low_precision_decentralized``."""
         from bagua_core.bucket_ops.low_precision_decentralized import LowPrecisionDecentralizedOp
 
-        op = LowPrecisionDecentralizedOp(group, hierarchical, self.flattened_tensor())
+        if compression != "MinMaxUInt8":
+            raise ValueError(f"compression must be 'MinMaxUInt8', got {compression!r}")
+        op = LowPrecisionDecentralizedOp(group, hierarchical, weight, left_peer_weight, right_peer_weight)
         self.append_op(op)
         return op
 
-    def append_asynchronous_model_average_op(self, averager):
-        """Hand this bucket to ``averager`` (a ``bagua_core.bucket_ops.async_model_average.AsyncModelAverager``),
-        whose background thread averages its weights; nothing runs when the bucket is marked ready.
-        Returns the averager."""
+    def append_asynchronous_model_average_op(
+        self,
+        peer_selection_mode: str,
+        group: BaguaProcessGroup | None = None,
+        *,
+        averager=None,
+        sync_interval_ms: int = 500,
+    ):
+        """Append an asynchronous model average op and return it: a background thread averages the
+        bucket's weights with every rank of ``group`` (``peer_selection_mode="all"``) every
+        ``sync_interval_ms`` while training runs; nothing runs when the bucket is marked ready. Hold
+        ``op.lock_weight()`` / ``op.unlock_weight()`` around what reads or writes the weights; start it
+        with ``op.start()``, stop it (collectively) with ``op.abort()``. ``averager``: an op returned
+        before, to which this bucket is added (one thread and one communicator for several buckets);
+        creating a new op is collective over the whole job. See ``bagua_core.bucket_ops.async_model_average``."""
+        from bagua_core.bucket_ops.async_model_average import AsyncModelAverager, new_async_communicator
+
+        if peer_selection_mode != "all":
+            raise ValueError(f"peer_selection_mode must be 'all', got {peer_selection_mode!r}")
+        if averager is None:
+            if group is None:
+                from bagua_core.process_group import get_default_group
+
+                group = get_default_group()
+            averager = AsyncModelAverager([], new_async_communicator(group.ranks), sync_interval_ms)
         if all(bucket is not self for bucket in averager.buckets):
             averager.buckets.append(self)
         return averager

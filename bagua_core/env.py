@@ -24,6 +24,8 @@ __all__ = [
     "get_comm_timeout_s",
     "get_communicator_backend",
     "get_small_allreduce_bytes",
+    "find_free_network_port",
+    "get_autotune_server_wait_time",
 ]
 
 DEFAULT_BUCKET_SIZE = 10 * 1024 * 1024
@@ -134,3 +136,18 @@ def get_communicator_backend() -> str:
     if value not in COMMUNICATOR_BACKENDS:
         raise ValueError(f"BAGUA_COMMUNICATOR must be one of {COMMUNICATOR_BACKENDS}, got {value!r}")
     return value
+
+
+def find_free_network_port() -> int:
+    """A TCP port free on this host now (bound to port 0 and released; another process may take it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        return sock.getsockname()[1]
+
+
+def get_autotune_server_wait_time() -> int:
+    """Seconds the original waited for its autotune server (``BAGUA_AUTOTUNE_SERVER_WAIT_TIME``,
+    default 300). This project tunes inside the job (``BAGUA_AUTOTUNE=1``) and starts no server; the
+    value is read for code that passes it on."""
+    return _int_env("BAGUA_AUTOTUNE_SERVER_WAIT_TIME", 300)

@@ -32,9 +32,12 @@ __all__ = [
     "get_default_group",
     "destroy_process_group",
     "choose_backend",
+    "rank_not_in_group",
+    "torch_to_bagua_pg_map",
 ]
 
 logger = logging.getLogger(__name__)
+_CREATE = object()  # BaguaProcessGroup creates its torch process group
 _default_group: BaguaProcessGroup | None = None
 _node_keys: list[str] = []  # node key of every global rank
 _group_count = 0
@@ -48,10 +51,20 @@ class BaguaProcessGroup:
     order (torch's ``new_group`` requires it).
     """
 
-    def __init__(self, ranks: list[int], torch_group: dist.ProcessGroup | None, name: str) -> None:
+    def __init__(self, ranks: list[int], stream: object, group_name: str, torch_group: object = _CREATE) -> None:
+        """``ranks``: global ranks of the members; ``stream``: the CUDA stream of the group's
+        communication (kept for the original's API; None on CPU); ``group_name``: its name.
+        ``torch_group``: the torch process group connecting the members (None on non-members); by
+        default one is created, which is collective over the whole job."""
         self.ranks = sorted(ranks)
-        self.name = name
+        self.name = self.group_name = group_name
+        self.stream = stream
         me = dist.get_rank()
+        if torch_group is _CREATE:
+            torch_group = dist.group.WORLD if len(self.ranks) == dist.get_world_size() else _new_torch_group(self.ranks)
+            torch_group = torch_group if me in self.ranks else None
+        self.torch_group = torch_group
+        name = group_name
         nodes: dict[str, list[int]] = {}
         for rank in self.ranks:
             nodes.setdefault(_node_keys[rank], []).append(rank)
@@ -206,7 +219,7 @@ def init_process_group(store: dist.Store | None = None) -> BaguaProcessGroup:
     dist.all_gather_object(facts, (env.get_node_key(), os.environ.get("BAGUA_SMALL_ALLREDUCE_BYTES", "")))
     _node_keys = [str(key) for key, _ in facts]
     _agree_small_allreduce_bytes([raw for _, raw in facts])
-    _default_group = BaguaProcessGroup(list(range(dist.get_world_size())), dist.group.WORLD, "default")
+    _default_group = BaguaProcessGroup(list(range(dist.get_world_size())), None, "default", torch_group=dist.group.WORLD)
     atexit.register(_destroy_at_exit)
     return _default_group
 
@@ -263,8 +276,9 @@ def _destroy_at_exit() -> None:
         destroy_process_group()
 
 
-def new_group(ranks: list[int] | None = None) -> BaguaProcessGroup:
-    """A process group over ``ranks`` (all ranks when None). Collective: every rank must call it."""
+def new_group(ranks: list[int] | None = None, stream: object = None) -> BaguaProcessGroup:
+    """A process group over ``ranks`` (all ranks when None). Collective: every rank must call it.
+    ``stream``: the CUDA stream of its communication (None: the default group's)."""
     get_default_group()
     world = dist.get_world_size()
     if ranks is None:
@@ -273,14 +287,48 @@ def new_group(ranks: list[int] | None = None) -> BaguaProcessGroup:
     if not ranks or ranks[0] < 0 or ranks[-1] >= world:
         raise ValueError(f"new_group ranks must be a non-empty subset of 0..{world - 1}, got {ranks}")
     torch_group = dist.group.WORLD if len(ranks) == world else _new_torch_group(ranks)
-    return BaguaProcessGroup(ranks, torch_group if dist.get_rank() in ranks else None, _next_name())
+    stream = stream if stream is not None else get_default_group().stream
+    return BaguaProcessGroup(ranks, stream, _next_name(), torch_group=torch_group if dist.get_rank() in ranks else None)
 
 
-def from_torch_group(group: dist.ProcessGroup) -> BaguaProcessGroup:
+def from_torch_group(group: dist.ProcessGroup, stream: object = None) -> BaguaProcessGroup:
     """Wrap an existing torch process group. Collective over the whole job (sub-groups are created)."""
     get_default_group()
     ranks = dist.get_process_group_ranks(group) if group is not dist.group.WORLD else list(range(dist.get_world_size()))
-    return BaguaProcessGroup(ranks, group, _next_name())
+    stream = stream if stream is not None else get_default_group().stream
+    return BaguaProcessGroup(ranks, stream, _next_name(), torch_group=group)
+
+
+def rank_not_in_group(group: BaguaProcessGroup | None = None) -> bool:
+    """Whether this process is outside ``group`` (the default group when None): collectives over it
+    return there without doing anything."""
+    group = group if group is not None else get_default_group()
+    return dist.get_rank() not in group.ranks
+
+
+torch_to_bagua_pg_map: dict = {}
+"""The bagua group of each torch process group patched by ``ProcessGroup.bagua_patch()``."""
+
+
+def _bagua_patch(self: dist.ProcessGroup, stream: object = None) -> dist.ProcessGroup:
+    """``torch_group.bagua_patch()``: make (once) the bagua group of this torch group, reachable as
+    ``torch_group.bagua_pg``; collective over the whole job the first time. Returns the torch group."""
+    if self not in torch_to_bagua_pg_map:
+        torch_to_bagua_pg_map[self] = from_torch_group(self, stream)
+    return self
+
+
+def _bagua_pg(self: dist.ProcessGroup) -> BaguaProcessGroup:
+    if self not in torch_to_bagua_pg_map:
+        raise BaguaError("this torch process group has no bagua group yet: call its bagua_patch() first")
+    return torch_to_bagua_pg_map[self]
+
+
+dist.ProcessGroup.bagua_patch = _bagua_patch
+dist.ProcessGroup.bagua_pg = property(_bagua_pg)
+dist.ProcessGroup.bagua_get_global_communicator = lambda self: _bagua_pg(self).get_global_communicator()
+dist.ProcessGroup.bagua_get_inter_node_communicator = lambda self: _bagua_pg(self).get_inter_node_communicator()
+dist.ProcessGroup.bagua_get_intra_node_communicator = lambda self: _bagua_pg(self).get_intra_node_communicator()
 
 
 def destroy_process_group() -> None:
@@ -294,6 +342,7 @@ def destroy_process_group() -> None:
     for group in list(_all_groups):
         group.release()
     _all_groups.clear()
+    torch_to_bagua_pg_map.clear()
     _default_group = None
     small_allreduce.threshold_bytes = 0
     if dist.is_initialized():

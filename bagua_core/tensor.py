@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["install_tensor_methods"]
+__all__ = ["BaguaTensor", "install_tensor_methods"]
 
 
 def ensure_bagua_tensor(
@@ -122,19 +122,39 @@ def bagua_mark_communication_ready_without_synchronization(self: torch.Tensor) -
     _bucket_of(self).mark_ready(self, synchronize=False)
 
 
+def bagua_backend_tensor(self: torch.Tensor) -> torch.Tensor:
+    """The tensor the backend communicates: the effective tensor (this project has no separate
+    backend object; its ``data_ptr()`` is the effective tensor's, as the original's checks expect)."""
+    return self.bagua_getter_closure()
+
+
+class BaguaTensor:
+    """The methods bagua adds to ``torch.Tensor`` (the original's ``BaguaTensor`` patch class): every
+    tensor has them once ``bagua_core`` is imported.
+
+    Example::
+
+        >>> p = torch.nn.Parameter(torch.zeros(3)).ensure_bagua_tensor("w", "model")
+        >>> BaguaTensor.is_bagua_tensor(p)
+        True
+    """
+
+    ensure_bagua_tensor = ensure_bagua_tensor
+    to_bagua_tensor = to_bagua_tensor
+    is_bagua_tensor = is_bagua_tensor
+    bagua_getter_closure = bagua_getter_closure
+    bagua_setter_closure = bagua_setter_closure
+    bagua_set_storage = bagua_set_storage
+    bagua_ensure_grad = bagua_ensure_grad
+    bagua_backend_tensor = bagua_backend_tensor
+    bagua_mark_communication_ready = bagua_mark_communication_ready
+    bagua_mark_communication_ready_without_synchronization = bagua_mark_communication_ready_without_synchronization
+
+
 def install_tensor_methods() -> None:
-    for fn in (
-        ensure_bagua_tensor,
-        to_bagua_tensor,
-        is_bagua_tensor,
-        bagua_getter_closure,
-        bagua_setter_closure,
-        bagua_set_storage,
-        bagua_ensure_grad,
-        bagua_mark_communication_ready,
-        bagua_mark_communication_ready_without_synchronization,
-    ):
-        setattr(torch.Tensor, fn.__name__, fn)
+    for name, fn in vars(BaguaTensor).items():
+        if not name.startswith("__"):
+            setattr(torch.Tensor, name, fn)
 
 
 install_tensor_methods()

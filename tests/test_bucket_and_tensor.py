@@ -45,8 +45,11 @@ def test_flattened_bucket_layout_and_padding() -> None:
     bucket = BaguaBucket(tensors, "b", flatten=True, alignment=4)
     assert bucket.padding == 1 and bucket.bytes() == 12 * 4
     assert bucket.check_flatten()
-    flat = bucket.flattened_tensor()
-    assert flat.tolist() == [1.0] * 6 + [2.0] * 5 + [0.0]
+    copy = bucket.flattened_tensor()  # a copy, as the original's (algorithms make replicas with it)
+    assert copy.tolist() == [1.0] * 6 + [2.0] * 5 + [0.0]
+    copy.mul_(10)
+    assert torch.equal(params[1].grad, torch.full((5,), 2.0))
+    flat = bucket.buffer
     flat.mul_(10)  # operations on the buffer are seen by the gradients
     assert torch.equal(params[1].grad, torch.full((5,), 20.0))
     params[0].grad = torch.full((2, 3), 3.0)  # replaced (zero_grad(set_to_none) + backward)

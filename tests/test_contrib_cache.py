@@ -96,7 +96,7 @@ def test_cached_dataset_is_faster_and_equal() -> None:
 
 
 @pytest.mark.redis
-def test_cluster_store_shards_keys() -> None:
+def test_cluster_store_shards_keys(monkeypatch) -> None:
     servers = [acquire_local_server(16 * MB + i) for i in range(2)]
     store = RedisStore(hosts=[{"host": "127.0.0.1", "port": s.port} for s in servers])
     try:
@@ -115,7 +115,11 @@ def test_cluster_store_shards_keys() -> None:
             assert [shard.get(key) is not None for shard in store.stores].count(True) == 1
             assert store.route(key).get(key) == value
         single = RedisStore(hosts=[("127.0.0.1", s.port) for s in servers], cluster_mode=False)
-        assert single.num_stores == 1 and single.num_keys() == counts[0]
+        assert single.num_stores == 1 and single.num_keys() == counts[0]  # node 0: host 0
+        for node in (1, 2, 3):  # node n uses host n % len(hosts)
+            monkeypatch.setenv("GROUP_RANK", str(node))
+            single = RedisStore(hosts=[("127.0.0.1", s.port) for s in servers], cluster_mode=False)
+            assert single.stores[0].port == servers[node % 2].port and single.num_keys() == counts[node % 2]
         assert store.clear() and store.num_keys() == 0
     finally:
         for server in servers:
@@ -204,9 +208,10 @@ def test_backend_is_a_plugin_and_values_are_not_pickled() -> None:
         assert dataset.cache_loader.store.num_keys() == 0  # buffered (writer_buffer_size=20)
         assert torch.equal(dataset[2]["x"], value["x"])   # served from the write buffer
         assert dataset.cache_loader.num_keys() == 1
+        assert dataset.cache_loader.store.get("d_2") is not None  # "{dataset_name}_{key}", as documented
         import pickle
 
-        dataset.cache_loader.store.set("d:3", pickle.dumps(value))  # someone else wrote a pickle
+        dataset.cache_loader.store.set("d_3", pickle.dumps(value))  # someone else wrote a pickle
         with pytest.raises(ValueError, match="bad header"):
             dataset[3]
         cluster = ClusterStore([DictStore(), DictStore()])

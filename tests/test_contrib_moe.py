@@ -78,11 +78,14 @@ def test_moe_two_ranks_equals_single_process() -> None:
 def test_gating_semantics() -> None:
     logits = torch.tensor([[2.0, 1.0, 0.0], [0.0, 3.0, 1.0], [0.5, 0.1, 0.0], [3.0, 0.0, 2.5]])
     probs = logits.softmax(1)
-    _, combine, dispatch, counts = top1gating(logits, cap=1)
+    _, combine, dispatch, counts = top1gating(logits, 1.0, 0, agreed_capacity=1)
     assert counts.tolist() == [3, 1, 0]
     assert torch.allclose(combine.sum((1, 2)), torch.tensor([probs[0, 0], probs[1, 1], 0.0, 0.0]))  # cap 1
     assert dispatch[0, 0, 0] and dispatch[1, 1, 0]
-    _, combine, _, _ = top2gating(logits, cap=4)
+    # the documented capacities: top-1 max(ceil(S/E * factor), min_capacity), top-2 ceil(2S/E * factor)
+    assert top1gating(logits, 0.75, 1)[1].shape == (4, 3, 1) and top1gating(logits, 0.75, 2)[1].shape == (4, 3, 2)
+    assert top2gating(logits, 1.0)[1].shape == (4, 3, 3)
+    _, combine, _, _ = top2gating(logits, 1.0, agreed_capacity=4)
     assert torch.allclose(combine.sum((1, 2)), torch.ones(4))  # two experts, renormalised
     assert torch.allclose(combine[3].sum(-1), torch.tensor([probs[3, 0], 0, probs[3, 2]]) / (probs[3, 0] + probs[3, 2]))
     with pytest.raises(ValueError, match="k must be 1 or 2"):

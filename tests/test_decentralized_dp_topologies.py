@@ -36,12 +36,19 @@ def test_edges_of_the_builtins() -> None:
     assert get_topology("complete", 4).edge(2, 7) == Edge((0, 1, 2, 3), 0.25)
     exp = get_topology("one-peer-exp", 8)
     assert exp.period == 3 and exp.edge(1, 2) == Edge((1, 5), 0.5)
+    # alternating-exp-ring as published in decent-dp 0.2.3 (the rounds of its _get_topo_edges, checked
+    # against the package): node pairs (j, j + 2^i) staggered, so some pair mixes across nodes every step
     alt = get_topology("alternating-exp-ring", 8, 2)
-    assert alt.edge(3, 0) == Edge((2, 3), 0.5)  # intra-node average
-    assert alt.edge(3, 1) == Edge((3, 7), 0.5)  # local rank 1 of node 1 reaches node 3 (shift 2)
-    assert alt.edge(2, 1) == Edge((0, 2), 0.5)  # local rank 0 of node 1 reaches node 0 (shift 1)
-    single = get_topology("alternating-exp-ring", 4, 1)
-    assert single.edge(2, 0) == Edge((2,), 1.0)
+    assert [[(e.ranks, e.weight) for e in alt.edges(r)] for r in range(alt.period)] == [
+        [((0, 1), 0.5), ((2, 3), 0.5), ((4, 5, 6, 7), 0.25)],
+        [((0, 1, 2, 3), 0.25), ((4, 5), 0.5), ((6, 7), 0.5)],
+        [((0, 1), 0.5), ((4, 5), 0.5), ((2, 3, 6, 7), 0.25)],
+        [((0, 1, 4, 5), 0.25), ((2, 3), 0.5), ((6, 7), 0.5)],
+    ]
+    single = get_topology("alternating-exp-ring", 4, 1)  # one rank per node: every step has a mixing pair
+    assert [[e.ranks for e in single.edges(r)] for r in range(single.period)] == [
+        [(0,), (1,), (2, 3)], [(0, 1), (2,), (3,)], [(0,), (2,), (1, 3)], [(0, 2), (1,), (3,)]]
+    assert all(any(e.size > 1 for e in single.edges(r)) for r in range(4))
 
 
 @pytest.mark.parametrize("name,world,local,message", [

@@ -33,9 +33,13 @@ def _groups(rank: int) -> dict:
         t = torch.tensor([float(rank)])
         bagua.allreduce_inplace(t, comm=inter)
         info["inter_sum"] = t.item()
-    else:
-        with pytest.raises(bagua.BaguaError, match="not a member"):
-            bagua.allreduce_inplace(torch.zeros(1), comm=inter)
+    else:  # outside the communicator a collective returns without doing anything (as in torch.distributed)
+        t = torch.tensor([7.0])
+        bagua.allreduce_inplace(t, comm=inter)
+        bagua.broadcast(t, src=0, comm=inter)
+        bagua.reduce(t, dst=0, comm=inter)
+        bagua.barrier(comm=inter)
+        info["outside_untouched"] = t.item() == 7.0
     sub = bagua.new_group([0, bagua.get_world_size() - 1])
     comm = sub.get_global_communicator()
     if comm.is_member:
@@ -57,6 +61,7 @@ def test_two_nodes_of_two() -> None:
     assert [i["intra_sum"] for i in infos] == [1.0, 1.0, 5.0, 5.0]
     assert [i["inter"] for i in infos] == [(0, 2), (-1, 2), (1, 2), (-1, 2)]
     assert infos[0]["inter_sum"] == 2.0 and infos[2]["inter_sum"] == 2.0
+    assert infos[1]["outside_untouched"] and infos[3]["outside_untouched"]
     assert infos[0]["sub_sum"] == 2.0 and infos[3]["sub_sum"] == 2.0 and "sub_sum" not in infos[1]
     assert all(i["wrapped"] == 4 for i in infos)
 

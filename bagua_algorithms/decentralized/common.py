@@ -31,10 +31,12 @@ class WeightCommunicatingImpl(AlgorithmImpl):
 
 
 def weight_tensors(bagua_module: torch.nn.Module) -> list[torch.Tensor]:
-    """The module's parameters as bagua tensors whose effective tensor is the parameter itself."""
+    """The module's parameters as bagua tensors whose effective tensor is the parameter itself, in
+    reverse registration order (as the original and the gradient algorithms: it decides the layout of
+    the weight buckets, and past one bucket which parameters share a min/max)."""
     return [
         param.ensure_bagua_tensor(name, bagua_module.bagua_module_name)
-        for name, param in bagua_module.bagua_named_parameters()
+        for name, param in reversed(bagua_module.bagua_build_params())
     ]
 
 

@@ -43,7 +43,9 @@ class DecentralizedConfig(AlgorithmConfig):
 
 
 class DecentralizedAlgorithmImpl(WeightCommunicatingImpl):
-    def __init__(self, process_group, hierarchical: bool, peer_selection_mode: str, communication_interval: int) -> None:
+    def __init__(
+        self, process_group, hierarchical: bool = True, peer_selection_mode: str = "all", communication_interval: int = 1
+    ) -> None:
         check_peers(process_group, hierarchical, peer_selection_mode)
         super().__init__(process_group)
         self.hierarchical = hierarchical
@@ -56,12 +58,17 @@ class DecentralizedAlgorithmImpl(WeightCommunicatingImpl):
         self._ops = []  # buckets are being rebuilt
         return super().init_tensors(bagua_module)
 
-    def tensors_to_buckets(self, tensors: list[torch.Tensor], do_flatten: bool) -> list[BaguaBucket]:
-        return [BaguaBucket(tensors, "decentralized_weights", do_flatten)]
+    def tensors_to_buckets(self, tensors: list[list[torch.Tensor]], do_flatten: bool) -> list[BaguaBucket]:
+        """All weights in one bucket (the suggested groups joined, in their order)."""
+        return [BaguaBucket([t for group in tensors for t in group], "decentralized_weights", do_flatten)]
 
     def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
         bucket.clear_ops()
-        op = bucket.append_decentralized_synchronous_op(self.hierarchical, self.peer_selection_mode, self.process_group)
+        bucket._peer_weight = bucket.flattened_tensor().ensure_bagua_tensor("peer_weight", bagua_module.bagua_module_name)
+        op = bucket.append_decentralized_synchronous_op(
+            bucket._peer_weight, self.hierarchical, self.peer_selection_mode, self.process_group
+        )
+        bucket._decentralized_op = op
         self._ops.append((bucket, op))
 
     def init_forward_pre_hook(self, bagua_module: torch.nn.Module) -> Callable:

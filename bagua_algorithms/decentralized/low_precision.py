@@ -43,7 +43,7 @@ class LowPrecisionDecentralizedConfig(AlgorithmConfig):
 
 
 class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
-    def __init__(self, process_group, hierarchical: bool, communication_interval: int) -> None:
+    def __init__(self, process_group, hierarchical: bool = True, communication_interval: int = 1) -> None:
         super().__init__(process_group)
         self.hierarchical = hierarchical
         self.communication_interval = communication_interval
@@ -51,7 +51,14 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
 
     def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
         bucket.clear_ops()
-        bucket.append_low_precision_decentralized_synchronous_op(self.hierarchical, self.process_group)
+        name = bagua_module.bagua_module_name
+        bucket._weight = bucket.flattened_tensor().float().ensure_bagua_tensor("weight", name)
+        bucket._left_peer_weight = bucket.flattened_tensor().float().ensure_bagua_tensor("left_peer_weight", name)
+        bucket._right_peer_weight = bucket.flattened_tensor().float().ensure_bagua_tensor("right_peer_weight", name)
+        bucket.append_low_precision_decentralized_synchronous_op(
+            bucket._weight, bucket._left_peer_weight, bucket._right_peer_weight, self.hierarchical,
+            group=self.process_group,
+        )
 
     def init_forward_pre_hook(self, bagua_module: torch.nn.Module) -> Callable:
         def hook(inputs) -> None:

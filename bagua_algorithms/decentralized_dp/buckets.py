@@ -57,6 +57,7 @@ class ParamBucket:
         self.optimizer: Any = None
         self.scheduler: Any = None
         self.work: Any = None
+        self.pending = False  # a launched round whose result is not mixed yet
         self.edge: Edge | None = None
 
     def gather(self) -> torch.Tensor:
@@ -84,22 +85,34 @@ class ParamBucket:
         self.comm_buffer.copy_(self.gather())
         stats.record("allreduce", self.comm_buffer.numel() * self.comm_buffer.element_size())
         self.work = dist.all_reduce(self.comm_buffer, op=dist.ReduceOp.SUM, group=edge.group, async_op=True)
+        self.pending = True
 
-    def finish(self) -> None:
-        """Wait for the round in flight and mix its result into the parameters."""
-        if self.work is None:
+    def settle(self) -> None:
+        """Wait for the round in flight; its result stays to be mixed by the next :meth:`finish`."""
+        if self.work is not None:
+            self.work.wait()
+            self.work = None
+
+    def finish(self, adaptive_factor: float = 1.0) -> None:
+        """Wait for the round in flight and mix its result into the parameters:
+        ``x <- (1 - a) x + a mix(x)`` with ``a = adaptive_factor`` (decent-dp's)."""
+        if not getattr(self, "pending", False):
             return
-        self.work.wait()
-        self.work = None
+        self.settle()
+        self.pending = False
         with torch.no_grad():
-            mix_inplace(self.gather(), self.comm_buffer, self.edge)
+            x = self.gather()
+            if adaptive_factor == 1.0:
+                mix_inplace(x, self.comm_buffer, self.edge)
+            else:
+                local = x.clone()
+                mix_inplace(x, self.comm_buffer, self.edge).mul_(adaptive_factor).add_(local, alpha=1 - adaptive_factor)
             self.scatter()
 
     def discard(self) -> None:
         """Wait for the round in flight and drop its result."""
-        if self.work is not None:
-            self.work.wait()
-            self.work = None
+        self.settle()
+        self.pending = False
 
 
 def split_params(

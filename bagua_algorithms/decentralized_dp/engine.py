@@ -72,6 +72,9 @@ class DecentralizedEngine:
         self.step = 0
         """Training steps completed (the edge of step ``t`` is ``topology.edge(rank, t)``)."""
         self.accumulate = False
+        self.adaptive_factor = 1.0
+        """``a`` in ``x <- (1 - a) x + a mix(x)`` (decent-dp's adaptive factor; 1 = plain gossip)."""
+        self._backups: list[torch.Tensor] = []
 
     # --- called by the hooks --------------------------------------------------------------------
     def grad_ready(self, name: str, param: torch.Tensor) -> None:
@@ -145,7 +148,7 @@ class DecentralizedEngine:
 
     @torch.no_grad()
     def _step_bucket(self, bucket: ParamBucket) -> None:
-        bucket.finish()
+        bucket.finish(self.adaptive_factor)
         optimizer = bucket.optimizer
         if any(p.grad is not None for p in bucket.params):
             if self.scaler is not None:
@@ -174,14 +177,21 @@ class DecentralizedEngine:
             bucket.discard()
 
     @torch.no_grad()
-    def global_avg(self, buffers: Iterable[torch.Tensor] = ()) -> None:
-        """Wait for the rounds in flight, then average every parameter (and floating ``buffers``) over all
-        ranks exactly: a SUM allreduce in each tensor's dtype, divided by the world size, written back in
-        place. Non-floating buffers are broadcast from rank 0. Every rank ends bit-identical."""
-        self.wait()
-        tensors = [p.data for _, p in self.named_params] + list(buffers)
+    def global_avg(self, buffers: Iterable[torch.Tensor] = (), will_revert: bool = True,
+                   return_d2c: bool = False) -> float | None:
+        """Average every parameter (and floating ``buffers``) over all ranks exactly: a SUM allreduce in
+        each tensor's dtype, divided by the world size, written back in place; non-floating buffers are
+        broadcast from rank 0. Every rank ends bit-identical. As decent-dp 0.2.3: ``will_revert`` keeps a
+        copy of the parameters for :meth:`revert_global_avg` and keeps the rounds in flight (waited for,
+        mixed at the next step as if nothing happened); without it the rounds in flight are dropped.
+        ``return_d2c``: return the distance of this rank's parameters to the average (2-norm)."""
+        params = [p.data for _, p in self.named_params]
+        for bucket in self.buckets or ():
+            bucket.settle() if will_revert else bucket.discard()
+        if will_revert or return_d2c:
+            self._backups = [p.clone() for p in params]
         groups: dict[tuple, list[torch.Tensor]] = {}
-        for tensor in tensors:
+        for tensor in params + list(buffers):
             groups.setdefault((tensor.dtype, tensor.device), []).append(tensor)
         for (dtype, _), members in groups.items():
             flat = torch.cat([t.reshape(-1) for t in members])
@@ -194,3 +204,23 @@ class DecentralizedEngine:
             for tensor in members:
                 tensor.copy_(flat[offset : offset + tensor.numel()].view(tensor.shape))
                 offset += tensor.numel()
+        if return_d2c:
+            return torch.norm(torch.stack([torch.norm(p - b) for p, b in zip(params, self._backups)])).item()
+        return None
+
+    @torch.no_grad()
+    def revert_global_avg(self) -> None:
+        """Put back the parameters saved by the last ``global_avg(will_revert=True)``."""
+        if not self._backups:
+            raise BaguaError("no backup to revert to: call global_avg(will_revert=True) first")
+        for (_, param), backup in zip(self.named_params, self._backups):
+            param.data.copy_(backup)
+
+    def get_lr(self) -> float:
+        """The learning rate of the first bucket's scheduler (0.0 before the first backward built them)."""
+        if self.buckets is None:
+            return 0.0
+        scheduler = self.buckets[0].scheduler
+        if scheduler is None:
+            raise BaguaError("no learning rate scheduler is defined: pass lr_scheduler_fn to use get_lr()")
+        return scheduler.get_last_lr()[0]

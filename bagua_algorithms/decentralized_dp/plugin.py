@@ -107,11 +107,15 @@ class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
         assert self.engine is not None
         return self.engine.backward_end
 
-    def global_avg(self, bagua_module: torch.nn.Module) -> None:
-        """Wait for the rounds in flight, average parameters (and buffers if asked) over all ranks exactly."""
+    def global_avg(self, bagua_module: torch.nn.Module, will_revert: bool = True, return_d2c: bool = False):
+        """Average parameters (and buffers if asked) over all ranks exactly (see the wrapper's)."""
         assert self.engine is not None
         buffers = [b for _, b in bagua_module.bagua_named_buffers()] if self.config.sync_buffer_in_global_avg else []
-        self.engine.global_avg(buffers)
+        return self.engine.global_avg(buffers, will_revert, return_d2c)
+
+    def revert_global_avg(self, bagua_module: torch.nn.Module) -> None:
+        assert self.engine is not None
+        self.engine.revert_global_avg()
 
     def shutdown(self, bagua_module: torch.nn.Module) -> None:
         if self.engine is not None:

@@ -5,11 +5,15 @@
 (even ``i``), ``w = 1/2``.
 ``one-peer-exp`` (n = 2^k, k >= 1): period k, round ``i`` pairs ``j`` with ``j + 2^i`` (``j`` whose bit
 ``i`` is 0), ``w = 1/2``.
-``alternating-exp-ring`` (nodes of ``local_world_size`` consecutive ranks, a power-of-two number of
-nodes >= 2): even steps average inside each node (``w = 1/local_world_size``; one process per node
-means nothing to mix); odd steps pair local rank ``l`` of node ``k`` with local rank ``l`` of node
-``k xor 2^((s + l) mod K)`` across the network, ``w = 1/2`` (``s`` counts the inter-node rounds,
-``K = log2(nodes)``), so different local ranks reach different nodes in the same step.
+``alternating-exp-ring`` (nodes of ``L = local_world_size`` consecutive ranks, a power-of-two number of
+nodes ``N >= 2``, ``K = log2(N)``), as published in decent-dp 0.2.3: period ``2K``. For ``i`` in
+``0..K-1`` the node pairs ``(j, j + 2^i)`` (``j`` with bit ``i`` clear, in increasing order) are numbered
+by a counter ``c`` running over all ``i``; in rounds ``2i`` and ``2i+1`` a pair with even ``c`` first
+averages inside each of its two nodes (``w = 1/L``) and then over its ``2L`` ranks together
+(``w = 1/(2L)``); a pair with odd ``c`` does the two the other way round. Pairs are thus staggered: in
+every step some pairs mix across the network. With one rank per node the inside-node edges have one
+rank and mix nothing (decent-dp divides by zero there). The edges of each round are the package's,
+in its order.
 
 Example::
 
@@ -84,15 +88,29 @@ class AlternatingExpRingTopology(Topology):
 
     def rounds(self) -> list[Round]:
         size, nodes = self.local_world_size, self.num_nodes
-        exponents = nodes.bit_length() - 1
-        intra = [(range(k * size, (k + 1) * size), 1.0 / size) for k in range(nodes)]
+
+        def node(k: int) -> range:
+            return range(k * size, (k + 1) * size)
+
         result: list[Round] = []
-        for s in range(exponents):
-            inter = []
-            for local in range(size):
-                shift = 1 << ((s + local) % exponents)
-                inter += [((k * size + local, (k ^ shift) * size + local), 0.5) for k in range(nodes) if not k & shift]
-            result += [intra, inter]
+        counter = 0
+        for i in range(nodes.bit_length() - 1):
+            first: Round = []
+            second: Round = []
+            for j in range(nodes):
+                if j & (1 << i):
+                    continue
+                t = j + (1 << i)
+                pair = ([*node(j), *node(t)], 1.0 / size / 2.0)
+                inside = [(node(j), 1.0 / size), (node(t), 1.0 / size)]
+                if counter % 2 == 0:
+                    first += inside
+                    second.append(pair)
+                else:
+                    first.append(pair)
+                    second += inside
+                counter += 1
+            result += [first, second]
         return result
 
 

@@ -96,10 +96,31 @@ class DecentralizedDataParallel(torch.nn.Module):
         """While enabled, backward only accumulates gradients (no step, no communication, no step count)."""
         self.engine.accumulate = bool(enable)
 
-    def global_avg(self) -> None:
-        """Wait for the communication in flight, then average the parameters over all ranks exactly
-        (and the buffers when ``sync_buffer_in_global_avg``), in place. Collective."""
-        self.engine.global_avg(list(self.module.buffers()) if self.sync_buffer_in_global_avg else ())
+    def global_avg(self, will_revert: bool = True, return_d2c: bool = False) -> float | None:
+        """Average the parameters over all ranks exactly (and the buffers when
+        ``sync_buffer_in_global_avg``), in place. Collective. ``will_revert``: keep a copy for
+        :meth:`revert_global_avg` and keep the communication in flight (training then continues as if
+        nothing happened after a revert); else it is dropped. ``return_d2c``: return this rank's
+        distance to the average. As decent-dp 0.2.3.
+
+        Example::
+
+            >>> model.global_avg(); evaluate(model); model.revert_global_avg()
+        """
+        buffers = list(self.module.buffers()) if self.sync_buffer_in_global_avg else ()
+        return self.engine.global_avg(buffers, will_revert, return_d2c)
+
+    def revert_global_avg(self) -> None:
+        """Put back the parameters saved by the last ``global_avg(will_revert=True)``."""
+        self.engine.revert_global_avg()
+
+    def get_lr(self) -> float:
+        """The current learning rate of the first bucket's scheduler (0.0 before the first backward)."""
+        return self.engine.get_lr()
+
+    def set_adaptive_factor(self, factor: float) -> None:
+        """Mix with ``x <- (1 - factor) x + factor mix(x)`` from now on (decent-dp's adaptive factor)."""
+        self.engine.adaptive_factor = float(factor)
 
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:

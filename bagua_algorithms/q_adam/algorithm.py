@@ -36,9 +36,9 @@ class QAdamConfig(AlgorithmConfig):
 
 
 class QAdamAlgorithmImpl(AlgorithmImpl):
-    def __init__(self, process_group, optimizer: QAdamOptimizer, hierarchical: bool = True) -> None:
+    def __init__(self, process_group, q_adam_optimizer: QAdamOptimizer, hierarchical: bool = True) -> None:
         super().__init__(process_group)
-        self.optimizer = optimizer
+        self.optimizer = q_adam_optimizer
         self.hierarchical = hierarchical
         self._momentum_phase: bool | None = None
 
@@ -53,7 +53,7 @@ class QAdamAlgorithmImpl(AlgorithmImpl):
         state = self.optimizer.state
         owned = {id(p) for group in self.optimizer.param_groups for p in group["params"]}
         tensors = []
-        for name, param in reversed(bagua_module.bagua_named_parameters()):
+        for name, param in reversed(bagua_module.bagua_build_params()):
             if id(param) not in owned:
                 continue
             param.bagua_ensure_grad()

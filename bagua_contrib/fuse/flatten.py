@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["FlatBuffer", "contiguous_runs", "flatten_param_groups", "storage_view"]
+__all__ = ["FlatBuffer", "calculate_mutual_groups", "contiguous_runs", "flatten_param_groups", "storage_view"]
 
 
 def storage_view(first: torch.Tensor, numel: int) -> torch.Tensor:
@@ -90,3 +90,43 @@ def contiguous_runs(params: list[torch.Tensor]) -> list[list[torch.Tensor]]:
         else:
             runs.append([p])
     return runs + [[p] for p in params if id(p) not in chosen]
+
+
+def _contiguous_index_groups(tensors: list[torch.Tensor]) -> list[list[int]]:
+    """Indices of the tensors that follow each other in memory (by address), runs of two or more."""
+    groups: list[list[int]] = []
+    run: list[int] = []
+    for index in sorted(range(len(tensors)), key=lambda i: tensors[i].data_ptr()):
+        if run:
+            previous = tensors[run[-1]]
+            end = previous.data_ptr() + previous.numel() * previous.element_size()
+            if tensors[index].data_ptr() != end:
+                if len(run) > 1:
+                    groups.append(run)
+                run = []
+        run.append(index)
+    if len(run) > 1:
+        groups.append(run)
+    return groups
+
+
+def calculate_mutual_groups(tensors_list: list[list[torch.Tensor]]) -> list[list[int]]:
+    """The groups of indices whose tensors are contiguous in memory in every list of ``tensors_list``
+    (the lists are parallel: parameters, their gradients, each optimizer state), as the original's
+    fused optimizer computes them.
+
+    Example::
+
+        >>> calculate_mutual_groups([params, [p.grad for p in params]])
+        [[0, 1, 2]]
+    """
+    if not tensors_list:
+        return []
+    size = len(tensors_list[0])
+    if any(len(tensors) != size for tensors in tensors_list):
+        raise ValueError(f"tensors to calculate mutual groups must have equal lengths, got {[len(t) for t in tensors_list]}")
+    groups = _contiguous_index_groups(tensors_list[0])
+    for tensors in tensors_list[1:]:
+        other = _contiguous_index_groups(tensors)
+        groups = [group for group in groups if group in other]
+    return groups

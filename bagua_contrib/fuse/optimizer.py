@@ -30,9 +30,15 @@ from typing import Any
 
 import torch
 
-from bagua_contrib.fuse.flatten import FlatBuffer, contiguous_runs, flatten_param_groups, storage_view
+from bagua_contrib.fuse.flatten import (
+    FlatBuffer,
+    calculate_mutual_groups,
+    contiguous_runs,
+    flatten_param_groups,
+    storage_view,
+)
 
-__all__ = ["fuse_optimizer", "fuse_step", "is_fused_optimizer"]
+__all__ = ["calculate_mutual_groups", "fuse_optimizer", "fuse_step", "is_fused_optimizer"]
 
 _ELEMENTWISE = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW, torch.optim.Adamax, torch.optim.NAdam,
                 torch.optim.RAdam, torch.optim.RMSprop, torch.optim.Adagrad, torch.optim.Adadelta,
@@ -67,6 +73,7 @@ def fuse_optimizer(optimizer: torch.optim.Optimizer, do_flatten: bool = True,
     if do_flatten:
         state.buffers = flatten_param_groups(optimizer)
     optimizer._bagua_fuse = state
+    optimizer._bagua_fused_count = 0  # +1 per param group and step in which some parameters were fused
     optimizer.fuse_step = types.MethodType(fuse_step, optimizer)
     return optimizer
 
@@ -161,6 +168,7 @@ def fuse_step(optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | Non
             buffer.restore()
     originals = [group["params"] for group in optimizer.param_groups]
     fused: list[tuple[tuple, torch.Tensor, list[torch.Tensor]]] = []
+    fused_groups: list[tuple[dict]] = []
     try:
         for group in optimizer.param_groups:
             params = []
@@ -179,6 +187,7 @@ def fuse_step(optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | Non
                     optimizer.state[flat] = flat_state
                 params.append(flat)
                 fused.append((key, flat, run))
+                fused_groups.append((group,))
             group["params"] = params
         optimizer.step()
     finally:
@@ -191,4 +200,5 @@ def fuse_step(optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | Non
                 state.stash[key] = flat_state
                 _split_state(run, flat_state, optimizer)
         state.flats = {key: flat for key, flat, _ in fused}  # forget runs that no longer exist
+        optimizer._bagua_fused_count += len({id(group) for group, *_ in fused_groups})
     return loss

@@ -22,7 +22,7 @@ import torch
 
 import bagua_core
 from bagua_contrib.moe.experts import Experts
-from bagua_contrib.moe.gating import capacity, top1gating, top2gating
+from bagua_contrib.moe.gating import capacity, multiplicative_jitter, top1gating, top2gating
 from bagua_contrib.utils.ordered import GroupRef, default_group, run_ordered
 
 __all__ = ["MOELayer", "TopKGate"]
@@ -86,16 +86,17 @@ class TopKGate(torch.nn.Module):
             cap = run_ordered(group, _agree_max, cap, group)
         return cap
 
-    def forward(self, tokens: torch.Tensor, used_token: torch.Tensor | None = None):
-        tokens = tokens.float()
+    def forward(self, input: torch.Tensor, used_token: torch.Tensor | None = None):  # noqa: A002 (documented name)
+        tokens = input.float()
         policy = self.noisy_gate_policy if self.training else None
         if policy == "Jitter":
-            tokens = tokens * torch.empty_like(tokens).uniform_(1 - 1e-2, 1 + 1e-2)
+            tokens = multiplicative_jitter(tokens, tokens.device)
         logits = self.wg(tokens)
         cap = self.capacity(tokens.shape[0])
+        factor = self.capacity_factor if self.training else self.eval_capacity_factor
         if self.k == 1:
-            return top1gating(logits, cap, used_token, policy)
-        return top2gating(logits, cap, policy)
+            return top1gating(logits, factor, self.min_capacity, used_token, policy, agreed_capacity=cap)
+        return top2gating(logits, factor, noisy_gate_policy=policy, agreed_capacity=cap)
 
 
 class MOELayer(torch.nn.Module):
@@ -116,7 +117,10 @@ class MOELayer(torch.nn.Module):
         self.l_aux: torch.Tensor | None = None
         self.exp_counts: torch.Tensor | None = None
 
-    def forward(self, hidden_states: torch.Tensor, used_token: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, *input: torch.Tensor, **kwargs: Any) -> torch.Tensor:  # noqa: A002 (documented name)
+        """``forward(hidden_states, used_token=None)``: route the tokens of ``hidden_states``."""
+        hidden_states = input[0]
+        used_token = input[1] if len(input) > 1 else kwargs.get("used_token")
         d_model = hidden_states.shape[-1]
         tokens = hidden_states.reshape(-1, d_model)
         self.l_aux, combine_weights, dispatch_mask, self.exp_counts = self.gate(tokens, used_token)

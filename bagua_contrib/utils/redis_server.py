@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from bagua_core.exceptions import BaguaError
 
-__all__ = ["LocalRedisServer", "acquire_local_server", "state_dir"]
+__all__ = ["LocalRedisServer", "acquire_local_server", "start_redis_server_cli", "state_dir"]
 
 _START_TIMEOUT_S = 10.0
 
@@ -101,11 +101,34 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _spawn(capacity: int, log_path: str) -> tuple[subprocess.Popen, int]:
+def _redis_server_binary() -> str:
     binary = os.environ.get("BAGUA_REDIS_SERVER") or shutil.which("redis-server")
     if binary is None:
         raise BaguaError("redis-server not found on PATH: install it (e.g. `apt-get install redis-server`), "
                          "set BAGUA_REDIS_SERVER to its path, or pass RedisStore(hosts=[...])")
+    return binary
+
+
+def start_redis_server_cli(port: int, capacity: int, *args: str) -> None:
+    """Start a daemonized ``redis-server`` on ``port`` holding at most ``capacity`` bytes (random
+    eviction, nothing kept on disk), with the extra ``redis-server`` arguments ``args``: the original's
+    helper, with its flags (it listens on every interface, protected mode off: for servers other nodes
+    use as ``RedisStore(hosts=[...])``). Raises when redis-server cannot start.
+
+    Example::
+
+        >>> start_redis_server_cli(7000, 1 << 30, "--bind", "127.0.0.1")
+    """
+    command = [_redis_server_binary(), "--daemonize", "yes", "--port", str(port), "--maxmemory", str(capacity),
+               "--maxmemory-policy", "allkeys-random", "--appendonly", "no", "--save", "",
+               "--protected-mode", "no", *[str(a) for a in args]]
+    result = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise BaguaError(f"redis-server failed to start on port {port}: {(result.stdout + result.stderr).strip()[-2000:]}")
+
+
+def _spawn(capacity: int, log_path: str) -> tuple[subprocess.Popen, int]:
+    binary = _redis_server_binary()
     for _ in range(3):  # the free port may be taken between choosing it and binding it
         port = _free_port()
         command = [binary, "--port", str(port), "--bind", "127.0.0.1", "--protected-mode", "yes",

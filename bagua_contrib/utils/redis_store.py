@@ -80,7 +80,8 @@ class RedisStore(ClusterStore):
     """Cache store on redis.
 
     ``hosts``: a list of ``{"host": ..., "port": ...}`` dicts (or ``(host, port)`` pairs) of running
-    servers. ``cluster_mode=True`` shards keys over all of them; ``False`` uses only the first.
+    servers. ``cluster_mode=True`` shards keys over all of them; ``False``: node n (``get_node_rank()``)
+    uses host ``n % len(hosts)`` only, as the original.
     ``hosts=None`` spawns (or joins) a ``redis-server`` on this node, bound to 127.0.0.1, holding at
     most ``capacity_per_node`` bytes (then evicting least recently used keys); because it is reachable
     from this node only, each node caches its own samples. Values are bytes; nothing is pickled here.
@@ -102,6 +103,8 @@ class RedisStore(ClusterStore):
             if not addresses:
                 raise ValueError("hosts must name at least one redis server, or be None to spawn one")
             if not cluster_mode:
-                addresses = addresses[:1]
+                from bagua_core.env import get_node_rank
+
+                addresses = [addresses[get_node_rank() % len(addresses)]]
             shards = [RedisShard(host, port) for host, port in addresses]
         super().__init__(shards)

@@ -62,7 +62,7 @@ def new_async_communicator(ranks: list[int]) -> BaguaCommunicator:
 def _add_to_bucket(bucket: BaguaBucket, delta: torch.Tensor) -> None:
     with torch.no_grad():
         if bucket.check_flatten():
-            bucket.flattened_tensor().add_(delta)
+            bucket.buffer[: delta.numel()].add_(delta)
             return
         for tensor, offset, numel in zip(bucket.tensors, bucket.offsets, bucket.numels):
             effective = tensor.bagua_getter_closure()
@@ -132,6 +132,17 @@ class AsyncModelAverager:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    def lock_weight(self) -> None:
+        """Take the weight lock: the averaging does not touch the weights until :meth:`unlock_weight`."""
+        self.weight_lock.acquire()
+
+    def unlock_weight(self) -> None:
+        """Apply a finished round's update if one waits, then release the weight lock."""
+        try:
+            self.apply_pending()
+        finally:
+            self.weight_lock.release()
+
     def apply_pending(self) -> None:
         """Apply the last round's update if it is still pending (caller holds ``weight_lock``)."""
         with self._pending_lock:
@@ -166,7 +177,7 @@ class AsyncModelAverager:
     def _round(self) -> bool:
         """One averaging round; True when every rank asked to stop."""
         with torch.no_grad(), self._on_round_stream():
-            snapshots = [bucket.flattened_tensor().detach().clone() for bucket in self.buckets]
+            snapshots = [bucket.flattened_tensor() for bucket in self.buckets]  # copies
             reduced = [s.clone() for s in snapshots]
             flag = torch.tensor([1.0 if self._stop_requested.is_set() else 0.0])  # CPU: gloo, also in CUDA jobs
             for tensor in reduced:

@@ -10,7 +10,8 @@ to the leader), the peers are the nodes (their leaders), and the result is broad
 
 Example::
 
-    >>> op = DecentralizedSynchronousOp(group, hierarchical=False, peer_selection_mode="shift_one")
+    >>> op = DecentralizedSynchronousOp(group, hierarchical=False, peer_selection_mode="shift_one",
+    ...                                 peer_weight=bucket.flattened_tensor())
     >>> bucket.append_op(op)
     >>> op.take_snapshot(bucket, round_index=0)    # forward pre-hook; then mark the bucket ready
     >>> ...                                        # after the bucket ran:
@@ -84,21 +85,34 @@ def _average_with_peers(tensor: torch.Tensor, comm: BaguaCommunicator, mode: str
 class DecentralizedSynchronousOp:
     """Averages a snapshot of the bucket's weights with the peers of round ``round_index``."""
 
-    def __init__(self, group: BaguaProcessGroup | None, hierarchical: bool = True, peer_selection_mode: str = "all") -> None:
+    def __init__(
+        self,
+        group: BaguaProcessGroup | None,
+        hierarchical: bool = True,
+        peer_selection_mode: str = "all",
+        peer_weight: torch.Tensor | None = None,
+    ) -> None:
         if peer_selection_mode not in PEER_SELECTION_MODES:
             raise ValueError(f"peer_selection_mode must be one of {PEER_SELECTION_MODES}, got {peer_selection_mode!r}")
         self.group = group
         self.hierarchical = bool(hierarchical)
         self.peer_selection_mode = peer_selection_mode
-        self.peer_weight: torch.Tensor | None = None
+        self.peer_weight = peer_weight
+        """Where the weights are copied and averaged: the algorithm's tensor (the bucket's total size)."""
         self.round_index = 0
+        self.executions = 0
+        """Runs so far; the round of a run not prepared by :meth:`take_snapshot` (the original's ops
+        shift the peer every run)."""
         self._snapshot_pending = False
 
     def take_snapshot(self, bucket: BaguaBucket, round_index: int) -> None:
-        """Copy the weights to send (on the caller's thread, before forward may read them) and set
-        the round that selects the peers."""
+        """Copy the weights to send into :attr:`peer_weight` (on the caller's thread, before forward may
+        read them) and set the round that selects the peers."""
         with torch.no_grad():
-            self.peer_weight = bucket.flattened_tensor().detach().clone()
+            if self.peer_weight is None:
+                self.peer_weight = bucket.flattened_tensor()
+            else:
+                self.peer_weight.copy_(bucket.flattened_tensor().view_as(self.peer_weight))
         self.round_index = int(round_index)
         self._snapshot_pending = True
 
@@ -109,8 +123,9 @@ class DecentralizedSynchronousOp:
 
             group = get_default_group()
         if not self._snapshot_pending:
-            self.take_snapshot(bucket, self.round_index)
+            self.take_snapshot(bucket, self.executions)
         self._snapshot_pending = False
+        self.executions += 1
         tensor = self.peer_weight
         if not self.hierarchical:
             _average_with_peers(tensor, group.get_global_communicator(), self.peer_selection_mode, self.round_index)
@@ -124,6 +139,7 @@ class DecentralizedSynchronousOp:
             broadcast(tensor, src=0, comm=intra)
 
     def copy_back_peer_weight(self, bucket: BaguaBucket) -> None:
-        """Overwrite the bucket's weights with the averaged ones (call after the op ran)."""
+        """Overwrite the bucket's weights with the averaged ones (call after the op ran); ``bucket`` may
+        be the original's ``bucket.backend_bucket``."""
         if self.peer_weight is not None:
-            bucket.write_back(self.peer_weight)
+            bucket.write_back(self.peer_weight.detach().reshape(-1))

@@ -1,8 +1,8 @@
 """The low-precision decentralized operation: a ring exchange of compressed weight differences.
 
-Every bucket keeps three fp32 replicas: ``w`` (its own weights as the neighbours know them), ``l``
-(the left neighbour's) and ``r`` (the right neighbour's), all starting at the bucket's weights
-when the op is created. Run after the optimizer step, with ``x`` the stepped weights::
+Every bucket has three replicas, owned by the algorithm and updated in place by the op: ``w`` (its
+own weights as the neighbours know them), ``l`` (the left neighbour's) and ``r`` (the right
+neighbour's), all starting at the bucket's initial weights. Run after the optimizer step, with ``x`` the stepped weights::
 
     z = x + l/3 + r/3 - (5/3) w
     send C(z) to (rank - 1) % n and (rank + 1) % n; receive C(z_left), C(z_right)
@@ -15,7 +15,8 @@ broadcast in the node.
 
 Example::
 
-    >>> bucket.append_op(LowPrecisionDecentralizedOp(group, hierarchical=False, initial=bucket.flattened_tensor()))
+    >>> w, l, r = (bucket.flattened_tensor() for _ in range(3))
+    >>> bucket.append_op(LowPrecisionDecentralizedOp(group, False, w, l, r))
 """
 
 from __future__ import annotations
@@ -62,13 +63,27 @@ def ring_exchange(payload: torch.Tensor, comm: BaguaCommunicator) -> tuple[torch
 class LowPrecisionDecentralizedOp:
     """One round of low-precision decentralized averaging of a bucket of weights."""
 
-    def __init__(self, group: BaguaProcessGroup | None, hierarchical: bool, initial: torch.Tensor) -> None:
+    def __init__(
+        self,
+        group: BaguaProcessGroup | None,
+        hierarchical: bool,
+        weight: torch.Tensor,
+        left_peer_weight: torch.Tensor,
+        right_peer_weight: torch.Tensor,
+    ) -> None:
+        for name, replica in (("weight", weight), ("left_peer_weight", left_peer_weight),
+                              ("right_peer_weight", right_peer_weight)):
+            if not replica.is_contiguous() or replica.numel() != weight.numel():
+                raise ValueError(f"{name} must be a contiguous tensor of the bucket's {weight.numel()} elements")
+            if replica.dtype != torch.float32:
+                raise ValueError(f"{name} must be float32 (the compressed exchange accumulates in fp32), got "
+                                 f"{replica.dtype}; create it with bucket.flattened_tensor().float()")
         self.group = group
         self.hierarchical = bool(hierarchical)
-        with torch.no_grad():
-            self.weight = initial.detach().float().clone()
-            self.left_peer_weight = self.weight.clone()
-            self.right_peer_weight = self.weight.clone()
+        # the algorithm's tensors, updated in place (1-D views)
+        self.weight = weight.detach().view(-1)
+        self.left_peer_weight = left_peer_weight.detach().view(-1)
+        self.right_peer_weight = right_peer_weight.detach().view(-1)
 
     def _ring_step(self, x: torch.Tensor, comm: BaguaCommunicator) -> None:
         w, left, right = self.weight, self.left_peer_weight, self.right_peer_weight

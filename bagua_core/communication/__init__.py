@@ -21,6 +21,7 @@ from bagua_core.communication.movement import (
     scatter,
     scatter_inplace,
 )
+from bagua_core.communication.objects import broadcast_object
 from bagua_core.communication.reduce_op import ReduceOp
 from bagua_core.communication.reductions import (
     allreduce,
@@ -43,6 +44,7 @@ __all__ = [
     "reduce_scatter",
     "reduce_scatter_inplace",
     "broadcast",
+    "broadcast_object",
     "allgather",
     "allgather_inplace",
     "gather",

@@ -16,14 +16,15 @@ from bagua_core.communication.small_allreduce import small_allreduce_inplace
 __all__ = ["resolve_comm", "check_numel", "flat", "as_real", "finish_average", "reduce_inplace_on", "record"]
 
 
-def resolve_comm(comm: BaguaCommunicator | None) -> BaguaCommunicator:
-    """The given communicator, or the global communicator of the default process group."""
+def resolve_comm(comm: BaguaCommunicator | None) -> BaguaCommunicator | None:
+    """The given communicator, or the global communicator of the default process group; None when this
+    process is not a member of it: a collective called there returns without doing anything (as in the
+    original and in ``torch.distributed``), so every rank may run the same code over a sub-group."""
     if comm is None:
         from bagua_core.process_group import get_default_group
 
         comm = get_default_group().get_global_communicator()
-    comm.check_member()
-    return comm
+    return comm if comm.is_member else None
 
 
 def check_numel(name: str, tensor: torch.Tensor, expected: int, why: str) -> None:

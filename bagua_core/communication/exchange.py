@@ -62,6 +62,8 @@ def alltoall(send_tensor: torch.Tensor, recv_tensor: torch.Tensor, comm: BaguaCo
         >>> alltoall(send, recv)         # rank 0: [0, 10], rank 1: [1, 11]
     """
     comm = resolve_comm(comm)
+    if comm is None:  # not a member: nothing to do
+        return
     send, out = flat(send_tensor, "send_tensor"), flat(recv_tensor, "recv_tensor")
     n = comm.nranks()
     check_numel("recv_tensor", out, send.numel(), "same as send_tensor")
@@ -101,6 +103,8 @@ def alltoall_v(
     """Send ``send_counts[j]`` elements starting at ``send_displs[j]`` to rank j, receive
     ``recv_counts[i]`` elements from rank i at ``recv_displs[i]``. Counts must match pairwise."""
     comm = resolve_comm(comm)
+    if comm is None:  # not a member: nothing to do
+        return
     send, out = flat(send_tensor, "send_tensor"), flat(recv_tensor, "recv_tensor")
     n = comm.nranks()
     send_counts, recv_counts = [int(c) for c in send_counts], [int(c) for c in recv_counts]
@@ -125,6 +129,8 @@ def alltoall_v_inplace(
 def send(tensor: torch.Tensor, dst: int, comm: BaguaCommunicator | None = None) -> None:
     """Send ``tensor`` to rank ``dst`` of ``comm`` (blocking)."""
     comm = resolve_comm(comm)
+    if comm is None:  # not a member: nothing to do
+        return
     buffer = flat(tensor, "tensor")
     record("send", buffer)
     nccl = comm.native_nccl_for(buffer)
@@ -136,6 +142,8 @@ def send(tensor: torch.Tensor, dst: int, comm: BaguaCommunicator | None = None) 
 def recv(tensor: torch.Tensor, src: int, comm: BaguaCommunicator | None = None) -> None:
     """Receive into ``tensor`` from rank ``src`` of ``comm`` (blocking)."""
     comm = resolve_comm(comm)
+    if comm is None:  # not a member: nothing to do
+        return
     buffer = flat(tensor, "tensor")
     nccl = comm.native_nccl_for(buffer)
     if nccl is not None:
@@ -146,5 +154,7 @@ def recv(tensor: torch.Tensor, src: int, comm: BaguaCommunicator | None = None) 
 def barrier(comm: BaguaCommunicator | None = None) -> None:
     """Return once every rank of ``comm`` has called it."""
     comm = resolve_comm(comm)
+    if comm is None:  # not a member: nothing to do
+        return
     dist.barrier(group=comm.torch_group)
 

@@ -37,6 +37,8 @@ def broadcast(
     if root is not None:
         src = root
     comm = resolve_comm(comm)
+    if comm is None:  # not a member: nothing to do
+        return
     buffer = flat(tensor, "tensor")
     record("broadcast", buffer)
     nccl = comm.native_nccl_for(buffer)
@@ -48,6 +50,8 @@ def broadcast(
 def allgather(send_tensor: torch.Tensor, recv_tensor: torch.Tensor, comm: BaguaCommunicator | None = None) -> None:
     """Concatenate every rank's ``send_tensor`` into ``recv_tensor`` (rank i's data in chunk i)."""
     comm = resolve_comm(comm)
+    if comm is None:  # not a member: nothing to do
+        return
     send = flat(send_tensor, "send_tensor")
     out = flat(recv_tensor, "recv_tensor")
     check_numel("recv_tensor", out, send.numel() * comm.nranks(), f"nranks ({comm.nranks()}) x send_tensor's")
@@ -62,6 +66,8 @@ def allgather(send_tensor: torch.Tensor, recv_tensor: torch.Tensor, comm: BaguaC
 def allgather_inplace(tensor: torch.Tensor, comm: BaguaCommunicator | None = None) -> None:
     """Like :func:`allgather`; chunk ``rank`` of ``tensor`` is this rank's input."""
     comm = resolve_comm(comm)
+    if comm is None:  # not a member: nothing to do
+        return
     buffer = flat(tensor, "tensor")
     n = comm.nranks()
     if buffer.numel() % n:
@@ -76,6 +82,8 @@ def gather(
 ) -> None:
     """Collect every rank's ``send_tensor`` into ``recv_tensor`` on rank ``dst`` (chunk i from rank i)."""
     comm = resolve_comm(comm)
+    if comm is None:  # not a member: nothing to do
+        return
     send = flat(send_tensor, "send_tensor")
     record("gather", send)
     gather_list = None
@@ -93,6 +101,8 @@ def gather_inplace(tensor: torch.Tensor, count: int, dst: int, comm: BaguaCommun
     """In-place gather: on ``dst`` the tensor holds ``count * nranks`` elements and chunk ``dst`` is its
     input; on other ranks it holds the ``count`` elements they send."""
     comm = resolve_comm(comm)
+    if comm is None:  # not a member: nothing to do
+        return
     buffer = flat(tensor, "tensor")
     if comm.rank() == dst:
         check_numel("tensor", buffer, count * comm.nranks(), "count x nranks on the dst rank")
@@ -108,6 +118,8 @@ def scatter(
 ) -> None:
     """Split ``send_tensor`` of rank ``src`` into ``nranks`` chunks; rank i receives chunk i."""
     comm = resolve_comm(comm)
+    if comm is None:  # not a member: nothing to do
+        return
     out = flat(recv_tensor, "recv_tensor")
     scatter_list = None
     if comm.rank() == src:
@@ -125,6 +137,8 @@ def scatter_inplace(tensor: torch.Tensor, count: int, src: int, comm: BaguaCommu
     """In-place scatter: on ``src`` the tensor holds ``count * nranks`` elements (chunk ``src`` stays
     its own); on the others it receives its ``count`` elements."""
     comm = resolve_comm(comm)
+    if comm is None:  # not a member: nothing to do
+        return
     buffer = flat(tensor, "tensor")
     if comm.rank() == src:
         check_numel("tensor", buffer, count * comm.nranks(), "count x nranks on the src rank")

@@ -59,6 +59,8 @@ def allreduce_inplace_start(
         >>> finish()                              # bucket_buffer is averaged
     """
     comm = resolve_comm(comm)
+    if comm is None:  # not a member: nothing to do
+        return _done
     buffer = flat(tensor, "tensor")
     record("allreduce", buffer)
     nccl = comm.native_nccl_for(buffer)
@@ -104,6 +106,8 @@ def reduce_inplace(
 ) -> None:
     """Reduce ``tensor`` of every rank into ``tensor`` on rank ``dst``; other ranks' tensors are kept."""
     comm = resolve_comm(comm)
+    if comm is None:  # not a member: nothing to do
+        return
     buffer = flat(tensor, "tensor")
     record("reduce", buffer)
     work = buffer if comm.rank() == dst else buffer.clone()
@@ -113,31 +117,38 @@ def reduce_inplace(
     reduce_inplace_on(work, op, comm, dst=dst)()
 
 
-def reduce(send_tensor: torch.Tensor, *args: object, **kwargs: object) -> None:
-    """``reduce(send_tensor, recv_tensor, dst, op=SUM, comm=None)``: the reduction of every rank's
-    ``send_tensor`` lands in ``recv_tensor`` on rank ``dst`` (other ranks' ``recv_tensor`` untouched).
-    The older form ``reduce(tensor, dst, op=SUM, comm=None)`` reduces in place.
+def reduce(
+    send_tensor: torch.Tensor,
+    recv_tensor: torch.Tensor | None = None,
+    dst: int | None = None,
+    op: object = ReduceOp.SUM,
+    comm: BaguaCommunicator | None = None,
+) -> None:
+    """The reduction of every rank's ``send_tensor`` lands in ``recv_tensor`` on rank ``dst`` (other
+    ranks' ``recv_tensor`` untouched). The older form ``reduce(tensor, dst, op=SUM, comm=None)`` (no
+    receive tensor: an int in its place, or none given) reduces in place.
 
     Example::
 
         >>> reduce(torch.ones(2) * (rank + 1), out, dst=0)   # out == [3., 3.] on rank 0 of 2
     """
-    if args and isinstance(args[0], torch.Tensor) or isinstance(kwargs.get("recv_tensor"), torch.Tensor):
-        names = ("recv_tensor", "dst", "op", "comm")
-        bound = dict(zip(names, args)) | kwargs
-        recv_tensor = bound.pop("recv_tensor")
-        check_numel("recv_tensor", recv_tensor, send_tensor.numel(), "same as send_tensor")
-        comm = resolve_comm(bound.get("comm"))
-        dst = int(bound.get("dst", 0))
-        work = flat(send_tensor, "send_tensor").clone()
-        reduce_inplace(work, dst=dst, op=bound.get("op", ReduceOp.SUM), comm=comm)
-        if comm.rank() == dst:
-            flat(recv_tensor, "recv_tensor").copy_(work)
+    if recv_tensor is not None and not isinstance(recv_tensor, torch.Tensor):  # older form, positional
+        if isinstance(op, BaguaCommunicator):  # reduce(tensor, dst, op, comm)
+            comm, op = op, dst
+        elif dst is not None:  # reduce(tensor, dst, op)
+            op = dst
+        recv_tensor, dst = None, recv_tensor
+    dst = 0 if dst is None else int(dst)
+    if recv_tensor is None:
+        return reduce_inplace(send_tensor, dst=dst, op=op, comm=comm)
+    check_numel("recv_tensor", recv_tensor, send_tensor.numel(), "same as send_tensor")
+    comm = resolve_comm(comm)
+    if comm is None:  # not a member: nothing to do
         return
-    names = ("dst", "op", "comm")
-    bound = dict(zip(names, args)) | kwargs
-    bound.pop("recv_tensor", None)
-    reduce_inplace(send_tensor, **bound)
+    work = flat(send_tensor, "send_tensor").clone()
+    reduce_inplace(work, dst=dst, op=op, comm=comm)
+    if comm.rank() == dst:
+        flat(recv_tensor, "recv_tensor").copy_(work)
 
 
 def reduce_scatter(
@@ -148,6 +159,8 @@ def reduce_scatter(
 ) -> None:
     """Reduce ``send_tensor`` (``nranks`` equal chunks) over all ranks; rank i receives chunk i."""
     comm = resolve_comm(comm)
+    if comm is None:  # not a member: nothing to do
+        return
     n = comm.nranks()
     send = flat(send_tensor, "send_tensor")
     out = flat(recv_tensor, "recv_tensor")
@@ -169,6 +182,8 @@ def reduce_scatter(
 def reduce_scatter_inplace(tensor: torch.Tensor, op: object = ReduceOp.SUM, comm: BaguaCommunicator | None = None) -> None:
     """Like :func:`reduce_scatter`; the result for rank i is written into chunk i of ``tensor``."""
     comm = resolve_comm(comm)
+    if comm is None:  # not a member: nothing to do
+        return
     buffer = flat(tensor, "tensor")
     n = comm.nranks()
     if buffer.numel() % n:

@@ -9,6 +9,7 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from bagua_core.module import hooks
+from bagua_core.module.backend import ModuleBackend, register_module
 from bagua_core.module.initial_sync import (
     agree_or_raise,
     broadcast_optimizer_state,
@@ -57,7 +58,9 @@ class BaguaModule:
             hooks.uninstall(self)
         self.bagua_optimizers = optimizers
         self.process_group = group
-        self.bagua_module_name = f"{type(self).__name__}_{id(self)}"
+        if not getattr(self, "bagua_module_name", None):
+            self.bagua_module_name = f"{type(self).__name__}_{id(self)}"
+        register_module(self)
         named = self.bagua_named_parameters() + self.bagua_named_buffers()
         declaration = agree_or_raise(comm, lambda: resolve_algorithm(algorithm, optimizers), model_signature(named))
         broadcast_tensors([t for _, t in named], src=0, comm=comm)
@@ -81,6 +84,30 @@ class BaguaModule:
             for n, p in self.named_parameters()
             if p.requires_grad and n not in ignore and getattr(p, "allreduce", True) is not False
         ]
+
+    def bagua_build_params(self: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
+        """``(name, parameter)`` of the parameters to communicate, in registration order: those of
+        :meth:`bagua_named_parameters`, less, when the module was wrapped with
+        ``find_unused_parameters=True``, those that received no gradient on any rank in the last backward.
+
+        Example::
+
+            >>> [name for name, _ in model.bagua_build_params()]
+            ['0.weight', '0.bias', '2.weight', '2.bias']
+        """
+        params = self.bagua_named_parameters()
+        in_use = getattr(self, "_bagua_params_in_use", None)
+        return params if in_use is None else [(n, p) for n, p in params if n in in_use]
+
+    @property
+    def _bagua_backend(self: torch.nn.Module) -> ModuleBackend:
+        """The module's backend (``wait_pending_comm_ops()``), as the original's algorithms use it."""
+        return ModuleBackend(self)
+
+    @property
+    def bagua_ddp(self: torch.nn.Module) -> torch.nn.Module:
+        """The object the original's algorithm hooks receive: here the wrapped module itself."""
+        return self
 
     def bagua_named_buffers(self: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
         ignore = set(getattr(self, "_bagua_params_and_buffers_to_ignore", ()))
@@ -127,8 +154,8 @@ def with_bagua(module: torch.nn.Module, optimizers: Any, algorithm: Any = None, 
 
 
 def install_module_methods() -> None:
-    for name in ("with_bagua", "bagua_named_parameters", "bagua_named_buffers", "no_sync",
-                 "bagua_wait_for_communication", "bagua_reset", "bagua_shutdown"):
+    for name in ("with_bagua", "bagua_named_parameters", "bagua_build_params", "bagua_named_buffers", "no_sync",
+                 "bagua_wait_for_communication", "bagua_reset", "bagua_shutdown", "_bagua_backend", "bagua_ddp"):
         if name == "no_sync" and hasattr(torch.nn.Module, "no_sync"):
             continue
         setattr(torch.nn.Module, name, BaguaModule.__dict__[name])

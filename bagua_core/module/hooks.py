@@ -7,8 +7,11 @@ from typing import Any
 
 import torch
 
+from bagua_core import env
+from bagua_core.algorithm import group_tensors
 from bagua_core.autotune import on_train_step as _autotune_on_train_step
 from bagua_core.module.scheduler import BucketScheduler
+from bagua_core.module.unused_params import agree_on_used_parameters
 
 __all__ = ["install", "uninstall", "rebuild_buckets"]
 
@@ -20,8 +23,12 @@ def rebuild_buckets(module: torch.nn.Module) -> None:
     if old is not None:
         old.synchronize()
         old.detach()
+        for bucket in getattr(module, "bagua_buckets", ()):
+            for tensor in bucket.tensors:  # a parameter left out of the new buckets is in none
+                tensor._bagua_bucket = None
     tensors = impl.init_tensors(module)
-    buckets = impl.tensors_to_buckets(tensors, module._bagua_do_flatten)
+    bucket_size = impl.bucket_size_bytes() if hasattr(impl, "bucket_size_bytes") else env.get_default_bucket_size()
+    buckets = impl.tensors_to_buckets(group_tensors(tensors, bucket_size), module._bagua_do_flatten)
     for bucket in buckets:
         bucket.process_group = module.process_group
         impl.init_operations(module, bucket)
@@ -54,6 +61,8 @@ def _make_backward_hook(module: torch.nn.Module, name: str):
             module._bagua_post_backward_queued = True
             module._bagua_scheduler.in_backward = True
             torch.autograd.Variable._execution_engine.queue_callback(lambda: _post_backward(module))
+        if module._bagua_find_unused_parameters:
+            module._bagua_grad_seen.add(name)
         module._bagua_backward_hook(name, param)
 
     return hook
@@ -63,11 +72,16 @@ def _post_backward(module: torch.nn.Module) -> None:
     module._bagua_post_backward_queued = False
     module._bagua_scheduler.in_backward = False
     module._bagua_post_backward_hook()
+    if module._bagua_find_unused_parameters:
+        agree_on_used_parameters(module)
 
 
 def install(module: torch.nn.Module) -> None:
     """Steps 2-8: build buckets, register every hook, remember the handles for :func:`uninstall`."""
     module._bagua_post_backward_queued = False
+    module._bagua_find_unused_parameters = getattr(module, "_bagua_find_unused_parameters", False)
+    module._bagua_grad_seen = set()
+    module._bagua_params_in_use = None
     rebuild_buckets(module)
     handles = [module.register_forward_pre_hook(_forward_pre_hook)]
     for name, param in module.bagua_named_parameters():

@@ -1,0 +1,19 @@
+"""Algorithms: the base classes, the registry, and one module per built-in algorithm."""
+
+from __future__ import annotations
+
+from bagua_core.algorithm import Algorithm, AlgorithmImpl
+from bagua_core.plugins.runtime_registry import GlobalAlgorithmRegistry
+from bagua.torch_api.algorithms import (  # noqa: E402
+    async_model_average,
+    base,
+    bytegrad,
+    decentralized,
+    gradient_allreduce,
+    q_adam,
+)
+
+__all__ = [
+    "Algorithm", "AlgorithmImpl", "GlobalAlgorithmRegistry", "async_model_average", "base", "bytegrad",
+    "decentralized", "gradient_allreduce", "q_adam",
+]

@@ -1,0 +1,7 @@
+"""``save_checkpoint`` / ``load_checkpoint``."""
+
+from __future__ import annotations
+
+from bagua_core.checkpoint import load_checkpoint, save_checkpoint
+
+__all__ = ["load_checkpoint", "save_checkpoint"]

@@ -1,0 +1,7 @@
+"""``CacheLoader``: values cached in a key-value store under ``"{dataset_name}_{key}"``."""
+
+from __future__ import annotations
+
+from bagua_contrib.cache_loader import CacheLoader
+
+__all__ = ["CacheLoader"]

@@ -1,0 +1,25 @@
+"""Run a training script with ``--local_rank=$LOCAL_RANK`` appended to its arguments, as the original's
+``bagua.distributed.launch --set_additional_flag`` passed it.
+
+    python -m bagua_core.cli.local_rank_shim --script train.py [args]
+    python -m bagua_core.cli.local_rank_shim --module package.train [args]
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+
+
+def main() -> None:
+    kind, target, *args = sys.argv[1:]
+    sys.argv = [target, *args, f"--local_rank={os.environ.get('LOCAL_RANK', '0')}"]
+    if kind == "--module":
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+    else:
+        runpy.run_path(target, run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""``find_unused_parameters=True``: parameters that receive no gradient leave the buckets.
+
+After every backward the ranks agree (one allreduce MAX of a 0/1 mask over the parameters, in
+registration order) on which parameters received a gradient on some rank. When that set differs from
+the one the buckets were built for, ``bagua_build_params()`` returns the new set and the buckets are
+rebuilt. Parameters that became used again were not in this step's buckets: their gradients are
+communicated at once through buckets of their own (built by the algorithm as any other), so no rank
+steps with a gradient the others did not average. A parameter used on some ranks only gets a zero
+gradient on the others (as in torch DDP).
+
+Example::
+
+    >>> model = model.with_bagua([optimizer], "gradient_allreduce")
+    >>> model._bagua_find_unused_parameters = True      # what data_parallel.DistributedDataParallel sets
+"""
+
+from __future__ import annotations
+
+import torch
+
+from bagua_core.communication import ReduceOp, allreduce_inplace
+
+__all__ = ["agree_on_used_parameters"]
+
+
+def _used_on_any_rank(module: torch.nn.Module) -> set[str]:
+    names = [name for name, _ in module.bagua_named_parameters()]
+    seen, module._bagua_grad_seen = module._bagua_grad_seen, set()
+    mask = torch.tensor([1 if name in seen else 0 for name in names], dtype=torch.int32)
+    allreduce_inplace(mask, op=ReduceOp.MAX, comm=module.process_group.get_global_communicator())
+    return {name for name, used in zip(names, mask.tolist()) if used}
+
+
+def _communicate_now(module: torch.nn.Module, names: set[str]) -> None:
+    """Run the algorithm's bucket operations once over the gradients of ``names`` only."""
+    from bagua_core.algorithm import group_tensors
+    from bagua_core.module.scheduler import BucketScheduler
+
+    impl = module.bagua_algorithm
+    module._bagua_params_in_use = names
+    tensors = impl.init_tensors(module)
+    buckets = impl.tensors_to_buckets(group_tensors(tensors, impl.bucket_size_bytes()), module._bagua_do_flatten)
+    for bucket in buckets:
+        bucket.process_group = module.process_group
+        impl.init_operations(module, bucket)
+    scheduler = BucketScheduler(buckets, module.process_group.worker)
+    try:
+        scheduler.wait()  # marks every tensor ready, launches in order, waits
+    finally:
+        scheduler.detach()
+
+
+def agree_on_used_parameters(module: torch.nn.Module) -> None:
+    """At the end of backward (every rank): rebuild the buckets when the used parameters changed."""
+    from bagua_core.module.hooks import rebuild_buckets
+
+    used = _used_on_any_rank(module)
+    in_use = getattr(module, "_bagua_params_in_use", None)
+    if in_use is None:
+        in_use = {name for name, _ in module.bagua_named_parameters()}
+    if used == in_use:
+        return
+    newly_used = used - in_use
+    if newly_used:
+        _communicate_now(module, newly_used)
+    module._bagua_params_in_use = used
+    rebuild_buckets(module)
