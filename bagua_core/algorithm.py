@@ -61,6 +61,15 @@ class Algorithm(abc.ABC):
         (an algorithm that needs its own optimizer, like qadam, finds it there)."""
         return cls(**config.model_dump(exclude={"name"}))
 
+    def canonical_options(self) -> dict[str, Any]:
+        """Every validated option in a canonical form (JSON types where possible), less ``name``: what
+        ``with_bagua`` compares across ranks before the first collective. An algorithm whose behaviour
+        depends on more than its config (qadam: its optimizer's warmup) adds those values here."""
+        try:
+            return self.config.model_dump(mode="json", exclude={"name"})
+        except Exception:  # a plugin's option without a JSON form: compare the Python values
+            return self.config.model_dump(exclude={"name"})
+
     @abc.abstractmethod
     def reify(self, process_group: BaguaProcessGroup) -> AlgorithmImpl:
         """Create the implementation bound to ``process_group``."""

@@ -24,6 +24,7 @@ __all__ = [
     "get_comm_timeout_s",
     "get_communicator_backend",
     "get_small_allreduce_bytes",
+    "get_nonfinite_policy",
 ]
 
 DEFAULT_BUCKET_SIZE = 10 * 1024 * 1024
@@ -133,4 +134,17 @@ def get_communicator_backend() -> str:
     value = os.environ.get("BAGUA_COMMUNICATOR", "torch").strip().lower() or "torch"
     if value not in COMMUNICATOR_BACKENDS:
         raise ValueError(f"BAGUA_COMMUNICATOR must be one of {COMMUNICATOR_BACKENDS}, got {value!r}")
+    return value
+
+
+NONFINITE_POLICIES = ("propagate", "raise")
+
+
+def get_nonfinite_policy() -> str:
+    """What compressed exchanges do with a chunk holding NaN/Inf: ``BAGUA_NONFINITE=propagate``
+    (default: the chunk arrives as NaN on every rank, as an allreduce carries it, so ``GradScaler``
+    skips the step everywhere) or ``raise`` (``NonFiniteError`` on the rank that has it: debugging)."""
+    value = os.environ.get("BAGUA_NONFINITE", "propagate").strip().lower() or "propagate"
+    if value not in NONFINITE_POLICIES:
+        raise ValueError(f"BAGUA_NONFINITE must be one of {NONFINITE_POLICIES}, got {value!r}")
     return value

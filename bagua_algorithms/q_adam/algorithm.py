@@ -106,5 +106,10 @@ class QAdamAlgorithm(Algorithm):
             )
         return cls(found[0], hierarchical=config.hierarchical)
 
+    def canonical_options(self) -> dict:
+        """The config's options and the optimizer's ``warmup_steps``, which decides when the buckets
+        switch from gradients to momentum (compared across ranks by ``with_bagua``)."""
+        return {**super().canonical_options(), "optimizer warmup_steps": self.optimizer.warmup_steps}
+
     def reify(self, process_group) -> QAdamAlgorithmImpl:
         return QAdamAlgorithmImpl(process_group, self.optimizer, self.config.hierarchical)

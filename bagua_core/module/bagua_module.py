@@ -8,7 +8,9 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
+from bagua_core.agreement import Prepared
 from bagua_core.module import hooks
+from bagua_core.module.agreed_settings import algorithm_source, wrap_settings
 from bagua_core.module.initial_sync import (
     agree_or_raise,
     broadcast_optimizer_state,
@@ -59,7 +61,15 @@ class BaguaModule:
         self.process_group = group
         self.bagua_module_name = f"{type(self).__name__}_{id(self)}"
         named = self.bagua_named_parameters() + self.bagua_named_buffers()
-        declaration = agree_or_raise(comm, lambda: resolve_algorithm(algorithm, optimizers), model_signature(named))
+        resumed = getattr(self, "_bagua_resumed", None)
+
+        def prepare() -> Prepared:
+            declaration = resolve_algorithm(algorithm, optimizers)
+            fields, info = wrap_settings(declaration, group, do_flatten, optimizers, algorithm_source(algorithm),
+                                         resumed.key() if resumed is not None else None)
+            return Prepared(declaration, fields, info)
+
+        declaration = agree_or_raise(comm, prepare, model_signature(named))
         broadcast_tensors([t for _, t in named], src=0, comm=comm)
         for optimizer in optimizers:
             broadcast_optimizer_state(optimizer, src=0, comm=comm)
