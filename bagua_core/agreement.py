@@ -85,6 +85,8 @@ def describe_differences(fields: list[Mapping[str, Any]], infos: list[Mapping[st
         values = [rank_fields.get(name) for rank_fields in fields]
         if any(value != values[0] for value in values[1:]):
             lines.append(f"{name} differs: {format_values(values)}")
+            if name == "entry point":  # different wrappers: their other fields are not comparable
+                break
     if lines:
         info_names: list[str] = []
         for rank_info in infos:

@@ -174,6 +174,13 @@ class AlgorithmImpl:
 
         return hook
 
+    def communicates_after_optimizer_step(self, bagua_module: torch.nn.Module) -> bool:
+        """Whether this step's optimizer step is followed by collectives (issued by the post-step hook).
+        Asked at the end of every backward; when True, the ranks agree whether any rank's gradients hold
+        inf/NaN and, if so, every rank's gradients get a NaN (``bagua_core.module.nonfinite``), so a
+        ``GradScaler`` skips the step, and with it the post-step collectives, on every rank."""
+        return False
+
     def shutdown(self, bagua_module: torch.nn.Module) -> None:
         """Release what the impl started (threads, groups) when the module is re-wrapped or closed."""
         return None

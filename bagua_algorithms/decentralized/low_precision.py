@@ -65,6 +65,9 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
 
         return hook
 
+    def communicates_after_optimizer_step(self, bagua_module: torch.nn.Module) -> bool:
+        return is_communication_step(bagua_module, self.communication_interval)
+
     def init_post_optimizer_step_hook(self, bagua_module: torch.nn.Module) -> Callable:
         def hook(optimizer: torch.optim.Optimizer) -> None:
             # with several optimizers, communicate once all of them have stepped

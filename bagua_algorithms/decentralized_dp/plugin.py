@@ -29,6 +29,7 @@ from pydantic import Field, field_validator
 from bagua_algorithms.decentralized_dp.engine import DecentralizedEngine
 from bagua_algorithms.decentralized_dp.optim_fns import optim_fn_like
 from bagua_algorithms.decentralized_dp.topology import Topology, get_topology
+from bagua_core import failure
 from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
 from bagua_core.exceptions import BaguaConfigError, BaguaError
 from bagua_core.plugins import hookimpl, topology_registry
@@ -114,7 +115,7 @@ class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
         self.engine.global_avg(buffers)
 
     def shutdown(self, bagua_module: torch.nn.Module) -> None:
-        if self.engine is not None:
+        if self.engine is not None and failure.first_failure() is None:  # after a failure nothing completes
             self.engine.wait()
         if self._silenced is not None and "step" in self._silenced.__dict__:
             del self._silenced.step

@@ -28,7 +28,7 @@ from bagua_algorithms.decentralized_dp.engine import (
     validate_engine_options,
 )
 from bagua_algorithms.decentralized_dp.topology import Topology, get_topology
-from bagua_core import env
+from bagua_core import env, failure
 from bagua_core.agreement import Prepared, agree_or_raise
 from bagua_core.module.initial_sync import model_signature
 
@@ -91,13 +91,13 @@ class DecentralizedDataParallel(torch.nn.Module):
             if not self._callback_queued:
                 self._callback_queued = True
                 torch.autograd.Variable._execution_engine.queue_callback(self._backward_end)
-            self.engine.grad_ready(name, param)
+            failure.call_guarded("a gradient hook of DecentralizedDataParallel", self.engine.grad_ready, name, param)
 
         return hook
 
     def _backward_end(self) -> None:
         self._callback_queued = False
-        self.engine.backward_end()
+        failure.call_guarded("the end of backward of DecentralizedDataParallel", self.engine.backward_end)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self.module(*args, **kwargs)

@@ -11,12 +11,14 @@ from bagua_core.communication import stats
 from bagua_core.communication.communicator import BaguaCommunicator
 from bagua_core.communication.reduce_op import TORCH_OPS, ReduceOp, to_reduce_op
 from bagua_core.communication.small_allreduce import small_allreduce_inplace
+from bagua_core.failure.record import raise_if_aborted
 
 __all__ = ["resolve_comm", "check_numel", "flat", "as_real", "finish_average", "reduce_inplace_on", "record"]
 
 
 def resolve_comm(comm: BaguaCommunicator | None) -> BaguaCommunicator:
     """The given communicator, or the global communicator of the default process group."""
+    raise_if_aborted()  # after a failure on this rank (or a peer's, learned), nothing further is issued
     if comm is None:
         from bagua_core.process_group import get_default_group
 

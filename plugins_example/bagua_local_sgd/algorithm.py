@@ -103,6 +103,11 @@ class LocalSGDAlgorithmImpl(AlgorithmImpl):
                     param.copy_(flat[offset : offset + param.numel()].view_as(param))
                     offset += param.numel()
 
+    def communicates_after_optimizer_step(self, bagua_module: torch.nn.Module) -> bool:
+        """The sync steps average after the optimizer step: bagua then makes an overflow on one rank
+        skip that step on every rank (``GradScaler``), so every rank joins the average."""
+        return self.is_sync_step(bagua_module.bagua_train_step_counter)
+
     def init_post_optimizer_step_hook(self, bagua_module: torch.nn.Module):
         def hook(optimizer: torch.optim.Optimizer) -> None:
             step = bagua_module.bagua_train_step_counter
