@@ -69,6 +69,10 @@ class AsyncModelAverageConfig(AlgorithmConfig):
 
 
 class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
+    weights_differ_across_ranks = True
+    exact_resume = False
+    """A resume restarts the averaging rounds, whose timing against the steps is not reproducible."""
+
     def __init__(self, process_group, sync_interval_ms: int, warmup_steps: int) -> None:
         super().__init__(process_group)
         self.sync_interval_ms = sync_interval_ms

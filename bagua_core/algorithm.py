@@ -119,6 +119,14 @@ def _set_grad(param: torch.Tensor, value: torch.Tensor) -> None:
 class AlgorithmImpl:
     """The hooks of an algorithm. The defaults implement plain bucketed gradient communication."""
 
+    weights_differ_across_ranks: ClassVar[bool] = False
+    """Whether the ranks' weights (and optimizer states) differ while training (decentralized and
+    asynchronous algorithms): checkpoints then keep every rank's own, and resuming does not overwrite
+    them with rank 0's (``bagua_core.checkpoint``)."""
+    exact_resume: ClassVar[bool] = True
+    """Whether resuming from a checkpoint continues exactly as an uninterrupted run (False: the
+    algorithm depends on timing, as asynchronous averaging does)."""
+
     def __init__(self, process_group: BaguaProcessGroup) -> None:
         self.process_group = process_group
 
@@ -173,6 +181,17 @@ class AlgorithmImpl:
             return None
 
         return hook
+
+    def state_dict(self, bagua_module: torch.nn.Module) -> dict[str, Any]:
+        """What a checkpoint must keep for an exact resume beyond the module's and the optimizers' state
+        dicts (replicas, per-bucket optimizers, step counts of the algorithm's own); this rank's. Called
+        by ``save_checkpoint`` after the step, before the module's state dict is taken."""
+        return {}
+
+    def load_state_dict(self, bagua_module: torch.nn.Module, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (after the module is wrapped and its buckets built)."""
+        if state:
+            raise ValueError(f"{type(self).__name__} keeps no checkpoint state, got {sorted(state)}")
 
     def communicates_after_optimizer_step(self, bagua_module: torch.nn.Module) -> bool:
         """Whether this step's optimizer step is followed by collectives (issued by the post-step hook).

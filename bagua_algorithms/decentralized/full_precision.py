@@ -43,6 +43,8 @@ class DecentralizedConfig(AlgorithmConfig):
 
 
 class DecentralizedAlgorithmImpl(WeightCommunicatingImpl):
+    weights_differ_across_ranks = True
+
     def __init__(self, process_group, hierarchical: bool, peer_selection_mode: str, communication_interval: int) -> None:
         check_peers(process_group, hierarchical, peer_selection_mode)
         super().__init__(process_group)

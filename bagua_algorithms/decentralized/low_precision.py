@@ -24,6 +24,10 @@ from pydantic import field_validator
 from bagua_algorithms.decentralized.common import WeightCommunicatingImpl, check_positive_int, is_communication_step
 from bagua_core.algorithm import Algorithm, AlgorithmConfig
 from bagua_core.bucket import BaguaBucket
+from bagua_core.bucket_ops.low_precision_decentralized import LowPrecisionDecentralizedOp
+from bagua_core.exceptions import BaguaError
+
+_REPLICAS = ("weight", "left_peer_weight", "right_peer_weight")
 
 __all__ = [
     "LowPrecisionDecentralizedAlgorithm",
@@ -43,6 +47,8 @@ class LowPrecisionDecentralizedConfig(AlgorithmConfig):
 
 
 class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
+    weights_differ_across_ranks = True
+
     def __init__(self, process_group, hierarchical: bool, communication_interval: int) -> None:
         super().__init__(process_group)
         self.hierarchical = hierarchical
@@ -64,6 +70,29 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
             return None
 
         return hook
+
+    @staticmethod
+    def _replica_ops(bagua_module: torch.nn.Module) -> list[tuple[BaguaBucket, LowPrecisionDecentralizedOp]]:
+        return [(bucket, op) for bucket in bagua_module.bagua_buckets for op in bucket._ops
+                if isinstance(op, LowPrecisionDecentralizedOp)]
+
+    def state_dict(self, bagua_module: torch.nn.Module) -> dict:
+        """Every bucket's replicas: this rank's weights as its neighbours know them (``weight``) and its
+        view of its left and right neighbours' (an exact resume needs all three)."""
+        return {bucket.name: {key: getattr(op, key).clone() for key in _REPLICAS}
+                for bucket, op in self._replica_ops(bagua_module)}
+
+    def load_state_dict(self, bagua_module: torch.nn.Module, state: dict) -> None:
+        ops = {bucket.name: op for bucket, op in self._replica_ops(bagua_module)}
+        if set(ops) != set(state) or any(state[n][k].shape != getattr(ops[n], k).shape for n in ops for k in _REPLICAS):
+            raise BaguaError(
+                f"the checkpoint's low_precision_decentralized replicas are for buckets {sorted(state)}, this module "
+                f"has {sorted(ops)} (or other sizes): resume with the model and BAGUA_DEFAULT_BUCKET_SIZE that saved it"
+            )
+        with torch.no_grad():
+            for name, op in ops.items():
+                for key in _REPLICAS:
+                    getattr(op, key).copy_(state[name][key])
 
     def communicates_after_optimizer_step(self, bagua_module: torch.nn.Module) -> bool:
         return is_communication_step(bagua_module, self.communication_interval)

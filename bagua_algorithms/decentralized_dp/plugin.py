@@ -67,6 +67,8 @@ _hooked_noop_step = torch.optim.Optimizer.profile_hook_step(_noop_step)  # still
 class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
     """Lifecycle hooks delegating to one :class:`DecentralizedEngine` (no core buckets)."""
 
+    weights_differ_across_ranks = True
+
     def __init__(self, process_group: Any, config: DecentralizedDPConfig, topology: Topology,
                  optimizers: Sequence[torch.optim.Optimizer]) -> None:
         super().__init__(process_group)
@@ -113,6 +115,15 @@ class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
         assert self.engine is not None
         buffers = [b for _, b in bagua_module.bagua_named_buffers()] if self.config.sync_buffer_in_global_avg else []
         self.engine.global_avg(buffers)
+
+    def state_dict(self, bagua_module: torch.nn.Module) -> dict[str, Any]:
+        """The engine's: the topology step and the per-bucket optimizers (rounds in flight are mixed in)."""
+        return self.engine.state_dict() if self.engine is not None else {}
+
+    def load_state_dict(self, bagua_module: torch.nn.Module, state: dict[str, Any]) -> None:
+        if state:
+            assert self.engine is not None
+            self.engine.load_state_dict(state)
 
     def shutdown(self, bagua_module: torch.nn.Module) -> None:
         if self.engine is not None and failure.first_failure() is None:  # after a failure nothing completes

@@ -127,6 +127,17 @@ class DecentralizedDataParallel(torch.nn.Module):
     def lr_schedulers(self) -> list[Any]:
         return [b.scheduler for b in self.engine.buckets or ()]
 
+    def bagua_checkpoint_state(self) -> dict[str, Any]:
+        """What ``bagua_core.checkpoint.save_checkpoint`` keeps beyond the parameters: the engine's step and
+        per-bucket optimizer and LR scheduler states (the rounds in flight are mixed in first). Every
+        rank keeps its own (the ranks' parameters differ)."""
+        return {"algorithm": type(self).__name__, "per_rank": True, "exact": True, "train_step_counter": self.engine.step,
+                "state": self.engine.state_dict()}
+
+    def bagua_load_checkpoint_state(self, iteration: int, saved: dict[str, Any]) -> None:
+        """Restore :meth:`bagua_checkpoint_state` (``load_checkpoint`` calls it)."""
+        self.engine.load_state_dict(saved["state"])
+
     def remove_hooks(self) -> None:
         """Wait for the rounds in flight and remove the gradient hooks (the model trains plainly again)."""
         self.engine.wait()

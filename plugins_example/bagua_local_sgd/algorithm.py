@@ -54,6 +54,9 @@ class LocalSGDAlgorithmImpl(AlgorithmImpl):
     """Hooks of local SGD: gradient buckets with an allreduce during warmup, no bucket op after it;
     the parameter average runs after the optimizer step on the group's communication thread."""
 
+    weights_differ_across_ranks = True
+    """Between two averages every rank has its own weights: checkpoints keep each rank's."""
+
     def __init__(self, process_group, sync_every: int, warmup_steps: int) -> None:
         super().__init__(process_group)
         self.sync_every = sync_every
