@@ -126,3 +126,33 @@ def test_decentralized_dp_wrapper_disagreements_raise_on_every_rank() -> None:
         assert "grad_clip_norm differs: rank 0 0.0, rank 1 1.0" in messages[0]
         assert "topology differs: rank 0 complete, rank 1 ring" in messages[1]
         assert "entry point differs: rank 0 DecentralizedDataParallel, rank 1 with_bagua" in messages[2]
+
+
+def _lightning_disagreements(rank: int) -> list[str]:
+    from types import SimpleNamespace
+
+    from bagua_contrib.lightning import BaguaStrategy
+
+    messages = []
+    cases = [({"average": rank == 0}, {}), ({}, {"accumulate_grad_batches": 1 + rank})]
+    for options, trainer_settings in cases:
+        strategy = BaguaStrategy(algorithm="gradient_allreduce", **options)
+        model = SmallNet()
+        strategy.model = model
+        strategy.optimizers = [torch.optim.SGD(model.parameters(), lr=0.1)]
+        trainer = SimpleNamespace(accumulate_grad_batches=1, precision="32-true", gradient_clip_val=None,
+                                  gradient_clip_algorithm=None, max_steps=10, max_epochs=None)
+        for key, value in trainer_settings.items():
+            setattr(trainer, key, value)
+        with pytest.raises(RankMismatchError) as info:
+            strategy._configure_bagua_model(trainer)  # what BaguaStrategy.setup runs when fitting starts
+        messages.append(str(info.value))
+    return messages
+
+
+def test_lightning_strategy_disagreements_raise_on_every_rank() -> None:
+    pytest.importorskip("lightning", reason="the `lightning` extra is not installed")
+    for messages in run_workers(_lightning_disagreements, 2, timeout=90):
+        assert "algorithm option 'average' differs: rank 0 True, rank 1 False" in messages[0]
+        assert "Trainer accumulate_grad_batches differs: rank 0 1, rank 1 2" in messages[1]
+        assert messages[1].startswith("BaguaStrategy:")
