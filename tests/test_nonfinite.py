@@ -91,9 +91,10 @@ def _overflow_on_rank_1(rank: int, algorithm: dict, warmup: int) -> dict:
         ({"name": "qadam", "hierarchical": False}, 10, 2, True),  # the overflow in warmup (full precision)
         ({"name": "qadam", "hierarchical": False}, 2, 2, True),  # the overflow after warmup (compressed momentum)
         ({"name": "low_precision_decentralized", "hierarchical": False}, 0, 2, False),  # exchange after the step
+        ({"name": "async", "warmup_steps": 10}, 0, 2, True),  # async's warmup allreduces the gradients
     ],
     ids=["gradient_allreduce", "bytegrad", "bytegrad-hierarchical", "qadam-warmup", "qadam-momentum",
-         "low_precision_decentralized"],
+         "low_precision_decentralized", "async-warmup"],
 )
 def test_grad_scaler_skips_the_same_step_on_every_rank(algorithm: dict, warmup: int, local_size: int,
                                                          identical: bool) -> None:
