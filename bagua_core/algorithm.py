@@ -182,16 +182,19 @@ class AlgorithmImpl:
 
         return hook
 
-    def state_dict(self, bagua_module: torch.nn.Module) -> dict[str, Any]:
-        """What a checkpoint must keep for an exact resume beyond the module's and the optimizers' state
-        dicts (replicas, per-bucket optimizers, step counts of the algorithm's own); this rank's. Called
-        by ``save_checkpoint`` after the step, before the module's state dict is taken."""
+    def state_dict(self) -> dict[str, Any]:
+        """What this rank needs, beyond the model and its optimizers, to resume exactly (replicas,
+        per-bucket optimizers, step counts of the algorithm's own: tensors, numbers, strings, lists and
+        dicts of them). ``save_checkpoint`` calls it after the step, before taking the model's state dict,
+        and saves it per rank when it is not empty. Default: no state."""
         return {}
 
-    def load_state_dict(self, bagua_module: torch.nn.Module, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned (after the module is wrapped and its buckets built)."""
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (once the module is wrapped and its buckets built:
+        ``load_checkpoint`` on the wrapped module, or ``with_bagua`` after ``load_checkpoint``)."""
         if state:
-            raise ValueError(f"{type(self).__name__} keeps no checkpoint state, got {sorted(state)}")
+            raise BaguaConfigError(f"{type(self).__name__} keeps no state, but the checkpoint holds algorithm state "
+                                   f"with keys {sorted(state)}")
 
     def communicates_after_optimizer_step(self, bagua_module: torch.nn.Module) -> bool:
         """Whether this step's optimizer step is followed by collectives (issued by the post-step hook).

@@ -54,8 +54,10 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
         self.hierarchical = hierarchical
         self.communication_interval = communication_interval
         self._stepped = 0
+        self._module: torch.nn.Module | None = None
 
     def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
+        self._module = bagua_module  # its buckets hold the replicas (state_dict)
         bucket.clear_ops()
         bucket.append_low_precision_decentralized_synchronous_op(self.hierarchical, self.process_group)
 
@@ -71,19 +73,17 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
 
         return hook
 
-    @staticmethod
-    def _replica_ops(bagua_module: torch.nn.Module) -> list[tuple[BaguaBucket, LowPrecisionDecentralizedOp]]:
-        return [(bucket, op) for bucket in bagua_module.bagua_buckets for op in bucket._ops
-                if isinstance(op, LowPrecisionDecentralizedOp)]
+    def _replica_ops(self) -> list[tuple[BaguaBucket, LowPrecisionDecentralizedOp]]:
+        buckets = self._module.bagua_buckets if self._module is not None else []
+        return [(bucket, op) for bucket in buckets for op in bucket._ops if isinstance(op, LowPrecisionDecentralizedOp)]
 
-    def state_dict(self, bagua_module: torch.nn.Module) -> dict:
+    def state_dict(self) -> dict:
         """Every bucket's replicas: this rank's weights as its neighbours know them (``weight``) and its
         view of its left and right neighbours' (an exact resume needs all three)."""
-        return {bucket.name: {key: getattr(op, key).clone() for key in _REPLICAS}
-                for bucket, op in self._replica_ops(bagua_module)}
+        return {bucket.name: {key: getattr(op, key).clone() for key in _REPLICAS} for bucket, op in self._replica_ops()}
 
-    def load_state_dict(self, bagua_module: torch.nn.Module, state: dict) -> None:
-        ops = {bucket.name: op for bucket, op in self._replica_ops(bagua_module)}
+    def load_state_dict(self, state: dict) -> None:
+        ops = {bucket.name: op for bucket, op in self._replica_ops()}
         if set(ops) != set(state) or any(state[n][k].shape != getattr(ops[n], k).shape for n in ops for k in _REPLICAS):
             raise BaguaError(
                 f"the checkpoint's low_precision_decentralized replicas are for buckets {sorted(state)}, this module "

@@ -116,11 +116,11 @@ class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
         buffers = [b for _, b in bagua_module.bagua_named_buffers()] if self.config.sync_buffer_in_global_avg else []
         self.engine.global_avg(buffers)
 
-    def state_dict(self, bagua_module: torch.nn.Module) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         """The engine's: the topology step and the per-bucket optimizers (rounds in flight are mixed in)."""
         return self.engine.state_dict() if self.engine is not None else {}
 
-    def load_state_dict(self, bagua_module: torch.nn.Module, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         if state:
             assert self.engine is not None
             self.engine.load_state_dict(state)

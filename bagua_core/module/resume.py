@@ -61,7 +61,7 @@ def checkpoint_state(module: torch.nn.Module) -> dict[str, Any] | None:
         "per_rank": bool(impl.weights_differ_across_ranks),
         "exact": bool(impl.exact_resume),
         "train_step_counter": int(module.bagua_train_step_counter),
-        "state": impl.state_dict(module),
+        "state": impl.state_dict(),
     }
 
 
@@ -73,7 +73,7 @@ def apply_resumed_state(module: torch.nn.Module, resumed: ResumedState) -> None:
         logger.warning("the checkpoint of iteration %d was saved with %s, the module now uses %s: its algorithm "
                        "state is not restored", resumed.iteration, resumed.algorithm, name)
         return
-    module.bagua_algorithm.load_state_dict(module, resumed.algorithm_state)
+    module.bagua_algorithm.load_state_dict(resumed.algorithm_state)
 
 
 def load_checkpoint_state(module: torch.nn.Module, iteration: int, saved: dict[str, Any]) -> None:
