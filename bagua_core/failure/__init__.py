@@ -51,7 +51,7 @@ def start(rank: int, world_size: int, procs: list[tuple[str, int]]) -> None:
 
 
 def stop() -> None:
-    """Stop tracking (``destroy_process_group``); after a failure of this rank, linger for the peers."""
+    """Stop tracking (``destroy_process_group``); after a failure of the job, the store host lingers."""
     global _watchdog
     if _state.started:
         watchdog.linger()

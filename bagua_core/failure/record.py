@@ -124,6 +124,7 @@ def report(cause: str, where: str, kind: str = "exception") -> FailureRecord:
         try:
             state.store.set(f"rank_{state.rank}", record.to_bytes())
             first = FailureRecord.from_bytes(state.store.compare_set("first", "", record.to_bytes()))
+            state.store.set(f"ack_{state.rank}", b"1")  # this rank knows (see watchdog.linger)
         except Exception:  # the store's host is gone: this rank's error still says what happened
             pass
     from bagua_core.failure.abort import abort_process_groups

@@ -7,8 +7,8 @@ its NCCL process groups, acknowledges (``ack_<rank>``), and, if the main thread 
 with a :class:`~bagua_core.exceptions.PeerFailureError` (a real-time signal where the platform has
 one, else ``KeyboardInterrupt``). ``BAGUA_FAILURE_WATCHDOG=0`` turns it off.
 
-The rank that hosts the store (rank 0 outside torchelastic) waits at exit, after its own failure, up
-to ``LINGER_S`` seconds for every rank to acknowledge, so the record outlives it long enough.
+The rank that hosts the store (rank 0 outside torchelastic) waits at exit, after a failure of the job,
+up to ``LINGER_S`` seconds for every rank to acknowledge, so the record outlives it long enough.
 
 Example::
 
@@ -109,9 +109,10 @@ class Watchdog(threading.Thread):
 
 
 def linger() -> None:
-    """At exit, after this rank's own failure, let every rank learn it before the store goes away."""
+    """At exit, after a failure of the job, the rank that hosts the store (rank 0 outside torchelastic)
+    lets every rank learn it (``ack_<rank>``) before the store goes away with this process."""
     store = state.store
-    if store is None or not state.own or state.rank != 0 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+    if store is None or state.failure is None or state.rank != 0 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         return
     from bagua_core.failure.translate import lost_peers
 
