@@ -32,7 +32,7 @@ from typing import Literal
 import torch
 from pydantic import field_validator
 
-from bagua_core import env
+from bagua_core import env, failure
 from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl, split_into_buckets
 from bagua_core.bucket import BaguaBucket
 from bagua_core.bucket_ops.async_model_average import AsyncModelAverager, new_async_communicator
@@ -69,6 +69,10 @@ class AsyncModelAverageConfig(AlgorithmConfig):
 
 
 class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
+    weights_differ_across_ranks = True
+    exact_resume = False
+    """A resume restarts the averaging rounds, whose timing against the steps is not reproducible."""
+
     def __init__(
         self, process_group, peer_selection_mode: str = "all", sync_interval_ms: int = 500, warmup_steps: int = 0
     ) -> None:
@@ -172,12 +176,13 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
         bagua_module = getattr(bagua_ddp, "inner", bagua_ddp)
         if not self._active:
             return
-        if not self._async_phase:  # still in warmup here, but other ranks may be averaging already
-            self._forced_async = True
-            bagua_module.bagua_reset()
-        self._release_lock()
-        self._active = False
-        self.averager.abort(timeout=env.get_comm_timeout_s())
+        with failure.guard("aborting asynchronous model averaging"):
+            if not self._async_phase:  # still in warmup here, but other ranks may be averaging already
+                self._forced_async = True
+                bagua_module.bagua_reset()
+            self._release_lock()
+            self._active = False
+            self.averager.abort(timeout=env.get_comm_timeout_s())
 
     def resume(self, bagua_ddp: torch.nn.Module) -> None:
         """Restart the averaging stopped by :meth:`abort` (every rank must resume). ``bagua_ddp``: the
@@ -191,7 +196,10 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
     def shutdown(self, bagua_module: torch.nn.Module) -> None:
         """Stop the loop (collectively: every rank re-wraps or shuts down the module)."""
         if self.averager is not None and self.averager.running:
-            self.abort(bagua_module)
+            if failure.first_failure() is not None:  # the job failed: the others will not agree to stop
+                self.averager.stop_locally(timeout=1.0)
+            else:
+                self.abort(bagua_module)
         if self.averager is not None:
             self._release_lock()
 

@@ -30,7 +30,9 @@ from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
 from lightning.pytorch.trainer.states import TrainerFn
 
 import bagua_core as bagua
+from bagua_core.agreement import Prepared, agree_or_raise
 from bagua_core.config import algorithm_config_of
+from bagua_core.process_group import get_default_group
 
 __all__ = ["BaguaStrategy", "LightningBaguaModule", "register_bagua_strategy"]
 
@@ -116,7 +118,17 @@ class BaguaStrategy(DDPStrategy):
             _sync_module_states(self.model)
             self.setup_precision_plugin()
 
+    def _trainer_settings(self, trainer: Any) -> Prepared:
+        """The Trainer's settings that decide which backward passes communicate, what their results
+        mean, and how many steps each rank runs (the algorithm and ``flatten`` are compared by
+        ``with_bagua``)."""
+        names = ("accumulate_grad_batches", "precision", "gradient_clip_val", "gradient_clip_algorithm",
+                 "max_steps", "max_epochs")
+        return Prepared(None, {f"Trainer {name}": str(getattr(trainer, name, None)) for name in names})
+
     def _configure_bagua_model(self, trainer: Any) -> None:
+        comm = get_default_group().get_global_communicator()
+        agree_or_raise(comm, lambda: self._trainer_settings(trainer), what="BaguaStrategy")
         wrapper = LightningBaguaModule(self.model)
         self.model = wrapper.with_bagua(self.optimizers, self._bagua_config, do_flatten=self._bagua_flatten)
         impl = self.model.bagua_algorithm

@@ -76,6 +76,15 @@ class Algorithm(abc.ABC):
         (an algorithm that needs its own optimizer, like qadam, finds it there)."""
         return cls(**config.model_dump(exclude={"name"}))
 
+    def canonical_options(self) -> dict[str, Any]:
+        """Every validated option in a canonical form (JSON types where possible), less ``name``: what
+        ``with_bagua`` compares across ranks before the first collective. An algorithm whose behaviour
+        depends on more than its config (qadam: its optimizer's warmup) adds those values here."""
+        try:
+            return self.config.model_dump(mode="json", exclude={"name"})
+        except Exception:  # a plugin's option without a JSON form: compare the Python values
+            return self.config.model_dump(exclude={"name"})
+
     @abc.abstractmethod
     def reify(self, process_group: BaguaProcessGroup) -> AlgorithmImpl:
         """Create the implementation bound to ``process_group``."""
@@ -135,6 +144,14 @@ class AlgorithmImpl:
     Every hook receives ``bagua_ddp`` (the name the original documents): the wrapped module, with
     ``bagua_build_params()``, ``bagua_module_name``, ``bagua_buckets``, ``bagua_optimizers``,
     ``bagua_train_step_counter``, ``process_group`` and ``_bagua_backend.wait_pending_comm_ops()``."""
+
+    weights_differ_across_ranks: ClassVar[bool] = False
+    """Whether the ranks' weights (and optimizer states) differ while training (decentralized and
+    asynchronous algorithms): checkpoints then keep every rank's own, and resuming does not overwrite
+    them with rank 0's (``bagua_core.checkpoint``)."""
+    exact_resume: ClassVar[bool] = True
+    """Whether resuming from a checkpoint continues exactly as an uninterrupted run (False: the
+    algorithm depends on timing, as asynchronous averaging does)."""
 
     def __init__(self, process_group: BaguaProcessGroup) -> None:
         self.process_group = process_group
@@ -196,6 +213,27 @@ class AlgorithmImpl:
             return None
 
         return hook
+
+    def state_dict(self) -> dict[str, Any]:
+        """What this rank needs, beyond the model and its optimizers, to resume exactly (replicas,
+        per-bucket optimizers, step counts of the algorithm's own: tensors, numbers, strings, lists and
+        dicts of them). ``save_checkpoint`` calls it after the step, before taking the model's state dict,
+        and saves it per rank when it is not empty. Default: no state."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (once the module is wrapped and its buckets built:
+        ``load_checkpoint`` on the wrapped module, or ``with_bagua`` after ``load_checkpoint``)."""
+        if state:
+            raise BaguaConfigError(f"{type(self).__name__} keeps no state, but the checkpoint holds algorithm state "
+                                   f"with keys {sorted(state)}")
+
+    def communicates_after_optimizer_step(self, bagua_ddp: torch.nn.Module) -> bool:
+        """Whether this step's optimizer step is followed by collectives (issued by the post-step hook).
+        Asked at the end of every backward; when True, the ranks agree whether any rank's gradients hold
+        inf/NaN and, if so, every rank's gradients get a NaN (``bagua_core.module.nonfinite``), so a
+        ``GradScaler`` skips the step, and with it the post-step collectives, on every rank."""
+        return False
 
     def shutdown(self, bagua_ddp: torch.nn.Module) -> None:
         """Release what the impl started (threads, groups) when the module is re-wrapped or closed."""

@@ -5,10 +5,20 @@ Layout (Megatron/seed style) under ``checkpoints_path``::
     latest_checkpointed_iteration.txt              # the last complete checkpoint
     iter_0000100/mp_rank_00_model_states.pt        # dense parameters, buffers, optimizer, scheduler (rank 0)
     iter_0000100/expert_rank_00001_states.pt       # MoE: each rank's expert parameters and its optimizer
+    iter_0000100/rank_00001_states.pt              # each rank's own state (below)
+
+A bagua-wrapped module (or the decentralized data-parallel wrapper) also saves what an exact resume
+needs (``bagua_checkpoint_state``: the train step counter, the algorithm's ``state_dict``: replicas,
+per-bucket optimizers, topology step). When the ranks' weights differ (decentralized and asynchronous
+algorithms), every rank saves its own weights and optimizer state in its rank file, and resuming keeps
+them (``with_bagua`` does not broadcast rank 0's over them). Every rank must load the same checkpoint:
+``with_bagua`` compares the iteration each rank resumed from.
 
 Every file is written to a temporary file in the same directory, fsynced and renamed into place; the
-tracker is updated (the same way) only after every rank has written its files (a barrier). A crash or
-kill in the middle of a save therefore leaves the previous checkpoint loadable. Expert parameters
+tracker is updated (the same way) only after every rank has written its files. A crash or kill in the
+middle of a save therefore leaves the previous checkpoint loadable; a write that fails on one rank
+(disk full, permissions) raises on every rank, naming that rank and the error, and leaves the tracker
+alone (the group stays usable). Expert parameters
 (``param.allreduce is False``, see ``bagua_contrib.moe``) live on one rank each, so with experts each
 rank saves its own experts and its own optimizer state; dense parameters are saved by rank 0. Files
 are read with ``torch.load(weights_only=True)``: loading runs no code from the file.
@@ -27,47 +37,26 @@ from typing import Any
 
 import torch
 
+from bagua_core.agreement import agree_or_raise
+from bagua_core.checkpoint_files import (
+    TRACKER_FILENAME,
+    atomic_write,
+    get_checkpoint_name,
+    get_rank_checkpoint_name,
+    load_file,
+    read_tracker,
+)
 from bagua_core.exceptions import BaguaError
 
-__all__ = ["TRACKER_FILENAME", "get_checkpoint_name", "load_checkpoint", "read_tracker", "save_checkpoint"]
+__all__ = ["TRACKER_FILENAME", "get_checkpoint_name", "get_rank_checkpoint_name", "load_checkpoint", "read_tracker",
+           "save_checkpoint"]
 
-TRACKER_FILENAME = "latest_checkpointed_iteration.txt"
-_FORMAT = 1
+_FORMAT = 2
 logger = logging.getLogger(__name__)
-
-
-def get_checkpoint_name(checkpoints_path: str, iteration: int, expert_rank: int | None = None) -> str:
-    """The dense file of ``iteration``, or the expert file of ``expert_rank``."""
-    directory = os.path.join(checkpoints_path, f"iter_{iteration:07d}")
-    name = "mp_rank_00_model_states.pt" if expert_rank is None else f"expert_rank_{expert_rank:05d}_states.pt"
-    return os.path.join(directory, name)
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _serialize(obj: Any, file: Any) -> None:
     torch.save(obj, file)
-
-
-def _atomic_write(path: str, write: Any) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    try:
-        with open(tmp, "wb") as file:
-            write(file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(os.path.dirname(path) or ".")
 
 
 def _rank_and_world() -> tuple[int, int, Any]:
@@ -75,7 +64,17 @@ def _rank_and_world() -> tuple[int, int, Any]:
 
     if not bagua_core.is_initialized():
         return 0, 1, None
-    return bagua_core.get_rank(), bagua_core.get_world_size(), bagua_core.barrier
+    from bagua_core.process_group import get_default_group
+
+    return bagua_core.get_rank(), bagua_core.get_world_size(), get_default_group().get_global_communicator()
+
+
+def _on_every_rank(comm: Any, step: Any, what: str) -> None:
+    """Run ``step`` on every rank; a failure anywhere raises on every rank (no rank waits for another)."""
+    if comm is None:
+        step()
+    else:
+        agree_or_raise(comm, step, what=what)
 
 
 def _is_expert(param: torch.Tensor) -> bool:
@@ -95,70 +94,78 @@ def save_checkpoint(iteration: int, checkpoints_path: str, model: torch.nn.Modul
     """Save a checkpoint of ``iteration`` (call on every rank; collective when bagua is initialised)."""
     if not isinstance(iteration, int) or iteration < 0:
         raise ValueError(f"iteration must be a non-negative integer, got {iteration!r}")
-    rank, world_size, barrier = _rank_and_world()
+    rank, world_size, comm = _rank_and_world()
+    # first: an algorithm may finish its communication in flight into the weights (decentralized_dp)
+    bagua_state = model.bagua_checkpoint_state() if hasattr(model, "bagua_checkpoint_state") else None
+    per_rank = bool(bagua_state and bagua_state["per_rank"])
+    rank_files = per_rank or bool(bagua_state and bagua_state["state"])
     dense, experts = _split_state(model)
-    dense_path = get_checkpoint_name(checkpoints_path, iteration)
-    os.makedirs(os.path.dirname(dense_path), exist_ok=True)
     optimizer_state = optimizer.state_dict() if optimizer is not None else None
-    if rank == 0:
-        payload = {"format": _FORMAT, "iteration": iteration, "world_size": world_size, "model": dense,
-                   "optimizer": None if experts else optimizer_state,
-                   "lr_scheduler": lr_scheduler.state_dict() if lr_scheduler is not None else None}
-        _atomic_write(dense_path, lambda f: _serialize(payload, f))
-    if experts:
-        payload = {"format": _FORMAT, "rank": rank, "world_size": world_size, "model": experts,
-                   "optimizer": optimizer_state}
-        _atomic_write(get_checkpoint_name(checkpoints_path, iteration, rank), lambda f: _serialize(payload, f))
-    if barrier is not None:
-        barrier()  # every rank's files are in place before the tracker names them
-    if rank == 0:
-        tracker = os.path.join(checkpoints_path, TRACKER_FILENAME)
-        _atomic_write(tracker, lambda f: f.write(str(iteration).encode()))
-    if barrier is not None:
-        barrier()
 
+    def write_files() -> None:
+        dense_path = get_checkpoint_name(checkpoints_path, iteration)
+        os.makedirs(os.path.dirname(dense_path), exist_ok=True)
+        if rank == 0:
+            summary = None if bagua_state is None else {**bagua_state, "state": {}, "rank_files": rank_files}
+            payload = {"format": _FORMAT, "iteration": iteration, "world_size": world_size, "model": dense,
+                       "optimizer": None if experts else optimizer_state, "bagua": summary,
+                       "lr_scheduler": lr_scheduler.state_dict() if lr_scheduler is not None else None}
+            atomic_write(dense_path, lambda f: _serialize(payload, f))
+        if experts:
+            payload = {"format": _FORMAT, "rank": rank, "world_size": world_size, "model": experts,
+                       "optimizer": optimizer_state}
+            atomic_write(get_checkpoint_name(checkpoints_path, iteration, rank), lambda f: _serialize(payload, f))
+        if rank_files:
+            payload = {"format": _FORMAT, "rank": rank, "world_size": world_size, "bagua": bagua_state,
+                       "model": {**dense, **experts} if per_rank else None,
+                       "optimizer": optimizer_state if per_rank else None}
+            atomic_write(get_rank_checkpoint_name(checkpoints_path, iteration, rank), lambda f: _serialize(payload, f))
 
-def read_tracker(checkpoints_path: str) -> int | None:
-    """The iteration of the last complete checkpoint, or ``None`` when there is none."""
-    tracker = os.path.join(checkpoints_path, TRACKER_FILENAME)
-    if not os.path.exists(tracker):
-        return None
-    with open(tracker) as f:
-        text = f.read().strip()
-    if not text.isdigit():
-        raise BaguaError(f"{tracker} should hold an iteration number, found {text!r}; fix or delete it")
-    return int(text)
+    def write_tracker() -> None:
+        if rank == 0:
+            tracker = os.path.join(checkpoints_path, TRACKER_FILENAME)
+            atomic_write(tracker, lambda f: f.write(str(iteration).encode()))
 
-
-def _load(path: str) -> dict:
-    if not os.path.exists(path):
-        raise BaguaError(f"checkpoint file {path} is missing: the checkpoint is incomplete or was written by a "
-                         f"different number of ranks")
-    return torch.load(path, map_location="cpu", weights_only=True)
+    # every rank's files are in place before the tracker names them
+    _on_every_rank(comm, write_files, f"save_checkpoint({iteration}, {checkpoints_path!r})")
+    _on_every_rank(comm, write_tracker, f"save_checkpoint({iteration}, {checkpoints_path!r}): the tracker")
 
 
 def load_checkpoint(checkpoints_path: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
                     lr_scheduler: Any = None, strict: bool = True) -> int:
     """Load the last complete checkpoint into ``model`` (and ``optimizer``, ``lr_scheduler``); return its
-    iteration, or 0 (with a warning) when ``checkpoints_path`` holds none."""
+    iteration, or 0 (with a warning) when ``checkpoints_path`` holds none. Call it before ``with_bagua``
+    (or on the wrapped module): the algorithm's state is restored when the module is wrapped."""
     iteration = read_tracker(checkpoints_path)
     if iteration is None:
         logger.warning("no checkpoint in %s (no %s): starting from iteration 0", checkpoints_path, TRACKER_FILENAME)
         return 0
     rank, world_size, _ = _rank_and_world()
-    dense = _load(get_checkpoint_name(checkpoints_path, iteration))
+    dense = load_file(get_checkpoint_name(checkpoints_path, iteration))
     state, optimizer_state = dict(dense["model"]), dense.get("optimizer")
     _, experts = _split_state(model)
     if experts:
         if dense.get("world_size") != world_size:
             raise BaguaError(f"the checkpoint in {checkpoints_path} has experts saved by {dense.get('world_size')} "
                              f"ranks; load it with the same number of ranks, not {world_size}")
-        expert_payload = _load(get_checkpoint_name(checkpoints_path, iteration, rank))
+        expert_payload = load_file(get_checkpoint_name(checkpoints_path, iteration, rank))
         state.update(expert_payload["model"])
         optimizer_state = expert_payload.get("optimizer")
+    bagua_state = dense.get("bagua")
+    if bagua_state is not None and bagua_state.get("rank_files"):
+        if dense.get("world_size") != world_size:
+            raise BaguaError(f"the checkpoint in {checkpoints_path} holds each rank's own state ({bagua_state['algorithm']}) "
+                             f"saved by {dense.get('world_size')} ranks; load it with the same number of ranks, "
+                             f"not {world_size}")
+        own = load_file(get_rank_checkpoint_name(checkpoints_path, iteration, rank))
+        bagua_state = own["bagua"]
+        if own.get("model") is not None:
+            state, optimizer_state = dict(own["model"]), own.get("optimizer")
     model.load_state_dict(state, strict=strict)
     if optimizer is not None and optimizer_state is not None:
         optimizer.load_state_dict(optimizer_state)
     if lr_scheduler is not None and dense.get("lr_scheduler") is not None:
         lr_scheduler.load_state_dict(dense["lr_scheduler"])
+    if bagua_state is not None and hasattr(model, "bagua_load_checkpoint_state"):
+        model.bagua_load_checkpoint_state(iteration, bagua_state)
     return iteration

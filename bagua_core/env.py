@@ -24,6 +24,7 @@ __all__ = [
     "get_comm_timeout_s",
     "get_communicator_backend",
     "get_small_allreduce_bytes",
+    "get_nonfinite_policy",
     "find_free_network_port",
     "get_autotune_server_wait_time",
 ]
@@ -138,6 +139,17 @@ def get_communicator_backend() -> str:
     return value
 
 
+NONFINITE_POLICIES = ("propagate", "raise")
+
+
+def get_nonfinite_policy() -> str:
+    """What compressed exchanges do with a chunk holding NaN/Inf: ``BAGUA_NONFINITE=propagate``
+    (default: the chunk arrives as NaN on every rank, as an allreduce carries it, so ``GradScaler``
+    skips the step everywhere) or ``raise`` (``NonFiniteError`` on the rank that has it: debugging)."""
+    value = os.environ.get("BAGUA_NONFINITE", "propagate").strip().lower() or "propagate"
+    if value not in NONFINITE_POLICIES:
+        raise ValueError(f"BAGUA_NONFINITE must be one of {NONFINITE_POLICIES}, got {value!r}")
+    return value
 def find_free_network_port() -> int:
     """A TCP port free on this host now (bound to port 0 and released; another process may take it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -12,6 +12,11 @@ __all__ = [
     "DuplicateNameError",
     "UnknownNameError",
     "RankMismatchError",
+    "JobFailureError",
+    "PeerFailureError",
+    "CommunicationError",
+    "CommunicationTimeoutError",
+    "GroupAbortedError",
 ]
 
 
@@ -51,4 +56,36 @@ class UnknownNameError(PluginError, KeyError):
 
 
 class RankMismatchError(BaguaError):
-    """Ranks disagree on something they must agree on (options, model shapes, parameter order)."""
+    """Ranks disagree on something they must agree on (options, model shapes, parameter order).
+    Raised on every rank after they compared notes, so it is not a failure of one rank
+    (``bagua_coordinated``): nobody is left waiting, and the group stays usable."""
+
+    bagua_coordinated = True
+
+
+class JobFailureError(BaguaError):
+    """The job failed on some rank while training; ``failed_rank``, ``where`` and ``cause`` say which
+    rank failed first, in what, and why (see :mod:`bagua_core.failure`)."""
+
+    def __init__(self, message: str, failed_rank: int | None = None, where: str = "", cause: str = "") -> None:
+        super().__init__(message)
+        self.failed_rank = failed_rank
+        self.where = where
+        self.cause = cause
+
+
+class PeerFailureError(JobFailureError):
+    """Raised on a healthy rank: another rank failed first, and this rank's collectives cannot complete."""
+
+
+class CommunicationError(JobFailureError):
+    """A collective of this rank failed (a connection was lost) and no rank recorded a cause first."""
+
+
+class CommunicationTimeoutError(CommunicationError, TimeoutError):
+    """A collective of this rank did not complete within ``BAGUA_COMM_TIMEOUT_S``: a peer is hung, much
+    slower, or issued a different collective."""
+
+
+class GroupAbortedError(JobFailureError):
+    """This process already failed (or learned that a peer did): bagua issues no further collective."""

@@ -17,7 +17,7 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from bagua_core import env
+from bagua_core import env, failure
 from bagua_core.communication import small_allreduce
 from bagua_core.communication.communicator import BaguaCommunicator
 from bagua_core.communication.worker import CommunicationWorker
@@ -81,10 +81,12 @@ class BaguaProcessGroup:
         self.worker = CommunicationWorker(name)
         _all_groups.add(self)
 
-    def release(self) -> None:
+    def release(self, wait: bool = True) -> None:
         """Stop the communication thread and drop the torch process groups, so they are destroyed
-        with torch.distributed's and not at interpreter exit (where their threads may still run)."""
-        self.worker.shutdown()
+        with torch.distributed's and not at interpreter exit (where their threads may still run).
+        ``wait=False`` (after a failure) does not wait for the thread, which may be blocked in a
+        collective its peers will never join."""
+        self.worker.shutdown(wait=wait)
         for comm in (self._global, self._intra, self._inter):
             if comm is not None:
                 comm.release()
@@ -215,11 +217,13 @@ def init_process_group(store: dist.Store | None = None) -> BaguaProcessGroup:
             )
         else:
             dist.init_process_group(backend, init_method="env://", timeout=timeout)
-    facts: list[tuple[str, str] | None] = [None] * dist.get_world_size()
-    dist.all_gather_object(facts, (env.get_node_key(), os.environ.get("BAGUA_SMALL_ALLREDUCE_BYTES", "")))
-    _node_keys = [str(key) for key, _ in facts]
-    _agree_small_allreduce_bytes([raw for _, raw in facts])
+    facts: list[tuple | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(facts, (env.get_node_key(), os.environ.get("BAGUA_SMALL_ALLREDUCE_BYTES", ""),
+                                   failure.record.this_process()))
+    _node_keys = [str(fact[0]) for fact in facts]
+    _agree_small_allreduce_bytes([fact[1] for fact in facts])
     _default_group = BaguaProcessGroup(list(range(dist.get_world_size())), None, "default", torch_group=dist.group.WORLD)
+    failure.start(dist.get_rank(), dist.get_world_size(), [tuple(fact[2]) for fact in facts])
     atexit.register(_destroy_at_exit)
     return _default_group
 
@@ -339,12 +343,14 @@ def destroy_process_group() -> None:
     be killed while taking the GIL, which aborts the process ("terminate called without an active
     exception") after all its work is done."""
     global _default_group
+    failed = failure.record.state.failure is not None
+    failure.stop()  # after this rank's own failure: lingers until the peers learned it
     for group in list(_all_groups):
-        group.release()
+        group.release(wait=not failed)
     _all_groups.clear()
     torch_to_bagua_pg_map.clear()
     _default_group = None
     small_allreduce.threshold_bytes = 0
     if dist.is_initialized():
-        dist.destroy_process_group()
+        dist.destroy_process_group()  # returns at once even with collectives in flight (after a failure)
     gc.collect()

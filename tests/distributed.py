@@ -11,6 +11,7 @@ The test function must live at module level in a test module (workers import it)
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import os
 import pickle
@@ -21,7 +22,7 @@ import traceback
 from typing import Any
 from collections.abc import Callable
 
-__all__ = ["run_workers", "free_port", "WorkerFailure"]
+__all__ = ["run_workers", "run_workers_outcomes", "free_port", "WorkerFailure", "WorkerOutcome"]
 
 _CONTEXT = mp.get_context("forkserver")
 # torch._dynamo is imported by the first optimizer a worker creates: seconds saved per worker
@@ -62,11 +63,27 @@ def _worker(rank: int, world_size: int, local_size: int, port: int, timeout: flo
         bagua_core.init_process_group()
         try:
             value = fn(rank, *args)
+        except BaseException as exc:  # reported to the job as `bagua run`'s uncaught-exception hook does
+            from bagua_core.failure import translate
+
+            translate(exc, "an uncaught exception in the main thread")
+            raise
         finally:
             bagua_core.destroy_process_group()
         results.put((rank, "ok", pickle.dumps(value)))  # plain pickle: no shared-memory handles
     except BaseException:
         results.put((rank, "error", traceback.format_exc()))
+
+
+@dataclasses.dataclass
+class WorkerOutcome:
+    """How one worker ended: ``ok`` (``value`` is what ``fn`` returned), ``error`` (``value`` is the
+    traceback), ``exited`` (killed or exited without a result: ``exitcode``) or ``hung`` (killed by
+    the harness after ``timeout``)."""
+
+    status: str
+    value: Any = None
+    exitcode: int | None = None
 
 
 def run_workers(
@@ -80,6 +97,29 @@ def run_workers(
 ) -> list[Any]:
     """Run ``fn(rank, *args)`` on ``world_size`` processes; return the results ordered by rank.
     ``env`` is added to every worker's environment, ``rank_env[r]`` to rank r's only."""
+    outcomes = run_workers_outcomes(fn, world_size, *args, local_size=local_size, timeout=timeout, env=env,
+                                    rank_env=rank_env)
+    errors = [f"--- rank {r} failed:\n{o.value}" for r, o in enumerate(outcomes) if o.status in ("error", "exited")]
+    hung = [r for r, o in enumerate(outcomes) if o.status == "hung"]
+    if errors or hung:
+        message = "\n".join(errors)
+        if hung:
+            message += f"\nranks {hung} hung: no result within {timeout:.0f} s (killed)"
+        raise WorkerFailure(message)
+    return [o.value for o in outcomes]
+
+
+def run_workers_outcomes(
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    local_size: int | None = None,
+    timeout: float = 120.0,
+    env: dict[str, str] | None = None,
+    rank_env: dict[int, dict[str, str]] | None = None,
+) -> list[WorkerOutcome]:
+    """Like :func:`run_workers`, but return how every worker ended instead of raising (for tests of
+    failures: a killed worker, an error, a hang)."""
     local_size = local_size or world_size
     results = _CONTEXT.Queue()
     port = free_port()
@@ -98,7 +138,7 @@ def run_workers(
     try:
         while len(outcome) < world_size:
             remaining = deadline - time.monotonic()
-            if any(status == "error" for status, _ in outcome.values()):
+            if any(status in ("error", "exited") for status, _ in outcome.values()):
                 remaining = min(remaining, 10.0)  # the others may be stuck waiting for the failed rank
             try:
                 rank, status, value = results.get(timeout=max(remaining, 0.01))
@@ -107,18 +147,15 @@ def run_workers(
                 break
             for rank, proc in enumerate(procs):
                 if rank not in outcome and not proc.is_alive() and proc.exitcode not in (None, 0):
-                    outcome[rank] = ("error", f"worker exited with code {proc.exitcode}")
+                    outcome[rank] = ("exited", f"worker exited with code {proc.exitcode}")
     finally:
         for proc in procs:
             proc.join(timeout=0.5 if len(outcome) < world_size else 10)
             if proc.is_alive():
                 proc.kill()
                 proc.join()
-    errors = [f"--- rank {r} failed:\n{v}" for r, (s, v) in sorted(outcome.items()) if s == "error"]
-    hung = [r for r in range(world_size) if r not in outcome]
-    if errors or hung:
-        message = "\n".join(errors)
-        if hung:
-            message += f"\nranks {hung} hung: no result within {timeout:.0f} s (killed)"
-        raise WorkerFailure(message)
-    return [pickle.loads(outcome[r][1]) for r in range(world_size)]
+    results = []
+    for rank, proc in enumerate(procs):
+        status, value = outcome.get(rank, ("hung", None))
+        results.append(WorkerOutcome(status, pickle.loads(value) if status == "ok" else value, proc.exitcode))
+    return results

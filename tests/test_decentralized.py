@@ -35,6 +35,8 @@ def _reference_average(flat: torch.Tensor, mode: str, hierarchical: bool, local_
         peers, mine = everyone, me
     if mode == "all":
         return sum(peers) / len(peers)
+    if len(peers) == 1:  # shift_one with one peer (one node): the intra-node average is the step
+        return peers[0]
     return (peers[mine] + peers[_reference_peer(mine, len(peers), s)]) / 2
 
 
@@ -92,7 +94,9 @@ def test_shift_one_peers_pair_up() -> None:
     "world_size,local_size,cases",
     [
         (2, 2, [("all", 1, False, True), ("shift_one", 1, False, True), ("all", 2, False, False),
-                ("shift_one", 3, False, True)]),
+                ("shift_one", 3, False, True),
+                # one node, hierarchical: no peer among nodes, the step is the intra-node average
+                ("shift_one", 1, True, True), ("shift_one", 2, True, False)]),
         (4, 2, [("shift_one", 1, False, True), ("all", 3, False, True), ("shift_one", 2, False, False),
                 ("all", 1, True, True), ("shift_one", 1, True, True), ("shift_one", 2, True, False)]),
     ],

@@ -43,6 +43,8 @@ class DecentralizedConfig(AlgorithmConfig):
 
 
 class DecentralizedAlgorithmImpl(WeightCommunicatingImpl):
+    weights_differ_across_ranks = True
+
     def __init__(
         self, process_group, hierarchical: bool = True, peer_selection_mode: str = "all", communication_interval: int = 1
     ) -> None:

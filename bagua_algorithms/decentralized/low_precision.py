@@ -24,6 +24,10 @@ from pydantic import field_validator
 from bagua_algorithms.decentralized.common import WeightCommunicatingImpl, check_positive_int, is_communication_step
 from bagua_core.algorithm import Algorithm, AlgorithmConfig
 from bagua_core.bucket import BaguaBucket
+from bagua_core.bucket_ops.low_precision_decentralized import LowPrecisionDecentralizedOp
+from bagua_core.exceptions import BaguaError
+
+_REPLICAS = ("weight", "left_peer_weight", "right_peer_weight")
 
 __all__ = [
     "LowPrecisionDecentralizedAlgorithm",
@@ -43,13 +47,17 @@ class LowPrecisionDecentralizedConfig(AlgorithmConfig):
 
 
 class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
+    weights_differ_across_ranks = True
+
     def __init__(self, process_group, hierarchical: bool = True, communication_interval: int = 1) -> None:
         super().__init__(process_group)
         self.hierarchical = hierarchical
         self.communication_interval = communication_interval
         self._stepped = 0
+        self._module: torch.nn.Module | None = None
 
     def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
+        self._module = bagua_module  # its buckets hold the replicas (state_dict)
         bucket.clear_ops()
         name = bagua_module.bagua_module_name
         bucket._weight = bucket.flattened_tensor().float().ensure_bagua_tensor("weight", name)
@@ -71,6 +79,30 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
             return None
 
         return hook
+
+    def _replica_ops(self) -> list[tuple[BaguaBucket, LowPrecisionDecentralizedOp]]:
+        buckets = self._module.bagua_buckets if self._module is not None else []
+        return [(bucket, op) for bucket in buckets for op in bucket._ops if isinstance(op, LowPrecisionDecentralizedOp)]
+
+    def state_dict(self) -> dict:
+        """Every bucket's replicas: this rank's weights as its neighbours know them (``weight``) and its
+        view of its left and right neighbours' (an exact resume needs all three)."""
+        return {bucket.name: {key: getattr(op, key).clone() for key in _REPLICAS} for bucket, op in self._replica_ops()}
+
+    def load_state_dict(self, state: dict) -> None:
+        ops = {bucket.name: op for bucket, op in self._replica_ops()}
+        if set(ops) != set(state) or any(state[n][k].shape != getattr(ops[n], k).shape for n in ops for k in _REPLICAS):
+            raise BaguaError(
+                f"the checkpoint's low_precision_decentralized replicas are for buckets {sorted(state)}, this module "
+                f"has {sorted(ops)} (or other sizes): resume with the model and BAGUA_DEFAULT_BUCKET_SIZE that saved it"
+            )
+        with torch.no_grad():
+            for name, op in ops.items():
+                for key in _REPLICAS:
+                    getattr(op, key).copy_(state[name][key])
+
+    def communicates_after_optimizer_step(self, bagua_module: torch.nn.Module) -> bool:
+        return is_communication_step(bagua_module, self.communication_interval)
 
     def init_post_optimizer_step_hook(self, bagua_module: torch.nn.Module) -> Callable:
         def hook(optimizer: torch.optim.Optimizer) -> None:

@@ -72,6 +72,7 @@ class DecentralizedEngine:
         self.step = 0
         """Training steps completed (the edge of step ``t`` is ``topology.edge(rank, t)``)."""
         self.accumulate = False
+        self._pending_buckets: list[dict] | None = None  # a checkpoint's per-bucket state, until the buckets exist
         self.adaptive_factor = 1.0
         """``a`` in ``x <- (1 - a) x + a mix(x)`` (decent-dp's adaptive factor; 1 = plain gossip)."""
         self._backups: list[torch.Tensor] = []
@@ -136,6 +137,9 @@ class DecentralizedEngine:
             for param in bucket.params:
                 self._bucket_of[id(param)] = index
         self._ready = [set() for _ in self.buckets]
+        if self._pending_buckets is not None:
+            self._restore_buckets(self._pending_buckets)
+            self._pending_buckets = None
 
     def _advance(self, flush: bool) -> None:
         assert self.buckets is not None
@@ -169,6 +173,41 @@ class DecentralizedEngine:
         if hook is not None:
             hook(edge, edge.weight)
         bucket.launch(edge)
+
+    # --- checkpoints ------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """What an exact resume needs: the rounds in flight are finished first (mixed into the parameters,
+        as the next step would do before stepping), then the step (it selects the topology's edge) and
+        each bucket's optimizer and LR scheduler state. This rank's; save the parameters after this."""
+        for bucket in self.buckets or ():
+            bucket.finish(self.adaptive_factor)
+        buckets = None
+        if self.buckets is not None:
+            buckets = [{"optimizer": b.optimizer.state_dict(),
+                        "scheduler": b.scheduler.state_dict() if b.scheduler is not None else None}
+                       for b in self.buckets]
+        return {"step": self.step, "buckets": buckets if buckets is not None else self._pending_buckets}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (the per-bucket states are applied when the buckets are built, at
+        the first backward, if they do not exist yet)."""
+        self.step = int(state["step"])
+        if state.get("buckets") is None:
+            return
+        if self.buckets is None:
+            self._pending_buckets = list(state["buckets"])
+        else:
+            self._restore_buckets(state["buckets"])
+
+    def _restore_buckets(self, saved: list[dict]) -> None:
+        assert self.buckets is not None
+        if len(saved) != len(self.buckets):
+            raise BaguaError(f"the checkpoint has {len(saved)} decentralized buckets, this model {len(self.buckets)}: "
+                             "resume with the model and bucket_size_in_mb that saved it")
+        for bucket, state in zip(self.buckets, saved):
+            bucket.optimizer.load_state_dict(state["optimizer"])
+            if bucket.scheduler is not None and state.get("scheduler") is not None:
+                bucket.scheduler.load_state_dict(state["scheduler"])
 
     # --- evaluation and shutdown ----------------------------------------------------------------
     def wait(self) -> None:

@@ -131,6 +131,17 @@ class AccumAdam(DecentralizedOptimizer):
             offset += buffer.numel()
 
 
+    def state_dict(self) -> dict[str, Any]:
+        """Torch's, plus the number of ``pre_average_hook`` calls (it decides which steps mix the
+        accumulated gradients), so a resumed run mixes on the same steps."""
+        return {**super().state_dict(), "hook_calls": getattr(self, "_hook_calls", 0)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state_dict = dict(state_dict)
+        self._hook_calls = int(state_dict.pop("hook_calls", 0))
+        super().load_state_dict(state_dict)
+
+
 class AccumAdamW(AccumAdam):
     """:class:`AccumAdam` with decoupled weight decay (``p *= 1 - lr*wd`` every step), default 1e-2."""
 

@@ -29,6 +29,7 @@ from pydantic import Field, field_validator
 from bagua_algorithms.decentralized_dp.engine import DecentralizedEngine
 from bagua_algorithms.decentralized_dp.optim_fns import optim_fn_like
 from bagua_algorithms.decentralized_dp.topology import Topology, get_topology
+from bagua_core import failure
 from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
 from bagua_core.exceptions import BaguaConfigError, BaguaError
 from bagua_core.plugins import hookimpl, topology_registry
@@ -65,6 +66,8 @@ _hooked_noop_step = torch.optim.Optimizer.profile_hook_step(_noop_step)  # still
 
 class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
     """Lifecycle hooks delegating to one :class:`DecentralizedEngine` (no core buckets)."""
+
+    weights_differ_across_ranks = True
 
     def __init__(self, process_group: Any, config: DecentralizedDPConfig, topology: Topology,
                  optimizers: Sequence[torch.optim.Optimizer]) -> None:
@@ -117,8 +120,17 @@ class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
         assert self.engine is not None
         self.engine.revert_global_avg()
 
+    def state_dict(self) -> dict[str, Any]:
+        """The engine's: the topology step and the per-bucket optimizers (rounds in flight are mixed in)."""
+        return self.engine.state_dict() if self.engine is not None else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state:
+            assert self.engine is not None
+            self.engine.load_state_dict(state)
+
     def shutdown(self, bagua_module: torch.nn.Module) -> None:
-        if self.engine is not None:
+        if self.engine is not None and failure.first_failure() is None:  # after a failure nothing completes
             self.engine.wait()
         if self._silenced is not None and "step" in self._silenced.__dict__:
             del self._silenced.step

@@ -28,13 +28,17 @@ from bagua_algorithms.decentralized_dp.engine import (
     validate_engine_options,
 )
 from bagua_algorithms.decentralized_dp.topology import Topology, get_topology
-from bagua_core import env
+from bagua_core import env, failure
+from bagua_core.agreement import Prepared, agree_or_raise
+from bagua_core.module.initial_sync import model_signature
 
 __all__ = ["DecentralizedDataParallel"]
 
 
 class DecentralizedDataParallel(torch.nn.Module):
-    """Wrap ``model`` for decentralized training. Construction is collective.
+    """Wrap ``model`` for decentralized training. Construction is collective: the options, the resolved
+    topology and the model's tensors are compared across ranks first, and a difference raises on every
+    rank (naming the option and each rank's value) before anything is communicated.
 
     ``optim_fn`` takes a list of ``(name, parameter)`` pairs (one bucket) and returns its optimizer;
     ``lr_scheduler_fn`` takes that optimizer and returns its scheduler (stepped with it). ``topology``
@@ -48,10 +52,23 @@ class DecentralizedDataParallel(torch.nn.Module):
                  param_as_bucket_view: bool = True, sync_buffer_in_global_avg: bool = False,
                  bucket_size_in_mb: float = 25.0, local_world_size: int | None = None) -> None:
         super().__init__()
-        validate_engine_options(grad_clip_norm, bucket_size_in_mb)
-        if isinstance(topology, str):
-            local = env.get_local_size() if local_world_size is None else local_world_size
-            topology = get_topology(topology, dist.get_world_size(), local)
+
+        def prepare() -> Prepared:  # every rank checks the others' options before any collective
+            validate_engine_options(grad_clip_norm, bucket_size_in_mb)
+            built = topology
+            if isinstance(built, str):
+                local = env.get_local_size() if local_world_size is None else local_world_size
+                built = get_topology(built, dist.get_world_size(), local)
+            return Prepared(built, {
+                "entry point": "DecentralizedDataParallel", "topology": built.name,
+                "topology local_world_size": built.local_world_size, "grad_clip_norm": float(grad_clip_norm),
+                "param_as_bucket_view": bool(param_as_bucket_view), "bucket_size_in_mb": float(bucket_size_in_mb),
+                "sync_buffer_in_global_avg": bool(sync_buffer_in_global_avg),
+                "lr_scheduler_fn": lr_scheduler_fn is not None, "scaler": type(scaler).__name__ if scaler else None,
+            })
+
+        named_tensors = list(model.named_parameters()) + list(model.named_buffers())
+        topology = agree_or_raise(None, prepare, model_signature(named_tensors), what="DecentralizedDataParallel")
         self.module = model
         self.sync_buffer_in_global_avg = sync_buffer_in_global_avg
         with torch.no_grad():
@@ -74,13 +91,13 @@ class DecentralizedDataParallel(torch.nn.Module):
             if not self._callback_queued:
                 self._callback_queued = True
                 torch.autograd.Variable._execution_engine.queue_callback(self._backward_end)
-            self.engine.grad_ready(name, param)
+            failure.call_guarded("a gradient hook of DecentralizedDataParallel", self.engine.grad_ready, name, param)
 
         return hook
 
     def _backward_end(self) -> None:
         self._callback_queued = False
-        self.engine.backward_end()
+        failure.call_guarded("the end of backward of DecentralizedDataParallel", self.engine.backward_end)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self.module(*args, **kwargs)
@@ -130,6 +147,17 @@ class DecentralizedDataParallel(torch.nn.Module):
     @property
     def lr_schedulers(self) -> list[Any]:
         return [b.scheduler for b in self.engine.buckets or ()]
+
+    def bagua_checkpoint_state(self) -> dict[str, Any]:
+        """What ``bagua_core.checkpoint.save_checkpoint`` keeps beyond the parameters: the engine's step and
+        per-bucket optimizer and LR scheduler states (the rounds in flight are mixed in first). Every
+        rank keeps its own (the ranks' parameters differ)."""
+        return {"algorithm": type(self).__name__, "per_rank": True, "exact": True, "train_step_counter": self.engine.step,
+                "state": self.engine.state_dict()}
+
+    def bagua_load_checkpoint_state(self, iteration: int, saved: dict[str, Any]) -> None:
+        """Restore :meth:`bagua_checkpoint_state` (``load_checkpoint`` calls it)."""
+        self.engine.load_state_dict(saved["state"])
 
     def remove_hooks(self) -> None:
         """Wait for the rounds in flight and remove the gradient hooks (the model trains plainly again)."""

@@ -7,7 +7,8 @@ buckets hold the optimizer's momentum ``exp_avg`` instead: when a bucket's gradi
 worker updates m from its local gradient (weight decay included) and the bucket is averaged with
 the bytegrad exchange (MinMaxUInt8, every rank bit-identical); the optimizer then applies m with
 the frozen v. ``need_reset`` is True once, before the first step after warmup, to rebuild the
-buckets over the momentum tensors.
+buckets over the momentum tensors. Under ``torch.amp.GradScaler`` an overflow on any rank is skipped
+on every rank, with the same scale everywhere (see ``bagua_algorithms.q_adam.loss_scaling``).
 
 Example::
 
@@ -25,6 +26,7 @@ from bagua_algorithms.q_adam.optimizer import QAdamOptimizer
 from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
 from bagua_core.bucket import BaguaBucket
 from bagua_core.exceptions import BaguaConfigError
+from bagua_core.module.nonfinite import has_nonfinite
 
 __all__ = ["QAdamAlgorithm", "QAdamAlgorithmImpl", "QAdamConfig"]
 
@@ -70,10 +72,29 @@ class QAdamAlgorithmImpl(AlgorithmImpl):
         if not self._momentum_phase:
             bucket.append_centralized_synchronous_op(hierarchical=False, average=True, group=self.process_group)
             return
-        bucket.append_op(lambda b: self.optimizer.update_momentum_(b.tensors))
+        bucket.append_op(lambda b: self.optimizer.update_external_momentum_(b.tensors))
         bucket.append_centralized_synchronous_op(
             hierarchical=self.hierarchical, average=True, compression="MinMaxUInt8", group=self.process_group
         )
+
+    def init_post_backward_hook(self, bagua_module: torch.nn.Module):
+        """Wait for the buckets; after warmup, an averaged momentum holding inf/NaN (the same bytes on
+        every rank: an overflow on any rank) puts a NaN into every rank's gradients, so a GradScaler
+        skips this step on every rank (see ``bagua_algorithms.q_adam.loss_scaling``)."""
+
+        def hook() -> None:
+            bagua_module.bagua_wait_for_communication()
+            if not self._momentum_phase:
+                return
+            momenta = [t.bagua_getter_closure() for bucket in bagua_module.bagua_buckets for t in bucket.tensors]
+            if has_nonfinite(momenta):
+                with torch.no_grad():
+                    for bucket in bagua_module.bagua_buckets:
+                        for tensor in bucket.tensors:
+                            if tensor.grad is not None:
+                                tensor.grad.view(-1)[0] = float("nan")
+
+        return hook
 
     def shutdown(self, bagua_module: torch.nn.Module) -> None:
         self.optimizer.externally_updated_momentum = set()
@@ -105,6 +126,11 @@ class QAdamAlgorithm(Algorithm):
                 "bagua_algorithms.q_adam.QAdamOptimizer(model.parameters(), ...)"
             )
         return cls(found[0], hierarchical=config.hierarchical)
+
+    def canonical_options(self) -> dict:
+        """The config's options and the optimizer's ``warmup_steps``, which decides when the buckets
+        switch from gradients to momentum (compared across ranks by ``with_bagua``)."""
+        return {**super().canonical_options(), "optimizer warmup_steps": self.optimizer.warmup_steps}
 
     def reify(self, process_group) -> QAdamAlgorithmImpl:
         return QAdamAlgorithmImpl(process_group, self.optimizer, self.config.hierarchical)

@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from bagua_algorithms.q_adam.loss_scaling import LossScaling, unscale_gradients
+
 __all__ = ["QAdamOptimizer"]
 
 
@@ -38,6 +40,10 @@ def _check(name: str, ok: bool, value: object, requirement: str) -> None:
 
 class QAdamOptimizer(torch.optim.Optimizer):
     """Adam with a frozen second moment after warmup (the optimizer of the ``qadam`` algorithm)."""
+
+    _step_supports_amp_scaling = True
+    """``GradScaler.step`` hands this optimizer the loss scale and its overflow check instead of
+    unscaling: see :mod:`bagua_algorithms.q_adam.loss_scaling`."""
 
     def __init__(
         self,
@@ -60,6 +66,7 @@ class QAdamOptimizer(torch.optim.Optimizer):
         """Number of completed steps."""
         self.externally_updated_momentum: set[int] = set()
         """ids of parameters whose post-warmup momentum the qadam algorithm updates and averages."""
+        self.loss_scaling = LossScaling()
         for group in self.param_groups:
             for param in group["params"]:
                 state = self.state[param]
@@ -75,16 +82,21 @@ class QAdamOptimizer(torch.optim.Optimizer):
         return {id(p): group for group in self.param_groups for p in group["params"]}
 
     @torch.no_grad()
-    def update_momentum_(self, params: Iterable[torch.Tensor]) -> None:
+    def update_momentum_(self, params: Iterable[torch.Tensor], weight_decay: bool = True) -> None:
         """``m = lerp(m, grad + weight_decay * p, 1 - b1)`` for ``params`` (a missing grad counts as 0)."""
         groups = self._group_of()
         for param in params:
             group = groups[id(param)]
             beta1, wd = group["betas"][0], group["weight_decay"]
             grad = param.grad if param.grad is not None else torch.zeros_like(param)
-            if wd != 0:
+            if wd != 0 and weight_decay:
                 grad = grad.add(param, alpha=wd)
             self.state[param]["exp_avg"].lerp_(grad, 1 - beta1)
+
+    def update_external_momentum_(self, params: list[torch.Tensor]) -> None:
+        """The qadam algorithm's update of the momentum during backward (then averaged): keeps what a
+        skipped or loss-scaled step needs (:class:`~bagua_algorithms.q_adam.loss_scaling.LossScaling`)."""
+        self.update_momentum_(params, weight_decay=self.loss_scaling.keep_previous(self.state, params))
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
@@ -92,6 +104,16 @@ class QAdamOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        grad_scale, found_inf = getattr(self, "grad_scale", None), getattr(self, "found_inf", None)
+        self.loss_scaling.used = found_inf is not None  # set by GradScaler.step (amp scaling protocol)
+        if found_inf is not None and float(found_inf) > 0:  # an overflow: skipped, as GradScaler does
+            self.loss_scaling.restore(self.state)
+            return loss
+        self.loss_scaling.check_scale_known(grad_scale, found_inf)
+        inv_scale = None
+        if grad_scale is not None:
+            inv_scale = grad_scale.double().reciprocal().float()
+            unscale_gradients([p for group in self.param_groups for p in group["params"]], inv_scale)
         warmup = self.in_warmup
         self.step_id += 1
         for group in self.param_groups:
@@ -108,7 +130,9 @@ class QAdamOptimizer(torch.optim.Optimizer):
                     grad = param.grad if wd == 0 else param.grad.add(param, alpha=wd)
                     exp_avg.lerp_(grad, 1 - beta1)
                     exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                elif not external:
+                elif external:
+                    self.loss_scaling.finish(self.state, param, group, inv_scale)
+                else:
                     self.update_momentum_([param])
                 denom = (exp_avg_sq.sqrt() / bias_correction2**0.5).add_(eps)
                 param.addcdiv_(exp_avg, denom, value=-(lr / bias_correction1))

@@ -37,9 +37,10 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 
-from bagua_core import env
+from bagua_core import env, failure
 from bagua_core.communication import ReduceOp, allreduce_inplace
 from bagua_core.communication.communicator import BaguaCommunicator
+from bagua_core.exceptions import JobFailureError
 
 if TYPE_CHECKING:  # pragma: no cover
     from bagua_core.bucket import BaguaBucket
@@ -123,6 +124,8 @@ class AsyncModelAverager:
         """Re-raise the error that ended the loop, if any."""
         if self.error is not None:
             error, self.error = self.error, None
+            if isinstance(error, JobFailureError):  # names the rank that failed first
+                raise error
             raise RuntimeError(f"async model averaging failed: {error}") from error
 
     def stop_locally(self, timeout: float) -> None:
@@ -213,5 +216,5 @@ class AsyncModelAverager:
                 delay = self.sync_interval_s - (time.monotonic() - started)
                 if delay > 0:
                     self._stop_requested.wait(delay)  # once stopping, go straight to the next round
-        except Exception as exc:  # reported by abort()
-            self.error = exc
+        except Exception as exc:  # raised by the training thread at its next forward, or by abort()
+            self.error = failure.translate(exc, "an asynchronous model averaging round")

@@ -6,6 +6,8 @@ alltoall (chunk j to rank j); decompress the n received slots and average (or su
 chunk ``rank``; compress that chunk again; allgather the compressed chunks; decompress all of them.
 Every rank decompresses the same bytes, so every rank ends with the same values, bit for bit. Per
 rank about ``2 * numel`` bytes of uint8 payload travel instead of ``8 * numel`` bytes of fp32.
+Non-finite values travel as an allreduce carries them: a chunk holding NaN/Inf is sent as a NaN chunk
+and every rank ends with NaN there (``BAGUA_NONFINITE=raise``: ``NonFiniteError`` instead).
 
 The buffers (uint8 send/receive/gather slots, the own chunk in the tensor's dtype) live in a
 :class:`CompressedWorkspace` that a bucket keeps from step to step, so large allocations do not
@@ -27,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from bagua_core import native
+from bagua_core import env, native
 from bagua_core.communication import ReduceOp, allgather, alltoall, broadcast, reduce_inplace
 from bagua_core.bucket_ops.compressed_pipeline import pipelined_exchange
 from bagua_core.communication.communicator import BaguaCommunicator
@@ -106,14 +108,15 @@ def compressed_allreduce_on(
     ws = (workspace or CompressedWorkspace()).buffers(numel, n, flat.dtype, flat.device)
     if n > 1 and pipelined_exchange(flat, comm, average, ws, _pieces(flat, n, ws)):
         return
+    nonfinite = env.get_nonfinite_policy()  # "propagate": a chunk with NaN/Inf arrives as NaN everywhere
     for values, chunks, slots in _pieces(flat, n, ws):
-        native.compress_minmax_uint8(values, chunks, out=slots)
+        native.compress_minmax_uint8(values, chunks, nonfinite=nonfinite, out=slots)
     if n > 1:
         alltoall(ws.sent, ws.received, comm=comm)
     else:
         ws.received.copy_(ws.sent)
     native.decompress_average_minmax_uint8(ws.received, n, ws.own, average=average)
-    native.compress_minmax_uint8(ws.own, 1, out=ws.own_compressed)
+    native.compress_minmax_uint8(ws.own, 1, nonfinite=nonfinite, out=ws.own_compressed)
     if n > 1:
         allgather(ws.own_compressed, ws.gathered, comm=comm)
     else:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 
-from bagua_core import native
+from bagua_core import env, native
 from bagua_core.communication.common import record
 from bagua_core.communication.communicator import BaguaCommunicator
 
@@ -73,8 +73,9 @@ def pipelined_exchange(flat: torch.Tensor, comm: BaguaCommunicator, average: boo
     sent, received, gathered = ws.sent.view(n, slot), ws.received.view(n, slot), ws.gathered.view(n, slot)
     segments = _segments(ws.chunk, slot)
     # phase 1: chunk j to rank j, segment by segment; the own chunk is read from the send buffer
+    nonfinite = env.get_nonfinite_policy()  # "propagate": a chunk with NaN/Inf arrives as NaN everywhere
     for values, chunks, slots in pieces:
-        native.compress_minmax_uint8_headers(values, chunks, slots)
+        native.compress_minmax_uint8_headers(values, chunks, slots, nonfinite=nonfinite)
     record("alltoall", ws.sent)
     posted = []
     for i, (b, e, lo, hi) in enumerate(segments):
@@ -88,7 +89,7 @@ def pipelined_exchange(flat: torch.Tensor, comm: BaguaCommunicator, average: boo
         native.decompress_average_minmax_uint8(inputs, n, ws.own, average, begin=b, end=e)
     # phase 2: the averaged own chunk, compressed again, to every rank
     own = gathered[me]
-    native.compress_minmax_uint8_headers(ws.own, 1, own)
+    native.compress_minmax_uint8_headers(ws.own, 1, own, nonfinite=nonfinite)
     record("allgather", own)
     posted2 = []
     for i, (b, e, lo, hi) in enumerate(segments):

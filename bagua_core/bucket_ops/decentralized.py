@@ -52,11 +52,14 @@ def peer_count(group: BaguaProcessGroup, hierarchical: bool) -> int:
 
 
 def check_peers(group: BaguaProcessGroup, hierarchical: bool, peer_selection_mode: str) -> None:
-    """Raise (identically on every rank) when ``peer_selection_mode`` cannot pair the peers."""
+    """Raise (identically on every rank) when ``peer_selection_mode`` cannot pair the peers: shift_one
+    needs an even number of them, or exactly one (one node with ``hierarchical``: the intra-node
+    average is the whole step, exact)."""
     if peer_selection_mode not in PEER_SELECTION_MODES:
         raise BaguaConfigError(f"peer_selection_mode must be one of {PEER_SELECTION_MODES}, got {peer_selection_mode!r}")
     peers = peer_count(group, hierarchical)
-    if peer_selection_mode == "shift_one" and peers % 2:
+    # one peer (one node, hierarchical): no partner among nodes, the step is the intra-node average
+    if peer_selection_mode == "shift_one" and peers % 2 and peers > 1:
         what = f"{peers} nodes (hierarchical=True)" if hierarchical else f"{peers} ranks"
         raise BaguaConfigError(
             f"peer_selection_mode='shift_one' pairs peers and needs an even number of them, got {what}; "

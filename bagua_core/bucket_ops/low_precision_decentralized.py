@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from bagua_core import native
+from bagua_core import env, native
 from bagua_core.communication import ReduceOp, broadcast, reduce_inplace
 from bagua_core.communication.communicator import BaguaCommunicator
 from bagua_core.communication.host_staging import irecv, isend
@@ -88,7 +88,7 @@ class LowPrecisionDecentralizedOp:
     def _ring_step(self, x: torch.Tensor, comm: BaguaCommunicator) -> None:
         w, left, right = self.weight, self.left_peer_weight, self.right_peer_weight
         z = x + left / 3 + right / 3 - w * (5 / 3)
-        compressed = native.compress_minmax_uint8(z, 1)
+        compressed = native.compress_minmax_uint8(z, 1, nonfinite=env.get_nonfinite_policy())  # NaN spreads as averaging does
         from_left, from_right = ring_exchange(compressed, comm)
         native.decompress_minmax_uint8(from_left, 1, left, accumulate=True)
         native.decompress_minmax_uint8(from_right, 1, right, accumulate=True)

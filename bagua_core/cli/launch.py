@@ -34,7 +34,13 @@ def _launch(torchrun_args: list[str]) -> int:
     except SystemExit as exc:  # torchrun exits on argument errors
         return int(exc.code or 0)
     except Exception as exc:  # ChildFailedError: the workers' tracebacks were printed above
-        print(f"bagua: workers failed: {type(exc).__name__}", flush=True)
+        first = getattr(exc, "get_first_failure", None)
+        if first is None:
+            print(f"bagua: workers failed: {type(exc).__name__}", flush=True)
+            return 1
+        rank, failure = first()  # each worker's uncaught exception is in its error file (bagua_core.failure)
+        message = failure.message.get("message", failure.message) if isinstance(failure.message, dict) else failure.message
+        print(f"bagua: workers failed; first failure: rank {rank} (exit code {failure.exitcode}): {message}", flush=True)
         return 1
     return 0
 

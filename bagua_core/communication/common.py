@@ -12,6 +12,7 @@ from bagua_core.communication.communicator import BaguaCommunicator
 from bagua_core.communication.host_staging import needs_staging
 from bagua_core.communication.reduce_op import TORCH_OPS, ReduceOp, to_reduce_op
 from bagua_core.communication.small_allreduce import small_allreduce_inplace
+from bagua_core.failure.record import raise_if_aborted
 
 __all__ = ["resolve_comm", "check_numel", "flat", "as_real", "finish_average", "reduce_inplace_on", "record"]
 
@@ -20,6 +21,7 @@ def resolve_comm(comm: BaguaCommunicator | None) -> BaguaCommunicator | None:
     """The given communicator, or the global communicator of the default process group; None when this
     process is not a member of it: a collective called there returns without doing anything (as in the
     original and in ``torch.distributed``), so every rank may run the same code over a sub-group."""
+    raise_if_aborted()  # after a failure on this rank (or a peer's, learned), nothing further is issued
     if comm is None:
         from bagua_core.process_group import get_default_group
 

@@ -2,7 +2,10 @@
 
 Bucket operations are submitted while backward is still running and execute on this thread, so
 communication overlaps computation; a single thread keeps the order of collectives identical on
-every rank (which gloo and NCCL both require).
+every rank (which gloo and NCCL both require). After an operation fails, the thread runs nothing
+further (a later bucket's collective would pair with a different one on the peers): every later
+operation fails with a ``GroupAbortedError`` naming the first failure, which is reported to the
+job (:mod:`bagua_core.failure`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from collections.abc import Callable
 
 import torch
 
+from bagua_core import failure
 from bagua_core.communication import streams
+from bagua_core.exceptions import GroupAbortedError
 
 __all__ = ["CommunicationWorker"]
 
@@ -27,6 +32,8 @@ class CommunicationWorker:
         self._thread: threading.Thread | None = None
         self._pending: list[Future] = []
         self._lock = threading.Lock()
+        self.failed: BaseException | None = None
+        """The error of the first operation that failed; nothing runs after it."""
         self._cuda_streams: dict[int, Any] = {}
 
     def cuda_stream(self, device: Any) -> Any:
@@ -51,10 +58,20 @@ class CommunicationWorker:
             future, fn, args = item
             if not future.set_running_or_notify_cancel():
                 continue
+            if self.failed is not None:
+                future.set_exception(GroupAbortedError(
+                    f"not run: an earlier operation on the communication thread {self.name!r} failed ({self.failed})"
+                ))
+                continue
             try:
+                failure.raise_if_aborted()
                 future.set_result(fn(*args))
             except BaseException as exc:  # handed to whoever waits
-                future.set_exception(exc)
+                translated = failure.translate(exc, f"a bucket operation on the communication thread {self.name!r}")
+                if translated is not exc:
+                    translated.__cause__ = exc
+                self.failed = translated
+                future.set_exception(translated)
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
         """Run ``fn(*args)`` on the worker thread after everything submitted before it."""
@@ -77,8 +94,11 @@ class CommunicationWorker:
         if first_error is not None:
             raise first_error
 
-    def shutdown(self) -> None:
+    def shutdown(self, wait: bool = True) -> None:
+        """Stop the thread after what was submitted; ``wait=False``: do not wait for it (after a failure
+        it may be blocked in a collective that its peers will never join; it is a daemon)."""
         if self._thread is not None and self._thread.is_alive():
             self._queue.put(None)
-            self._thread.join(timeout=10)
+            if wait:
+                self._thread.join(timeout=10)
         self._thread = None

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 import bagua_core as bagua
 from bagua_core.checkpoint import load_checkpoint, save_checkpoint
 
-__all__ = ["make_model", "make_optimizer", "batch", "main"]
+__all__ = ["make_model", "make_optimizer", "batch", "main", "train"]
 
 
 def make_model() -> torch.nn.Module:
@@ -72,9 +72,15 @@ def _event(path: str | None, **event: object) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = _parse(argv)
-    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     torch.set_num_threads(1)
     bagua.init_process_group()  # under torchelastic: a store prefix per restart attempt
+    train(args)
+    bagua.destroy_process_group()
+
+
+def train(args: argparse.Namespace) -> list[torch.Tensor]:
+    """The training loop of one attempt (after ``init_process_group``); returns the final parameters."""
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     rank = bagua.get_rank()
     model = make_model()
     optimizer = make_optimizer(model)
@@ -92,12 +98,13 @@ def main(argv: list[str] | None = None) -> None:
         optimizer.step()
         if step % args.save_every == 0:
             save_checkpoint(step, args.checkpoint_dir, model, optimizer)
+    final = [p.detach().clone() for p in model.parameters()]
     if rank == 0:
         _event(args.events, event="finish", attempt=attempt, step=args.steps)
         if args.final_params:
-            torch.save([p.detach().clone() for p in model.parameters()], args.final_params)
+            torch.save(final, args.final_params)
     model.bagua_shutdown()
-    bagua.destroy_process_group()
+    return final
 
 
 if __name__ == "__main__":

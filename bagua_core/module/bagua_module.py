@@ -8,8 +8,11 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
+from bagua_core.agreement import Prepared
 from bagua_core.module import hooks
+from bagua_core.module.agreed_settings import algorithm_source, wrap_settings
 from bagua_core.module.backend import ModuleBackend, register_module
+from bagua_core.module.resume import apply_resumed_state, checkpoint_state, load_checkpoint_state
 from bagua_core.module.initial_sync import (
     agree_or_raise,
     broadcast_optimizer_state,
@@ -37,8 +40,11 @@ class BaguaModule:
         ``algorithm`` may be an ``Algorithm``, a registered name (``"gradient_allreduce"``), a dict with
         ``name`` and options, a config model, or the path of a .toml/.yaml/.yml/.json file (its top level
         or its ``[algorithm]`` table). ``None`` uses ``BAGUA_CONFIG_FILE`` if set, else gradient_allreduce.
-        Wrapping broadcasts parameters, buffers and optimizer state from the group's first rank; calling
-        it again switches the algorithm.
+        Every rank first compares with the others what decides its collectives (the algorithm's options,
+        ``do_flatten``, the environment, the model's tensors; ``bagua_core.module.agreed_settings``): a
+        difference raises on every rank. Wrapping then broadcasts parameters, buffers and optimizer state
+        from the group's first rank (not after ``load_checkpoint`` of a checkpoint holding each rank's
+        own weights for this algorithm); calling it again switches the algorithm.
 
         Example::
 
@@ -62,17 +68,38 @@ class BaguaModule:
             self.bagua_module_name = f"{type(self).__name__}_{id(self)}"
         register_module(self)
         named = self.bagua_named_parameters() + self.bagua_named_buffers()
-        declaration = agree_or_raise(comm, lambda: resolve_algorithm(algorithm, optimizers), model_signature(named))
-        broadcast_tensors([t for _, t in named], src=0, comm=comm)
-        for optimizer in optimizers:
-            broadcast_optimizer_state(optimizer, src=0, comm=comm)
+        resumed = getattr(self, "_bagua_resumed", None)
+
+        def prepare() -> Prepared:
+            declaration = resolve_algorithm(algorithm, optimizers)
+            fields, info = wrap_settings(declaration, group, do_flatten, optimizers, algorithm_source(algorithm),
+                                         resumed.key() if resumed is not None else None)
+            return Prepared(declaration, fields, info)
+
+        declaration = agree_or_raise(comm, prepare, model_signature(named))
+        if resumed is None or not resumed.keeps_own_weights(declaration.name):  # (else: each rank its own)
+            broadcast_tensors([t for _, t in named], src=0, comm=comm)
+            for optimizer in optimizers:
+                broadcast_optimizer_state(optimizer, src=0, comm=comm)
         self._bagua_algorithm_declaration = declaration
         self.bagua_algorithm = declaration.reify(group)
         self.bagua_train_step_counter = 0
         self._bagua_do_flatten = do_flatten
         self._bagua_sync_enabled = True
         hooks.install(self)
+        if resumed is not None:  # a checkpoint loaded before wrapping: counter and algorithm state
+            del self._bagua_resumed
+            apply_resumed_state(self, resumed)
         return self
+
+    def bagua_checkpoint_state(self: torch.nn.Module) -> dict[str, Any] | None:
+        """What ``save_checkpoint`` keeps beyond the state dicts (``bagua_core.module.resume``); None
+        when the module is not wrapped."""
+        return checkpoint_state(self)
+
+    def bagua_load_checkpoint_state(self: torch.nn.Module, iteration: int, saved: dict[str, Any]) -> None:
+        """Restore what :meth:`bagua_checkpoint_state` returned (now, or when the module is wrapped)."""
+        load_checkpoint_state(self, iteration, saved)
 
     def bagua_named_parameters(self: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
         """Trainable parameters in registration order, less those listed in
@@ -155,7 +182,8 @@ def with_bagua(module: torch.nn.Module, optimizers: Any, algorithm: Any = None, 
 
 def install_module_methods() -> None:
     for name in ("with_bagua", "bagua_named_parameters", "bagua_build_params", "bagua_named_buffers", "no_sync",
-                 "bagua_wait_for_communication", "bagua_reset", "bagua_shutdown", "_bagua_backend", "bagua_ddp"):
+                 "bagua_wait_for_communication", "bagua_reset", "bagua_shutdown", "_bagua_backend", "bagua_ddp",
+                 "bagua_checkpoint_state", "bagua_load_checkpoint_state"):
         if name == "no_sync" and hasattr(torch.nn.Module, "no_sync"):
             continue
         setattr(torch.nn.Module, name, BaguaModule.__dict__[name])

@@ -10,6 +10,9 @@ import torch
 from bagua_core import env
 from bagua_core.algorithm import group_tensors
 from bagua_core.autotune import on_train_step as _autotune_on_train_step
+from bagua_core.failure import call_guarded
+from bagua_core.failure.record import state as failure_state
+from bagua_core.module.nonfinite import agree_on_nonfinite_gradients
 from bagua_core.module.scheduler import BucketScheduler
 from bagua_core.module.unused_params import agree_on_used_parameters
 
@@ -43,6 +46,10 @@ def rebuild_buckets(module: torch.nn.Module) -> None:
 def _forward_pre_hook(module: torch.nn.Module, inputs: Any) -> None:
     if not module.training:
         return
+    call_guarded("the forward pre-hook of a wrapped module", _before_forward, module, inputs)
+
+
+def _before_forward(module: torch.nn.Module, inputs: Any) -> None:
     module.bagua_train_step_counter += 1
     _autotune_on_train_step(module)  # off unless BAGUA_AUTOTUNE=1 / autotune.configure(module)
     if module.bagua_algorithm.need_reset():
@@ -63,7 +70,7 @@ def _make_backward_hook(module: torch.nn.Module, name: str):
             torch.autograd.Variable._execution_engine.queue_callback(lambda: _post_backward(module))
         if module._bagua_find_unused_parameters:
             module._bagua_grad_seen.add(name)
-        module._bagua_backward_hook(name, param)
+        call_guarded("the backward hook of a wrapped module", module._bagua_backward_hook, name, param)
 
     return hook
 
@@ -71,9 +78,19 @@ def _make_backward_hook(module: torch.nn.Module, name: str):
 def _post_backward(module: torch.nn.Module) -> None:
     module._bagua_post_backward_queued = False
     module._bagua_scheduler.in_backward = False
+    call_guarded("the end of backward of a wrapped module", _end_of_backward, module)
+
+
+def _end_of_backward(module: torch.nn.Module) -> None:
     module._bagua_post_backward_hook()
     if module._bagua_find_unused_parameters:
         agree_on_used_parameters(module)
+    if module.bagua_algorithm.communicates_after_optimizer_step(module):
+        agree_on_nonfinite_gradients(module)  # every rank's GradScaler then skips the same steps
+
+
+def _post_step(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    call_guarded("the optimizer step hook of a wrapped module", module._bagua_post_step_hook, optimizer)
 
 
 def install(module: torch.nn.Module) -> None:
@@ -88,7 +105,7 @@ def install(module: torch.nn.Module) -> None:
         handles.append(param.register_post_accumulate_grad_hook(_make_backward_hook(module, name)))
     for optimizer in module.bagua_optimizers:
         handles.append(
-            optimizer.register_step_post_hook(lambda opt, args, kwargs: module._bagua_post_step_hook(opt))
+            optimizer.register_step_post_hook(lambda opt, args, kwargs: _post_step(module, opt))
         )
     module._bagua_hooks = handles
 
@@ -100,7 +117,8 @@ def uninstall(module: torch.nn.Module) -> None:
     module._bagua_hooks = None
     scheduler = getattr(module, "_bagua_scheduler", None)
     if scheduler is not None:
-        scheduler.synchronize()
+        if failure_state.failure is None:  # after a failure, what is pending never completes
+            scheduler.synchronize()
         scheduler.detach()
     module._bagua_scheduler = None
     module.bagua_algorithm.shutdown(module)

@@ -54,6 +54,9 @@ class LocalSGDAlgorithmImpl(AlgorithmImpl):
     """Hooks of local SGD: gradient buckets with an allreduce during warmup, no bucket op after it;
     the parameter average runs after the optimizer step on the group's communication thread."""
 
+    weights_differ_across_ranks = True
+    """Between two averages every rank has its own weights: checkpoints keep each rank's."""
+
     def __init__(self, process_group, sync_every: int, warmup_steps: int) -> None:
         super().__init__(process_group)
         self.sync_every = sync_every
@@ -102,6 +105,11 @@ class LocalSGDAlgorithmImpl(AlgorithmImpl):
                 for param in params:
                     param.copy_(flat[offset : offset + param.numel()].view_as(param))
                     offset += param.numel()
+
+    def communicates_after_optimizer_step(self, bagua_module: torch.nn.Module) -> bool:
+        """The sync steps average after the optimizer step: bagua then makes an overflow on one rank
+        skip that step on every rank (``GradScaler``), so every rank joins the average."""
+        return self.is_sync_step(bagua_module.bagua_train_step_counter)
 
     def init_post_optimizer_step_hook(self, bagua_module: torch.nn.Module):
         def hook(optimizer: torch.optim.Optimizer) -> None:

@@ -1,0 +1,68 @@
+"""What ``with_bagua`` compares across ranks before its first collective.
+
+Everything that decides which collectives a rank issues, or what their results mean: the algorithm's
+name and canonical options (:meth:`~bagua_core.algorithm.Algorithm.canonical_options`, whatever the
+plugin), ``do_flatten``, the bucket size, the communicator and process-group backend, the non-finite
+policy, the autotune settings, the group's membership, the optimizers' types and the checkpoint the
+ranks resumed from. The model's tensors are compared beside them (``model_signature``). The native
+kernel policy (``BAGUA_NATIVE``) is not compared: both backends give the same bytes.
+
+Example::
+
+    >>> fields, info = wrap_settings(declaration, group, do_flatten=True, optimizers=[opt], source="a.toml")
+    >>> fields["algorithm option 'average'"]
+    True
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from bagua_core import env
+from bagua_core.algorithm import Algorithm
+
+__all__ = ["algorithm_source", "wrap_settings"]
+
+
+def algorithm_source(algorithm: Any) -> str:
+    """Where the algorithm given to ``with_bagua`` came from, for the message of a difference."""
+    if algorithm is None:
+        path = os.environ.get("BAGUA_CONFIG_FILE")
+        return f"BAGUA_CONFIG_FILE={path}" if path else "the default"
+    if isinstance(algorithm, (str, os.PathLike)):
+        return str(algorithm)
+    return type(algorithm).__name__
+
+
+def wrap_settings(declaration: Algorithm, group: Any, do_flatten: bool, optimizers: Sequence[torch.optim.Optimizer],
+                  source: str, resumed: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(fields, info)`` of this rank: the fields are compared, ``info`` is shown with a difference.
+    Reading the environment may raise (a malformed variable): call it inside the agreement."""
+    from bagua_core.autotune import AutotuneConfig
+
+    comm = group.get_global_communicator()
+    fields: dict[str, Any] = {
+        "entry point": "with_bagua",
+        "algorithm": declaration.name,
+    }
+    fields.update({f"algorithm option {key!r}": value for key, value in declaration.canonical_options().items()})
+    fields.update({
+        "do_flatten": bool(do_flatten),
+        "bucket size (BAGUA_DEFAULT_BUCKET_SIZE)": env.get_default_bucket_size(),
+        "communicator (BAGUA_COMMUNICATOR)": env.get_communicator_backend(),
+        "process group backend": comm.backend,
+        "non-finite policy (BAGUA_NONFINITE)": env.get_nonfinite_policy(),
+    })
+    autotune = AutotuneConfig.from_env().model_dump(mode="json")
+    fields.update({f"autotune option {key!r} (BAGUA_AUTOTUNE*)": value for key, value in autotune.items()})
+    fields.update({
+        "group ranks": list(group.ranks),
+        "group nodes": [list(node) for node in group.node_ranks],
+        "optimizers": ", ".join(f"{type(o).__module__}.{type(o).__qualname__}" for o in optimizers) or None,
+        "checkpoint resumed from": resumed,
+    })
+    return fields, {"algorithm from": source}

@@ -1,0 +1,58 @@
+"""One decision on every rank about an overflow, for algorithms that communicate after the optimizer step.
+
+``torch.amp.GradScaler`` skips ``optimizer.step()`` when this rank's gradients hold inf/NaN. With
+gradient allreduce the inf reaches every rank, so every rank skips. An algorithm that communicates
+*after* the step from the weights (low-precision decentralized, local SGD) does not carry the
+gradients, so one rank would skip its step, and with it its post-step hook and collectives, while the
+others communicate: a hang or a shifted sequence of collectives. For such algorithms
+(``AlgorithmImpl.communicates_after_optimizer_step``), the end of backward runs
+:func:`agree_on_nonfinite_gradients`: a one-element MAX allreduce of "my gradients are not finite"
+(on the communication thread, after the pending bucket operations), and where any rank's are not,
+every rank puts a NaN in its gradients, so every rank's scaler skips the same step and lowers its
+scale the same way (without a scaler the NaN reaches the weights of every rank, as with an allreduce).
+
+Example::
+
+    >>> agree_on_nonfinite_gradients(model)     # True: some rank overflowed; every rank's grads hold NaN
+"""
+
+from __future__ import annotations
+
+import torch
+
+from bagua_core.communication import ReduceOp, allreduce_inplace
+
+__all__ = ["agree_on_nonfinite_gradients", "has_nonfinite"]
+
+
+def has_nonfinite(tensors: list[torch.Tensor]) -> bool:
+    """Whether any of ``tensors`` holds inf or NaN (one fused pass per device and dtype)."""
+    groups: dict[tuple, list[torch.Tensor]] = {}
+    for tensor in tensors:
+        groups.setdefault((tensor.device, tensor.dtype), []).append(tensor)
+    for (device, _), members in groups.items():
+        if any(not t.is_floating_point() for t in members):
+            continue
+        found = torch.zeros(1, device=device)
+        torch._amp_foreach_non_finite_check_and_unscale_(members, found, torch.ones(1, device=device))
+        if found.item():
+            return True
+    return False
+
+
+def agree_on_nonfinite_gradients(module: torch.nn.Module) -> bool:
+    """Every rank learns whether any rank's gradients of ``module`` hold inf/NaN; if so, a NaN is put
+    into the gradients of every rank that had none. Collective (on the group's communication thread)."""
+    grads = [p.grad for _, p in module.bagua_named_parameters() if p.grad is not None]
+    mine = has_nonfinite(grads)
+    flag = torch.tensor([1 if mine else 0], dtype=torch.int32)
+    comm = module.process_group.get_global_communicator()
+    worker = module.process_group.worker
+    worker.submit(allreduce_inplace, flag, ReduceOp.MAX, comm)
+    worker.synchronize()
+    anywhere = bool(flag.item())
+    if anywhere and not mine:
+        with torch.no_grad():
+            for grad in grads:
+                grad.view(-1)[0] = float("nan")
+    return anywhere

@@ -1,0 +1,86 @@
+"""What a checkpoint keeps of a wrapped module beyond its state dict, and how a resume applies it.
+
+``save_checkpoint`` asks :func:`checkpoint_state`: the algorithm's name, whether the ranks' weights
+differ (``AlgorithmImpl.weights_differ_across_ranks``: every rank then saves its own weights and
+optimizer state), whether its resume is exact, the train step counter (it decides communication
+steps, peers and phases) and the impl's own ``state_dict``. ``load_checkpoint`` hands it to
+:func:`load_checkpoint_state`: applied at once to a wrapped module, else kept for ``with_bagua``,
+which compares the resumed checkpoint across ranks, keeps each rank's own weights when the checkpoint
+has them for the same algorithm (instead of broadcasting rank 0's), then restores the counter and the
+impl's state once the buckets exist.
+
+Example::
+
+    >>> saved = checkpoint_state(model)                   # {"algorithm": "decentralized", "per_rank": True, ...}
+    >>> load_checkpoint_state(fresh_model, 100, saved)    # before with_bagua: applied when it wraps
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import torch
+
+__all__ = ["ResumedState", "apply_resumed_state", "checkpoint_state", "load_checkpoint_state"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class ResumedState:
+    """A checkpoint loaded into a module that is not wrapped yet."""
+
+    iteration: int
+    algorithm: str
+    per_rank: bool
+    train_step_counter: int
+    algorithm_state: dict[str, Any]
+
+    def key(self) -> str:
+        """What every rank must have resumed from (compared by ``with_bagua``)."""
+        return f"iteration {self.iteration} ({self.algorithm}{', each rank its own weights' if self.per_rank else ''})"
+
+    def keeps_own_weights(self, algorithm: str) -> bool:
+        """Whether wrapping with ``algorithm`` keeps each rank's loaded weights (no broadcast from rank 0)."""
+        return self.per_rank and algorithm == self.algorithm
+
+
+def _wrapped(module: torch.nn.Module) -> bool:
+    return getattr(module, "_bagua_hooks", None) is not None and getattr(module, "bagua_algorithm", None) is not None
+
+
+def checkpoint_state(module: torch.nn.Module) -> dict[str, Any] | None:
+    """The bagua part of a checkpoint of ``module`` (None when it is not wrapped)."""
+    if not _wrapped(module):
+        return None
+    impl = module.bagua_algorithm
+    return {
+        "algorithm": module._bagua_algorithm_declaration.name,
+        "per_rank": bool(impl.weights_differ_across_ranks),
+        "exact": bool(impl.exact_resume),
+        "train_step_counter": int(module.bagua_train_step_counter),
+        "state": impl.state_dict(),
+    }
+
+
+def apply_resumed_state(module: torch.nn.Module, resumed: ResumedState) -> None:
+    """Restore the counter and, for the same algorithm, the impl's state into a wrapped module."""
+    module.bagua_train_step_counter = resumed.train_step_counter
+    name = module._bagua_algorithm_declaration.name
+    if name != resumed.algorithm:
+        logger.warning("the checkpoint of iteration %d was saved with %s, the module now uses %s: its algorithm "
+                       "state is not restored", resumed.iteration, resumed.algorithm, name)
+        return
+    module.bagua_algorithm.load_state_dict(resumed.algorithm_state)
+
+
+def load_checkpoint_state(module: torch.nn.Module, iteration: int, saved: dict[str, Any]) -> None:
+    """Apply ``saved`` (from :func:`checkpoint_state`) now if ``module`` is wrapped, else at ``with_bagua``."""
+    resumed = ResumedState(iteration, saved["algorithm"], bool(saved["per_rank"]), int(saved["train_step_counter"]),
+                           dict(saved.get("state") or {}))
+    if _wrapped(module):
+        apply_resumed_state(module, resumed)
+    else:
+        module._bagua_resumed = resumed

@@ -1,0 +1,119 @@
+"""The first failure reaches every rank in seconds and names the rank and the cause: the communication
+thread stops after a failure, the store host's own failure is still learned, a failure cascades over
+three ranks, and under ``bagua run`` the launcher names the first failure."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bagua_core.communication.worker import CommunicationWorker
+from bagua_core.exceptions import GroupAbortedError
+from tests.distributed import free_port, run_workers_outcomes
+from tests.models import SmallNet, batch
+
+
+def test_the_communication_thread_runs_nothing_after_a_failure() -> None:
+    worker = CommunicationWorker("test")
+    ran: list[int] = []
+    first = worker.submit(lambda: 1 / 0)
+    later = worker.submit(ran.append, 1)
+    with pytest.raises(ZeroDivisionError):
+        worker.synchronize()
+    assert isinstance(first.exception(), ZeroDivisionError)
+    assert isinstance(later.exception(), GroupAbortedError) and "division by zero" in str(later.exception())
+    assert ran == []  # the later bucket's collective was never issued
+    worker.shutdown()
+
+
+def _train_until(rank: int, failing_rank: int) -> dict:
+    model = SmallNet()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model = model.with_bagua([optimizer], "gradient_allreduce")
+    try:
+        for step in range(6):
+            if rank == failing_rank and step == 2:
+                raise ValueError(f"bad batch on rank {rank}")
+            x, y = batch(rank, step)
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+    except Exception as exc:
+        if rank == failing_rank:
+            raise  # uncaught: reported to the job, as bagua run's hook does
+        return {"type": type(exc).__name__, "error": str(exc), "at": time.time()}
+    return {"type": None}
+
+
+@pytest.mark.parametrize("world_size,failing_rank", [(2, 0), (3, 2)])
+def test_every_rank_names_the_rank_that_failed(world_size: int, failing_rank: int) -> None:
+    """Rank 0 hosts the store (it lingers until the others learned its failure); with three ranks the
+    failure cascades to a rank that was waiting on another healthy rank."""
+    started = time.time()
+    outcomes = run_workers_outcomes(_train_until, world_size, failing_rank, timeout=60,
+                                    env={"BAGUA_COMM_TIMEOUT_S": "30"})
+    assert outcomes[failing_rank].status == "error" and "bad batch" in outcomes[failing_rank].value
+    for rank, outcome in enumerate(outcomes):
+        if rank == failing_rank:
+            continue
+        assert outcome.status == "ok", outcome.value
+        seen = outcome.value
+        assert seen["type"] == "PeerFailureError", seen
+        assert f"rank {failing_rank} failed first" in seen["error"] and "ValueError: bad batch" in seen["error"], seen
+        assert seen["at"] - started < 10 + 15  # 15 s for starting the workers on a loaded machine
+
+
+SCRIPT = """
+import sys, torch
+import bagua_core as bagua
+bagua.init_process_group()
+rank = bagua.get_rank()
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model = model.with_bagua([optimizer], "gradient_allreduce")
+for step in range(5):
+    if rank == 1 and step == 2:
+        raise RuntimeError("boom on rank 1")
+    optimizer.zero_grad()
+    model(torch.randn(2, 4)).sum().backward()
+    optimizer.step()
+"""
+
+
+def test_bagua_run_names_the_first_failure(tmp_path) -> None:
+    script = tmp_path / "boom.py"
+    script.write_text(SCRIPT)
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "bagua_core.cli", "run", "--standalone", "--nproc_per_node=2",
+                           f"--master-port={free_port()}", str(script)], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, OMP_NUM_THREADS="1", BAGUA_COMM_TIMEOUT_S="60"))
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1, output[-4000:]
+    assert "bagua: workers failed; first failure: rank 1 (exit code 1): RuntimeError: boom on rank 1" in output
+    assert time.monotonic() - started < 60  # far below BAGUA_COMM_TIMEOUT_S: nobody waited for the timeout
+
+
+def test_nccl_groups_are_aborted(monkeypatch) -> None:
+    """After a failure NCCL groups are aborted so their collectives in flight return (gloo has no abort
+    that reaches the peers: they learn from the closed connections and the watchdog)."""
+    import torch.distributed as dist
+
+    from bagua_core.failure import abort
+
+    class FakeGroup:
+        aborted = False
+
+        def abort(self) -> None:
+            self.aborted = True
+
+    nccl, gloo = FakeGroup(), FakeGroup()
+    monkeypatch.setattr(abort, "_process_groups", lambda: [nccl, gloo])
+    monkeypatch.setattr(dist, "get_backend", lambda group: "cpu:gloo,cuda:nccl" if group is nccl else "gloo")
+    assert abort.abort_process_groups() == 1
+    assert nccl.aborted and not gloo.aborted
