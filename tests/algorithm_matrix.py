@@ -121,12 +121,22 @@ def train_all(rank: int, device_kind: str) -> dict[str, Any]:
     return results
 
 
+def _with_scaler(spec: dict[str, Any], scaler: torch.amp.GradScaler) -> Any:
+    """The algorithm for a loop with a GradScaler: an algorithm that steps the optimizer inside backward
+    takes the scaler itself (an object, so not through the dict)."""
+    if spec["name"] != "decentralized_dp":
+        return dict(spec)
+    from bagua_algorithms.decentralized_dp.plugin import DecentralizedDPAlgorithm
+
+    return DecentralizedDPAlgorithm(**{k: v for k, v in spec.items() if k != "name"}, scaler=scaler)
+
+
 def _train_amp(rank: int, device: torch.device, spec: dict[str, Any]) -> dict[str, Any]:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).to(device)
     optimizer = _optimizer(spec, model.parameters(), 0.05)
-    model = model.with_bagua([optimizer], dict(spec))
     scaler = torch.amp.GradScaler(device.type)
+    model = model.with_bagua([optimizer], _with_scaler(spec, scaler))
     dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
     losses = []
     for step in range(6):

@@ -50,11 +50,13 @@ class DecentralizedEngine:
 
     def __init__(self, named_params: NamedParams, optim_fn: OptimFn, topology: Topology,
                  lr_scheduler_fn: SchedulerFn | None = None, scaler: Any = None, grad_clip_norm: float = 0.0,
-                 param_as_bucket_view: bool = True, bucket_size_in_mb: float = 25.0) -> None:
+                 param_as_bucket_view: bool = True, bucket_size_in_mb: float = 25.0,
+                 update_scaler: bool = True) -> None:
         validate_engine_options(grad_clip_norm, bucket_size_in_mb)
         self.named_params = [(n, p) for n, p in named_params if p.requires_grad]
         self.optim_fn, self.lr_scheduler_fn, self.topology = optim_fn, lr_scheduler_fn, topology
         self.scaler, self.grad_clip_norm = scaler, float(grad_clip_norm)
+        self.update_scaler = update_scaler  # False: the user's loop calls scaler.update() (with_bagua)
         self.as_view, self.bucket_bytes = param_as_bucket_view, int(bucket_size_in_mb * 1024 * 1024)
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         if topology.world_size != self.world_size:
@@ -110,7 +112,7 @@ class DecentralizedEngine:
             self._next = 0
             for ready in self._ready:
                 ready.clear()
-        if self.scaler is not None:
+        if self.scaler is not None and self.update_scaler:
             self.scaler.update()
         self.step += 1
 

@@ -8,6 +8,14 @@ applies a second update; ``model.bagua_shutdown()`` or re-wrapping restores it. 
 :class:`DecentralizedDataParallel` (each bucket's parameters, in their dtype, async SUM over the
 step's edge). ``model.no_sync()`` accumulates gradients without stepping.
 
+Mixed precision: pass the ``torch.amp.GradScaler`` to the algorithm
+(``DecentralizedDPAlgorithm(..., scaler=scaler)``) and keep the usual loop
+(``scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()``): each bucket's optimizer is
+unscaled, checked and stepped (or skipped) through the scaler inside backward, the user's optimizer is
+marked as handling its own scaling (``_step_supports_amp_scaling``) so ``scaler.step`` leaves it to
+the no-op, and ``scaler.update()`` lowers the scale after an overflow in any bucket. A skipped bucket
+stays local (weights, not gradients, are communicated).
+
 Example::
 
     >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -70,11 +78,12 @@ class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
     weights_differ_across_ranks = True
 
     def __init__(self, process_group: Any, config: DecentralizedDPConfig, topology: Topology,
-                 optimizers: Sequence[torch.optim.Optimizer]) -> None:
+                 optimizers: Sequence[torch.optim.Optimizer], scaler: Any = None) -> None:
         super().__init__(process_group)
         self.config, self.topology, self.optimizers = config, topology, list(optimizers)
         self.engine: DecentralizedEngine | None = None
         self._silenced: torch.optim.Optimizer | None = None
+        self.scaler = scaler
 
     def _user_optimizer(self, module: torch.nn.Module) -> torch.optim.Optimizer:
         optimizers = self.optimizers or list(getattr(module, "bagua_optimizers", ()))
@@ -97,8 +106,11 @@ class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
             self.engine = DecentralizedEngine(
                 bagua_module.bagua_named_parameters(), optim_fn_like(optimizer), self.topology,
                 grad_clip_norm=self.config.grad_clip_norm, bucket_size_in_mb=self.config.bucket_size_in_mb,
+                scaler=self.scaler, update_scaler=False,
             )
             optimizer.step = types.MethodType(_hooked_noop_step, optimizer)
+            if self.scaler is not None:
+                optimizer._step_supports_amp_scaling = True  # scaler.step calls the no-op, unscales nothing
             self._silenced = optimizer
         return []  # the engine communicates parameters itself; no gradient buckets
 
@@ -132,8 +144,9 @@ class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
     def shutdown(self, bagua_module: torch.nn.Module) -> None:
         if self.engine is not None and failure.first_failure() is None:  # after a failure nothing completes
             self.engine.wait()
-        if self._silenced is not None and "step" in self._silenced.__dict__:
-            del self._silenced.step
+        if self._silenced is not None:
+            for attribute in ("step", "_step_supports_amp_scaling"):
+                self._silenced.__dict__.pop(attribute, None)
         self._silenced = None
 
 
@@ -145,10 +158,12 @@ class DecentralizedDPAlgorithm(Algorithm):
 
     def __init__(self, topology: str = "complete", bucket_size_in_mb: float = 25.0, grad_clip_norm: float = 0.0,
                  sync_buffer_in_global_avg: bool = False,
-                 optimizers: Sequence[torch.optim.Optimizer] = ()) -> None:
+                 optimizers: Sequence[torch.optim.Optimizer] = (), scaler: Any = None) -> None:
         super().__init__(topology=topology, bucket_size_in_mb=bucket_size_in_mb, grad_clip_norm=grad_clip_norm,
                          sync_buffer_in_global_avg=sync_buffer_in_global_avg)
         self.optimizers = list(optimizers)
+        self.scaler = scaler
+        """A ``torch.amp.GradScaler`` for mixed precision (not part of the config: an object)."""
 
     @classmethod
     def from_config(cls, config: AlgorithmConfig, optimizers: Sequence[torch.optim.Optimizer] = ()) -> Algorithm:
@@ -158,7 +173,7 @@ class DecentralizedDPAlgorithm(Algorithm):
         if process_group.world_size != dist.get_world_size():
             raise BaguaConfigError("decentralized_dp runs on the whole job's process group, not a subgroup")
         topology = get_topology(self.config.topology, process_group.world_size, process_group.local_size)
-        return DecentralizedDPAlgorithmImpl(process_group, self.config, topology, self.optimizers)
+        return DecentralizedDPAlgorithmImpl(process_group, self.config, topology, self.optimizers, self.scaler)
 
 
 @hookimpl
