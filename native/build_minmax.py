@@ -30,7 +30,8 @@ with open(header_path("minmax_uint8.h")) as header:
 ffibuilder.set_source(
     "bagua_core._native_minmax",
     '#include "minmax_uint8.h"',
-    sources=[os.path.relpath(os.path.join(HERE, "minmax_uint8.c"))],
+    sources=[os.path.relpath(os.path.join(HERE, name)) for name in ("minmax_uint8.c", "minmax_uint8_fused.c")],
+    depends=[os.path.relpath(os.path.join(HERE, name)) for name in ("minmax_uint8.h", "minmax_uint8_internal.h")],
     include_dirs=[HERE],
     extra_compile_args=COMPILE_ARGS,
     libraries=["m", "pthread"] if sys.platform != "win32" else [],

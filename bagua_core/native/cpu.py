@@ -22,7 +22,8 @@ from bagua_core.native.layout import NonFiniteError, compressed_size, nonfinite_
 from bagua_core.native.layout import chunk_numel as compressed_chunk
 
 __all__ = [
-    "compress", "decompress", "decompress_sum", "get_threads", "headers", "lib", "quantise", "set_threads",
+    "compress", "decompress", "decompress_sum", "get_threads", "headers", "headers_from_stats", "lib", "lpd_diff",
+    "lpd_update", "quantise", "set_threads",
 ]
 
 
@@ -68,12 +69,45 @@ def headers(x: torch.Tensor, n_chunks: int, nonfinite: str, out: torch.Tensor) -
     return out
 
 
-def quantise(x: torch.Tensor, n_chunks: int, out: torch.Tensor, begin: int, end: int) -> torch.Tensor:
-    """The payload of the chunk-local elements [begin, end) of every chunk, from ``out``'s headers."""
+def headers_from_stats(stats: torch.Tensor, numel: int, out: torch.Tensor, nonfinite: str) -> torch.Tensor:
+    """The one-chunk header and padding of ``numel`` values whose min/max/NaN flag are ``stats``."""
+    rc = lib.bagua_minmax_headers_from_stats_f32(_float_ptr(stats), numel, _byte_ptr(out), out.numel(),
+                                                 int(nonfinite == "raise"))
+    _check(rc, "minmax_uint8_headers_from_stats")
+    return out
+
+
+def quantise(x: torch.Tensor, n_chunks: int, out: torch.Tensor, begin: int, end: int,
+             decompressed: torch.Tensor | None = None) -> torch.Tensor:
+    """The payload of the chunk-local elements [begin, end) of every chunk, from ``out``'s headers;
+    with ``decompressed`` (fp32, one chunk) also the decompressed values of those elements."""
     xf = x if x.dtype == torch.float32 else x.float()
-    rc = lib.bagua_minmax_quantise_f32(_float_ptr(xf), xf.numel(), n_chunks, _byte_ptr(out), out.numel(), begin, end)
+    if decompressed is not None:
+        rc = lib.bagua_minmax_quantise_decompress_f32(_float_ptr(xf), xf.numel(), _byte_ptr(out), out.numel(),
+                                                      begin, end, _float_ptr(decompressed), decompressed.numel())
+    else:
+        rc = lib.bagua_minmax_quantise_f32(_float_ptr(xf), xf.numel(), n_chunks, _byte_ptr(out), out.numel(),
+                                           begin, end)
     _check(rc, "quantise_minmax_uint8")
     return out
+
+
+def lpd_diff(x: torch.Tensor, w: torch.Tensor, l: torch.Tensor, r: torch.Tensor, z: torch.Tensor,
+             stats: torch.Tensor) -> torch.Tensor:
+    """``z = x + l/3 + r/3 - (5/3) w`` in torch's fp32 order, merging the min/max/NaN flag of z into ``stats``."""
+    rc = lib.bagua_lpd_diff_f32(_float_ptr(x), _float_ptr(w), _float_ptr(l), _float_ptr(r), x.numel(),
+                                _float_ptr(z), _float_ptr(stats))
+    _check(rc, "lpd_difference")
+    return z
+
+
+def lpd_update(q_left: torch.Tensor, q_right: torch.Tensor, q_own: torch.Tensor, w: torch.Tensor, l: torch.Tensor,
+               r: torch.Tensor, x: torch.Tensor | None, begin: int, end: int) -> None:
+    """``l += D(q_left)``, ``r += D(q_right)``, ``w += D(q_own)``, ``x = w`` on the elements [begin, end)."""
+    rc = lib.bagua_lpd_update_f32(_byte_ptr(q_left), _byte_ptr(q_right), _byte_ptr(q_own), q_own.numel(), w.numel(),
+                                  _float_ptr(w), _float_ptr(l), _float_ptr(r),
+                                  ffi.NULL if x is None else _float_ptr(x), begin, end)
+    _check(rc, "lpd_update")
 
 
 def decompress(
@@ -96,15 +130,17 @@ def decompress(
 
 
 def decompress_sum(
-    bufs: Sequence[torch.Tensor], out: torch.Tensor, average: bool, begin: int = 0, end: int | None = None
+    bufs: Sequence[torch.Tensor], out: torch.Tensor, average: bool, begin: int = 0, end: int | None = None,
+    stats: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``out = sum_k D(bufs[k])`` (or the mean) accumulated in fp32 (only ``out[begin:end]``)."""
+    """``out = sum_k D(bufs[k])`` (or the mean) accumulated in fp32 (only ``out[begin:end]``); with
+    ``stats`` (fp32 out only) the min/max/NaN flag of the values written are merged into it."""
     partial = begin or end is not None
     target = out if out.dtype == torch.float32 else (out.float() if partial else out.new_empty(out.shape, dtype=torch.float32))
     pointers = ffi.new("uint8_t *[]", [_byte_ptr(b) for b in bufs])
-    rc = lib.bagua_minmax_decompress_sum_range_f32(
+    rc = lib.bagua_minmax_decompress_sum_stats_f32(
         pointers, len(bufs), compressed_size(out.numel(), 1), out.numel(), _float_ptr(target), int(average),
-        begin, out.numel() if end is None else end,
+        begin, out.numel() if end is None else end, ffi.NULL if stats is None else _float_ptr(stats),
     )
     _check(rc, "decompress_average_minmax_uint8")
     if target is not out:
