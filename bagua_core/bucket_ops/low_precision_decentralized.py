@@ -9,9 +9,12 @@ when the op is created. Run after the optimizer step, with ``x`` the stepped wei
     l += D(C(z_left)); r += D(C(z_right)); x = w + D(C(z)); w = x
 
 Communicated: ``C(z)``, the MinMaxUInt8 compression of the whole bucket (one min/max), about
-``numel`` bytes to each of the two neighbours. Hierarchical: the weights are averaged inside the
-node (reduce to the leader) first, the ring runs among the node leaders, and the result is
-broadcast in the node.
+``numel`` bytes to each of the two neighbours (one message stream when they are the same rank).
+Pipelined (``bagua_core.bucket_ops.pipeline``, the exchange bytegrad's uses): z and its min/max in
+one pass, then each segment of C(z) is quantised and sent while the next one is, and each received
+segment updates l, r, w and x in one pass while later ones travel. Hierarchical: the weights are
+averaged inside the node (reduce to the leader) first, the ring runs among the node leaders, and
+the result is broadcast in the node.
 
 Example::
 
@@ -26,41 +29,26 @@ import torch
 import torch.distributed as dist
 
 from bagua_core import native
+from bagua_core.bucket_ops.pipeline import exchange_round, segments, wait_all
+from bagua_core.bucket_ops.segment_codec import MINMAX_UINT8, SegmentCodec
 from bagua_core.communication import ReduceOp, broadcast, reduce_inplace
+from bagua_core.communication.common import record
 from bagua_core.communication.communicator import BaguaCommunicator
 
 if TYPE_CHECKING:  # pragma: no cover
     from bagua_core.bucket import BaguaBucket
     from bagua_core.process_group import BaguaProcessGroup
 
-__all__ = ["LowPrecisionDecentralizedOp", "ring_exchange"]
+__all__ = ["LowPrecisionDecentralizedOp"]
 
-
-def ring_exchange(payload: torch.Tensor, comm: BaguaCommunicator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Send ``payload`` to both ring neighbours of ``comm``; return (from_left, from_right)."""
-    n, rank = comm.nranks(), comm.rank()
-    if n == 1:
-        return payload, payload
-    left, right = comm.global_rank((rank - 1) % n), comm.global_rank((rank + 1) % n)
-    from_left, from_right = torch.empty_like(payload), torch.empty_like(payload)
-    if n == 2:  # both neighbours are the same rank: one exchange serves both
-        works = [dist.isend(payload, right, group=comm.torch_group), dist.irecv(from_left, left, group=comm.torch_group)]
-        for work in works:
-            work.wait()
-        return from_left, from_left
-    works = [
-        dist.isend(payload, left, group=comm.torch_group),
-        dist.isend(payload, right, group=comm.torch_group),
-        dist.irecv(from_left, left, group=comm.torch_group),
-        dist.irecv(from_right, right, group=comm.torch_group),
-    ]
-    for work in works:
-        work.wait()
-    return from_left, from_right
+_TAG = 0x6c70_0000  # point-to-point tags of the ring exchange: _TAG + segment index
 
 
 class LowPrecisionDecentralizedOp:
     """One round of low-precision decentralized averaging of a bucket of weights."""
+
+    codec: SegmentCodec = MINMAX_UINT8
+    """How z is compressed (the steps of the pipelined exchange)."""
 
     def __init__(self, group: BaguaProcessGroup | None, hierarchical: bool, initial: torch.Tensor) -> None:
         self.group = group
@@ -69,16 +57,50 @@ class LowPrecisionDecentralizedOp:
             self.weight = initial.detach().float().clone()
             self.left_peer_weight = self.weight.clone()
             self.right_peer_weight = self.weight.clone()
+        self._buffers: tuple[torch.Tensor, ...] | None = None
+
+    def _workspace(self, numel: int) -> tuple[torch.Tensor, ...]:
+        """``(z, sent, from_left, from_right)``, kept from round to round."""
+        size = self.codec.compressed_size(numel, 1)
+        if self._buffers is None or self._buffers[0].numel() != numel or self._buffers[1].numel() != size:
+            self._buffers = None
+            self._buffers = (torch.empty(numel, dtype=torch.float32, device=self.weight.device),
+                             *(torch.empty(size, dtype=torch.uint8, device=self.weight.device) for _ in range(3)))
+        return self._buffers
 
     def _ring_step(self, x: torch.Tensor, comm: BaguaCommunicator) -> None:
-        w, left, right = self.weight, self.left_peer_weight, self.right_peer_weight
-        z = x + left / 3 + right / 3 - w * (5 / 3)
-        compressed = native.compress_minmax_uint8(z, 1)
-        from_left, from_right = ring_exchange(compressed, comm)
-        native.decompress_minmax_uint8(from_left, 1, left, accumulate=True)
-        native.decompress_minmax_uint8(from_right, 1, right, accumulate=True)
-        native.decompress_minmax_uint8(compressed, 1, w, accumulate=True)
-        x.copy_(w)
+        w, left, right, codec = self.weight, self.left_peer_weight, self.right_peer_weight, self.codec
+        numel = x.numel()
+        z, sent, from_left, from_right = self._workspace(numel)
+        stats = codec.new_stats() if x.device.type == "cpu" else None
+        native.lpd_difference(x, w, left, right, z, stats)
+        n, rank = comm.nranks(), comm.rank()
+        if n == 1 or x.device.type != "cpu":  # no ring, or CUDA: the whole buffer at once
+            if stats is not None:
+                codec.start(z, 1, sent, stats)
+                codec.encode(z, 1, sent, 0, numel)
+            else:
+                codec.compress(z, 1, sent)
+            from_left, from_right = _exchange_whole(sent, from_left, from_right, comm) if n > 1 else (sent, sent)
+            codec.lpd_update(from_left, from_right, sent, w, left, right, x, 0, numel)
+            return
+        codec.start(z, 1, sent, stats)
+        lo, ro = (rank - 1) % n, (rank + 1) % n
+        if n == 2:  # both neighbours are the same rank: one message stream serves both
+            from_right = from_left
+            peers = [(lo, from_left)]
+        else:
+            peers = [(lo, from_left), (ro, from_right)]
+        for _ in peers:
+            record("send", sent)
+        sends = exchange_round(
+            comm, segments(numel, sent.numel(), codec.header_bytes, codec.bytes_per_element),
+            [(peer, lambda s: sent[s.lo : s.hi]) for peer, _ in peers],
+            [(peer, lambda s, buf=buf: buf[s.lo : s.hi]) for peer, buf in peers],
+            lambda s: codec.encode(z, 1, sent, s.begin, s.end),
+            lambda s: codec.lpd_update(from_left, from_right, sent, w, left, right, x, s.begin, s.end), _TAG,
+        )
+        wait_all(sends)
 
     def __call__(self, bucket: BaguaBucket) -> None:
         group = self.group or bucket.process_group
@@ -87,7 +109,9 @@ class LowPrecisionDecentralizedOp:
 
             group = get_default_group()
         with torch.no_grad():
-            x = bucket.flattened_tensor().detach().float().clone()
+            flat = bucket.flattened_tensor()
+            # the bucket's own fp32 buffer is updated in place; anything else through a fp32 copy
+            x = flat if flat.dtype == torch.float32 and flat is bucket.buffer else flat.detach().float().clone()
             if not self.hierarchical:
                 self._ring_step(x, group.get_global_communicator())
             else:
@@ -98,4 +122,20 @@ class LowPrecisionDecentralizedOp:
                     self._ring_step(x, inter)
                 if intra.nranks() > 1:
                     broadcast(x, src=0, comm=intra)
-            bucket.write_back(x.to(bucket.dtype))
+            if x is not flat or flat is not bucket.buffer:
+                bucket.write_back(x.to(bucket.dtype))
+
+
+def _exchange_whole(sent: torch.Tensor, from_left: torch.Tensor, from_right: torch.Tensor,
+                    comm: BaguaCommunicator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Send ``sent`` to both ring neighbours, receive theirs; returns (from_left, from_right), the
+    same buffer when both neighbours are one rank."""
+    n, rank, group = comm.nranks(), comm.rank(), comm.torch_group
+    left, right = comm.global_rank((rank - 1) % n), comm.global_rank((rank + 1) % n)
+    record("send", sent)
+    works = [dist.isend(sent, right, group=group), dist.irecv(from_left, left, group=group)]
+    if n > 2:
+        record("send", sent)
+        works += [dist.isend(sent, left, group=group), dist.irecv(from_right, right, group=group)]
+    wait_all(works)
+    return from_left, (from_right if n > 2 else from_left)
