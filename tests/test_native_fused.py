@@ -160,3 +160,23 @@ def test_threads_give_the_same_bits() -> None:
         assert torch.equal(decompressed, native.decompress_minmax_uint8(buf, 1, torch.empty(numel)))
     finally:
         native.cpu.set_threads(previous)
+
+
+@pytest.mark.parametrize("numel", [1, 1001, 300_001])
+def test_adam_update_is_torchs_arithmetic_with_a_correct_sqrt(numel: int) -> None:
+    p, m = _values(numel, 1), _values(numel, 2, 1e-2)
+    v = _values(numel, 3, 1e-2) ** 2
+    v[0] = 0.0
+    step, c, eps = -1e-3 / (1 - 0.9**7), (1 - 0.999**7) ** 0.5, 1e-8
+    expected = p.addcdiv(m, (v.double().sqrt().float() / c).add_(eps), value=step)
+    param = torch.nn.Parameter(p.clone())
+    version = param._version
+    with torch.no_grad():
+        native.adam_update(param, m, v, step, c, eps)
+    assert torch.equal(param.detach(), expected) and param._version > version
+    other = p.clone()
+    fallback_fused.adam_update(other, m, v, step, c, eps)
+    assert torch.equal(other, expected)
+    half = p.half()
+    native.adam_update(half, m.half(), v.half(), step, c, eps)  # not fp32: the torch arithmetic
+    assert torch.equal(half, p.half().addcdiv(m.half(), (v.half().double().sqrt().half() / c).add_(eps), value=step))

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
+from torch.autograd.graph import increment_version
 
 from bagua_core import native
 from bagua_core.bucket_ops.pipeline import exchange_round, segments, wait_all
@@ -122,7 +123,9 @@ class LowPrecisionDecentralizedOp:
                     self._ring_step(x, inter)
                 if intra.nranks() > 1:
                     broadcast(x, src=0, comm=intra)
-            if x is not flat or flat is not bucket.buffer:
+            if x is flat and flat is bucket.buffer:  # the weights were written in place, behind autograd
+                increment_version([tensor.bagua_getter_closure() for tensor in bucket.tensors])
+            else:
                 bucket.write_back(x.to(bucket.dtype))
 
 

@@ -40,10 +40,17 @@ from bagua_core.native.layout import (
     compressed_size,
 )
 from bagua_core.native.policy import load_cpu_backend, read_policy
-from bagua_core.native.fused import lpd_difference, lpd_update, minmax_stats, minmax_uint8_headers_from_stats
+from bagua_core.native.fused import (
+    adam_update,
+    lpd_difference,
+    lpd_update,
+    minmax_stats,
+    minmax_uint8_headers_from_stats,
+)
 
 __all__ = [
     "NonFiniteError",
+    "adam_update",
     "backend",
     "compress_minmax_uint8",
     "compress_minmax_uint8_headers",

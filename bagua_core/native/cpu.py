@@ -22,7 +22,7 @@ from bagua_core.native.layout import NonFiniteError, compressed_size, nonfinite_
 from bagua_core.native.layout import chunk_numel as compressed_chunk
 
 __all__ = [
-    "compress", "decompress", "decompress_sum", "get_threads", "headers", "headers_from_stats", "lib", "lpd_diff",
+    "adam_update", "compress", "decompress", "decompress_sum", "get_threads", "headers", "headers_from_stats", "lib", "lpd_diff",
     "lpd_update", "quantise", "set_threads",
 ]
 
@@ -157,3 +157,11 @@ def set_threads(n_threads: int) -> None:
 def get_threads() -> int:
     """The number of threads the kernels may use."""
     return lib.bagua_minmax_get_threads()
+
+
+def adam_update(param: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, step_size: float,
+                bias_correction2_sqrt: float, eps: float) -> None:
+    """``param += step_size * exp_avg / (sqrt(exp_avg_sq) / c + eps)``, fp32, one pass."""
+    rc = lib.bagua_adam_update_f32(_float_ptr(param), _float_ptr(exp_avg), _float_ptr(exp_avg_sq), param.numel(),
+                                   step_size, bias_correction2_sqrt, eps)
+    _check(rc, "adam_update")

@@ -19,7 +19,9 @@ import torch
 from bagua_core.native import fallback
 from bagua_core.native.layout import HEADER_BYTES, NonFiniteError, compressed_size, nonfinite_message
 
-__all__ = ["decompress_sum", "headers_from_stats", "lpd_diff", "lpd_update", "merge_stats", "new_stats", "quantise"]
+__all__ = [
+    "adam_update", "decompress_sum", "headers_from_stats", "lpd_diff", "lpd_update", "merge_stats", "new_stats", "quantise",
+]
 
 
 def new_stats(device: torch.device) -> torch.Tensor:
@@ -105,3 +107,11 @@ def lpd_update(q_left: torch.Tensor, q_right: torch.Tensor, q_own: torch.Tensor,
         fallback.decompress(buf, 1, target, True, begin, stop)
     if x is not None:
         x.view(-1)[begin:stop].copy_(w.view(-1)[begin:stop])
+
+
+def adam_update(param: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, step_size: float,
+                bias_correction2_sqrt: float, eps: float) -> None:
+    """``param.addcdiv_(exp_avg, (sqrt(exp_avg_sq) / c).add_(eps), value=step_size)`` with a correctly
+    rounded square root (through float64, exact for float32/16 inputs)."""
+    root = exp_avg_sq.double().sqrt().to(exp_avg_sq.dtype)
+    param.addcdiv_(exp_avg, (root / bias_correction2_sqrt).add_(eps), value=step_size)

@@ -8,7 +8,8 @@ low-precision decentralized update), the torch composition elsewhere. Re-exporte
 * ``minmax_stats()`` starts the running ``{min, max, NaN seen}`` of values a kernel writes, which
   ``decompress_average_minmax_uint8(..., stats=)`` fills and ``minmax_uint8_headers_from_stats``
   turns into the header ``compress_minmax_uint8_headers`` would compute (no second min/max pass);
-* ``lpd_difference`` / ``lpd_update``: the two passes of a low_precision_decentralized round.
+* ``lpd_difference`` / ``lpd_update``: the two passes of a low_precision_decentralized round;
+* ``adam_update``: Adam's parameter update from given moments in one pass (qadam after warmup).
 
 Example::
 
@@ -22,12 +23,13 @@ from __future__ import annotations
 from types import ModuleType
 
 import torch
+from torch.autograd.graph import increment_version
 
 from bagua_core.native import cuda as _cuda
 from bagua_core.native import fallback_fused as _reference
 from bagua_core.native.layout import check_buffer, check_nonfinite
 
-__all__ = ["lpd_difference", "lpd_update", "minmax_stats", "minmax_uint8_headers_from_stats"]
+__all__ = ["adam_update", "lpd_difference", "lpd_update", "minmax_stats", "minmax_uint8_headers_from_stats"]
 
 
 def _cpu_impl(*tensors: torch.Tensor) -> ModuleType | None:
@@ -115,3 +117,22 @@ def lpd_update(from_left: torch.Tensor, from_right: torch.Tensor, own: torch.Ten
     if w.device.type == "cuda" and _cuda.available():
         return _cuda.lpd_update(from_left, from_right, own, w, l, r, x, begin, min(end, numel))
     return _reference.lpd_update(from_left, from_right, own, w, l, r, x, begin, end)
+
+
+def adam_update(param: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, step_size: float,
+                bias_correction2_sqrt: float, eps: float) -> None:
+    """``param += step_size * exp_avg / (sqrt(exp_avg_sq) / bias_correction2_sqrt + eps)`` in one pass:
+    torch's ``param.addcdiv_(exp_avg, (exp_avg_sq.sqrt() / c).add_(eps), value=step_size)`` operation by
+    operation in fp32 (the Python floats rounded to fp32), except that the square root is correctly
+    rounded everywhere (torch's CPU ``sqrt`` may be one ulp off). fp32 CPU tensors take the C kernel,
+    others the same arithmetic in torch."""
+    same = param.shape == exp_avg.shape == exp_avg_sq.shape and param.dtype == exp_avg.dtype == exp_avg_sq.dtype
+    if not same:
+        raise ValueError("adam_update: param, exp_avg and exp_avg_sq must have one shape and dtype")
+    impl = _cpu_impl(param, exp_avg, exp_avg_sq)
+    if impl is not None and param.dtype == torch.float32 and all(
+            t.is_contiguous() for t in (param, exp_avg, exp_avg_sq)):
+        impl.adam_update(param, exp_avg, exp_avg_sq, step_size, bias_correction2_sqrt, eps)
+        increment_version(param)  # written behind autograd's back, as an in-place op would count it
+        return None
+    return _reference.adam_update(param, exp_avg, exp_avg_sq, step_size, bias_correction2_sqrt, eps)
