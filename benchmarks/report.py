@@ -25,7 +25,17 @@ def have_matplotlib() -> bool:
 def _ratio(row: dict, baseline: dict | None) -> str:
     if baseline is None or "ms_per_step" not in row or "ms_per_step" not in baseline:
         return "-"
+    if baseline["method"] == "ddp" and "ratio_ddp" in row:  # several rounds: median and range of the rounds' ratios
+        low, high = row["ratio_ddp_range"]
+        return f"{row['ratio_ddp']:.2f}x ({low:.2f}-{high:.2f})"
     return f"{row['ms_per_step'] / baseline['ms_per_step']:.2f}x"
+
+
+def _ms(row: dict) -> str:
+    rounds = row.get("rounds_ms")
+    if rounds and len(rounds) > 1:
+        return f"{row['ms_per_step']:.1f} ({min(rounds):.0f}-{max(rounds):.0f})"
+    return f"{row['ms_per_step']:.1f}"
 
 
 def e2e_markdown(rows: Sequence[dict], header: str = "") -> str:
@@ -47,7 +57,7 @@ def e2e_markdown(rows: Sequence[dict], header: str = "") -> str:
             if "ms_per_step" not in r:
                 lines.append(f"| {r['method']} | failed: {r.get('error', '?')[:80]} | | | | | |")
                 continue
-            lines.append(f"| {r['method']} | {r['ms_per_step']:.1f} | {r['samples_per_s']:.1f} | "
+            lines.append(f"| {r['method']} | {_ms(r)} | {r['samples_per_s']:.1f} | "
                          f"{r['tx_bytes_per_step'] / 1e6:.2f} | {_ratio(r, ddp)} | {_ratio(r, ddp16)} | "
                          f"{r['loss']:.4f} |")
     return "\n".join(lines) + "\n"
