@@ -1,7 +1,8 @@
 """The bytegrad exchange pipelined: two rounds of the shared pipelined exchange
 (``bagua_core.bucket_ops.pipeline``), with the codec's steps (MinMaxUInt8 by default).
 
-Same bytes and results as the plain exchange (``bagua_core.bucket_ops.compressed``). Round 1 (the
+Same bytes and results as the plain exchange (``bagua_core.bucket_ops.compressed``). The receives
+of both rounds are posted first. Round 1 (the
 alltoall): every chunk's header (min/max) is written first, so each segment of the payload is final
 as soon as it is encoded and goes on the wire (chunk j to rank j) while the next one is encoded;
 received segments are decoded and averaged in fp32 into the own chunk while later ones travel, and
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from bagua_core.bucket_ops.pipeline import Segment, exchange_round, segments, wait_all
+from bagua_core.bucket_ops.pipeline import Segment, exchange_round, post_receives, segments, wait_all
 from bagua_core.bucket_ops.segment_codec import MINMAX_UINT8, SegmentCodec
 from bagua_core.communication.common import record
 from bagua_core.communication.communicator import BaguaCommunicator
@@ -62,6 +63,11 @@ def pipelined_exchange(flat: torch.Tensor, comm: BaguaCommunicator, average: boo
     segs = segments(chunk, slot, codec.header_bytes, codec.bytes_per_element)
     peers = [p for p in range(n) if p != me]
 
+    # both rounds' receives first: the peers' segments can be sent as soon as they are encoded
+    received1 = post_receives(comm, segs, [(p, lambda s, p=p: received[p, s.lo : s.hi]) for p in peers], _TAG)
+    received2 = post_receives(comm, segs, [(p, lambda s, p=p: gathered[p, s.lo : s.hi]) for p in peers],
+                              _TAG + len(segs))
+
     # round 1: chunk j to rank j; the own chunk is read from the send buffer
     for values, chunks, slots in pieces:
         codec.start(values, chunks, slots)
@@ -74,8 +80,7 @@ def pipelined_exchange(flat: torch.Tensor, comm: BaguaCommunicator, average: boo
             codec.encode(values, chunks, slots, s.begin, s.end)
 
     sends = exchange_round(
-        comm, segs, [(p, lambda s, p=p: sent[p, s.lo : s.hi]) for p in peers],
-        [(p, lambda s, p=p: received[p, s.lo : s.hi]) for p in peers], encode_chunks,
+        comm, segs, [(p, lambda s, p=p: sent[p, s.lo : s.hi]) for p in peers], received1, encode_chunks,
         lambda s: codec.decode_mean(inputs, n, ws.own, average, s.begin, s.end, stats), _TAG,
     )
 
@@ -92,10 +97,8 @@ def pipelined_exchange(flat: torch.Tensor, comm: BaguaCommunicator, average: boo
             _decode_chunk(codec, gathered[p], flat, p, ws, s)
 
     sends += exchange_round(
-        comm, segs, [(p, lambda s: own[s.lo : s.hi]) for p in peers],
-        [(p, lambda s, p=p: gathered[p, s.lo : s.hi]) for p in peers],
-        lambda s: codec.encode(ws.own, 1, own, s.begin, s.end, own_values),
-        decode_chunks, _TAG + len(segs),
+        comm, segs, [(p, lambda s: own[s.lo : s.hi]) for p in peers], received2,
+        lambda s: codec.encode(ws.own, 1, own, s.begin, s.end, own_values), decode_chunks, _TAG + len(segs),
     )
     wait_all(sends)
     return True

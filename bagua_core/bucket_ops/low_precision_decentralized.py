@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torch.autograd.graph import increment_version
 
 from bagua_core import native
-from bagua_core.bucket_ops.pipeline import exchange_round, segments, wait_all
+from bagua_core.bucket_ops.pipeline import exchange_round, post_receives, segments, wait_all
 from bagua_core.bucket_ops.segment_codec import MINMAX_UINT8, SegmentCodec
 from bagua_core.communication import ReduceOp, broadcast, reduce_inplace
 from bagua_core.communication.common import record
@@ -71,12 +71,11 @@ class LowPrecisionDecentralizedOp:
 
     def _ring_step(self, x: torch.Tensor, comm: BaguaCommunicator) -> None:
         w, left, right, codec = self.weight, self.left_peer_weight, self.right_peer_weight, self.codec
-        numel = x.numel()
+        numel, n, rank = x.numel(), comm.nranks(), comm.rank()
         z, sent, from_left, from_right = self._workspace(numel)
-        stats = codec.new_stats() if x.device.type == "cpu" else None
-        native.lpd_difference(x, w, left, right, z, stats)
-        n, rank = comm.nranks(), comm.rank()
         if n == 1 or x.device.type != "cpu":  # no ring, or CUDA: the whole buffer at once
+            stats = codec.new_stats() if x.device.type == "cpu" else None
+            native.lpd_difference(x, w, left, right, z, stats)
             if stats is not None:
                 codec.start(z, 1, sent, stats)
                 codec.encode(z, 1, sent, 0, numel)
@@ -85,19 +84,21 @@ class LowPrecisionDecentralizedOp:
             from_left, from_right = _exchange_whole(sent, from_left, from_right, comm) if n > 1 else (sent, sent)
             codec.lpd_update(from_left, from_right, sent, w, left, right, x, 0, numel)
             return
-        codec.start(z, 1, sent, stats)
-        lo, ro = (rank - 1) % n, (rank + 1) % n
         if n == 2:  # both neighbours are the same rank: one message stream serves both
             from_right = from_left
-            peers = [(lo, from_left)]
+            peers = [((rank - 1) % n, from_left)]
         else:
-            peers = [(lo, from_left), (ro, from_right)]
+            peers = [((rank - 1) % n, from_left), ((rank + 1) % n, from_right)]
+        segs = segments(numel, sent.numel(), codec.header_bytes, codec.bytes_per_element)
+        # receives first: the neighbours' segments can go as soon as they are encoded
+        received = post_receives(comm, segs, [(peer, lambda s, buf=buf: buf[s.lo : s.hi]) for peer, buf in peers], _TAG)
+        stats = codec.new_stats()
+        native.lpd_difference(x, w, left, right, z, stats)
+        codec.start(z, 1, sent, stats)
         for _ in peers:
             record("send", sent)
         sends = exchange_round(
-            comm, segments(numel, sent.numel(), codec.header_bytes, codec.bytes_per_element),
-            [(peer, lambda s: sent[s.lo : s.hi]) for peer, _ in peers],
-            [(peer, lambda s, buf=buf: buf[s.lo : s.hi]) for peer, buf in peers],
+            comm, segs, [(peer, lambda s: sent[s.lo : s.hi]) for peer, _ in peers], received,
             lambda s: codec.encode(z, 1, sent, s.begin, s.end),
             lambda s: codec.lpd_update(from_left, from_right, sent, w, left, right, x, s.begin, s.end), _TAG,
         )

@@ -2,20 +2,21 @@
 segment by segment, so that encoding, the wire and decoding overlap.
 
 A payload is split into *segments* (:func:`segments`): chunk-local element ranges and the bytes of a
-slot that carry them. One *round* (:func:`exchange_round`) runs, for segment i = 0, 1, ...:
-``encode(segment)`` (fill the bytes the sends of segment i read), then posts non-blocking receives of
-that segment from every source peer and sends to every destination peer (tag ``tag + i``), and
-decodes (``decode(segment)``, after waiting for its receives) the segment ``LAG`` places behind, so
-decoding overlaps the wire while later segments are still being encoded. What to send, where to
-receive and the encode/decode steps are arguments: bytegrad's alltoall and allgather rounds, qadam's
-momentum exchange (the same op) and low_precision_decentralized's neighbour exchange are all rounds
-of this one function, with the codec's kernels (``bagua_core.bucket_ops.segment_codec``) as the steps.
+slot that carry them. The receives of a round are posted first (:func:`post_receives`: gloo sends a
+message only once its receive is posted, so this saves a one-way latency per message); then one
+*round* (:func:`exchange_round`) runs, for segment i = 0, 1, ...: ``encode(segment)`` (fill the bytes
+the sends of segment i read), non-blocking sends to every destination peer (tag ``tag + i``), and
+``decode`` (after waiting for its receives) of the segment ``LAG`` places behind, so decoding overlaps
+the wire while later segments are still being encoded. What to send, where to receive and the
+encode/decode steps are arguments: bytegrad's alltoall and allgather rounds, qadam's momentum
+exchange (the same op) and low_precision_decentralized's neighbour exchange are all rounds of this
+one function, with the codec's kernels (``bagua_core.bucket_ops.segment_codec``) as the steps.
 
 Example (send the same compressed payload to both ring neighbours, decode what arrives)::
 
-    >>> segs = segments(numel, codec.slot_bytes(numel, 1))
-    >>> sends = exchange_round(comm, segs, [(left, lambda s: mine[s.lo:s.hi]), (right, ...)],
-    ...                        [(left, lambda s: from_left[s.lo:s.hi]), ...],
+    >>> segs = segments(numel, codec.compressed_size(numel, 1))
+    >>> received = post_receives(comm, segs, [(left, lambda s: from_left[s.lo:s.hi]), ...], TAG)
+    >>> sends = exchange_round(comm, segs, [(left, lambda s: mine[s.lo:s.hi]), (right, ...)], received,
     ...                        encode=lambda s: codec.encode(z, 1, mine, s.begin, s.end),
     ...                        decode=lambda s: update(s.begin, s.end), tag=TAG)
     >>> wait_all(sends)
@@ -31,7 +32,7 @@ import torch.distributed as dist
 
 from bagua_core.communication.communicator import BaguaCommunicator
 
-__all__ = ["LAG", "SEGMENT_NUMEL", "Segment", "exchange_round", "segments", "wait_all"]
+__all__ = ["LAG", "SEGMENT_NUMEL", "Segment", "exchange_round", "post_receives", "segments", "wait_all"]
 
 SEGMENT_NUMEL = 1 << 19
 """Elements of a chunk encoded and sent together (512 KiB of uint8 per message with MinMaxUInt8)."""
@@ -69,36 +70,41 @@ def segments(chunk_numel: int, slot_bytes: int, header_bytes: int = 8, bytes_per
     return out
 
 
-def _post(comm: BaguaCommunicator, segment: Segment, sends: Sequence[tuple[int, Piece]],
-          recvs: Sequence[tuple[int, Piece]], tag: int) -> tuple[list, list]:
-    group, tag = comm.torch_group, tag + segment.index
-    posted_recvs = [dist.irecv(piece(segment), comm.global_rank(peer), group=group, tag=tag) for peer, piece in recvs]
-    posted_sends = [dist.isend(piece(segment), comm.global_rank(peer), group=group, tag=tag) for peer, piece in sends]
-    return posted_recvs, posted_sends
+def post_receives(comm: BaguaCommunicator, segs: Sequence[Segment], recvs: Sequence[tuple[int, Piece]],
+                  tag: int) -> list[list]:
+    """Post now, for every segment, the receives from every source peer (``(peer, piece)``: ``peer`` a
+    rank of ``comm``, ``piece(segment)`` the contiguous uint8 tensor the segment arrives in; tag
+    ``tag + segment.index``). gloo starts sending a message only once the receiver has posted its
+    receive, so posting them all before the round (and a later round's before an earlier one runs)
+    saves a one-way latency per message. Returns the works of each segment, for :func:`exchange_round`."""
+    group = comm.torch_group
+    return [[dist.irecv(piece(s), comm.global_rank(peer), group=group, tag=tag + s.index) for peer, piece in recvs]
+            for s in segs]
 
 
 def exchange_round(comm: BaguaCommunicator, segs: Sequence[Segment], sends: Sequence[tuple[int, Piece]],
-                   recvs: Sequence[tuple[int, Piece]], encode: Callable[[Segment], None],
+                   received: Sequence[Sequence], encode: Callable[[Segment], None],
                    decode: Callable[[Segment], None], tag: int) -> list:
-    """One pipelined round over ``comm``. ``sends``/``recvs``: ``(peer, piece)`` with ``peer`` a rank
-    of ``comm`` and ``piece(segment)`` the contiguous uint8 tensor sent to / received from it for that
-    segment. Every rank must run the same segments with the same ``tag`` (tags ``tag .. tag + len(segs) - 1``
-    are used). Returns the sends, possibly still in flight: :func:`wait_all` them before the send
+    """One pipelined round over ``comm``: for each segment, ``encode`` it, then send ``piece(segment)``
+    to every ``(peer, piece)`` of ``sends`` (tag ``tag + segment.index``); ``decode`` each segment once
+    its receives (``received``, from :func:`post_receives` with the same segments and tag) completed,
+    ``LAG`` segments behind the encoding and in order. Every rank must run the same segments with the
+    same ``tag``. Returns the sends, possibly still in flight: :func:`wait_all` them before the send
     buffers are written again."""
-    pending: list[tuple[Segment, list]] = []
+    group = comm.torch_group
+    pending: list[tuple[Segment, Sequence]] = []
     in_flight: list = []
 
     def decode_oldest() -> None:
         segment, works = pending.pop(0)
-        for work in works:
-            work.wait()
+        wait_all(works)
         decode(segment)
 
-    for segment in segs:
+    for segment, works in zip(segs, received):
         encode(segment)
-        posted_recvs, posted_sends = _post(comm, segment, sends, recvs, tag)
-        pending.append((segment, posted_recvs))
-        in_flight += posted_sends
+        in_flight += [dist.isend(piece(segment), comm.global_rank(peer), group=group, tag=tag + segment.index)
+                      for peer, piece in sends]
+        pending.append((segment, works))
         if len(pending) > LAG:
             decode_oldest()
     while pending:
