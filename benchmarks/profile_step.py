@@ -9,8 +9,10 @@ timed steps itself, after the wrap and the warmup steps (so the wrap's broadcast
 * per thread (``main`` = the training thread, ``comm`` = the communication thread, where buckets run
   while backward goes on): ``ops`` (time inside bucket operations), the compression kernels of
   ``bagua_core.native`` (``k:<name>``), waits for point-to-point messages (``wait:p2p``) and for
-  collectives (``wait:<collective>``), and ``other`` = ops minus kernels minus waits (Python, copies,
-  the optimizer's momentum update of qadam).
+  collectives (``wait:<collective>``), ``other`` = ops minus kernels minus waits (Python, copies,
+  the optimizer's momentum update of qadam, and time spent runnable but without a core or the GIL),
+  and ``ops cpu``, the CPU time the thread got inside bucket operations (``ops`` minus ``ops cpu`` is
+  waiting: for messages, for a core, for the GIL).
 
 Printed per method (rank 0), milliseconds per step. Times on different threads overlap: the comm
 thread works while the main thread computes backward.
@@ -47,14 +49,18 @@ def _add(name: str, seconds: float) -> None:
     TIMERS[f"{_thread()}:{name}"] += seconds
 
 
-def _timed(name: str, fn):  # noqa: ANN001, ANN202
+def _timed(name: str, fn, cpu: bool = False):  # noqa: ANN001, ANN202
+    """``fn`` with its wall time added to ``name`` (and, with ``cpu``, the thread's CPU time to ``name cpu``)."""
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.thread_time()
         try:
             return fn(*args, **kwargs)
         finally:
             _add(name, time.perf_counter() - started)
+            if cpu:
+                _add(f"{name} cpu", time.thread_time() - cpu_started)
 
     return wrapper
 
@@ -108,8 +114,8 @@ def instrument() -> None:
         if callable(value) and ("minmax" in name or name.startswith(("lpd_", "quantise", "decompress"))) \
                 and not isinstance(value, type):
             setattr(native, name, _timed(f"k:{name}", value))
-    BaguaBucket.execute_ops = _timed("ops", BaguaBucket.execute_ops)
-    BaguaBucket.complete_deferred = _timed("ops", BaguaBucket.complete_deferred)
+    BaguaBucket.execute_ops = _timed("ops", BaguaBucket.execute_ops, cpu=True)
+    BaguaBucket.complete_deferred = _timed("ops", BaguaBucket.complete_deferred, cpu=True)
     hooks._post_backward = _timed("wait@backward", hooks._post_backward)
 
 
@@ -145,7 +151,7 @@ def profile_method(method: str, model_name: str, steps: int, warmup: int = 3) ->
     result.update({name: 1000 * seconds / steps for name, seconds in TIMERS.items()})
     for thread in ("main", "comm"):
         spent = sum(v for k, v in result.items() if k.startswith(f"{thread}:") and k != f"{thread}:ops"
-                    and not k.endswith("wait@backward"))
+                    and not k.endswith(("wait@backward", " cpu")))
         if f"{thread}:ops" in result:
             result[f"{thread}:other"] = result[f"{thread}:ops"] - spent
     return result

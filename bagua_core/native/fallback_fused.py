@@ -24,9 +24,12 @@ __all__ = [
 ]
 
 
+_NO_VALUE = torch.tensor([float("inf"), float("-inf"), 0.0], dtype=torch.float32)
+
+
 def new_stats(device: torch.device) -> torch.Tensor:
     """``{min, max, NaN seen}`` of no value yet: ``[inf, -inf, 0]`` (fp32)."""
-    return torch.tensor([float("inf"), float("-inf"), 0.0], dtype=torch.float32, device=device)
+    return _NO_VALUE.clone() if device.type == "cpu" else _NO_VALUE.to(device)
 
 
 def merge_stats(stats: torch.Tensor, values: torch.Tensor) -> None:
