@@ -157,17 +157,21 @@ def profile_method(method: str, model_name: str, steps: int, warmup: int = 3) ->
     return result
 
 
+def _ms(value: float) -> str:
+    return f"{value:.0f}" if value >= 10 else f"{value:.1f}"
+
+
 def format_row(method: str, timers: dict[str, float]) -> str:
     """One line: the step's phases, then each thread's parts, largest first."""
-    head = ", ".join(f"{k} {timers[k]:.0f}" for k in ("forward", "backward", "optimizer", "zero_grad") if k in timers)
+    head = ", ".join(f"{k} {_ms(timers[k])}" for k in ("forward", "backward", "optimizer", "zero_grad") if k in timers)
     wait = timers.get("main:wait@backward", 0.0)
     parts = []
     for thread in ("main", "comm"):
         items = sorted(((k.split(":", 1)[1], v) for k, v in timers.items()
                         if k.startswith(f"{thread}:") and not k.endswith("wait@backward")), key=lambda kv: -kv[1])
         if items:
-            parts.append(f"[{thread}] " + ", ".join(f"{k} {v:.0f}" for k, v in items if v >= 0.5))
-    return f"{method}: step {timers['step']:.0f} ms ({head}; wait@backward {wait:.0f}) " + " ".join(parts)
+            parts.append(f"[{thread}] " + ", ".join(f"{k} {_ms(v)}" for k, v in items if v >= 0.05))
+    return f"{method}: step {_ms(timers['step'])} ms ({head}; wait@backward {_ms(wait)}) " + " ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> None:
