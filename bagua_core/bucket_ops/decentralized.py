@@ -22,15 +22,14 @@ Example::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 
-from bagua_core import env
-from bagua_core.communication import ReduceOp, allreduce_inplace_start, broadcast, reduce_inplace
+from bagua_core.bucket_ops.centralized import start_allreduce_in_pieces
+from bagua_core.communication import ReduceOp, broadcast, reduce_inplace
 from bagua_core.communication.communicator import BaguaCommunicator
 from bagua_core.exceptions import BaguaConfigError
 
@@ -83,16 +82,7 @@ def _start_average_with_peers(tensor: torch.Tensor, comm: BaguaCommunicator, mod
     if n == 1:
         return _done
     if mode == "all":
-        flat = tensor.view(-1)
-        piece = max(1, env.get_default_bucket_size() // flat.element_size())
-        finishes = [allreduce_inplace_start(flat[b : b + piece], op=ReduceOp.AVG, comm=comm)
-                    for b in range(0, flat.numel(), piece)]
-
-        def finish_all() -> None:
-            for finish in finishes:
-                finish()
-
-        return finish_all
+        return start_allreduce_in_pieces(tensor, ReduceOp.AVG, comm)
     peer = comm.global_rank(shift_one_peer(comm.rank(), n, round_index))
     works = [
         dist.isend(tensor, peer, group=comm.torch_group),
