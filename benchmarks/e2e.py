@@ -72,6 +72,8 @@ def merge_rounds(rows: list[dict], methods: list[str]) -> list[dict]:
         row = dict(good[(len(good) - 1) // 2])  # the median round (the lower one of an even count)
         row["rounds_ms"] = [r["ms_per_step"] for r in sorted(good, key=lambda r: r["round"])]
         row["tx_bytes_per_step"] = statistics.median(r["tx_bytes_per_step"] for r in good)
+        if all("cpu_ms_per_step" in r for r in good):
+            row["cpu_ms_per_step"] = statistics.median(r["cpu_ms_per_step"] for r in good)
         ratios = sorted(r["ms_per_step"] / ddp[r["round"]] for r in good if r["round"] in ddp)
         if ratios:
             row["ratio_ddp"], row["ratio_ddp_range"] = statistics.median(ratios), (ratios[0], ratios[-1])

@@ -51,14 +51,15 @@ def e2e_markdown(rows: Sequence[dict], header: str = "") -> str:
         if first and first.get("link"):
             title += f"; link: {first['link']}"
         lines += ["", f"### {network}: {title}", "",
-                  "| method | ms/step | samples/s | MB sent/step/rank | step time vs DDP | vs DDP+fp16 | loss |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                  "| method | ms/step | samples/s | MB sent/step/rank | CPU ms/step/rank | step time vs DDP | vs DDP+fp16 | loss |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for r in group:
             if "ms_per_step" not in r:
-                lines.append(f"| {r['method']} | failed: {r.get('error', '?')[:80]} | | | | | |")
+                lines.append(f"| {r['method']} | failed: {r.get('error', '?')[:80]} | | | | | | |")
                 continue
+            cpu = f"{r['cpu_ms_per_step']:.0f}" if "cpu_ms_per_step" in r else "-"
             lines.append(f"| {r['method']} | {_ms(r)} | {r['samples_per_s']:.1f} | "
-                         f"{r['tx_bytes_per_step'] / 1e6:.2f} | {_ratio(r, ddp)} | {_ratio(r, ddp16)} | "
+                         f"{r['tx_bytes_per_step'] / 1e6:.2f} | {cpu} | {_ratio(r, ddp)} | {_ratio(r, ddp16)} | "
                          f"{r['loss']:.4f} |")
     return "\n".join(lines) + "\n"
 

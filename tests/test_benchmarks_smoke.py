@@ -47,6 +47,7 @@ def test_e2e_harness_writes_table_and_rows(tmp_path: Path) -> None:
     for row in rows:
         assert "error" not in row, row.get("log")
         assert row["ms_per_step"] > 0 and row["samples_per_s"] > 0 and row["tx_bytes_per_step"] > 0
+        assert row["cpu_ms_per_step"] > 0
         assert len(row["step_ms_rank0"]) == 2
     table = (tmp_path / "e2e.md").read_text()
     assert "| ddp |" in table and "| gradient_allreduce |" in table and "1.00x" in table
