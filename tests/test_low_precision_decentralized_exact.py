@@ -21,14 +21,14 @@ def _gather(t: torch.Tensor) -> list[torch.Tensor]:
     return out
 
 
-def _reference_round(x: torch.Tensor, w: torch.Tensor, l: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """This rank's (x, w, l, r) after one round, from every rank's state."""
+def _reference_round(x: torch.Tensor, w: torch.Tensor, left: torch.Tensor, right: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """This rank's (x, w, left, right) after one round, from every rank's state."""
     n, me = dist.get_world_size(), dist.get_rank()
-    xs, ws, ls, rs = (_gather(t) for t in (x, w, l, r))
+    xs, ws, ls, rs = (_gather(t) for t in (x, w, left, right))
     c = [native.compress_minmax_uint8(xs[k] + ls[k] / 3 + rs[k] / 3 - ws[k] * (5 / 3), 1) for k in range(n)]
-    w, l, r = (native.decompress_minmax_uint8(c[k], 1, t.clone(), accumulate=True)
-               for k, t in ((me, w), ((me - 1) % n, l), ((me + 1) % n, r)))
-    return w.clone(), w, l, r
+    w, left, right = (native.decompress_minmax_uint8(c[k], 1, t.clone(), accumulate=True)
+               for k, t in ((me, w), ((me - 1) % n, left), ((me + 1) % n, right)))
+    return w.clone(), w, left, right
 
 
 def _exact(rank: int) -> None:

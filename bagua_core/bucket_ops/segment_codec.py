@@ -78,9 +78,9 @@ class SegmentCodec(abc.ABC):
         self.encode(values, n_chunks, out, 0, -(-values.numel() // n_chunks))
 
     def lpd_update(self, from_left: torch.Tensor, from_right: torch.Tensor, own: torch.Tensor, w: torch.Tensor,
-                   l: torch.Tensor, r: torch.Tensor, x: torch.Tensor | None, begin: int, end: int) -> None:
-        """On [begin, end): ``l += D(from_left)``, ``r += D(from_right)``, ``w += D(own)``, ``x = w``."""
-        for buf, target in ((from_left, l), (from_right, r), (own, w)):
+                   left: torch.Tensor, right: torch.Tensor, x: torch.Tensor | None, begin: int, end: int) -> None:
+        """On [begin, end): ``left += D(from_left)``, ``right += D(from_right)``, ``w += D(own)``, ``x = w``."""
+        for buf, target in ((from_left, left), (from_right, right), (own, w)):
             self.decode(buf, 1, target, begin, end, accumulate=True)
         if x is not None:
             x[begin:end].copy_(w[begin:end])
@@ -128,8 +128,8 @@ class MinMaxUInt8Codec(SegmentCodec):
         native.compress_minmax_uint8(values, n_chunks, nonfinite=self.nonfinite, out=out)
 
     def lpd_update(self, from_left: torch.Tensor, from_right: torch.Tensor, own: torch.Tensor, w: torch.Tensor,
-                   l: torch.Tensor, r: torch.Tensor, x: torch.Tensor | None, begin: int, end: int) -> None:
-        native.lpd_update(from_left, from_right, own, w, l, r, x, begin=begin, end=end)
+                   left: torch.Tensor, right: torch.Tensor, x: torch.Tensor | None, begin: int, end: int) -> None:
+        native.lpd_update(from_left, from_right, own, w, left, right, x, begin=begin, end=end)
 
 
 MINMAX_UINT8 = MinMaxUInt8Codec()

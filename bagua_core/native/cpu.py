@@ -92,20 +92,20 @@ def quantise(x: torch.Tensor, n_chunks: int, out: torch.Tensor, begin: int, end:
     return out
 
 
-def lpd_diff(x: torch.Tensor, w: torch.Tensor, l: torch.Tensor, r: torch.Tensor, z: torch.Tensor,
+def lpd_diff(x: torch.Tensor, w: torch.Tensor, left: torch.Tensor, right: torch.Tensor, z: torch.Tensor,
              stats: torch.Tensor) -> torch.Tensor:
-    """``z = x + l/3 + r/3 - (5/3) w`` in torch's fp32 order, merging the min/max/NaN flag of z into ``stats``."""
-    rc = lib.bagua_lpd_diff_f32(_float_ptr(x), _float_ptr(w), _float_ptr(l), _float_ptr(r), x.numel(),
+    """``z = x + left/3 + right/3 - (5/3) w`` in torch's fp32 order, merging the min/max/NaN flag of z into ``stats``."""
+    rc = lib.bagua_lpd_diff_f32(_float_ptr(x), _float_ptr(w), _float_ptr(left), _float_ptr(right), x.numel(),
                                 _float_ptr(z), _float_ptr(stats))
     _check(rc, "lpd_difference")
     return z
 
 
-def lpd_update(q_left: torch.Tensor, q_right: torch.Tensor, q_own: torch.Tensor, w: torch.Tensor, l: torch.Tensor,
-               r: torch.Tensor, x: torch.Tensor | None, begin: int, end: int) -> None:
-    """``l += D(q_left)``, ``r += D(q_right)``, ``w += D(q_own)``, ``x = w`` on the elements [begin, end)."""
+def lpd_update(q_left: torch.Tensor, q_right: torch.Tensor, q_own: torch.Tensor, w: torch.Tensor, left: torch.Tensor,
+               right: torch.Tensor, x: torch.Tensor | None, begin: int, end: int) -> None:
+    """``left += D(q_left)``, ``right += D(q_right)``, ``w += D(q_own)``, ``x = w`` on the elements [begin, end)."""
     rc = lib.bagua_lpd_update_f32(_byte_ptr(q_left), _byte_ptr(q_right), _byte_ptr(q_own), q_own.numel(), w.numel(),
-                                  _float_ptr(w), _float_ptr(l), _float_ptr(r),
+                                  _float_ptr(w), _float_ptr(left), _float_ptr(right),
                                   ffi.NULL if x is None else _float_ptr(x), begin, end)
     _check(rc, "lpd_update")
 

@@ -165,19 +165,19 @@ def decompress_sum(
     return out
 
 
-def lpd_diff(x: torch.Tensor, w: torch.Tensor, l: torch.Tensor, r: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-    """``z = x + l/3 + r/3 - (5/3) w`` in torch's fp32 order (fp32 CUDA tensors), on the current stream."""
+def lpd_diff(x: torch.Tensor, w: torch.Tensor, left: torch.Tensor, right: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """``z = x + left/3 + right/3 - (5/3) w`` in torch's fp32 order (fp32 CUDA tensors), on the current stream."""
     with torch.cuda.device(x.device):
-        _call("bagua_cuda_lpd_diff_f32", _ptr(x, "float *"), _ptr(w, "float *"), _ptr(l, "float *"),
-              _ptr(r, "float *"), x.numel(), _ptr(z, "float *"), _stream(x.device))
+        _call("bagua_cuda_lpd_diff_f32", _ptr(x, "float *"), _ptr(w, "float *"), _ptr(left, "float *"),
+              _ptr(right, "float *"), x.numel(), _ptr(z, "float *"), _stream(x.device))
     return z
 
 
-def lpd_update(q_left: torch.Tensor, q_right: torch.Tensor, q_own: torch.Tensor, w: torch.Tensor, l: torch.Tensor,
-               r: torch.Tensor, x: torch.Tensor | None, begin: int, end: int) -> None:
-    """``l += D(q_left)``, ``r += D(q_right)``, ``w += D(q_own)``, ``x = w`` on [begin, end), on the current stream."""
+def lpd_update(q_left: torch.Tensor, q_right: torch.Tensor, q_own: torch.Tensor, w: torch.Tensor, left: torch.Tensor,
+               right: torch.Tensor, x: torch.Tensor | None, begin: int, end: int) -> None:
+    """``left += D(q_left)``, ``right += D(q_right)``, ``w += D(q_own)``, ``x = w`` on [begin, end), on the current stream."""
     with torch.cuda.device(w.device):
         _call("bagua_cuda_lpd_update_f32", _ptr(q_left, "uint8_t *"), _ptr(q_right, "uint8_t *"),
-              _ptr(q_own, "uint8_t *"), q_own.numel(), w.numel(), _ptr(w, "float *"), _ptr(l, "float *"),
-              _ptr(r, "float *"), _load()[0].NULL if x is None else _ptr(x, "float *"), begin, end,
+              _ptr(q_own, "uint8_t *"), q_own.numel(), w.numel(), _ptr(w, "float *"), _ptr(left, "float *"),
+              _ptr(right, "float *"), _load()[0].NULL if x is None else _ptr(x, "float *"), begin, end,
               _stream(w.device))

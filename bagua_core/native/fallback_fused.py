@@ -7,7 +7,7 @@ see ``bagua_core.native.fallback``), so CPU and CUDA give the same values.
 Example::
 
     >>> stats = new_stats(torch.device("cpu"))
-    >>> z = lpd_diff(x, w, l, r, torch.empty_like(x), stats)     # stats: min, max, NaN seen of z
+    >>> z = lpd_diff(x, w, left, right, torch.empty_like(x), stats)     # stats: min, max, NaN seen of z
 """
 
 from __future__ import annotations
@@ -86,27 +86,27 @@ def quantise(x: torch.Tensor, n_chunks: int, out: torch.Tensor, begin: int, end:
     return out
 
 
-def lpd_diff(x: torch.Tensor, w: torch.Tensor, l: torch.Tensor, r: torch.Tensor, z: torch.Tensor,
+def lpd_diff(x: torch.Tensor, w: torch.Tensor, left: torch.Tensor, right: torch.Tensor, z: torch.Tensor,
              stats: torch.Tensor | None = None) -> torch.Tensor:
-    """``z = x + l/3 + r/3 - w * (5/3)`` in that order, fp32 (the divisor 3 and the factor
+    """``z = x + left/3 + right/3 - w * (5/3)`` in that order, fp32 (the divisor 3 and the factor
     ``float(5/3)`` as tensors), and the stats of z merged into ``stats``."""
     three = torch.full_like(x, 3.0)
     five_thirds = torch.full_like(x, 5 / 3)
-    z.copy_(((x + l / three) + r / three) - w * five_thirds)
+    z.copy_(((x + left / three) + right / three) - w * five_thirds)
     if stats is not None:
         merge_stats(stats, z)
     return z
 
 
-def lpd_update(q_left: torch.Tensor, q_right: torch.Tensor, q_own: torch.Tensor, w: torch.Tensor, l: torch.Tensor,
-               r: torch.Tensor, x: torch.Tensor | None, begin: int, end: int) -> None:
-    """On the elements [begin, end): ``l += D(q_left)``, ``r += D(q_right)``, ``w += D(q_own)``, ``x = w``."""
+def lpd_update(q_left: torch.Tensor, q_right: torch.Tensor, q_own: torch.Tensor, w: torch.Tensor, left: torch.Tensor,
+               right: torch.Tensor, x: torch.Tensor | None, begin: int, end: int) -> None:
+    """On the elements [begin, end): ``left += D(q_left)``, ``right += D(q_right)``, ``w += D(q_own)``, ``x = w``."""
     if q_own.numel() != compressed_size(w.numel(), 1):
         raise ValueError("lpd_update: buffer size does not match compressed_size(numel, 1)")
     stop = min(end, w.numel())
     if stop <= begin:
         return
-    for buf, target in ((q_left, l), (q_right, r), (q_own, w)):
+    for buf, target in ((q_left, left), (q_right, right), (q_own, w)):
         fallback.decompress(buf, 1, target, True, begin, stop)
     if x is not None:
         x.view(-1)[begin:stop].copy_(w.view(-1)[begin:stop])
@@ -114,7 +114,18 @@ def lpd_update(q_left: torch.Tensor, q_right: torch.Tensor, q_own: torch.Tensor,
 
 def adam_update(param: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, step_size: float,
                 bias_correction2_sqrt: float, eps: float) -> None:
-    """``param.addcdiv_(exp_avg, (sqrt(exp_avg_sq) / c).add_(eps), value=step_size)`` with a correctly
-    rounded square root (through float64, exact for float32/16 inputs)."""
-    root = exp_avg_sq.double().sqrt().to(exp_avg_sq.dtype)
-    param.addcdiv_(exp_avg, (root / bias_correction2_sqrt).add_(eps), value=step_size)
+    """``param += (step_size * exp_avg) / (sqrt(exp_avg_sq) / c + eps)``, one rounding per operation in
+    that order (torch's CPU ``addcdiv_`` order), the square root correctly rounded (through float64), the
+    scalars as tensors (so CUDA neither multiplies by a reciprocal nor fuses a multiply-add). Other
+    float dtypes are computed in fp32 and rounded once."""
+    root = exp_avg_sq.double().sqrt().float()
+
+    def scalar(value: float) -> torch.Tensor:
+        return torch.full_like(root, value)
+
+    denom = root.div(scalar(bias_correction2_sqrt)).add(scalar(eps))
+    update = exp_avg.float().mul(scalar(step_size)).div(denom)
+    if param.dtype == torch.float32:
+        param.add_(update)
+    else:
+        param.copy_(param.float().add(update))

@@ -14,7 +14,7 @@ low-precision decentralized update), the torch composition elsewhere. Re-exporte
 Example::
 
     >>> stats = minmax_stats()
-    >>> lpd_difference(x, w, l, r, z, stats)                  # z = x + l/3 + r/3 - (5/3) w, min/max of z
+    >>> lpd_difference(x, w, left, right, z, stats)    # z = x + left/3 + right/3 - (5/3) w, min/max of z
     >>> minmax_uint8_headers_from_stats(stats, z.numel(), buf)  # == compress_minmax_uint8_headers(z, 1, buf)
 """
 
@@ -73,36 +73,36 @@ def minmax_uint8_headers_from_stats(stats: torch.Tensor, numel: int, out: torch.
     return (impl or _reference).headers_from_stats(stats, numel, out, nonfinite)
 
 
-def lpd_difference(x: torch.Tensor, w: torch.Tensor, l: torch.Tensor, r: torch.Tensor, out: torch.Tensor,
+def lpd_difference(x: torch.Tensor, w: torch.Tensor, left: torch.Tensor, right: torch.Tensor, out: torch.Tensor,
                    stats: torch.Tensor | None = None) -> torch.Tensor:
-    """``out = x + l/3 + r/3 - w * (5/3)`` evaluated as torch evaluates that expression in fp32
-    (``((x + l/3) + r/3) - w * float(5/3)``), and the min/max/NaN flag of ``out`` merged into ``stats``
+    """``out = x + left/3 + right/3 - w * (5/3)`` evaluated as torch evaluates that expression in fp32
+    (``((x + left/3) + right/3) - w * float(5/3)``), and the min/max/NaN flag of ``out`` merged into ``stats``
     when given. All fp32, contiguous, same size and device. Returns ``out``."""
     _check_f32("x", x)
-    for name, t in (("w", w), ("l", l), ("r", r), ("out", out)):
+    for name, t in (("w", w), ("left", left), ("right", right), ("out", out)):
         _check_f32(name, t, x.numel(), x.device)
     if stats is not None:
         _check_f32("stats", stats, 3)
-    impl = _cpu_impl(x, w, l, r, out, *(() if stats is None else (stats,)))
+    impl = _cpu_impl(x, w, left, right, out, *(() if stats is None else (stats,)))
     if impl is not None and stats is not None:
-        return impl.lpd_diff(x, w, l, r, out, stats)
+        return impl.lpd_diff(x, w, left, right, out, stats)
     if x.device.type == "cuda" and _cuda.available():
-        _cuda.lpd_diff(x, w, l, r, out)
+        _cuda.lpd_diff(x, w, left, right, out)
         if stats is not None:
             _reference.merge_stats(stats, out)
         return out
-    return _reference.lpd_diff(x, w, l, r, out, stats)
+    return _reference.lpd_diff(x, w, left, right, out, stats)
 
 
 def lpd_update(from_left: torch.Tensor, from_right: torch.Tensor, own: torch.Tensor, w: torch.Tensor,
-               l: torch.Tensor, r: torch.Tensor, x: torch.Tensor | None = None, *, begin: int = 0,
+               left: torch.Tensor, right: torch.Tensor, x: torch.Tensor | None = None, *, begin: int = 0,
                end: int | None = None) -> None:
-    """On the elements [begin, end): ``l += D(from_left)``, ``r += D(from_right)``, ``w += D(own)``
+    """On the elements [begin, end): ``left += D(from_left)``, ``right += D(from_right)``, ``w += D(own)``
     (fp32, one-chunk MinMaxUInt8 buffers of ``w.numel()`` values), then ``x = w`` when ``x`` is given.
     ``from_left`` may be ``from_right`` (two ranks: one neighbour)."""
     _check_f32("w", w)
     numel = w.numel()
-    for name, t in (("l", l), ("r", r)) + ((("x", x),) if x is not None else ()):
+    for name, t in (("left", left), ("right", right)) + ((("x", x),) if x is not None else ()):
         _check_f32(name, t, numel, w.device)
     for name, buf in (("from_left", from_left), ("from_right", from_right), ("own", own)):
         check_buffer(buf, numel, 1, name)
@@ -111,12 +111,12 @@ def lpd_update(from_left: torch.Tensor, from_right: torch.Tensor, own: torch.Ten
     end = numel if end is None else end
     if isinstance(begin, bool) or not isinstance(begin, int) or begin < 0 or end < begin:
         raise ValueError(f"need 0 <= begin <= end, got begin={begin!r}, end={end!r}")
-    impl = _cpu_impl(w, l, r, from_left, from_right, own, *(() if x is None else (x,)))
+    impl = _cpu_impl(w, left, right, from_left, from_right, own, *(() if x is None else (x,)))
     if impl is not None:
-        return impl.lpd_update(from_left, from_right, own, w, l, r, x, begin, end)
+        return impl.lpd_update(from_left, from_right, own, w, left, right, x, begin, end)
     if w.device.type == "cuda" and _cuda.available():
-        return _cuda.lpd_update(from_left, from_right, own, w, l, r, x, begin, min(end, numel))
-    return _reference.lpd_update(from_left, from_right, own, w, l, r, x, begin, end)
+        return _cuda.lpd_update(from_left, from_right, own, w, left, right, x, begin, min(end, numel))
+    return _reference.lpd_update(from_left, from_right, own, w, left, right, x, begin, end)
 
 
 def adam_update(param: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, step_size: float,
