@@ -88,3 +88,25 @@ def test_exact_world_of_3() -> None:
 
 def test_exact_world_of_4() -> None:
     run_workers(_exact, 4)
+
+
+def _nonfinite(rank: int) -> None:
+    from bagua_core.bucket_ops.segment_codec import MinMaxUInt8Codec
+
+    comm = get_default_group().get_global_communicator()
+    codec = MinMaxUInt8Codec(nonfinite="propagate")
+    pipeline.SEGMENT_NUMEL = 64
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(rank))
+    if rank == 1:
+        x[10] = float("nan")  # chunk 0 of every rank's average becomes NaN, the others stay finite
+    compressed_allreduce_on(x, comm, True, codec=codec)
+    everyone = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, x)
+    chunk = -(-1000 // dist.get_world_size())
+    assert bool(x[:chunk].isnan().all()) and bool(x[chunk:].isfinite().all())
+    assert all(torch.equal(e.nan_to_num(), x.nan_to_num()) for e in everyone)
+    pipeline.SEGMENT_NUMEL = 1 << 19
+
+
+def test_nonfinite_propagates_through_the_pipelined_exchange() -> None:
+    run_workers(_nonfinite, 3)
