@@ -1,6 +1,7 @@
 """The pipelined low_precision_decentralized round gives exactly (bit for bit) the replicas and weights
 of the recipe of DESIGN.md computed with torch and the plain kernels from every rank's state: rings of
-2 (one neighbour) and 3, one and many segments, several rounds, and a codec plugged into it."""
+2 (one neighbour) and 3, one and many segments, several rounds (one with the difference computed
+ahead), and a codec plugged into it."""
 
 from __future__ import annotations
 
@@ -44,7 +45,11 @@ def _exact(rank: int) -> None:
         for step in range(3):
             x += torch.randn(numel, generator=torch.Generator().manual_seed(100 * rank + step)) * 0.1  # an optimizer step
             expected = _reference_round(x, op.weight, op.left_peer_weight, op.right_peer_weight)
-            op._ring_step(x, comm)
+            if step == 1:  # the difference computed ahead (the algorithm's prepare), then the exchange
+                op._difference(x)
+                op._ring_step(x, comm, prepared=True)
+            else:
+                op._ring_step(x, comm)
             got = (x, op.weight, op.left_peer_weight, op.right_peer_weight)
             for name, a, b in zip("xwlr", got, expected):
                 assert torch.equal(a, b), (numel, segment_numel, step, name, (a - b).abs().max())

@@ -5,7 +5,8 @@ Every bucket (default bucket size, effective tensors = the weights) keeps the re
 ``r``; after the optimizer step of a communication step (``t % communication_interval == 0``) the
 stepped weights x become ``w + D(C(x + l/3 + r/3 - 5/3 w))`` (see
 ``bagua_core.bucket_ops.low_precision_decentralized``). Communicated: one MinMaxUInt8-compressed
-copy of each bucket (uint8 payload plus its fp32 min/max) to each ring neighbour. Hierarchical:
+copy of each bucket (uint8 payload plus its fp32 min/max) to each ring neighbour. The training thread
+computes each bucket's difference pass while the communication thread exchanges the buckets before it. Hierarchical:
 averaged inside the node first, the ring runs among the node leaders, broadcast inside the node.
 
 Example::
@@ -48,10 +49,16 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
         self.hierarchical = hierarchical
         self.communication_interval = communication_interval
         self._stepped = 0
+        self._ops: dict[int, object] = {}  # id(bucket) -> its operation
+
+    def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
+        self._ops = {}  # buckets are being rebuilt
+        return super().init_tensors(bagua_module)
 
     def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
         bucket.clear_ops()
-        bucket.append_low_precision_decentralized_synchronous_op(self.hierarchical, self.process_group)
+        op = bucket.append_low_precision_decentralized_synchronous_op(self.hierarchical, self.process_group)
+        self._ops[id(bucket)] = op
 
     def init_forward_pre_hook(self, bagua_module: torch.nn.Module) -> Callable:
         def hook(inputs) -> None:
@@ -74,6 +81,9 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
             if not is_communication_step(bagua_module, self.communication_interval):
                 return
             for bucket in bagua_module.bagua_buckets:
+                op = self._ops.get(id(bucket))
+                if op is not None:  # the difference pass here, while the buckets before it are on the wire
+                    op.prepare(bucket)
                 for tensor in bucket.tensors:
                     tensor.bagua_mark_communication_ready()
             bagua_module.bagua_wait_for_communication()

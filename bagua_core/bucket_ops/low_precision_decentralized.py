@@ -59,6 +59,7 @@ class LowPrecisionDecentralizedOp:
             self.left_peer_weight = self.weight.clone()
             self.right_peer_weight = self.weight.clone()
         self._buffers: tuple[torch.Tensor, ...] | None = None
+        self._prepared: tuple[torch.Tensor, torch.Tensor] | None = None  # (flat, x) of a prepared round
 
     def _workspace(self, numel: int) -> tuple[torch.Tensor, ...]:
         """``(z, sent, from_left, from_right)``, kept from round to round."""
@@ -69,17 +70,24 @@ class LowPrecisionDecentralizedOp:
                              *(torch.empty(size, dtype=torch.uint8, device=self.weight.device) for _ in range(3)))
         return self._buffers
 
-    def _ring_step(self, x: torch.Tensor, comm: BaguaCommunicator) -> None:
+    def _difference(self, x: torch.Tensor) -> None:
+        """z = x + l/3 + r/3 - (5/3) w and its header (one pass for z and its min/max)."""
+        z, sent = self._workspace(x.numel())[:2]
+        stats = self.codec.new_stats()
+        native.lpd_difference(x, self.weight, self.left_peer_weight, self.right_peer_weight, z, stats)
+        self.codec.start(z, 1, sent, stats)
+
+    def _ring_step(self, x: torch.Tensor, comm: BaguaCommunicator, prepared: bool = False) -> None:
         w, left, right, codec = self.weight, self.left_peer_weight, self.right_peer_weight, self.codec
         numel, n, rank = x.numel(), comm.nranks(), comm.rank()
         z, sent, from_left, from_right = self._workspace(numel)
         if n == 1 or x.device.type != "cpu":  # no ring, or CUDA: the whole buffer at once
-            stats = codec.new_stats() if x.device.type == "cpu" else None
-            native.lpd_difference(x, w, left, right, z, stats)
-            if stats is not None:
-                codec.start(z, 1, sent, stats)
+            if x.device.type == "cpu":
+                if not prepared:
+                    self._difference(x)
                 codec.encode(z, 1, sent, 0, numel)
             else:
+                native.lpd_difference(x, w, left, right, z)
                 codec.compress(z, 1, sent)
             from_left, from_right = _exchange_whole(sent, from_left, from_right, comm) if n > 1 else (sent, sent)
             codec.lpd_update(from_left, from_right, sent, w, left, right, x, 0, numel)
@@ -92,9 +100,8 @@ class LowPrecisionDecentralizedOp:
         segs = segments(numel, sent.numel(), codec.header_bytes, codec.bytes_per_element)
         # receives first: the neighbours' segments can go as soon as they are encoded
         received = post_receives(comm, segs, [(peer, lambda s, buf=buf: buf[s.lo : s.hi]) for peer, buf in peers], _TAG)
-        stats = codec.new_stats()
-        native.lpd_difference(x, w, left, right, z, stats)
-        codec.start(z, 1, sent, stats)
+        if not prepared:
+            self._difference(x)
         for _ in peers:
             record("send", sent)
         sends = exchange_round(
@@ -104,24 +111,50 @@ class LowPrecisionDecentralizedOp:
         )
         wait_all(sends)
 
-    def __call__(self, bucket: BaguaBucket) -> None:
+    def _group(self, bucket: BaguaBucket) -> BaguaProcessGroup:
         group = self.group or bucket.process_group
         if group is None:
             from bagua_core.process_group import get_default_group
 
             group = get_default_group()
+        return group
+
+    @staticmethod
+    def _weights(bucket: BaguaBucket) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(flat, x)``: the bucket's weights, and the fp32 tensor the round works on (the bucket's own
+        fp32 buffer, updated in place, or a copy)."""
+        flat = bucket.flattened_tensor()
+        return flat, flat if flat.dtype == torch.float32 and flat is bucket.buffer else flat.detach().float().clone()
+
+    def prepare(self, bucket: BaguaBucket) -> None:
+        """Compute this round's difference z (one pass over the weights and replicas) now, on the
+        caller's thread: the algorithm calls it for bucket k+1 while bucket k is on the wire, so only
+        the first bucket's difference delays the exchange. Skipped where the ring's input is not this
+        rank's own weights (several ranks in a node, hierarchical) or not on the CPU; the operation then
+        computes it itself."""
+        group = self._group(bucket)
+        if self.hierarchical and group.get_intra_node_communicator().nranks() > 1:
+            return
         with torch.no_grad():
-            flat = bucket.flattened_tensor()
-            # the bucket's own fp32 buffer is updated in place; anything else through a fp32 copy
-            x = flat if flat.dtype == torch.float32 and flat is bucket.buffer else flat.detach().float().clone()
+            flat, x = self._weights(bucket)
+            if x.device.type != "cpu":
+                return
+            self._difference(x)
+            self._prepared = (flat, x)
+
+    def __call__(self, bucket: BaguaBucket) -> None:
+        group = self._group(bucket)
+        prepared, self._prepared = self._prepared, None
+        with torch.no_grad():
+            flat, x = prepared if prepared is not None else self._weights(bucket)
             if not self.hierarchical:
-                self._ring_step(x, group.get_global_communicator())
+                self._ring_step(x, group.get_global_communicator(), prepared is not None)
             else:
                 intra, inter = group.get_intra_node_communicator(), group.get_inter_node_communicator()
                 if intra.nranks() > 1:
                     reduce_inplace(x, dst=0, op=ReduceOp.AVG, comm=intra)
                 if inter.is_member:
-                    self._ring_step(x, inter)
+                    self._ring_step(x, inter, prepared is not None)
                 if intra.nranks() > 1:
                     broadcast(x, src=0, comm=intra)
             if x is flat and flat is bucket.buffer:  # the weights were written in place, behind autograd
