@@ -18,6 +18,9 @@ Printed per method (rank 0), milliseconds per step. Times on different threads o
 thread works while the main thread computes backward.
 
     sudo python -m benchmarks.profile_step --methods ddp,bytegrad,qadam --network 1gbit --steps 10
+
+``--timeline`` also prints every event of each method's last timed step (``benchmarks.step_timeline``):
+when forward and backward end, and when each bucket's operations and each exchange round start and end.
 """
 
 from __future__ import annotations
@@ -120,9 +123,11 @@ def instrument() -> None:
 
 
 def profile_method(method: str, model_name: str, steps: int, warmup: int = 3) -> dict[str, float]:
-    """Train ``method`` on this rank and return the timers of the timed steps, ms per step."""
+    """Train ``method`` on this rank and return the timers of the timed steps, ms per step (and mark
+    the phases in ``benchmarks.step_timeline``)."""
     from benchmarks.methods import finish, prepare
     from benchmarks.models import build_model, synthetic_batch
+    from benchmarks.step_timeline import record
 
     model, optimizer = prepare(method, build_model(model_name, seed=0), 0.01)
     x, y = synthetic_batch(model_name, 32, seed=1 + dist.get_rank())
@@ -133,15 +138,19 @@ def profile_method(method: str, model_name: str, steps: int, warmup: int = 3) ->
             TIMERS.clear()
             phases.clear()
             started = time.perf_counter()
+        record("step")
         t0 = time.perf_counter()
         optimizer.zero_grad()
         t1 = time.perf_counter()
         loss = F.cross_entropy(model(x), y)
         t2 = time.perf_counter()
+        record("forward end")
         loss.backward()
         t3 = time.perf_counter()
+        record("backward end")
         optimizer.step()
         t4 = time.perf_counter()
+        record("optimizer step end")
         for name, seconds in (("zero_grad", t1 - t0), ("forward", t2 - t1), ("backward", t3 - t2),
                               ("optimizer", t4 - t3)):
             phases[name] += seconds
@@ -180,12 +189,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="mlp21m")
     parser.add_argument("--network", default="1gbit", help="loopback, or a netns link rate (optionally +DELAY: 1gbit+5ms)")
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--timeline", action="store_true",
+                        help="also print the events of each method's last step (bucket operations, exchange rounds)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if not args.worker:
         from benchmarks.launch import launch, netns_link
 
         forwarded = ["--worker", "--methods", args.methods, "--model", args.model, "--steps", str(args.steps)]
+        forwarded += ["--timeline"] if args.timeline else []
         if args.network == "loopback":
             launch("benchmarks.profile_step", forwarded, 2, hosts=None, timeout=900, echo=True)
         else:
@@ -195,14 +207,21 @@ def main(argv: list[str] | None = None) -> None:
         return
     import bagua_core as bagua
 
+    from benchmarks import step_timeline
+
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     instrument()
+    if args.timeline:
+        step_timeline.install()
     bagua.init_process_group()
     try:
         for method in args.methods.split(","):
             timers = profile_method(method, args.model, args.steps)
             if dist.get_rank() == 0:
                 print(format_row(method, timers), flush=True)
+                if args.timeline:
+                    print(step_timeline.format_step(step_timeline.last_step()), flush=True)
+            step_timeline.EVENTS.clear()
     finally:
         bagua.destroy_process_group()
 
