@@ -120,6 +120,12 @@ class BaguaBucket:
                 pieces.append(torch.zeros(self.padding, dtype=self.dtype, device=self.device))
             return torch.cat(pieces)
 
+    def flattened_view(self) -> torch.Tensor:
+        """:attr:`buffer` itself when the effective tensors are views of it (writing it writes them), else
+        a new tensor as :meth:`flattened_tensor` (hand it to :meth:`write_back`). For operations that
+        work on the bucket's values in place."""
+        return self._buffer if self.check_flatten() else self.flattened_tensor()
+
     def write_back(self, flat: torch.Tensor) -> None:
         """Copy ``flat`` (laid out as :meth:`flattened_tensor`) into the effective tensors, unless it is
         the bucket's own buffer and the tensors are already views of it."""

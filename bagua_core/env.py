@@ -150,6 +150,8 @@ def get_nonfinite_policy() -> str:
     if value not in NONFINITE_POLICIES:
         raise ValueError(f"BAGUA_NONFINITE must be one of {NONFINITE_POLICIES}, got {value!r}")
     return value
+
+
 def find_free_network_port() -> int:
     """A TCP port free on this host now (bound to port 0 and released; another process may take it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,7 +25,7 @@ from benchmarks.launch import REPO_ROOT, LaunchError, launch, netns_link
 from benchmarks.methods import available_methods
 from benchmarks.report import write_e2e
 
-__all__ = ["NETWORKS", "run_network", "main"]
+__all__ = ["NETWORKS", "merge_rounds", "run_network", "main"]
 
 NETWORKS: dict[str, dict] = {
     "1gbit": {"rate": "1gbit", "delay": "0ms"},
@@ -54,25 +55,54 @@ def _record(rows: list[dict], row: dict, network: str) -> None:
     print(f"[{network}] {row['method']:>28}: {shown}", flush=True)
 
 
+def merge_rounds(rows: list[dict], methods: list[str]) -> list[dict]:
+    """One row per method from the rows of several rounds (each a pass over every method): the median
+    ms/step, bytes and samples/s; ``rounds_ms`` (every round's ms/step); ``ratio_ddp`` (the median of the
+    per-round ratios to DDP's ms/step of the same round) with ``ratio_ddp_range``. One round: unchanged."""
+    if all(r.get("round", 0) == 0 for r in rows):
+        return rows
+    ddp = {r["round"]: r["ms_per_step"] for r in rows if r["method"] == "ddp" and "ms_per_step" in r}
+    merged = []
+    for method in methods:
+        group = [r for r in rows if r["method"] == method]
+        good = sorted((r for r in group if "ms_per_step" in r), key=lambda r: r["ms_per_step"])
+        if not good:
+            merged += group[:1]
+            continue
+        row = dict(good[(len(good) - 1) // 2])  # the median round (the lower one of an even count)
+        row["rounds_ms"] = [r["ms_per_step"] for r in sorted(good, key=lambda r: r["round"])]
+        row["tx_bytes_per_step"] = statistics.median(r["tx_bytes_per_step"] for r in good)
+        if all("cpu_ms_per_step" in r for r in good):
+            row["cpu_ms_per_step"] = statistics.median(r["cpu_ms_per_step"] for r in good)
+        ratios = sorted(r["ms_per_step"] / ddp[r["round"]] for r in good if r["round"] in ddp)
+        if ratios:
+            row["ratio_ddp"], row["ratio_ddp_range"] = statistics.median(ratios), (ratios[0], ratios[-1])
+        merged.append(row)
+    return merged
+
+
 def run_network(network: str, methods: list[str], args: argparse.Namespace,
                 hung: dict[str, str] | None = None) -> list[dict]:
-    """Every method on one network; a failed method gets a row with its error. ``hung`` (method ->
-    network) collects the methods that hung; they are skipped on later networks."""
+    """Every method on one network (``args.rounds`` times, round-robin); a failed method gets a row with
+    its error. ``hung`` (method -> network) collects the methods that hung; they are skipped on later
+    networks."""
     hung = {} if hung is None else hung
     spec = NETWORKS[network]
     model = spec.get("model", args.model)
     warmup, steps = spec.get("warmup", args.warmup), spec.get("steps", args.steps)
+    rounds = getattr(args, "rounds", 1)
     rows: list[dict] = []
 
     def run_all(hosts: list[str] | None) -> None:
         for method in methods:
             if method in hung:
                 _record(rows, {"method": method, "error": f"skipped: hung on {hung[method]}"}, network)
-        remaining = [m for m in methods if m not in hung]
+        runnable = [m for m in methods if m not in hung]
+        remaining = [(k, m) for k in range(rounds) for m in runnable]  # (round, method), round-robin
         while remaining:  # one job runs every method; after a failure, a new job runs the rest
             with tempfile.TemporaryDirectory() as tmp:
                 out = Path(tmp) / "rows.jsonl"
-                worker_args = ["--methods", ",".join(remaining), "--model", model,
+                worker_args = ["--methods", ",".join(m for _, m in remaining), "--model", model,
                                "--batch-size", str(args.batch_size), "--warmup", str(warmup), "--steps", str(steps),
                                "--iface", "eth0" if hosts else "lo", "--out", str(out)]
                 error = None
@@ -83,17 +113,20 @@ def run_network(network: str, methods: list[str], args: argparse.Namespace,
                 except LaunchError as exc:
                     error = exc
                 done = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
-            for row in done:
+            for (k, _), row in zip(remaining, done):
                 if hosts is not None and getattr(hosts, "link", ""):
                     row["link"] = hosts.link
+                row["round"] = k
                 _record(rows, row, network)
             remaining = remaining[len(done):]
             if error is not None and remaining:
-                message = _last_line(error)
-                _record(rows, {"method": remaining[0], "error": message, "log": str(error)}, network)
-                if "HANG" in str(error):  # do not wait for it again on the next networks
-                    hung[remaining[0]] = network
-                remaining = remaining[1:]
+                (k, method), message = remaining[0], _last_line(error)
+                _record(rows, {"method": method, "error": message, "log": str(error), "round": k}, network)
+                if "HANG" in str(error):  # do not wait for it again, in later rounds or on the next networks
+                    hung[method] = network
+                    remaining = [(j, m) for j, m in remaining if m != method]
+                else:
+                    remaining = remaining[1:]
 
     if args.loopback or "rate" not in spec:
         run_all(None)
@@ -107,7 +140,7 @@ def run_network(network: str, methods: list[str], args: argparse.Namespace,
                 if not any(row["method"] == method for row in rows):
                     _record(rows, {"method": method, "error": f"network emulation failed: {reason}"}, network)
     rows.sort(key=lambda row: methods.index(row["method"]) if row["method"] in methods else len(methods))
-    return rows
+    return merge_rounds(rows, methods)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -117,7 +150,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--model", default="mlp21m")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run every method this many times, round-robin, and report medians and ranges")
     parser.add_argument("--world-size", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=100.0, help="seconds per method before it is killed")
     parser.add_argument("--loopback", action="store_true", help="run every network on loopback (no root)")
@@ -136,7 +171,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         write_e2e(rows, results, "(partial: the run is not finished)")
     header = (f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {platform.machine()} "
               f"({torch.get_num_threads()} torch threads here, 1 per worker), torch {torch.__version__}, "
-              f"{args.world_size} workers, {args.warmup} warmup + {args.steps} timed steps (mlp21m); "
+              f"{args.world_size} workers, {args.warmup} warmup + {args.steps} timed steps (mlp21m)"
+              f"{f', {args.rounds} rounds (medians; ranges over rounds)' if args.rounds > 1 else ''}; "
               f"`python -m benchmarks.e2e {' '.join(sys.argv[1:] if argv is None else argv)}`.")
     for path in write_e2e(rows, results, header):
         print("wrote", path)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import threading
 import time
 from pathlib import Path
@@ -59,17 +60,25 @@ def run(method: str, model_name: str, batch_size: int, warmup: int, steps: int, 
     tx0, rx0 = read_counter(iface), read_counter(iface, "rx_bytes")
     times: list[float] = []
     loss = float("nan")
+    cpu0 = _cpu_seconds()
     started = time.perf_counter()
     for _ in range(steps):
         t0 = time.perf_counter()
         loss = _step(model, optimizer, x, y)
         times.append(time.perf_counter() - t0)
     elapsed = time.perf_counter() - started
+    cpu = _cpu_seconds() - cpu0
     tx, rx = read_counter(iface) - tx0, read_counter(iface, "rx_bytes") - rx0
     finish(method, model)
     del bagua  # imported for its side effects (with_bagua on every module)
     return {"rank": rank, "world_size": world, "params": params, "elapsed_s": elapsed, "step_s": times,
-            "tx_bytes": tx, "rx_bytes": rx, "loss": loss}
+            "tx_bytes": tx, "rx_bytes": rx, "loss": loss, "cpu_s": cpu}
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process so far, every thread (training, communication, gloo's), user + system."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def summarize(per_rank: list[dict], method: str, model_name: str, batch_size: int, iface: str) -> dict:
@@ -85,6 +94,7 @@ def summarize(per_rank: list[dict], method: str, model_name: str, batch_size: in
         "batch_size": batch_size, "steps": steps, "ms_per_step": 1000 * seconds_per_step,
         "samples_per_s": world * batch_size / seconds_per_step, "tx_bytes_per_step": tx / steps,
         "loss": sum(r["loss"] for r in per_rank) / world,
+        "cpu_ms_per_step": 1000 * sum(r.get("cpu_s", 0.0) for r in per_rank) / world / steps,
         "step_ms_rank0": [1000 * t for t in per_rank[0]["step_s"]],
     }
 

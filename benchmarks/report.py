@@ -25,7 +25,17 @@ def have_matplotlib() -> bool:
 def _ratio(row: dict, baseline: dict | None) -> str:
     if baseline is None or "ms_per_step" not in row or "ms_per_step" not in baseline:
         return "-"
+    if baseline["method"] == "ddp" and "ratio_ddp" in row:  # several rounds: median and range of the rounds' ratios
+        low, high = row["ratio_ddp_range"]
+        return f"{row['ratio_ddp']:.2f}x ({low:.2f}-{high:.2f})"
     return f"{row['ms_per_step'] / baseline['ms_per_step']:.2f}x"
+
+
+def _ms(row: dict) -> str:
+    rounds = row.get("rounds_ms")
+    if rounds and len(rounds) > 1:
+        return f"{row['ms_per_step']:.1f} ({min(rounds):.0f}-{max(rounds):.0f})"
+    return f"{row['ms_per_step']:.1f}"
 
 
 def e2e_markdown(rows: Sequence[dict], header: str = "") -> str:
@@ -41,14 +51,15 @@ def e2e_markdown(rows: Sequence[dict], header: str = "") -> str:
         if first and first.get("link"):
             title += f"; link: {first['link']}"
         lines += ["", f"### {network}: {title}", "",
-                  "| method | ms/step | samples/s | MB sent/step/rank | step time vs DDP | vs DDP+fp16 | loss |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                  "| method | ms/step | samples/s | MB sent/step/rank | CPU ms/step/rank | step time vs DDP | vs DDP+fp16 | loss |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for r in group:
             if "ms_per_step" not in r:
-                lines.append(f"| {r['method']} | failed: {r.get('error', '?')[:80]} | | | | | |")
+                lines.append(f"| {r['method']} | failed: {r.get('error', '?')[:80]} | | | | | | |")
                 continue
-            lines.append(f"| {r['method']} | {r['ms_per_step']:.1f} | {r['samples_per_s']:.1f} | "
-                         f"{r['tx_bytes_per_step'] / 1e6:.2f} | {_ratio(r, ddp)} | {_ratio(r, ddp16)} | "
+            cpu = f"{r['cpu_ms_per_step']:.0f}" if "cpu_ms_per_step" in r else "-"
+            lines.append(f"| {r['method']} | {_ms(r)} | {r['samples_per_s']:.1f} | "
+                         f"{r['tx_bytes_per_step'] / 1e6:.2f} | {cpu} | {_ratio(r, ddp)} | {_ratio(r, ddp16)} | "
                          f"{r['loss']:.4f} |")
     return "\n".join(lines) + "\n"
 

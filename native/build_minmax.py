@@ -1,4 +1,5 @@
-"""cffi builder (out-of-line API mode) of ``bagua_core._native_minmax``, the CPU compression kernels.
+"""cffi builder (out-of-line API mode) of ``bagua_core._native_minmax``, the CPU compression kernels
+(and the fused optimizer update of ``adam_update.h``).
 
 Run by ``pip install .`` through ``setup.py`` (``cffi_modules``), or by hand:
 ``python native/build_minmax.py`` builds the module in the current directory.
@@ -24,13 +25,18 @@ COMPILE_ARGS = ["-std=c11", "-O3", "-ffp-contract=off", "-fno-math-errno", "-fvi
 if sys.platform == "win32" or platform.python_implementation() != "CPython":
     COMPILE_ARGS = []
 
+HEADERS = ("minmax_uint8.h", "adam_update.h")  # the library's API: the cdef
+SOURCES = ("minmax_uint8.c", "minmax_uint8_fused.c", "adam_update.c")
+
 ffibuilder = FFI()
-with open(header_path("minmax_uint8.h")) as header:
-    ffibuilder.cdef(cdef_from_header(header.read()))
+for name in HEADERS:
+    with open(header_path(name)) as header:
+        ffibuilder.cdef(cdef_from_header(header.read()))
 ffibuilder.set_source(
     "bagua_core._native_minmax",
-    '#include "minmax_uint8.h"',
-    sources=[os.path.relpath(os.path.join(HERE, "minmax_uint8.c"))],
+    "".join(f'#include "{name}"\n' for name in HEADERS),
+    sources=[os.path.relpath(os.path.join(HERE, name)) for name in SOURCES],
+    depends=[os.path.relpath(os.path.join(HERE, name)) for name in HEADERS + ("minmax_uint8_internal.h",)],
     include_dirs=[HERE],
     extra_compile_args=COMPILE_ARGS,
     libraries=["m", "pthread"] if sys.platform != "win32" else [],

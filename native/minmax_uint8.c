@@ -10,41 +10,20 @@
  * Threads: bagua_minmax_set_threads(n) splits every chunk of large tensors over n pthreads.
  */
 #include "minmax_uint8.h"
+#include "minmax_uint8_internal.h"
 
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define BAGUA_HAVE_SSE 1
-#if defined(__GNUC__) && defined(__x86_64__)
-#define BAGUA_AVX2_DISPATCH 1
-#endif
-#if defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
-#define BAGUA_CLONES __attribute__((target_clones("avx2", "sse4.1", "default")))
-#endif
-#endif
-#ifndef BAGUA_CLONES
-#define BAGUA_CLONES
-#endif
-
-#define EPS 1e-7f
-#define MIN_PARALLEL_NUMEL (1 << 18)
-#define MAX_THREADS 64
-
 static int g_threads = 1;
 
-typedef struct {
-    float scale, upper, lower;
-} params_t;
-
-static int64_t chunk_numel_of(int64_t numel, int64_t n_chunks) {
+int64_t chunk_numel_of(int64_t numel, int64_t n_chunks) {
     return numel == 0 ? 0 : (numel + n_chunks - 1) / n_chunks;
 }
 
-static int64_t slot_bytes(int64_t chunk_numel) { return 8 + ((chunk_numel + 7) / 8) * 8; }
+int64_t slot_bytes(int64_t chunk_numel) { return 8 + ((chunk_numel + 7) / 8) * 8; }
 
 int64_t bagua_minmax_compressed_size(int64_t numel, int64_t n_chunks) {
     if (numel < 0 || n_chunks <= 0) return -1;
@@ -59,7 +38,7 @@ static void chunk_range(int64_t numel, int64_t chunk_numel, int64_t c, int64_t *
 }
 
 /* Returns 0, or BAGUA_MINMAX_ERR_NONFINITE / _OVERFLOW when the chunk cannot be represented. */
-static int make_params(float mn, float mx, params_t *p) {
+int make_params(float mn, float mx, params_t *p) {
     if (!isfinite(mn) || !isfinite(mx)) return BAGUA_MINMAX_ERR_NONFINITE;
     float range = (mx - mn) + EPS;
     p->scale = 255.0f / range;
@@ -185,7 +164,7 @@ static int has_avx2(void) {
 }
 #endif
 
-static void minmax_range(const float *x, int64_t n, float *mn, float *mx, int *bad) {
+void minmax_range(const float *x, int64_t n, float *mn, float *mx, int *bad) {
 #ifdef BAGUA_AVX2_DISPATCH
     if (has_avx2()) {
         minmax_avx2(x, n, mn, mx, bad);
@@ -195,7 +174,7 @@ static void minmax_range(const float *x, int64_t n, float *mn, float *mx, int *b
     minmax_scalar(x, n, mn, mx, bad);
 }
 
-static void quantise(const float *restrict x, int64_t n, float scale, float upper, float lower,
+void quantise(const float *restrict x, int64_t n, float scale, float upper, float lower,
                      uint8_t *restrict q) {
 #ifdef BAGUA_AVX2_DISPATCH
     if (has_avx2()) {
@@ -207,7 +186,7 @@ static void quantise(const float *restrict x, int64_t n, float scale, float uppe
 }
 
 BAGUA_CLONES
-static void dequantise(const uint8_t *restrict q, int64_t n, float scale, float lower,
+void dequantise(const uint8_t *restrict q, int64_t n, float scale, float lower,
                        float *restrict out, int accumulate) {
     if (accumulate) {
         for (int64_t i = 0; i < n; i++) out[i] = out[i] + ((float)q[i] + lower) / scale;
@@ -217,14 +196,13 @@ static void dequantise(const uint8_t *restrict q, int64_t n, float scale, float 
 }
 
 /* Reads the header of a slot and derives the parameters; a NaN chunk gives NaN parameters. */
-static void read_params(const uint8_t *slot, params_t *p) {
+void read_params(const uint8_t *slot, params_t *p) {
     float mm[2];
     memcpy(mm, slot, sizeof mm);
     if (make_params(mm[0], mm[1], p) != BAGUA_MINMAX_OK) p->scale = p->lower = p->upper = NAN;
 }
 
 /* ---- threads: worker t of n handles the t-th piece of every chunk ---- */
-typedef void (*task_fn)(void *ctx, int t, int n);
 typedef struct {
     task_fn fn;
     void *ctx;
@@ -237,7 +215,7 @@ static void *task_entry(void *arg) {
     return NULL;
 }
 
-static void run_parallel(int64_t numel, task_fn fn, void *ctx) {
+void run_parallel(int64_t numel, task_fn fn, void *ctx) {
     int n = g_threads;
     if (numel < MIN_PARALLEL_NUMEL || n <= 1) {
         fn(ctx, 0, 1);
@@ -257,7 +235,7 @@ static void run_parallel(int64_t numel, task_fn fn, void *ctx) {
     for (int t = 1; t <= started; t++) pthread_join(ids[t], NULL);
 }
 
-static void piece(int64_t begin, int64_t end, int t, int n, int64_t *b, int64_t *e) {
+void piece(int64_t begin, int64_t end, int t, int n, int64_t *b, int64_t *e) {
     int64_t len = end - begin, step = (len + n - 1) / n;
     int64_t lo = begin + step * t, hi = lo + step;
     *b = lo < end ? lo : end;
@@ -468,6 +446,8 @@ static void sum_task(void *ctx, int t, int n) {
     params_t *p = (params_t *)malloc((size_t)j->n_bufs * sizeof(params_t));
     if (p == NULL) { j->status[t] = BAGUA_MINMAX_ERR_ARGUMENT; return; }
     for (int64_t k = 0; k < j->n_bufs; k++) read_params(j->bufs[k], &p[k]);
+    float mn = INFINITY, mx = -INFINITY;
+    int bad = 0;
     /* blocks small enough for L1: out is written once, each buffer read once */
     for (int64_t s = b; s < e; s += SUM_BLOCK) {
         int64_t len = e - s < SUM_BLOCK ? e - s : SUM_BLOCK;
@@ -475,6 +455,19 @@ static void sum_task(void *ctx, int t, int n) {
         for (int64_t k = 0; k < j->n_bufs; k++)
             dequantise(j->bufs[k] + 8 + s, len, p[k].scale, p[k].lower, acc, k > 0);
         if (j->flag) divide_block(acc, len, (float)j->n_bufs);
+        if (j->part_mn != NULL) { /* the min/max of what was written, while it is in L1 */
+            float bmn, bmx;
+            int bbad;
+            minmax_range(acc, len, &bmn, &bmx, &bbad);
+            mn = bmn < mn ? bmn : mn;
+            mx = bmx > mx ? bmx : mx;
+            bad |= bbad;
+        }
+    }
+    if (j->part_mn != NULL) {
+        j->part_mn[t] = mn;
+        j->part_mx[t] = mx;
+        j->part_bad[t] = bad;
     }
     free(p);
 }
@@ -487,18 +480,36 @@ int bagua_minmax_decompress_sum_f32(const uint8_t *const *bufs, int64_t n_bufs, 
 int bagua_minmax_decompress_sum_range_f32(const uint8_t *const *bufs, int64_t n_bufs, int64_t buf_bytes,
                                           int64_t numel, float *out, int average, int64_t begin,
                                           int64_t end) {
+    return bagua_minmax_decompress_sum_stats_f32(bufs, n_bufs, buf_bytes, numel, out, average, begin, end,
+                                                 NULL);
+}
+
+int bagua_minmax_decompress_sum_stats_f32(const uint8_t *const *bufs, int64_t n_bufs, int64_t buf_bytes,
+                                          int64_t numel, float *out, int average, int64_t begin,
+                                          int64_t end, float *stats) {
     if (begin < 0 || end < begin) return BAGUA_MINMAX_ERR_ARGUMENT;
     if (numel < 0 || n_bufs <= 0 || bufs == NULL || (numel > 0 && out == NULL))
         return BAGUA_MINMAX_ERR_ARGUMENT;
     if (buf_bytes != bagua_minmax_compressed_size(numel, 1)) return BAGUA_MINMAX_ERR_SIZE;
     for (int64_t k = 0; k < n_bufs; k++)
         if (bufs[k] == NULL) return BAGUA_MINMAX_ERR_ARGUMENT;
-    int status[MAX_THREADS] = {0};
+    int status[MAX_THREADS] = {0}, part_bad[MAX_THREADS] = {0};
+    float part_mn[MAX_THREADS], part_mx[MAX_THREADS];
+    for (int t = 0; t < MAX_THREADS; t++) {
+        part_mn[t] = INFINITY;
+        part_mx[t] = -INFINITY;
+    }
     job_t j = {.bufs = bufs, .out = out, .numel = numel, .n_bufs = n_bufs, .flag = average,
                .status = status, .seg_b = begin, .seg_e = end};
+    if (stats != NULL) {
+        j.part_mn = part_mn;
+        j.part_mx = part_mx;
+        j.part_bad = part_bad;
+    }
     run_parallel(end - begin, sum_task, &j);
     for (int t = 0; t < MAX_THREADS; t++)
         if (status[t] != BAGUA_MINMAX_OK) return status[t];
+    if (stats != NULL) merge_stats(stats, part_mn, part_mx, part_bad, MAX_THREADS);
     return BAGUA_MINMAX_OK;
 }
 

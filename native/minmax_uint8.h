@@ -65,6 +65,35 @@ int bagua_minmax_decompress_sum_range_f32(const uint8_t *const *bufs, int64_t n_
                                           int64_t numel, float *out, int average, int64_t begin,
                                           int64_t end);
 
+/* decompress_sum_range_f32 that also merges the min, max and NaN flag of the values it writes into
+ * stats (see the fused kernels below). */
+int bagua_minmax_decompress_sum_stats_f32(const uint8_t *const *bufs, int64_t n_bufs, int64_t buf_bytes,
+                                          int64_t numel, float *out, int average, int64_t begin,
+                                          int64_t end, float *stats);
+
+/* Fused kernels (minmax_uint8_fused.c): one pass over memory where the plain kernels take two.
+ * stats is float[3], the running {min, max, NaN seen (0 or 1)} of the values a kernel has written;
+ * start it at {INFINITY, -INFINITY, 0}; kernels merge into it (the order does not matter).
+ *
+ * headers_from_stats_f32 writes the header and zero padding of a one-chunk buffer of numel elements
+ * whose stats were merged over all of them: exactly what headers_f32(x, numel, 1, ...) writes.
+ * quantise_decompress_f32 is quantise_f32 of a one-chunk buffer that also writes, for the elements i
+ * of [begin, end) with i < deq_numel, deq[i] = the value decompress_f32 of the finished buffer gives. */
+int bagua_minmax_headers_from_stats_f32(const float *stats, int64_t numel, uint8_t *out, int64_t out_bytes,
+                                        int nonfinite_raise);
+int bagua_minmax_quantise_decompress_f32(const float *x, int64_t numel, uint8_t *out, int64_t out_bytes,
+                                         int64_t begin, int64_t end, float *deq, int64_t deq_numel);
+
+/* low_precision_decentralized. lpd_diff_f32: z = ((x + l / 3) + r / 3) - w * 1.6666666f (torch's
+ * order of `x + l / 3 + r / 3 - w * (5 / 3)` in fp32), merging the stats of z. lpd_update_f32, for
+ * the elements [begin, end) of the one-chunk buffers of numel elements: l += D(q_left),
+ * r += D(q_right), w += D(q_own), then x = w (x may be NULL); q_left may equal q_right. */
+int bagua_lpd_diff_f32(const float *x, const float *w, const float *l, const float *r, int64_t numel,
+                       float *z, float *stats);
+int bagua_lpd_update_f32(const uint8_t *q_left, const uint8_t *q_right, const uint8_t *q_own,
+                         int64_t buf_bytes, int64_t numel, float *w, float *l, float *r, float *x,
+                         int64_t begin, int64_t end);
+
 /* Number of worker threads the kernels may use (1 = the calling thread only). */
 int bagua_minmax_set_threads(int n_threads);
 int bagua_minmax_get_threads(void);

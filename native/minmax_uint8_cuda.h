@@ -39,6 +39,15 @@ int bagua_cuda_minmax_decompress_f32(const uint8_t *buf, int64_t buf_bytes, int6
 int bagua_cuda_minmax_decompress_sum_f32(const uint8_t *bufs, int64_t n_bufs, int64_t buf_bytes,
                                          int64_t numel, float *out, int average, void *stream);
 
+/* low_precision_decentralized (as bagua_lpd_diff_f32 / bagua_lpd_update_f32 of minmax_uint8.h):
+ * z = ((x + l / 3) + r / 3) - w * (float)(5 / 3); and for the elements [begin, end) of one-chunk
+ * buffers of numel values: l += D(q_left), r += D(q_right), w += D(q_own), x = w (x may be NULL). */
+int bagua_cuda_lpd_diff_f32(const float *x, const float *w, const float *l, const float *r,
+                            int64_t numel, float *z, void *stream);
+int bagua_cuda_lpd_update_f32(const uint8_t *q_left, const uint8_t *q_right, const uint8_t *q_own,
+                              int64_t buf_bytes, int64_t numel, float *w, float *l, float *r, float *x,
+                              int64_t begin, int64_t end, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -19,6 +19,25 @@ from benchmarks.report import have_matplotlib
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def test_e2e_rounds_merge_into_medians_and_ranges() -> None:
+    from benchmarks.e2e import merge_rounds
+    from benchmarks.report import e2e_markdown
+
+    def row(method: str, k: int, ms: float) -> dict:
+        return {"method": method, "round": k, "ms_per_step": ms, "tx_bytes_per_step": 10.0 * k, "network": "n",
+                "samples_per_s": 1.0, "loss": 0.0, "model": "m", "params": 1, "batch_size": 1, "world_size": 2}
+
+    rows = [row("ddp", 0, 100), row("x", 0, 40), row("ddp", 1, 200), row("x", 1, 100), row("ddp", 2, 100),
+            row("x", 2, 30), {"method": "y", "error": "boom", "network": "n", "round": 0}]
+    merged = merge_rounds(rows, ["ddp", "x", "y"])
+    assert [r["method"] for r in merged] == ["ddp", "x", "y"]
+    x = merged[1]
+    assert x["ms_per_step"] == 40 and x["rounds_ms"] == [40, 100, 30] and x["ratio_ddp"] == 0.4
+    assert x["ratio_ddp_range"] == (0.3, 0.5) and x["tx_bytes_per_step"] == 10.0
+    assert "0.40x (0.30-0.50)" in e2e_markdown(merged) and "40.0 (30-100)" in e2e_markdown(merged)
+    assert merge_rounds(rows[:2], ["ddp", "x"]) == rows[:2]  # one round: unchanged
+
+
 def test_e2e_harness_writes_table_and_rows(tmp_path: Path) -> None:
     from benchmarks import e2e
 
@@ -28,6 +47,7 @@ def test_e2e_harness_writes_table_and_rows(tmp_path: Path) -> None:
     for row in rows:
         assert "error" not in row, row.get("log")
         assert row["ms_per_step"] > 0 and row["samples_per_s"] > 0 and row["tx_bytes_per_step"] > 0
+        assert row["cpu_ms_per_step"] > 0
         assert len(row["step_ms_rank0"]) == 2
     table = (tmp_path / "e2e.md").read_text()
     assert "| ddp |" in table and "| gradient_allreduce |" in table and "1.00x" in table
@@ -88,7 +108,7 @@ def test_ratio_to_ddp_in_table(rows: list[dict], expected: str) -> None:
 
     for row in rows:
         row.update(samples_per_s=1.0, tx_bytes_per_step=0.0, loss=1.0)
-    assert f"| x | 5.0 | 1.0 | 0.00 | {expected} |" in e2e_markdown(rows)
+    assert f"| x | 5.0 | 1.0 | 0.00 | - | {expected} |" in e2e_markdown(rows)  # no CPU time measured: "-"
 
 
 def test_overhead_benchmark_runs_side_by_side(tmp_path: Path) -> None:

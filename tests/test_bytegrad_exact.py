@@ -1,7 +1,7 @@
 """The bytegrad exchange gives exactly (bit for bit) what the reference recipe of DESIGN.md gives:
 pad to a multiple of n with the last value, compress n chunks, average chunk j of every rank in fp32,
 compress it again, decompress all; workspaces reused across calls and shapes, awkward padding, the
-pipelined exchange with one and with many segments per chunk."""
+pipelined exchange with one and with many segments per chunk, and a codec plugged into it."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import torch
 import torch.distributed as dist
 
 from bagua_core import native
-from bagua_core.bucket_ops import compressed_pipeline
+from bagua_core.bucket_ops import pipeline
 from bagua_core.bucket_ops.compressed import CompressedWorkspace, compressed_allreduce_on
+from bagua_core.bucket_ops.segment_codec import SegmentCodec
+from bagua_core.native import fallback
 from bagua_core.process_group import get_default_group
 from tests.distributed import run_workers
 
@@ -37,11 +39,35 @@ def reference(inputs: list[torch.Tensor], average: bool) -> torch.Tensor:
     return result[:numel]
 
 
+class TorchMinMaxUInt8(SegmentCodec):
+    """MinMaxUInt8 from the torch fallback kernels, none of the fused steps: a plugged-in codec."""
+
+    header_bytes = 8
+
+    def compressed_size(self, numel: int, n_chunks: int = 1) -> int:
+        return native.compressed_size(numel, n_chunks)
+
+    def start(self, values, n_chunks, out, stats=None):  # noqa: ANN001, ANN201
+        fallback.headers(values, n_chunks, "raise", out)
+
+    def encode(self, values, n_chunks, out, begin, end, decoded=None):  # noqa: ANN001, ANN201
+        assert decoded is None
+        fallback.quantise(values, n_chunks, out, begin, end)
+
+    def decode(self, buf, n_chunks, out, begin=0, end=None, accumulate=False):  # noqa: ANN001, ANN201
+        fallback.decompress(buf, n_chunks, out, accumulate, begin, end)
+
+    def decode_mean(self, bufs, n, out, average, begin=0, end=None, stats=None):  # noqa: ANN001, ANN201
+        assert stats is None
+        parts = list(bufs.view(n, -1).unbind(0)) if isinstance(bufs, torch.Tensor) else bufs
+        fallback.decompress_sum(parts, out, average, begin, end)
+
+
 def _exact(rank: int) -> None:
     comm = get_default_group().get_global_communicator()
     workspace = CompressedWorkspace()
     for repeat in range(2):  # the second round reuses the workspace (and reallocates on shape changes)
-        compressed_pipeline.SEGMENT_NUMEL = 64 if repeat else 1 << 19  # many segments in the second round
+        pipeline.SEGMENT_NUMEL = 64 if repeat else 1 << 19  # many segments in the second round
         for numel, average, dtype in CASES:
             gen = torch.Generator().manual_seed(numel + 1000 * rank + repeat)
             x = (torch.randn(numel, generator=gen) * (rank + 1) + rank).to(dtype)
@@ -51,6 +77,9 @@ def _exact(rank: int) -> None:
             compressed_allreduce_on(y, comm, average, workspace)
             expected = reference(inputs, average)
             assert torch.equal(y, expected), (numel, average, dtype, (y - expected).abs().max())
+            plugged = x.clone()  # another codec, through the same pipelined exchange
+            compressed_allreduce_on(plugged, comm, average, codec=TorchMinMaxUInt8())
+            assert torch.equal(plugged, expected), (numel, average, dtype)
 
 
 def test_exact_world_of_3() -> None:
@@ -59,3 +88,25 @@ def test_exact_world_of_3() -> None:
 
 def test_exact_world_of_4() -> None:
     run_workers(_exact, 4)
+
+
+def _nonfinite(rank: int) -> None:
+    from bagua_core.bucket_ops.segment_codec import MinMaxUInt8Codec
+
+    comm = get_default_group().get_global_communicator()
+    codec = MinMaxUInt8Codec(nonfinite="propagate")
+    pipeline.SEGMENT_NUMEL = 64
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(rank))
+    if rank == 1:
+        x[10] = float("nan")  # chunk 0 of every rank's average becomes NaN, the others stay finite
+    compressed_allreduce_on(x, comm, True, codec=codec)
+    everyone = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, x)
+    chunk = -(-1000 // dist.get_world_size())
+    assert bool(x[:chunk].isnan().all()) and bool(x[chunk:].isfinite().all())
+    assert all(torch.equal(e.nan_to_num(), x.nan_to_num()) for e in everyone)
+    pipeline.SEGMENT_NUMEL = 1 << 19
+
+
+def test_nonfinite_propagates_through_the_pipelined_exchange() -> None:
+    run_workers(_nonfinite, 3)

@@ -103,3 +103,27 @@ def test_shift_one_peers_pair_up() -> None:
 )
 def test_equals_reference(world_size: int, local_size: int, cases: list[tuple]) -> None:
     run_workers(_check_cases, world_size, cases, local_size, local_size=local_size)
+
+
+def _in_flight(rank: int) -> None:
+    from bagua_core.bucket import BaguaBucket
+
+    deferred_after_op = []
+    original = BaguaBucket.execute_ops
+
+    def execute(bucket: BaguaBucket, deferrable: bool = False) -> None:
+        original(bucket, deferrable)
+        deferred_after_op.append(len(bucket._deferred))  # what the op left in flight when it returned
+
+    BaguaBucket.execute_ops = execute
+    try:
+        _check_cases(rank, [("all", 1, False, True), ("shift_one", 2, True, False), ("all", 1, True, True)], 1)
+    finally:
+        BaguaBucket.execute_ops = original
+    assert deferred_after_op and all(deferred_after_op)
+
+
+def test_exchange_stays_in_flight_in_pieces() -> None:
+    """The op returns with its exchange in flight (the end of backward completes it); "all" allreduces
+    pieces of BAGUA_DEFAULT_BUCKET_SIZE bytes (here 1 KiB: many pieces) and still equals the reference."""
+    run_workers(_in_flight, 2, local_size=1, env={"BAGUA_DEFAULT_BUCKET_SIZE": "1024", "BAGUA_SMALL_ALLREDUCE_BYTES": "0"})

@@ -101,3 +101,33 @@ def _run(rank: int, cases: list[tuple[bool, int]], local_size: int) -> None:
 )
 def test_equals_reference(world_size: int, local_size: int, cases: list) -> None:
     run_workers(_run, world_size, cases, local_size, local_size=local_size)
+
+
+def _prepared_equals_unprepared(rank: int) -> None:
+    from bagua_core.bucket_ops.low_precision_decentralized import LowPrecisionDecentralizedOp
+
+    os.environ["BAGUA_DEFAULT_BUCKET_SIZE"] = "256"  # several buckets: bucket k+1 is prepared while k runs
+    results = []
+    original = LowPrecisionDecentralizedOp.prepare
+    for prepare in (original, lambda op, bucket: None):
+        LowPrecisionDecentralizedOp.prepare = prepare
+        try:
+            model = SmallNet(seed=0)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            model = model.with_bagua([optimizer], LowPrecisionDecentralizedAlgorithm(hierarchical=False))
+            assert len(model.bagua_buckets) > 2
+            for t in range(3):
+                x, y = batch(rank, t)
+                optimizer.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                optimizer.step()
+            results.append(_flat(model))
+            model.bagua_shutdown()
+        finally:
+            LowPrecisionDecentralizedOp.prepare = original
+    assert torch.equal(results[0], results[1])
+
+
+def test_difference_computed_ahead_changes_nothing() -> None:
+    """The post-step hook computes bucket k+1's difference while bucket k is exchanged: same bits."""
+    run_workers(_prepared_equals_unprepared, 3)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from bagua_core import native
-from bagua_core.native import cuda, fallback
+from bagua_core.native import cuda, fallback, fallback_fused
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
 
@@ -55,3 +55,32 @@ def test_cuda_nonfinite() -> None:
     assert torch.equal(buf.cpu(), native.compress_minmax_uint8(x.cpu(), 4, nonfinite="propagate"))
     with pytest.raises(native.NonFiniteError, match="overflow"):
         native.compress_minmax_uint8(torch.full((16,), 1e30, device="cuda"))
+
+
+@pytest.mark.parametrize("numel", [1, 4099, 3_000_001])
+def test_cuda_lpd_kernels_match_cpu(numel: int) -> None:
+    gen = torch.Generator().manual_seed(numel)
+    x, w, left, right = (torch.randn(numel, generator=gen) * s for s in (1.0, 1.01, 0.99, 1.02))
+    expected = native.lpd_difference(x, w, left, right, torch.empty_like(x))
+    got = native.lpd_difference(x.cuda(), w.cuda(), left.cuda(), right.cuda(), torch.empty(numel, device="cuda"))
+    assert torch.equal(got.cpu(), expected)
+    reference = fallback_fused.lpd_diff(x.cuda(), w.cuda(), left.cuda(), right.cuda(), torch.empty(numel, device="cuda"))
+    assert torch.equal(reference.cpu(), expected)  # the torch composition on CUDA gives the same bits
+    q = [native.compress_minmax_uint8(torch.randn(numel, generator=gen), 1) for _ in range(3)]
+    for shared in (False, True):
+        q_left, q_right, q_own = q[0], q[0] if shared else q[1], q[2]
+        cpu_state = [t.clone() for t in (w, left, right)] + [torch.zeros(numel)]
+        gpu_state = [t.cuda() for t in cpu_state]
+        native.lpd_update(q_left, q_right, q_own, *cpu_state, begin=numel // 3)
+        native.lpd_update(q_left.cuda(), q_right.cuda(), q_own.cuda(), *gpu_state, begin=numel // 3)
+        for a, b in zip(cpu_state, gpu_state):
+            assert torch.equal(b.cpu(), a)
+
+
+def test_adam_update_on_cuda_matches_cpu() -> None:
+    gen = torch.Generator().manual_seed(0)
+    p, m, v = torch.randn(100_003, generator=gen), torch.randn(100_003, generator=gen), torch.rand(100_003, generator=gen)
+    expected, got = p.clone(), p.cuda()
+    native.adam_update(expected, m, v, -1e-3, 0.7, 1e-8)
+    native.adam_update(got, m.cuda(), v.cuda(), -1e-3, 0.7, 1e-8)
+    assert torch.equal(got.cpu(), expected)

@@ -5,8 +5,9 @@ Every bucket (default bucket size, effective tensors = the weights) keeps the re
 ``r``; after the optimizer step of a communication step (``t % communication_interval == 0``) the
 stepped weights x become ``w + D(C(x + l/3 + r/3 - 5/3 w))`` (see
 ``bagua_core.bucket_ops.low_precision_decentralized``). Communicated: one MinMaxUInt8-compressed
-copy of each bucket (uint8 payload plus its fp32 min/max) to each ring neighbour. Hierarchical:
-averaged inside the node first, the ring runs among the node leaders, broadcast inside the node.
+copy of each bucket (uint8 payload plus its fp32 min/max) to each ring neighbour. The training thread
+computes each bucket's difference pass while the communication thread exchanges the buckets before
+it. Hierarchical: averaged inside the node first, the ring runs among the node leaders, broadcast inside the node.
 
 Example::
 
@@ -113,6 +114,9 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
             if not is_communication_step(bagua_module, self.communication_interval):
                 return
             for bucket in bagua_module.bagua_buckets:
+                for op in bucket._ops:  # the difference pass here, while the buckets before it are on the wire
+                    if isinstance(op, LowPrecisionDecentralizedOp):
+                        op.prepare(bucket)
                 for tensor in bucket.tensors:
                     tensor.bagua_mark_communication_ready()
             bagua_module.bagua_wait_for_communication()

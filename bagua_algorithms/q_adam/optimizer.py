@@ -8,7 +8,9 @@ Per step, with ``g = grad + weight_decay * p``:
 - later steps freeze ``v``; ``m = lerp(m, g, 1 - b1)`` is computed from the *local* gradient (by the
   qadam algorithm on the communication thread, which then averages m compressed, or here when no
   algorithm took that over);
-- update: ``p -= lr / (1 - b1^step) * m / (sqrt(v) / sqrt(1 - b2^step) + eps)``.
+- update: ``p -= lr / (1 - b1^step) * m / (sqrt(v) / sqrt(1 - b2^step) + eps)``; after warmup in one
+  fused pass (``bagua_core.native.adam_update``: torch's operations in order, the square root
+  correctly rounded).
 
 Caution (inherent to freezing v): a weight whose gradient is exactly zero through the whole warmup
 (an input feature that is always 0 in the warmup batches, a dead ReLU unit) keeps ``v = 0``, and its
@@ -29,6 +31,7 @@ from typing import Any
 import torch
 
 from bagua_algorithms.q_adam.loss_scaling import LossScaling, unscale_gradients
+from bagua_core import native
 
 __all__ = ["QAdamOptimizer"]
 
@@ -130,10 +133,14 @@ class QAdamOptimizer(torch.optim.Optimizer):
                     grad = param.grad if wd == 0 else param.grad.add(param, alpha=wd)
                     exp_avg.lerp_(grad, 1 - beta1)
                     exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                elif external:
-                    self.loss_scaling.finish(self.state, param, group, inv_scale)
                 else:
-                    self.update_momentum_([param])
+                    if external:
+                        self.loss_scaling.finish(self.state, param, group, inv_scale)
+                    else:
+                        self.update_momentum_([param])
+                    # v is frozen: one fused pass (same arithmetic, correctly rounded sqrt, no temporaries)
+                    native.adam_update(param, exp_avg, exp_avg_sq, -(lr / bias_correction1), bias_correction2**0.5, eps)
+                    continue
                 denom = (exp_avg_sq.sqrt() / bias_correction2**0.5).add_(eps)
                 param.addcdiv_(exp_avg, denom, value=-(lr / bias_correction1))
         return loss

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
+
+from bagua_core import env
 
 from bagua_core.communication import (
     ReduceOp,
@@ -16,14 +19,31 @@ from bagua_core.communication import (
     reduce_scatter,
 )
 from bagua_core.communication.common import finish_average
+from bagua_core.communication.communicator import BaguaCommunicator
 
 if TYPE_CHECKING:  # pragma: no cover
     from bagua_core.bucket import BaguaBucket
     from bagua_core.process_group import BaguaProcessGroup
 
-__all__ = ["CentralizedSynchronousOp", "hierarchical_allreduce", "COMPRESSIONS"]
+__all__ = ["CentralizedSynchronousOp", "COMPRESSIONS", "hierarchical_allreduce", "start_allreduce_in_pieces"]
 
 COMPRESSIONS = (None, "MinMaxUInt8")
+
+
+def start_allreduce_in_pieces(tensor: torch.Tensor, op: ReduceOp, comm: BaguaCommunicator) -> Callable[[], None]:
+    """Start allreducing ``tensor`` as pieces of at most ``env.get_default_bucket_size()`` bytes, all
+    in flight at once, and return what finishes them all. gloo runs two at a time, so the round trips
+    of one overlap another's transfer (a bucket larger than the bucket size holds one large tensor);
+    on two ranks the result is the same bits as one allreduce."""
+    flat = tensor.view(-1)
+    piece = max(1, env.get_default_bucket_size() // max(1, flat.element_size()))
+    finishes = [allreduce_inplace_start(flat[b : b + piece], op=op, comm=comm) for b in range(0, flat.numel(), piece)]
+
+    def finish_all() -> None:
+        for finish in finishes:
+            finish()
+
+    return finish_all
 
 
 def hierarchical_allreduce(tensor: torch.Tensor, group: BaguaProcessGroup, average: bool) -> None:
@@ -91,8 +111,8 @@ class CentralizedSynchronousOp:
         elif self.scattergather:
             scattergather_allreduce(tensor, group, self.average)
         elif bucket.may_defer(self):  # in flight while later buckets start: they share the link
-            finish = allreduce_inplace_start(tensor, op=ReduceOp.AVG if self.average else ReduceOp.SUM,
-                                             comm=group.get_global_communicator())
+            finish = start_allreduce_in_pieces(tensor, ReduceOp.AVG if self.average else ReduceOp.SUM,
+                                               group.get_global_communicator())
             bucket.defer(finish if flattened else lambda: (finish(), bucket.write_back(tensor)))
             return
         else:

@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from bagua_core import env, native
-from bagua_core.communication import ReduceOp, allgather, alltoall, broadcast, reduce_inplace
 from bagua_core.bucket_ops.compressed_pipeline import pipelined_exchange
+from bagua_core.bucket_ops.segment_codec import MINMAX_UINT8, SegmentCodec
+from bagua_core.communication import ReduceOp, allgather, alltoall, broadcast, reduce_inplace
 from bagua_core.communication.communicator import BaguaCommunicator
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -57,12 +57,13 @@ class CompressedWorkspace:
     def __init__(self) -> None:
         self._key: tuple | None = None
 
-    def buffers(self, numel: int, n: int, dtype: torch.dtype, device: torch.device) -> CompressedWorkspace:
-        key = (numel, n, dtype, device)
+    def buffers(self, numel: int, n: int, dtype: torch.dtype, device: torch.device,
+                codec: SegmentCodec = MINMAX_UINT8) -> CompressedWorkspace:
+        key = (numel, n, dtype, device, codec.compressed_size(n, n))
         if key != self._key:
             self._key = None  # free the old buffers before allocating the new ones
             chunk = -(-numel // n)
-            size = native.compressed_size(chunk * n, n)
+            size = codec.compressed_size(chunk * n, n)
             self.chunk = chunk
             self.sent = torch.empty(size, dtype=torch.uint8, device=device)
             self.received = torch.empty_like(self.sent)
@@ -91,13 +92,15 @@ def _pieces(flat: torch.Tensor, n: int, ws: CompressedWorkspace) -> list[tuple[t
 
 
 def compressed_allreduce_on(
-    tensor: torch.Tensor, comm: BaguaCommunicator, average: bool = True, workspace: CompressedWorkspace | None = None
+    tensor: torch.Tensor, comm: BaguaCommunicator, average: bool = True, workspace: CompressedWorkspace | None = None,
+    codec: SegmentCodec = MINMAX_UINT8,
 ) -> None:
     """The bytegrad exchange of the contiguous float tensor ``tensor`` over ``comm``, in place.
 
-    Sends uint8 slots (fp32 min/max + one byte per value): an alltoall, then an allgather.
-    ``workspace`` keeps the buffers for the next call of the same shape (a fresh one when omitted).
-    The own chunk goes through compression too, so with one rank the result is ``D(C(x))``."""
+    Sends the codec's slots (MinMaxUInt8: fp32 min/max + one byte per value): an alltoall, then an
+    allgather, pipelined for fp32 CPU tensors. ``workspace`` keeps the buffers for the next call of
+    the same shape (a fresh one when omitted). The own chunk goes through compression too, so with
+    one rank the result is ``D(C(x))``."""
     if not tensor.is_contiguous():
         raise ValueError("compressed_allreduce needs a contiguous tensor")
     flat = tensor.view(-1)
@@ -105,24 +108,23 @@ def compressed_allreduce_on(
     numel = flat.numel()
     if numel == 0:
         return
-    ws = (workspace or CompressedWorkspace()).buffers(numel, n, flat.dtype, flat.device)
-    if n > 1 and pipelined_exchange(flat, comm, average, ws, _pieces(flat, n, ws)):
+    ws = (workspace or CompressedWorkspace()).buffers(numel, n, flat.dtype, flat.device, codec)
+    if n > 1 and pipelined_exchange(flat, comm, average, ws, _pieces(flat, n, ws), codec):
         return
-    nonfinite = env.get_nonfinite_policy()  # "propagate": a chunk with NaN/Inf arrives as NaN everywhere
     for values, chunks, slots in _pieces(flat, n, ws):
-        native.compress_minmax_uint8(values, chunks, nonfinite=nonfinite, out=slots)
+        codec.compress(values, chunks, slots)
     if n > 1:
         alltoall(ws.sent, ws.received, comm=comm)
     else:
         ws.received.copy_(ws.sent)
-    native.decompress_average_minmax_uint8(ws.received, n, ws.own, average=average)
-    native.compress_minmax_uint8(ws.own, 1, nonfinite=nonfinite, out=ws.own_compressed)
+    codec.decode_mean(ws.received, n, ws.own, average)
+    codec.compress(ws.own, 1, ws.own_compressed)
     if n > 1:
         allgather(ws.own_compressed, ws.gathered, comm=comm)
     else:
         ws.gathered.copy_(ws.own_compressed)
     # the slots of n * chunk and of numel elements in n chunks coincide: no padded result buffer
-    native.decompress_minmax_uint8(ws.gathered, n, flat)
+    codec.decode(ws.gathered, n, flat)
 
 
 def compressed_allreduce(
@@ -131,15 +133,16 @@ def compressed_allreduce(
     average: bool = True,
     hierarchical: bool = False,
     workspace: CompressedWorkspace | None = None,
+    codec: SegmentCodec = MINMAX_UINT8,
 ) -> None:
     """Bytegrad allreduce of ``tensor`` over ``group`` in place (AVG when ``average``, else SUM)."""
     if not hierarchical:
-        compressed_allreduce_on(tensor, group.get_global_communicator(), average, workspace)
+        compressed_allreduce_on(tensor, group.get_global_communicator(), average, workspace, codec)
         return
     intra, inter = group.get_intra_node_communicator(), group.get_inter_node_communicator()
     if intra.nranks() > 1:
         reduce_inplace(tensor, dst=0, op=ReduceOp.AVG if average else ReduceOp.SUM, comm=intra)
     if inter.is_member:
-        compressed_allreduce_on(tensor, inter, average, workspace)
+        compressed_allreduce_on(tensor, inter, average, workspace, codec)
     if intra.nranks() > 1:
         broadcast(tensor, src=0, comm=intra)

@@ -2,10 +2,13 @@
 
 Communicated: a copy of the bucket's weights, in their own dtype, taken when the weights were
 sent (the forward pre-hook of a communication step). ``"all"``: an allreduce (AVG) over every
-peer. ``"shift_one"`` (an even number of peers): each peer exchanges its weights with one partner
+peer, in pieces of the default bucket size that are all in flight at once, so round trips do not
+add up on a high-latency link. ``"shift_one"`` (an even number of peers): each peer exchanges its weights with one partner
 that shifts every communication round ``s`` (see :func:`shift_one_peer`) and the pair is averaged.
 The result is left in ``op.peer_weight``; :meth:`DecentralizedSynchronousOp.copy_back_peer_weight`
-writes it into the bucket. Hierarchical: the weights are averaged inside each node first (reduce
+writes it into the bucket. Run by the module's scheduler, the exchange stays in flight after the op
+returns and is completed when the module waits for its communication (at the end of backward), as
+gradient_allreduce's allreduces are. Hierarchical: the weights are averaged inside each node first (reduce
 to the leader), the peers are the nodes (their leaders), and the result is broadcast in the node.
 
 Example::
@@ -20,11 +23,13 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
 
-from bagua_core.communication import ReduceOp, allreduce_inplace, broadcast, reduce_inplace
+from bagua_core.bucket_ops.centralized import start_allreduce_in_pieces
+from bagua_core.communication import ReduceOp, broadcast, reduce_inplace
 from bagua_core.communication.communicator import BaguaCommunicator
 from bagua_core.communication.host_staging import irecv, isend
 from bagua_core.exceptions import BaguaConfigError
@@ -67,22 +72,33 @@ def check_peers(group: BaguaProcessGroup, hierarchical: bool, peer_selection_mod
         )
 
 
-def _average_with_peers(tensor: torch.Tensor, comm: BaguaCommunicator, mode: str, round_index: int) -> None:
+def _done() -> None:
+    return None
+
+
+def _start_average_with_peers(tensor: torch.Tensor, comm: BaguaCommunicator, mode: str, round_index: int,
+                              received: torch.Tensor | None) -> Callable[[], None]:
+    """Start averaging ``tensor`` with the round's peers; return what finishes it. ``"all"``: one
+    allreduce per piece of ``env.get_default_bucket_size()`` bytes, all in flight at once (gloo runs
+    two at a time, so one's round trips overlap another's transfer, as gradient_allreduce's buckets do);
+    ``"shift_one"``: the exchange with the partner (into ``received``), averaged when finished."""
     n = comm.nranks()
     if n == 1:
-        return
+        return _done
     if mode == "all":
-        allreduce_inplace(tensor, op=ReduceOp.AVG, comm=comm)
-        return
+        return start_allreduce_in_pieces(tensor, ReduceOp.AVG, comm)
     peer = comm.global_rank(shift_one_peer(comm.rank(), n, round_index))
-    received = torch.empty_like(tensor)
     works = [
         isend(tensor, peer, comm.torch_group),
         irecv(received, peer, comm.torch_group),
     ]
-    for work in works:
-        work.wait()
-    tensor.add_(received).div_(2)
+
+    def finish() -> None:
+        for work in works:
+            work.wait()
+        tensor.add_(received).div_(2)
+
+    return finish
 
 
 class DecentralizedSynchronousOp:
@@ -107,17 +123,26 @@ class DecentralizedSynchronousOp:
         """Runs so far; the round of a run not prepared by :meth:`take_snapshot` (the original's ops
         shift the peer every run)."""
         self._snapshot_pending = False
+        self._receive_buffer: torch.Tensor | None = None
 
     def take_snapshot(self, bucket: BaguaBucket, round_index: int) -> None:
         """Copy the weights to send into :attr:`peer_weight` (on the caller's thread, before forward may
-        read them) and set the round that selects the peers."""
+        read them) and set the round that selects the peers. The copy goes into the tensor of the
+        previous round (the weights it held were copied back already), so no step allocates one."""
         with torch.no_grad():
+            weights = bucket.flattened_view()
             if self.peer_weight is None:
-                self.peer_weight = bucket.flattened_tensor()
+                self.peer_weight = weights.clone()
             else:
-                self.peer_weight.copy_(bucket.flattened_tensor().view_as(self.peer_weight))
+                self.peer_weight.copy_(weights.view_as(self.peer_weight))
         self.round_index = int(round_index)
         self._snapshot_pending = True
+
+    def _received(self) -> torch.Tensor:
+        """The buffer the partner's weights arrive in (``shift_one``), kept from round to round."""
+        if self._receive_buffer is None or self._receive_buffer.shape != self.peer_weight.shape:
+            self._receive_buffer = torch.empty_like(self.peer_weight)
+        return self._receive_buffer
 
     def __call__(self, bucket: BaguaBucket) -> None:
         group = self.group or bucket.process_group
@@ -130,16 +155,21 @@ class DecentralizedSynchronousOp:
         self._snapshot_pending = False
         self.executions += 1
         tensor = self.peer_weight
-        if not self.hierarchical:
-            _average_with_peers(tensor, group.get_global_communicator(), self.peer_selection_mode, self.round_index)
+        received = self._received() if self.peer_selection_mode == "shift_one" else None
+        intra = group.get_intra_node_communicator() if self.hierarchical else None
+        if intra is None or intra.nranks() == 1:  # the peers alone: may stay in flight (see BaguaBucket.defer)
+            comm = group.get_inter_node_communicator() if self.hierarchical else group.get_global_communicator()
+            finish = _start_average_with_peers(tensor, comm, self.peer_selection_mode, self.round_index, received)
+            if bucket.may_defer(self):
+                bucket.defer(finish)
+            else:
+                finish()
             return
-        intra, inter = group.get_intra_node_communicator(), group.get_inter_node_communicator()
-        if intra.nranks() > 1:
-            reduce_inplace(tensor, dst=0, op=ReduceOp.AVG, comm=intra)
+        inter = group.get_inter_node_communicator()
+        reduce_inplace(tensor, dst=0, op=ReduceOp.AVG, comm=intra)
         if inter.is_member:
-            _average_with_peers(tensor, inter, self.peer_selection_mode, self.round_index)
-        if intra.nranks() > 1:
-            broadcast(tensor, src=0, comm=intra)
+            _start_average_with_peers(tensor, inter, self.peer_selection_mode, self.round_index, received)()
+        broadcast(tensor, src=0, comm=intra)
 
     def copy_back_peer_weight(self, bucket: BaguaBucket) -> None:
         """Overwrite the bucket's weights with the averaged ones (call after the op ran); ``bucket`` may

@@ -9,9 +9,12 @@ neighbour's), all starting at the bucket's initial weights. Run after the optimi
     l += D(C(z_left)); r += D(C(z_right)); x = w + D(C(z)); w = x
 
 Communicated: ``C(z)``, the MinMaxUInt8 compression of the whole bucket (one min/max), about
-``numel`` bytes to each of the two neighbours. Hierarchical: the weights are averaged inside the
-node (reduce to the leader) first, the ring runs among the node leaders, and the result is
-broadcast in the node.
+``numel`` bytes to each of the two neighbours (one message stream when they are the same rank).
+Pipelined (``bagua_core.bucket_ops.pipeline``, the exchange bytegrad's uses): z and its min/max in
+one pass, then each segment of C(z) is quantised and sent while the next one is, and each received
+segment updates l, r, w and x in one pass while later ones travel. Hierarchical: the weights are
+averaged inside the node (reduce to the leader) first, the ring runs among the node leaders, and
+the result is broadcast in the node.
 
 Example::
 
@@ -24,9 +27,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
+from torch.autograd.graph import increment_version
 
-from bagua_core import env, native
+from bagua_core import native
+from bagua_core.bucket_ops.pipeline import exchange_round, post_receives, segments, wait_all
+from bagua_core.bucket_ops.segment_codec import MINMAX_UINT8, SegmentCodec
 from bagua_core.communication import ReduceOp, broadcast, reduce_inplace
+from bagua_core.communication.common import record
 from bagua_core.communication.communicator import BaguaCommunicator
 from bagua_core.communication.host_staging import irecv, isend
 
@@ -34,34 +41,16 @@ if TYPE_CHECKING:  # pragma: no cover
     from bagua_core.bucket import BaguaBucket
     from bagua_core.process_group import BaguaProcessGroup
 
-__all__ = ["LowPrecisionDecentralizedOp", "ring_exchange"]
+__all__ = ["LowPrecisionDecentralizedOp"]
 
-
-def ring_exchange(payload: torch.Tensor, comm: BaguaCommunicator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Send ``payload`` to both ring neighbours of ``comm``; return (from_left, from_right)."""
-    n, rank = comm.nranks(), comm.rank()
-    if n == 1:
-        return payload, payload
-    left, right = comm.global_rank((rank - 1) % n), comm.global_rank((rank + 1) % n)
-    from_left, from_right = torch.empty_like(payload), torch.empty_like(payload)
-    if n == 2:  # both neighbours are the same rank: one exchange serves both
-        works = [isend(payload, right, comm.torch_group), irecv(from_left, left, comm.torch_group)]
-        for work in works:
-            work.wait()
-        return from_left, from_left
-    works = [
-        isend(payload, left, comm.torch_group),
-        isend(payload, right, comm.torch_group),
-        irecv(from_left, left, comm.torch_group),
-        irecv(from_right, right, comm.torch_group),
-    ]
-    for work in works:
-        work.wait()
-    return from_left, from_right
+_TAG = 0x6c70_0000  # point-to-point tags of the ring exchange: _TAG + segment index
 
 
 class LowPrecisionDecentralizedOp:
     """One round of low-precision decentralized averaging of a bucket of weights."""
+
+    codec: SegmentCodec = MINMAX_UINT8
+    """How z is compressed (the steps of the pipelined exchange)."""
 
     def __init__(
         self,
@@ -84,33 +73,121 @@ class LowPrecisionDecentralizedOp:
         self.weight = weight.detach().view(-1)
         self.left_peer_weight = left_peer_weight.detach().view(-1)
         self.right_peer_weight = right_peer_weight.detach().view(-1)
+        self._buffers: tuple[torch.Tensor, ...] | None = None
+        self._prepared: tuple[torch.Tensor, torch.Tensor] | None = None  # (flat, x) of a prepared round
 
-    def _ring_step(self, x: torch.Tensor, comm: BaguaCommunicator) -> None:
-        w, left, right = self.weight, self.left_peer_weight, self.right_peer_weight
-        z = x + left / 3 + right / 3 - w * (5 / 3)
-        compressed = native.compress_minmax_uint8(z, 1, nonfinite=env.get_nonfinite_policy())  # NaN spreads as averaging does
-        from_left, from_right = ring_exchange(compressed, comm)
-        native.decompress_minmax_uint8(from_left, 1, left, accumulate=True)
-        native.decompress_minmax_uint8(from_right, 1, right, accumulate=True)
-        native.decompress_minmax_uint8(compressed, 1, w, accumulate=True)
-        x.copy_(w)
+    def _workspace(self, numel: int) -> tuple[torch.Tensor, ...]:
+        """``(z, sent, from_left, from_right)``, kept from round to round."""
+        size = self.codec.compressed_size(numel, 1)
+        if self._buffers is None or self._buffers[0].numel() != numel or self._buffers[1].numel() != size:
+            self._buffers = None
+            self._buffers = (torch.empty(numel, dtype=torch.float32, device=self.weight.device),
+                             *(torch.empty(size, dtype=torch.uint8, device=self.weight.device) for _ in range(3)))
+        return self._buffers
 
-    def __call__(self, bucket: BaguaBucket) -> None:
+    def _difference(self, x: torch.Tensor) -> None:
+        """z = x + l/3 + r/3 - (5/3) w and its header (one pass for z and its min/max)."""
+        z, sent = self._workspace(x.numel())[:2]
+        stats = self.codec.new_stats()
+        native.lpd_difference(x, self.weight, self.left_peer_weight, self.right_peer_weight, z, stats)
+        self.codec.start(z, 1, sent, stats)
+
+    def _ring_step(self, x: torch.Tensor, comm: BaguaCommunicator, prepared: bool = False) -> None:
+        w, left, right, codec = self.weight, self.left_peer_weight, self.right_peer_weight, self.codec
+        numel, n, rank = x.numel(), comm.nranks(), comm.rank()
+        z, sent, from_left, from_right = self._workspace(numel)
+        if n == 1 or x.device.type != "cpu":  # no ring, or CUDA: the whole buffer at once
+            if x.device.type == "cpu":
+                if not prepared:
+                    self._difference(x)
+                codec.encode(z, 1, sent, 0, numel)
+            else:
+                native.lpd_difference(x, w, left, right, z)
+                codec.compress(z, 1, sent)
+            from_left, from_right = _exchange_whole(sent, from_left, from_right, comm) if n > 1 else (sent, sent)
+            codec.lpd_update(from_left, from_right, sent, w, left, right, x, 0, numel)
+            return
+        if n == 2:  # both neighbours are the same rank: one message stream serves both
+            from_right = from_left
+            peers = [((rank - 1) % n, from_left)]
+        else:
+            peers = [((rank - 1) % n, from_left), ((rank + 1) % n, from_right)]
+        segs = segments(numel, sent.numel(), codec.header_bytes, codec.bytes_per_element)
+        # receives first: the neighbours' segments can go as soon as they are encoded
+        received = post_receives(comm, segs, [(peer, lambda s, buf=buf: buf[s.lo : s.hi]) for peer, buf in peers], _TAG)
+        if not prepared:
+            self._difference(x)
+        for _ in peers:
+            record("send", sent)
+        sends = exchange_round(
+            comm, segs, [(peer, lambda s: sent[s.lo : s.hi]) for peer, _ in peers], received,
+            lambda s: codec.encode(z, 1, sent, s.begin, s.end),
+            lambda s: codec.lpd_update(from_left, from_right, sent, w, left, right, x, s.begin, s.end), _TAG,
+        )
+        wait_all(sends)
+
+    def _group(self, bucket: BaguaBucket) -> BaguaProcessGroup:
         group = self.group or bucket.process_group
         if group is None:
             from bagua_core.process_group import get_default_group
 
             group = get_default_group()
+        return group
+
+    @staticmethod
+    def _weights(bucket: BaguaBucket) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(flat, x)``: the bucket's weights, and the fp32 tensor the round works on (the bucket's own
+        fp32 buffer, updated in place, or a copy)."""
+        flat = bucket.flattened_view()
+        return flat, flat if flat.dtype == torch.float32 and flat is bucket.buffer else flat.detach().float()
+
+    def prepare(self, bucket: BaguaBucket) -> None:
+        """Compute this round's difference z (one pass over the weights and replicas) now, on the
+        caller's thread: the algorithm calls it for bucket k+1 while bucket k is on the wire, so only
+        the first bucket's difference delays the exchange. Skipped where the ring's input is not this
+        rank's own weights (several ranks in a node, hierarchical) or not on the CPU; the operation then
+        computes it itself."""
+        group = self._group(bucket)
+        if self.hierarchical and group.get_intra_node_communicator().nranks() > 1:
+            return
         with torch.no_grad():
-            x = bucket.flattened_tensor().detach().float().clone()
+            flat, x = self._weights(bucket)
+            if x.device.type != "cpu":
+                return
+            self._difference(x)
+            self._prepared = (flat, x)
+
+    def __call__(self, bucket: BaguaBucket) -> None:
+        group = self._group(bucket)
+        prepared, self._prepared = self._prepared, None
+        with torch.no_grad():
+            flat, x = prepared if prepared is not None else self._weights(bucket)
             if not self.hierarchical:
-                self._ring_step(x, group.get_global_communicator())
+                self._ring_step(x, group.get_global_communicator(), prepared is not None)
             else:
                 intra, inter = group.get_intra_node_communicator(), group.get_inter_node_communicator()
                 if intra.nranks() > 1:
                     reduce_inplace(x, dst=0, op=ReduceOp.AVG, comm=intra)
                 if inter.is_member:
-                    self._ring_step(x, inter)
+                    self._ring_step(x, inter, prepared is not None)
                 if intra.nranks() > 1:
                     broadcast(x, src=0, comm=intra)
-            bucket.write_back(x.to(bucket.dtype))
+            if x is flat and flat is bucket.buffer:  # the weights were written in place, behind autograd
+                increment_version([tensor.bagua_getter_closure() for tensor in bucket.tensors])
+            else:
+                bucket.write_back(x.to(bucket.dtype))
+
+
+def _exchange_whole(sent: torch.Tensor, from_left: torch.Tensor, from_right: torch.Tensor,
+                    comm: BaguaCommunicator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Send ``sent`` to both ring neighbours, receive theirs; returns (from_left, from_right), the
+    same buffer when both neighbours are one rank."""
+    n, rank, group = comm.nranks(), comm.rank(), comm.torch_group
+    left, right = comm.global_rank((rank - 1) % n), comm.global_rank((rank + 1) % n)
+    record("send", sent)
+    works = [isend(sent, right, group), irecv(from_left, left, group)]
+    if n > 2:
+        record("send", sent)
+        works += [isend(sent, left, group), irecv(from_right, right, group)]
+    wait_all(works)
+    return from_left, (from_right if n > 2 else from_left)

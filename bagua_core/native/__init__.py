@@ -30,6 +30,7 @@ import torch
 
 from bagua_core.native import cuda as _cuda
 from bagua_core.native import fallback as _fallback
+from bagua_core.native import fallback_fused as _fallback_fused
 from bagua_core.native.layout import (
     NonFiniteError,
     check_buffer,
@@ -39,9 +40,17 @@ from bagua_core.native.layout import (
     compressed_size,
 )
 from bagua_core.native.policy import load_cpu_backend, read_policy
+from bagua_core.native.fused import (
+    adam_update,
+    lpd_difference,
+    lpd_update,
+    minmax_stats,
+    minmax_uint8_headers_from_stats,
+)
 
 __all__ = [
     "NonFiniteError",
+    "adam_update",
     "backend",
     "compress_minmax_uint8",
     "compress_minmax_uint8_headers",
@@ -51,6 +60,10 @@ __all__ = [
     "decompress_minmax_uint8",
     "has_cuda_kernels",
     "has_nccl",
+    "lpd_difference",
+    "lpd_update",
+    "minmax_stats",
+    "minmax_uint8_headers_from_stats",
     "native_policy",
     "native_unavailable_reason",
     "nccl_unavailable_reason",
@@ -120,10 +133,15 @@ def compress_minmax_uint8_headers(
     return _ranged_impl(x.device).headers(x, n_chunks, nonfinite, out)
 
 
-def quantise_minmax_uint8(x: torch.Tensor, n_chunks: int, out: torch.Tensor, begin: int, end: int) -> torch.Tensor:
+def quantise_minmax_uint8(x: torch.Tensor, n_chunks: int, out: torch.Tensor, begin: int, end: int, *,
+                          decompressed: torch.Tensor | None = None) -> torch.Tensor:
     """Writes the uint8 payload of the chunk-local elements [begin, end) of every chunk of ``x``
     into ``out``, with the min/max already in ``out``'s headers (see
     :func:`compress_minmax_uint8_headers`); NaN chunks get zeros. Returns ``out``.
+
+    ``decompressed`` (one chunk only, fp32): in the same pass, write the values that
+    ``decompress_minmax_uint8`` of the finished buffer gives for those elements into it (only the
+    elements i < ``decompressed.numel()``), so the own chunk need not be decompressed again.
 
     Example::
 
@@ -138,7 +156,15 @@ def quantise_minmax_uint8(x: torch.Tensor, n_chunks: int, out: torch.Tensor, beg
         raise ValueError("end must be an integer")
     if out.device != x.device:
         raise ValueError(f"out is on {out.device} but x is on {x.device}")
-    return _ranged_impl(x.device).quantise(x, n_chunks, out, begin, end)
+    if decompressed is None:
+        return _ranged_impl(x.device).quantise(x, n_chunks, out, begin, end)
+    if n_chunks != 1 or x.dtype != torch.float32:
+        raise ValueError("decompressed= needs one chunk of float32 values")
+    check_output(decompressed, x.device, "decompressed")
+    if decompressed.dtype != torch.float32:
+        raise ValueError(f"decompressed must be float32, got {decompressed.dtype}")
+    impl = _ranged_impl(x.device)
+    return (impl if impl is _cpu else _fallback_fused).quantise(x, 1, out, begin, end, decompressed)
 
 
 def decompress_minmax_uint8(
@@ -162,7 +188,7 @@ def decompress_minmax_uint8(
 
 def decompress_average_minmax_uint8(
     bufs: Sequence[torch.Tensor] | torch.Tensor, n: int, out: torch.Tensor, average: bool = True, *,
-    begin: int = 0, end: int | None = None,
+    begin: int = 0, end: int | None = None, stats: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``out = mean_k D(bufs[k])`` (or the sum when ``average=False``) over ``n`` compressed chunks.
 
@@ -170,7 +196,9 @@ def decompress_average_minmax_uint8(
     or one uint8 tensor holding them back to back (an alltoall receive buffer of a
     ``compress_minmax_uint8(x, n)`` with ``x.numel() == n * out.numel()``). Accumulates in fp32 in
     order k = 0, 1, ..., divides by ``n``, then rounds to ``out.dtype``. ``begin``/``end``: only
-    ``out[begin:end]`` (the rest is not touched). Returns ``out``.
+    ``out[begin:end]`` (the rest is not touched). ``stats`` (from :func:`minmax_stats`, fp32 CPU
+    ``out`` only): the min/max/NaN flag of the values written are merged into it in the same pass,
+    for :func:`minmax_uint8_headers_from_stats`. Returns ``out``.
     """
     check_output(out)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -188,7 +216,13 @@ def decompress_average_minmax_uint8(
     for k, part in enumerate(parts):
         if part.device != out.device:
             raise ValueError(f"bufs[{k}] is on {part.device} but out is on {out.device}")
-    if _check_range(begin, end):
+    ranged = _check_range(begin, end)
+    if stats is not None:
+        if out.dtype != torch.float32 or out.device.type != "cpu" or stats.device.type != "cpu":
+            raise ValueError("stats= needs a float32 CPU out and CPU stats")
+        impl = _ranged_impl(out.device)
+        return (impl if impl is _cpu else _fallback_fused).decompress_sum(parts, out, bool(average), begin, end, stats)
+    if ranged:
         return _ranged_impl(out.device).decompress_sum(parts, out, bool(average), begin, end)
     impl = _impl(out.device)
     if impl is _cuda and isinstance(bufs, torch.Tensor):

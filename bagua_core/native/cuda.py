@@ -20,7 +20,10 @@ import torch
 
 from bagua_core.native.layout import NonFiniteError, compressed_size, nonfinite_message
 
-__all__ = ["LIBRARY_PATH", "available", "compress", "decompress", "decompress_sum", "unavailable_reason"]
+__all__ = [
+    "LIBRARY_PATH", "available", "compress", "decompress", "decompress_sum", "lpd_diff", "lpd_update",
+    "unavailable_reason",
+]
 
 LIBRARY_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_native_cuda.so")
 _loaded: tuple[Any, Any, str] | None = None  # (ffi, lib, reason)
@@ -160,3 +163,21 @@ def decompress_sum(
     if target is not out:
         out.copy_(target)
     return out
+
+
+def lpd_diff(x: torch.Tensor, w: torch.Tensor, left: torch.Tensor, right: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """``z = x + left/3 + right/3 - (5/3) w`` in torch's fp32 order (fp32 CUDA tensors), on the current stream."""
+    with torch.cuda.device(x.device):
+        _call("bagua_cuda_lpd_diff_f32", _ptr(x, "float *"), _ptr(w, "float *"), _ptr(left, "float *"),
+              _ptr(right, "float *"), x.numel(), _ptr(z, "float *"), _stream(x.device))
+    return z
+
+
+def lpd_update(q_left: torch.Tensor, q_right: torch.Tensor, q_own: torch.Tensor, w: torch.Tensor, left: torch.Tensor,
+               right: torch.Tensor, x: torch.Tensor | None, begin: int, end: int) -> None:
+    """``left += D(q_left)``, ``right += D(q_right)``, ``w += D(q_own)``, ``x = w`` on [begin, end), on the current stream."""
+    with torch.cuda.device(w.device):
+        _call("bagua_cuda_lpd_update_f32", _ptr(q_left, "uint8_t *"), _ptr(q_right, "uint8_t *"),
+              _ptr(q_own, "uint8_t *"), q_own.numel(), w.numel(), _ptr(w, "float *"), _ptr(left, "float *"),
+              _ptr(right, "float *"), _load()[0].NULL if x is None else _ptr(x, "float *"), begin, end,
+              _stream(w.device))

@@ -1,0 +1,69 @@
+"""An event timeline of training steps: when forward and backward end, when each bucket's operations
+and each round of the pipelined exchange start and end, on which thread (``profile_step --timeline``).
+
+Example (rank 0 prints the last timed step)::
+
+    >>> record = install()                 # in each rank, before wrapping the model
+    >>> record("step")                     # the training loop marks its phases
+    >>> print(format_step(last_step()))
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+
+__all__ = ["EVENTS", "format_step", "install", "last_step", "record"]
+
+EVENTS: list[tuple[float, str, str]] = []
+"""``(perf_counter seconds, thread, what)`` in the order they happened."""
+
+
+def record(what: str) -> None:
+    """Append an event of the calling thread."""
+    thread = "main" if threading.current_thread() is threading.main_thread() else "comm"
+    EVENTS.append((time.perf_counter(), thread, what))
+
+
+def _around(owner: object, name: str, label) -> None:  # noqa: ANN001
+    original = getattr(owner, name)
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        what = label(*args)
+        if what is None:  # nothing worth an event
+            return original(*args, **kwargs)
+        record(f"{what} start")
+        try:
+            return original(*args, **kwargs)
+        finally:
+            record(f"{what} end")
+
+    setattr(owner, name, wrapper)
+
+
+def install() -> None:
+    """Record the start and end of every bucket's operations and of every pipelined round."""
+    from bagua_core.bucket import BaguaBucket
+    from bagua_core.bucket_ops import compressed_pipeline, low_precision_decentralized
+
+    _around(BaguaBucket, "execute_ops", lambda bucket, *rest: f"{bucket.name} ops")
+    _around(BaguaBucket, "complete_deferred",
+            lambda bucket, *rest: f"{bucket.name} in-flight completion" if bucket._deferred else None)
+    for module in (compressed_pipeline, low_precision_decentralized):
+        _around(module, "exchange_round", lambda comm, segs, *rest: f"round of {len(segs)} segments")
+
+
+def last_step() -> list[tuple[float, str, str]]:
+    """The events from the last ``"step"`` mark on."""
+    starts = [i for i, (_, _, what) in enumerate(EVENTS) if what == "step"]
+    return EVENTS[starts[-1]:] if starts else list(EVENTS)
+
+
+def format_step(events: list[tuple[float, str, str]]) -> str:
+    """One line per event: milliseconds since the first, thread, what."""
+    if not events:
+        return "(no events)"
+    origin = events[0][0]
+    return "\n".join(f"{1000 * (t - origin):8.1f} ms  {thread:4}  {what}" for t, thread, what in events)
