@@ -5,13 +5,17 @@ Layout (Megatron/seed style) under ``checkpoints_path``::
     latest_checkpointed_iteration.txt              # the last complete checkpoint
     iter_0000100/mp_rank_00_model_states.pt        # dense parameters, buffers, optimizer, scheduler (rank 0)
     iter_0000100/expert_rank_00001_states.pt       # MoE: each rank's expert parameters and its optimizer
+    iter_0000100/algorithm_rank_00001_states.pt    # the algorithm's state on each rank, when it keeps any
 
 Every file is written to a temporary file in the same directory, fsynced and renamed into place; the
 tracker is updated (the same way) only after every rank has written its files (a barrier). A crash or
 kill in the middle of a save therefore leaves the previous checkpoint loadable. Expert parameters
 (``param.allreduce is False``, see ``bagua_contrib.moe``) live on one rank each, so with experts each
 rank saves its own experts and its own optimizer state; dense parameters are saved by rank 0. Files
-are read with ``torch.load(weights_only=True)``: loading runs no code from the file.
+are read with ``torch.load(weights_only=True)``: loading runs no code from the file. A model wrapped
+with an algorithm whose impl keeps state (``AlgorithmImpl.state_dict()`` not empty: error feedback,
+outer optimizers, step counters) gets it saved by every rank and restored on each rank from its own
+file; the checkpoint must then be loaded with the same number of ranks and the same algorithm.
 
 Example::
 
@@ -36,11 +40,24 @@ _FORMAT = 1
 logger = logging.getLogger(__name__)
 
 
-def get_checkpoint_name(checkpoints_path: str, iteration: int, expert_rank: int | None = None) -> str:
-    """The dense file of ``iteration``, or the expert file of ``expert_rank``."""
+def get_checkpoint_name(checkpoints_path: str, iteration: int, expert_rank: int | None = None,
+                        algorithm_rank: int | None = None) -> str:
+    """The dense file of ``iteration``, the expert file of ``expert_rank`` or the algorithm state file of
+    ``algorithm_rank``."""
     directory = os.path.join(checkpoints_path, f"iter_{iteration:07d}")
+    if algorithm_rank is not None:
+        return os.path.join(directory, f"algorithm_rank_{algorithm_rank:05d}_states.pt")
     name = "mp_rank_00_model_states.pt" if expert_rank is None else f"expert_rank_{expert_rank:05d}_states.pt"
     return os.path.join(directory, name)
+
+
+def _algorithm_of(model: torch.nn.Module) -> tuple[str, Any] | None:
+    """``(name, impl)`` of the algorithm ``model`` is wrapped with, or None."""
+    impl = getattr(model, "bagua_algorithm", None)
+    declaration = getattr(model, "_bagua_algorithm_declaration", None)
+    if impl is None or declaration is None or not hasattr(impl, "state_dict"):
+        return None
+    return declaration.name, impl
 
 
 def _fsync_dir(directory: str) -> None:
@@ -109,6 +126,12 @@ def save_checkpoint(iteration: int, checkpoints_path: str, model: torch.nn.Modul
         payload = {"format": _FORMAT, "rank": rank, "world_size": world_size, "model": experts,
                    "optimizer": optimizer_state}
         _atomic_write(get_checkpoint_name(checkpoints_path, iteration, rank), lambda f: _serialize(payload, f))
+    algorithm = _algorithm_of(model)
+    state = algorithm[1].state_dict() if algorithm is not None else {}
+    if state:
+        payload = {"format": _FORMAT, "rank": rank, "world_size": world_size, "algorithm": algorithm[0], "state": state}
+        _atomic_write(get_checkpoint_name(checkpoints_path, iteration, algorithm_rank=rank),
+                      lambda f: _serialize(payload, f))
     if barrier is not None:
         barrier()  # every rank's files are in place before the tracker names them
     if rank == 0:
@@ -161,4 +184,27 @@ def load_checkpoint(checkpoints_path: str, model: torch.nn.Module, optimizer: to
         optimizer.load_state_dict(optimizer_state)
     if lr_scheduler is not None and dense.get("lr_scheduler") is not None:
         lr_scheduler.load_state_dict(dense["lr_scheduler"])
+    _load_algorithm_state(checkpoints_path, iteration, model, rank, world_size)
     return iteration
+
+
+def _load_algorithm_state(checkpoints_path: str, iteration: int, model: torch.nn.Module, rank: int,
+                          world_size: int) -> None:
+    algorithm = _algorithm_of(model)
+    path = get_checkpoint_name(checkpoints_path, iteration, algorithm_rank=rank)
+    if algorithm is None:
+        return
+    name, impl = algorithm
+    if not os.path.exists(path):
+        if impl.state_dict():
+            logger.warning("%s holds no state of algorithm %r for rank %d: its state starts fresh", checkpoints_path,
+                           name, rank)
+        return
+    payload = _load(path)
+    if payload.get("algorithm") != name:
+        raise BaguaError(f"{path} holds the state of algorithm {payload.get('algorithm')!r}, but the model is wrapped "
+                         f"with {name!r}; wrap it with the algorithm it was saved with")
+    if payload.get("world_size") != world_size:
+        raise BaguaError(f"{path} was saved by {payload.get('world_size')} ranks; the state of {name!r} is per rank, "
+                         f"so load it with the same number of ranks, not {world_size}")
+    impl.load_state_dict(payload["state"])
