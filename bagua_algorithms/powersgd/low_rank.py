@@ -93,6 +93,8 @@ class PowerSGDOp:
         self.error: torch.Tensor | None = None
         self.q_memory: torch.Tensor | None = None
         self.message: torch.Tensor | None = None  # [uncompressed | P]
+        self.copy: torch.Tensor | None = None  # the bucket before compression (error feedback)
+        self._views: tuple[int, int, list] | None = None  # (flat's address, Q's address, (M, P, Q) views)
 
     def __call__(self, bucket: BaguaBucket) -> None:
         comm = (self.impl.process_group or bucket.process_group).get_global_communicator()
@@ -111,8 +113,12 @@ class PowerSGDOp:
             bucket.write_back(flat)
 
     def _matrices(self, flat: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """``(M, P, Q)`` per compressed tensor, each a [1, rows|cols, ...] view into its buffer."""
+        """``(M, P, Q)`` per compressed tensor, each a [1, rows|cols, ...] view into its buffer (kept while
+        the buffers stay: a flattened bucket's buffer is the same every step)."""
         assert self.layout is not None and self.message is not None and self.q_memory is not None
+        key = (flat.data_ptr(), self.q_memory.data_ptr())
+        if self._views is not None and self._views[:2] == key:
+            return self._views[2]
         p_memory = self.message[self.layout.u_numel :]
         out = []
         for offset, rows, cols, r, p_at, q_at in self.layout.matrices:
@@ -120,6 +126,7 @@ class PowerSGDOp:
             p = p_memory[p_at : p_at + rows * r].view(1, rows, r)
             q = self.q_memory[q_at : q_at + cols * r].view(1, cols, r)
             out.append((m, p, q))
+        self._views = (*key, out)
         return out
 
     def compress_and_average(self, flat: torch.Tensor, bucket: BaguaBucket, comm: Any) -> None:
@@ -134,7 +141,9 @@ class PowerSGDOp:
                 self.error = torch.zeros_like(flat)
             else:
                 flat.add_(self.error)
-            copy = flat.clone()
+            if self.copy is None or self.copy.numel() != flat.numel():
+                self.copy = torch.empty_like(flat)
+            copy = self.copy.copy_(flat)
         if self.message is None:
             self.message = torch.empty(layout.u_numel + layout.p_numel, dtype=flat.dtype, device=flat.device)
         randomise = not config.warm_start or self.q_memory is None
