@@ -36,6 +36,7 @@ import torch.distributed as dist
 from bagua_algorithms.diloco.config import DiLoCoConfig
 from bagua_algorithms.diloco.exchange import FragmentExchange
 from bagua_algorithms.diloco.fragments import Schedule, gather_flat, scatter_flat, split_fragments
+from bagua_algorithms.diloco.state import restore, state_of
 from bagua_core import env
 from bagua_core.algorithm import Algorithm, AlgorithmImpl
 from bagua_core.bucket import BaguaBucket
@@ -170,45 +171,12 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
             if fragment not in self.landed:
                 self.exchanges[fragment].wait()  # nothing left in flight on the group
 
-    # --- checkpoints ---------------------------------------------------------------------------------
+    # --- checkpoints (bagua_core.checkpoint) ---------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Outer state (start weights, outer optimizer), residuals, received or in-flight outer gradients
-        (waited for here), the schedule position, this rank's local parameters and inner optimizers."""
-        if not self._inner_phase or self._module is None:
-            return {}
-        for fragment in self.pending:
-            if fragment not in self.landed:
-                self.landed[fragment] = self.exchanges[fragment].wait().clone()
-        module = self._module
-        return {"train_step": self.train_step(), "done_through": self.done_through,
-                "starts": [s.clone() for s in self.starts], "outer": self.outer.state_dict(),
-                "residuals": [e.residual for e in self.exchanges],
-                "pending": [[f, step] for f, step in sorted(self.pending.items())],
-                "landed": [[f, t] for f, t in sorted(self.landed.items())],
-                "local": [p.detach().clone() for _, p in module.bagua_named_parameters()],
-                "inner_optimizers": [optimizer.state_dict() for optimizer in module.bagua_optimizers]}
+        return state_of(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if not state:
-            return
-        module = self._module
-        self.step_offset = int(state["train_step"]) - module.bagua_train_step_counter
-        if self.need_reset():
-            module.bagua_reset()  # into the inner phase
-        with torch.no_grad():
-            for param, saved in zip((p for _, p in module.bagua_named_parameters()), state["local"]):
-                param.copy_(saved)
-        for optimizer, saved in zip(module.bagua_optimizers, state["inner_optimizers"]):
-            optimizer.load_state_dict(saved)
-        for start, saved in zip(self.starts, state["starts"]):
-            start.copy_(saved)
-        self.outer.load_state_dict(state["outer"])
-        for exchange, residual in zip(self.exchanges, state["residuals"]):
-            if residual is not None:
-                exchange.residual = residual.clone()
-        self.done_through = int(state["done_through"])
-        self.pending = {int(f): int(step) for f, step in state["pending"]}
-        self.landed = {int(f): t.clone() for f, t in state["landed"]}
+        restore(self, state)
 
 
 class DiLoCoAlgorithm(Algorithm):

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, StrictInt, ValidationInfo, field_validator
 
 from bagua_core.algorithm import AlgorithmConfig
+from bagua_core.codecs import check_codec_name
 
 __all__ = ["DiLoCoConfig", "STREAMING_FRAGMENTS", "STREAMING_OVERLAP_STEPS"]
 
@@ -46,13 +47,7 @@ class DiLoCoConfig(AlgorithmConfig):
     @field_validator("compression")
     @classmethod
     def _codec_exists(cls, value: str | None) -> str | None:
-        if value is not None:
-            from bagua_core.codecs import codec_names
-
-            names = codec_names()
-            if value not in names:
-                raise ValueError(f"unknown codec {value!r}; available: {', '.join(names)}")
-        return value
+        return check_codec_name(value)
 
     @field_validator("fragments", "overlap_steps")
     @classmethod

@@ -21,7 +21,7 @@ from bagua_core.codecs.base import Codec
 from bagua_core.codecs.rowwise import RowwiseCodec
 from bagua_core.exceptions import PluginError
 
-__all__ = ["Codec", "RowwiseCodec", "DEFAULT_CODEC", "get_codec", "codec_names", "describe_codecs"]
+__all__ = ["Codec", "RowwiseCodec", "DEFAULT_CODEC", "get_codec", "codec_names", "check_codec_name", "describe_codecs"]
 
 DEFAULT_CODEC = "MinMaxUInt8"
 """The codec of bytegrad, qadam and low_precision_decentralized unless ``compression=`` says otherwise."""
@@ -44,6 +44,19 @@ def get_codec(name: str) -> Codec:
 def codec_names() -> list[str]:
     """The names of every installed codec, sorted."""
     return _registry().names()
+
+
+def check_codec_name(name: str | None) -> str | None:
+    """``name`` if a codec of that name is installed (None passes); else ValueError listing the installed
+    ones. For an algorithm config's ``compression`` field::
+
+        _compression = field_validator("compression")(lambda cls, v: check_codec_name(v))
+    """
+    if name is not None:
+        names = codec_names()
+        if name not in names:
+            raise ValueError(f"unknown codec {name!r}; available: {', '.join(names)}")
+    return name
 
 
 def describe_codecs() -> list[dict]:
