@@ -2,11 +2,11 @@
 
 Started by :mod:`benchmarks.lm` on every emulated host with the torchrun variables set. Every method
 starts from the same weights and sees the same batches at the same step. The training clock runs only
-while training (validation is excluded); every ``eval_every`` steps each rank computes the validation
-loss of its own model on the same held-out windows, and one allgather agrees the mean loss and the
-slowest rank's clock, which also decides, on every rank alike, when the budget is spent and how many
-steps to take before the next evaluation (about ``--evals`` evaluations per budget). After each method
-rank 0 appends its curve as one JSON line to ``--out``.
+while training (validation, and its communication, are excluded); every ``eval_every`` steps the
+validation loss of the average of the ranks' weights (:func:`averaged_weights`) is computed on fixed
+held-out windows, and one allgather agrees it and the slowest rank's clock, which also decides, on every
+rank alike, when the budget is spent and how many steps to take before the next evaluation (about
+``--evals`` per budget). After each method rank 0 appends its curve as one JSON line to ``--out``.
 
     python -m benchmarks.lm_worker --methods ddp,diloco --budget 120 --out curves.jsonl
 """
@@ -14,9 +14,11 @@ rank 0 appends its curve as one JSON line to ``--out``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -36,7 +38,7 @@ LM_METHOD_OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "async": ("async", {"sync_interval_ms": 100}),
     "local_sgd": ("local_sgd", {"sync_every": 8}),
     "diloco": ("diloco", {"inner_steps": 25}),
-    "diloco_streaming": ("diloco", {"inner_steps": 25, "streaming": True, "fragments": 4, "overlap_steps": 1,
+    "diloco_streaming": ("diloco", {"inner_steps": 10, "streaming": True, "fragments": 4, "overlap_steps": 1,
                                     "compression": "MinMaxUInt4"}),
 }
 """What each method of the LM benchmark runs; a registered algorithm not listed runs with its defaults."""
@@ -50,6 +52,34 @@ def algorithm_of(method: str) -> tuple[str, dict[str, Any] | None]:
 
 def _make_optimizer(params) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=LR, betas=(0.9, 0.95), weight_decay=0.1)
+
+
+@contextlib.contextmanager
+def averaged_weights(model: torch.nn.Module) -> Iterator[None]:
+    """Inside the block the model holds the average of the ranks' weights (what the job has trained;
+    local weights differ between synchronisations for decentralized methods and DiLoCo); a checksum
+    skips the allreduce where every rank holds the same weights. The local weights come back after."""
+    params = [p for p in model.parameters()]
+    flat = torch.cat([p.detach().reshape(-1).double() for p in params])
+    checksum = torch.stack([flat.sum(), (flat * torch.arange(flat.numel(), dtype=torch.float64) % 9973).sum()])
+    everyone = [torch.empty_like(checksum) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, checksum)
+    if all(torch.equal(everyone[0], other) for other in everyone):
+        yield
+        return
+    saved = [p.detach().clone() for p in params]
+    average = torch.cat([p.reshape(-1).float() for p in saved])
+    dist.all_reduce(average)
+    average /= dist.get_world_size()
+    at = 0
+    for p in params:
+        p.copy_(average[at : at + p.numel()].view_as(p))
+        at += p.numel()
+    try:
+        yield
+    finally:
+        for p, value in zip(params, saved):
+            p.copy_(value)
 
 
 def _agree(loss: float, clock: float) -> tuple[float, float]:
@@ -72,11 +102,15 @@ def train_method(method: str, corpus, args: argparse.Namespace) -> dict[str, Any
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / WARMUP_STEPS))
     val_x, val_y = corpus.validation_windows(args.val_windows, seq_len)
 
+    eval_tx = [0]  # bytes the evaluations' averaging sent: not training traffic
+
     def evaluate() -> float:
+        before = read_counter(args.iface)
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), averaged_weights(model):
             loss = float(lm_loss(model, val_x, val_y))
         model.train()
+        eval_tx[0] += read_counter(args.iface) - before
         return loss
 
     curve = [{"seconds": 0.0, "step": 0, "loss": _agree(evaluate(), 0.0)[0]}]
@@ -98,7 +132,7 @@ def train_method(method: str, corpus, args: argparse.Namespace) -> dict[str, Any
         if slowest >= args.budget or not torch.isfinite(torch.tensor(loss)):
             break
         eval_every = max(1, round(step / slowest * args.budget / args.evals))
-    tx = read_counter(args.iface) - tx0
+    tx = read_counter(args.iface) - tx0 - eval_tx[0]
     finish(name, model)
     return {"method": method, "algorithm": name, "options": options, "ddp": is_ddp(name), "model": args.model,
             "params": params, "world_size": world, "batch_size": args.batch_size, "seq_len": seq_len,
@@ -111,14 +145,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="lm11m")
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--budget", type=float, default=120.0, help="training seconds per method")
-    parser.add_argument("--evals", type=int, default=20, help="about this many evaluations per budget")
+    parser.add_argument("--evals", type=int, default=12, help="about this many evaluations per budget")
     parser.add_argument("--first-eval-every", type=int, default=5)
     parser.add_argument("--val-windows", type=int, default=16)
     parser.add_argument("--corpus-bytes", type=int, default=0, help="cap the training split (smoke runs)")
     parser.add_argument("--iface", default="eth0")
     parser.add_argument("--out", required=True)
     parser.add_argument("--method-timeout", type=float, default=900.0)
+    parser.add_argument("--variants", default="{}", help='JSON: more methods, {"label": ["algorithm", {options}]}')
     args = parser.parse_args(argv)
+    LM_METHOD_OPTIONS.update({label: (name, options) for label, (name, options) in json.loads(args.variants).items()})
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     import bagua_core as bagua
 
