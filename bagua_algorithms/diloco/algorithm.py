@@ -107,9 +107,10 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
     def _begin_inner(self, bagua_module: torch.nn.Module) -> None:
         params = [p for _, p in bagua_module.bagua_named_parameters()]
         self.fragments = [[params[i] for i in indices] for indices in split_fragments(params, self.schedule.count)]
-        self.starts = [gather_flat(f, torch.empty(sum(p.numel() for p in f))) for f in self.fragments]
-        self.exchanges = [FragmentExchange(s.numel(), self.codec, self.config.error_feedback, self.group, self.nranks)
-                          for s in self.starts]
+        self.starts = [gather_flat(f, torch.empty(sum(p.numel() for p in f), device=f[0].device))
+                       for f in self.fragments]  # fp32, on the parameters' device
+        self.exchanges = [FragmentExchange(s.numel(), self.codec, self.config.error_feedback, self.group, self.nranks,
+                                           s.device) for s in self.starts]
         self.outer = torch.optim.SGD(self.starts, lr=self.config.outer_lr, momentum=self.config.outer_momentum,
                                      nesterov=self.config.nesterov and self.config.outer_momentum > 0)
 

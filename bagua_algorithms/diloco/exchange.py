@@ -30,10 +30,10 @@ class FragmentExchange:
     """The outer-gradient exchange of one fragment; its residual lives here between rounds."""
 
     def __init__(self, numel: int, codec: Codec | None, error_feedback: bool, group: dist.ProcessGroup | None,
-                 nranks: int) -> None:
+                 nranks: int, device: torch.device | str = "cpu") -> None:
         self.numel, self.codec, self.group, self.nranks = numel, codec, group, nranks
-        self.residual = torch.zeros(numel) if codec is not None and error_feedback else None
-        self.average = torch.zeros(numel)
+        self.residual = torch.zeros(numel, device=device) if codec is not None and error_feedback else None
+        self.average = torch.zeros(numel, device=device)
         self._work: dist.Work | None = None
         self._gathered: torch.Tensor | None = None
         self.in_flight = False
@@ -55,7 +55,7 @@ class FragmentExchange:
         encoded = self.codec.encode(payload)
         if self.residual is not None:  # keep what the codec dropped for the next round
             self.residual.sub_(self.codec.decode(encoded, 1, torch.empty_like(payload)))
-        self._gathered = torch.empty(self.nranks * encoded.numel(), dtype=torch.uint8)
+        self._gathered = torch.empty(self.nranks * encoded.numel(), dtype=torch.uint8, device=encoded.device)
         record("allgather", encoded)
         if self.nranks > 1:
             self._work = dist.all_gather_into_tensor(self._gathered, encoded, group=self.group, async_op=True)
