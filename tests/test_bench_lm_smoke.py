@@ -69,3 +69,22 @@ def test_summary_speedups_and_samples() -> None:
                  {**base, "method": "z", "network": "n", "curve": CURVE}]
     bounded = {r["method"]: r for r in summarize(ddp_short, 2.5)}
     assert bounded["z"]["speedup_bound"] == ">" and bounded["z"]["speedup_vs_ddp"] == pytest.approx(10 / 15)
+
+
+def test_ddp_out_of_budget_gives_a_bound_and_an_estimate(tmp_path: Path) -> None:
+    from benchmarks.lm_report import main as rewrite, write_lm
+
+    base = {"world_size": 2, "batch_size": 4, "budget_s": 40.0, "steps": 10, "tx_bytes": 0, "iface": "eth0",
+            "model": "m", "params": 1, "seq_len": 8}
+    slow_ddp = [{**p, "seconds": p["seconds"] * 4} for p in CURVE[:2]]  # 10 steps in 40 s, loss 3.0
+    rows = [{**base, "method": "ddp", "network": "fast", "curve": CURVE},  # reaches 2.5 after 15 steps
+            {**base, "method": "ddp", "network": "slow", "curve": slow_ddp},
+            {**base, "method": "x", "network": "slow", "curve": CURVE}]  # reaches 2.5 after 15 s
+    x = {(r["network"], r["method"]): r for r in summarize(rows, 2.5)}["slow", "x"]
+    assert x["speedup_bound"] == ">" and x["speedup_vs_ddp"] == pytest.approx(40 / 15)
+    assert x["ddp_seconds_estimated"] == pytest.approx(60.0)  # 15 steps at DDP's 4 s/step here
+    assert x["speedup_vs_ddp_estimated"] == pytest.approx(4.0)
+    write_lm(rows, 2.5, tmp_path)
+    assert "| x |" in (tmp_path / "lm.md").read_text() and ">2.67x (est. 4.0x)" in (tmp_path / "lm.md").read_text()
+    rewrite([str(tmp_path / "lm.json"), "--target", "3.5"])
+    assert "seconds to loss 3.5" in (tmp_path / "lm.md").read_text()
