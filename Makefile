@@ -2,7 +2,7 @@
 PYTHON ?= python
 BENCH_ARGS ?=
 
-.PHONY: bench bench-smoke bench-convergence bench-micro bench-overhead
+.PHONY: bench bench-smoke bench-convergence bench-micro bench-overhead bench-lm
 
 bench:  ## end-to-end: DDP baselines and every algorithm at 1 and 10 Gbit/s, 1 Gbit/s + 5 ms, tiny model
 	$(PYTHON) -m benchmarks.e2e $(BENCH_ARGS)
@@ -10,11 +10,14 @@ bench:  ## end-to-end: DDP baselines and every algorithm at 1 and 10 Gbit/s, 1 G
 bench-convergence:  ## loss/accuracy against wall-clock time on the digits data, 1 Gbit/s link
 	$(PYTHON) -m benchmarks.convergence $(BENCH_ARGS)
 
+bench-lm:  ## time to a target validation loss of a byte-level transformer LM, every method, 100 Mbit/s + 10 ms, 1 and 10 Gbit/s (root)
+	$(PYTHON) -m benchmarks.lm $(BENCH_ARGS)
+
 bench-micro:  ## pytest-benchmark micro-benchmarks of the hot paths
 	$(PYTHON) -m pytest benchmarks -p no:cacheprovider --benchmark-columns=min,median,mean,rounds
 
 bench-smoke:  ## seconds, no root: checks that the benchmarks run (what CI runs)
-	$(PYTHON) -m pytest tests/test_benchmarks_smoke.py -q
+	$(PYTHON) -m pytest tests/test_benchmarks_smoke.py tests/test_bench_lm_smoke.py -q
 
 bench-overhead:  ## per-step overhead of plain / DDP / bagua / bagua_ring on the tiny model, side by side (2 local workers)
 	$(PYTHON) -m bagua_core.cli run --standalone --nproc_per_node=2 -m benchmarks.overhead $(BENCH_ARGS)

@@ -21,7 +21,10 @@ middle of a save therefore leaves the previous checkpoint loadable; a write that
 alone (the group stays usable). Expert parameters
 (``param.allreduce is False``, see ``bagua_contrib.moe``) live on one rank each, so with experts each
 rank saves its own experts and its own optimizer state; dense parameters are saved by rank 0. Files
-are read with ``torch.load(weights_only=True)``: loading runs no code from the file.
+are read with ``torch.load(weights_only=True)``: loading runs no code from the file. A model wrapped
+with an algorithm whose impl keeps state (``AlgorithmImpl.state_dict()`` not empty: error feedback,
+outer optimizers, step counters) gets it saved by every rank and restored on each rank from its own
+file; the checkpoint must then be loaded with the same number of ranks and the same algorithm.
 
 Example::
 
@@ -169,3 +172,4 @@ def load_checkpoint(checkpoints_path: str, model: torch.nn.Module, optimizer: to
     if bagua_state is not None and hasattr(model, "bagua_load_checkpoint_state"):
         model.bagua_load_checkpoint_state(iteration, bagua_state)
     return iteration
+

@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -24,6 +25,10 @@ DDP_METHODS = ("ddp", "ddp_fp16", "ddp_powersgd")
 BENCH_OPTIONS: dict[str, dict[str, Any]] = {
     # async: the background averaging every 100 ms so that a short benchmark sees it happen
     "async": {"sync_interval_ms": 100},
+    # powersgd at the settings of the ddp_powersgd baseline (rank 1, compression from the third step)
+    "powersgd": {"start_iter": 2},
+    # diloco: a synchronisation every 4 steps, so that a short benchmark sees its cost amortised
+    "diloco": {"inner_steps": 4},
 }
 """Options given to a bagua algorithm in the benchmarks (defaults otherwise)."""
 
@@ -50,7 +55,7 @@ def available_methods() -> list[str]:
     return list(DDP_METHODS) + names
 
 
-def _ddp(method: str, model: torch.nn.Module) -> torch.nn.Module:
+def _ddp(method: str, model: torch.nn.Module, options: dict[str, Any] | None = None) -> torch.nn.Module:
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
     from torch.nn.parallel import DistributedDataParallel
 
@@ -61,20 +66,28 @@ def _ddp(method: str, model: torch.nn.Module) -> torch.nn.Module:
     if method == "ddp_fp16":
         ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
     elif method == "ddp_powersgd":
+        options = options or {}
         state = powerSGD_hook.PowerSGDState(
-            process_group=None, matrix_approximation_rank=1, start_powerSGD_iter=2, min_compression_rate=2
+            process_group=None, matrix_approximation_rank=options.get("matrix_approximation_rank", 1),
+            start_powerSGD_iter=max(2, options.get("start_iter", 2)), min_compression_rate=2
         )
         ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     return ddp
 
 
 def prepare(method: str, model: torch.nn.Module, lr: float, momentum: float = 0.0, qadam_lr: float = 1e-3,
-            qadam_warmup: int = QADAM_WARMUP_STEPS) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+            qadam_warmup: int = QADAM_WARMUP_STEPS,
+            make_optimizer: Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer] | None = None,
+            options: dict[str, Any] | None = None) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     """Wrap ``model`` for ``method`` (collective: every rank calls it) and return ``(model, optimizer)``:
-    SGD(lr, momentum), except qadam's own QAdamOptimizer(qadam_lr, warmup_steps=qadam_warmup, eps=QADAM_EPS)."""
+    SGD(lr, momentum) or ``make_optimizer(parameters)``, except qadam's own
+    QAdamOptimizer(qadam_lr, warmup_steps=qadam_warmup, eps=QADAM_EPS). ``options``: the algorithm's
+    options (default ``BENCH_OPTIONS``); for ``ddp_powersgd``, its ``matrix_approximation_rank`` and
+    ``start_iter``."""
+    make_optimizer = make_optimizer or (lambda params: torch.optim.SGD(params, lr=lr, momentum=momentum))
     if is_ddp(method):
-        wrapped = _ddp(method, model)
-        return wrapped, torch.optim.SGD(wrapped.parameters(), lr=lr, momentum=momentum)
+        wrapped = _ddp(method, model, options)
+        return wrapped, make_optimizer(wrapped.parameters())
     if method == "qadam":
         from bagua_algorithms.q_adam import QAdamOptimizer
 
@@ -82,8 +95,9 @@ def prepare(method: str, model: torch.nn.Module, lr: float, momentum: float = 0.
             model.parameters(), lr=qadam_lr, warmup_steps=qadam_warmup, eps=QADAM_EPS
         )
     else:
-        optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
-    wrapped = model.with_bagua([optimizer], {"name": method, **BENCH_OPTIONS.get(method, {})})
+        optimizer = make_optimizer(model.parameters())
+    options = BENCH_OPTIONS.get(method, {}) if options is None else options
+    wrapped = model.with_bagua([optimizer], {"name": method, **options})
     return wrapped, optimizer
 
 

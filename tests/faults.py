@@ -40,6 +40,8 @@ OPTIONS: dict[str, dict] = {  # the interesting phase of each algorithm falls in
     "decentralized": {"hierarchical": False},
     "low_precision_decentralized": {"hierarchical": False},
     "local_sgd": {"sync_every": 2},
+    "powersgd": {"start_iter": 1},
+    "diloco": {"inner_steps": 2},
 }
 NO_SCALER = {"decentralized_dp"}  # it steps its optimizers inside backward: GradScaler cannot unscale first
 _COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "all_to_all_single",

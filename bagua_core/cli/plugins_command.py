@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic_core import PydanticUndefined
 
+from bagua_core.codecs import describe_codecs
 from bagua_core.config import algorithm_config_of
 from bagua_core.plugins import algorithm_registry, cache_store_registry, topology_registry
 
@@ -41,7 +42,7 @@ def plugins_command(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args(argv)
     report = {"algorithms": describe_algorithms(), "topologies": _names(topology_registry),
-              "cache_stores": _names(cache_store_registry)}
+              "cache_stores": _names(cache_store_registry), "codecs": describe_codecs()}
     if args.json:
         print(json.dumps(report, indent=2, default=str))
         return 0
@@ -53,6 +54,11 @@ def plugins_command(argv: list[str]) -> int:
             print(f"      {option['name']}: {option['type']} = {default}  {option['help']}")
     for key in ("topologies", "cache_stores"):
         print(f"{key.replace('_', ' ')}: " + (", ".join(r["name"] for r in report[key]) or "none"))
+    print("codecs (compression=):")
+    for row in report["codecs"]:
+        kind = ("unbiased" if row["unbiased"] else "biased") + (", native" if row["native"] else "")
+        print(f"  {row['name']}  {row['bits_per_element']} bits/value + {row['header_bytes']} header bytes/chunk, "
+              f"{kind}  ({row['class']}, plugin {row['plugin']!r})")
     return 0
 
 

@@ -117,7 +117,10 @@ def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
 
 def _parse(argv: list[str] | None) -> tuple[TrainingConfig, Any, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--algorithm", default=None, help="registered algorithm name (default gradient_allreduce)")
+    from bagua_core.plugins import algorithm_registry
+
+    parser.add_argument("--algorithm", default=None, choices=algorithm_registry.names(),
+                        help="registered algorithm name (default gradient_allreduce)")
     parser.add_argument("--config", default=os.environ.get("BAGUA_CONFIG_FILE"),
                         help="config file with [algorithm] and [training] tables")
     parser.add_argument("--summary-json", default=None, help="also write the summary to this file (rank 0)")

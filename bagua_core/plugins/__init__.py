@@ -39,6 +39,7 @@ from bagua_core.plugins.registry import (  # noqa: E402
     NamedRegistry,
     algorithm_registry,
     cache_store_registry,
+    codec_registry,
     topology_registry,
 )
 
@@ -50,6 +51,7 @@ __all__ = [
     "algorithm_registry",
     "topology_registry",
     "cache_store_registry",
+    "codec_registry",
     "ENTRY_POINT_GROUP",
     "PROJECT_NAME",
 ]

@@ -18,6 +18,7 @@ import pluggy
 
 if TYPE_CHECKING:  # pragma: no cover
     from bagua_core.algorithm import Algorithm
+    from bagua_core.codecs import Codec
 
 __all__ = ["hookspec", "PROJECT_NAME", "ENTRY_POINT_GROUP"]
 
@@ -52,4 +53,14 @@ def bagua_register_cache_stores() -> list[type]:
 
     Fires once, when the store registry is first built. Each class sets ``name`` (the ``backend``
     string) and derives from ``bagua_contrib.utils.store.Store``.
+    """
+
+
+@hookspec
+def bagua_register_codecs() -> list[type[Codec]]:
+    """Return the :class:`~bagua_core.codecs.Codec` subclasses this plugin provides (compressors).
+
+    Fires once, when the codec registry is first built (the first ``get_codec``, a config naming a
+    ``compression``, or ``bagua plugins``). Each class sets ``name`` (the ``compression=`` string),
+    ``bits_per_element``, ``header_bytes`` and ``unbiased``, and is built with no arguments.
     """

@@ -1,4 +1,4 @@
-"""Registries keyed by name, built from a registration hook (algorithms, topologies, cache stores).
+"""Registries keyed by name, built from a registration hook (algorithms, topologies, cache stores, codecs).
 
 Registries are rebuilt from the plugin manager on every lookup, so a plugin registered or unregistered
 at run time (tests do that) is seen at once; the hook calls are cheap.
@@ -11,7 +11,7 @@ from typing import Generic, TypeVar
 from bagua_core.exceptions import DuplicateNameError, PluginError, UnknownNameError
 from bagua_core.plugins.manager import get_plugin_manager
 
-__all__ = ["NamedRegistry", "algorithm_registry", "topology_registry", "cache_store_registry"]
+__all__ = ["NamedRegistry", "algorithm_registry", "topology_registry", "cache_store_registry", "codec_registry"]
 
 T = TypeVar("T")
 
@@ -70,3 +70,4 @@ class NamedRegistry(Generic[T]):
 algorithm_registry: NamedRegistry = NamedRegistry("algorithm", "bagua_register_algorithms")
 topology_registry: NamedRegistry = NamedRegistry("topology", "bagua_register_topologies")
 cache_store_registry: NamedRegistry = NamedRegistry("cache store", "bagua_register_cache_stores")
+codec_registry: NamedRegistry = NamedRegistry("codec", "bagua_register_codecs")

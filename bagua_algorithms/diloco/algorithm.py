@@ -1,0 +1,192 @@
+"""``diloco``: DiLoCo and Streaming DiLoCo (Douillard et al., 2023 and 2025) on the core's lifecycle.
+
+Each rank takes ``inner_steps`` (H) steps with the user's optimizer on its own data, communicating
+nothing. Then the pseudo-gradient ``delta = x_start - x_local`` is averaged over the ranks and an outer
+optimizer (SGD, Nesterov momentum; lr 0.7, momentum 0.9) steps ``x_start`` with it; every rank continues
+from the new ``x_start``. The inner optimizers keep their state across rounds.
+
+Streaming (``streaming=True``): the parameters are cut into ``fragments`` (:mod:`.fragments`) that are
+synchronised on staggered schedules, H steps apart each; a fragment's exchange stays in flight during
+the next ``overlap_steps`` inner steps and its outer result is then mixed in,
+``x = mixing * x_local + (1 - mixing) * x_start``. ``compression`` sends the outer gradients through a
+codec with error feedback (:mod:`.exchange`), e.g. 4 bits with "MinMaxUInt4".
+
+Communicated: nothing during the inner steps (after ``warmup_steps`` steps of plain gradient allreduce);
+every H steps each fragment's fp32 pseudo-gradient is allreduced, or its encoding allgathered, on a
+process group of the algorithm's own (creating it is collective: every process wraps its model).
+Events run after the optimizer step of their inner step (or, if that step's optimizer did not run, at
+the next forward), in the same order on every rank. Checkpoints carry the outer state, the residuals,
+what is in flight and each rank's local parameters and inner optimizer state: resuming is exact.
+
+Example::
+
+    >>> model = model.with_bagua([adamw], {"name": "diloco", "inner_steps": 50})
+    >>> model = model.with_bagua([adamw], {"name": "diloco", "streaming": True, "compression": "MinMaxUInt4"})
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from bagua_algorithms.diloco.config import DiLoCoConfig
+from bagua_algorithms.diloco.exchange import FragmentExchange
+from bagua_algorithms.diloco.fragments import Schedule, gather_flat, scatter_flat, split_fragments
+from bagua_algorithms.diloco.state import restore, state_of
+from bagua_core import env
+from bagua_core.algorithm import Algorithm, AlgorithmImpl
+from bagua_core.bucket import BaguaBucket
+from bagua_core.codecs import get_codec
+
+__all__ = ["DiLoCoAlgorithm", "DiLoCoAlgorithmImpl"]
+
+
+class DiLoCoAlgorithmImpl(AlgorithmImpl):
+    weights_differ_across_ranks = True  # between outer steps (and with streaming's mixing, always)
+
+    def __init__(self, process_group: Any, config: DiLoCoConfig) -> None:
+        super().__init__(process_group)
+        self.config = config
+        self.codec = get_codec(config.compression) if config.compression else None
+        self.nranks = len(process_group.ranks)
+        timeout = datetime.timedelta(seconds=env.get_comm_timeout_s())
+        self.group = dist.new_group(process_group.ranks, timeout=timeout)  # collective
+        self.schedule = Schedule(config.inner_steps, config.fragment_count, config.overlap)
+        self._module: torch.nn.Module | None = None
+        self._inner_phase: bool | None = None
+        self.step_offset = 0
+        """Added to the module's step counter (a resumed run continues the saved schedule)."""
+        self.fragments: list[list[torch.Tensor]] = []
+        self.starts: list[torch.Tensor] = []
+        self.exchanges: list[FragmentExchange] = []
+        self.outer: torch.optim.Optimizer | None = None
+        self.done_through = 0
+        """The inner steps whose events have run."""
+        self.pending: dict[int, int] = {}
+        """fragment -> the inner step after which its exchange is merged."""
+        self.landed: dict[int, torch.Tensor] = {}
+        """fragment -> its averaged outer gradient, already received (across a checkpoint)."""
+        self._stepped: set[int] = set()
+        self._stepped_at = -1
+
+    # --- phases ------------------------------------------------------------------------------------
+    def train_step(self) -> int:
+        return (self._module.bagua_train_step_counter if self._module is not None else 0) + self.step_offset
+
+    def inner_step(self) -> int:
+        return self.train_step() - self.config.warmup_steps
+
+    def need_reset(self) -> bool:
+        return self._inner_phase != (self.inner_step() > 0 or self.config.warmup_steps == 0)
+
+    def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
+        self._module = bagua_module
+        self._inner_phase = self.inner_step() > 0 or self.config.warmup_steps == 0
+        if not self._inner_phase:
+            return super().init_tensors(bagua_module)
+        if not self.starts:
+            self._begin_inner(bagua_module)
+        return []
+
+    def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
+        bucket.clear_ops()
+        if not self._inner_phase:
+            bucket.append_centralized_synchronous_op(hierarchical=False, average=True, group=self.process_group)
+
+    def init_backward_hook(self, bagua_module: torch.nn.Module) -> Callable[[str, torch.nn.Parameter], None]:
+        warmup = super().init_backward_hook(bagua_module)
+
+        def hook(parameter_name: str, parameter: torch.nn.Parameter) -> None:
+            if not self._inner_phase:
+                warmup(parameter_name, parameter)
+
+        return hook
+
+    def _begin_inner(self, bagua_module: torch.nn.Module) -> None:
+        params = [p for _, p in bagua_module.bagua_named_parameters()]
+        self.fragments = [[params[i] for i in indices] for indices in split_fragments(params, self.schedule.count)]
+        self.starts = [gather_flat(f, torch.empty(sum(p.numel() for p in f), device=f[0].device))
+                       for f in self.fragments]  # fp32, on the parameters' device
+        self.exchanges = [FragmentExchange(s.numel(), self.codec, self.config.error_feedback, self.group, self.nranks,
+                                           s.device) for s in self.starts]
+        self.outer = torch.optim.SGD(self.starts, lr=self.config.outer_lr, momentum=self.config.outer_momentum,
+                                     nesterov=self.config.nesterov and self.config.outer_momentum > 0)
+
+    # --- events --------------------------------------------------------------------------------------
+    def init_forward_pre_hook(self, bagua_module: torch.nn.Module) -> Callable[[Any], None]:
+        def hook(inputs: Any) -> None:
+            self._run_events(self.inner_step() - 1)  # a step whose optimizer did not run (GradScaler)
+
+        return hook
+
+    def init_post_optimizer_step_hook(self, bagua_module: torch.nn.Module) -> Callable[[torch.optim.Optimizer], None]:
+        def hook(optimizer: torch.optim.Optimizer) -> None:
+            step = self.train_step()
+            if step != self._stepped_at:
+                self._stepped_at, self._stepped = step, set()
+            self._stepped.add(id(optimizer))
+            if len(self._stepped) >= len(bagua_module.bagua_optimizers):
+                self._run_events(self.inner_step())
+
+        return hook
+
+    def _run_events(self, through: int) -> None:
+        if not self._inner_phase:
+            return
+        overlap = self.schedule.overlap
+        for step in range(self.done_through + 1, through + 1):
+            for fragment in self.schedule.merges_at(step) if overlap else ():
+                self._merge(fragment)
+            for fragment in self.schedule.syncs_at(step):
+                self._send(fragment, step + overlap)
+                if not overlap:
+                    self._merge(fragment)
+            self.done_through = step
+
+    def _send(self, fragment: int, merge_step: int) -> None:
+        delta = gather_flat(self.fragments[fragment], torch.empty_like(self.starts[fragment]))
+        torch.sub(self.starts[fragment], delta, out=delta)
+        self.exchanges[fragment].start(delta)
+        self.pending[fragment] = merge_step
+
+    def _merge(self, fragment: int) -> None:
+        del self.pending[fragment]
+        average = self.landed.pop(fragment, None)
+        if average is None:
+            average = self.exchanges[fragment].wait()
+        start = self.starts[fragment]
+        start.grad = average
+        self.outer.step()  # only the fragment with a gradient moves
+        start.grad = None
+        params = self.fragments[fragment]
+        if self.schedule.overlap and self.config.mixing > 0:
+            local = gather_flat(params, torch.empty_like(start))
+            scatter_flat(local.mul_(self.config.mixing).add_(start, alpha=1 - self.config.mixing), params)
+        else:
+            scatter_flat(start, params)
+
+    def shutdown(self, bagua_module: torch.nn.Module) -> None:
+        for fragment in list(self.pending):
+            if fragment not in self.landed:
+                self.exchanges[fragment].wait()  # nothing left in flight on the group
+
+    # --- checkpoints (bagua_core.checkpoint) ---------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return state_of(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        restore(self, state)
+
+
+class DiLoCoAlgorithm(Algorithm):
+    """DiLoCo: H local steps, then an outer Nesterov step on the averaged pseudo-gradient; streaming mode."""
+
+    name = "diloco"
+    Config = DiLoCoConfig
+
+    def reify(self, process_group: Any) -> DiLoCoAlgorithmImpl:
+        return DiLoCoAlgorithmImpl(process_group, self.config)

@@ -1,0 +1,76 @@
+"""Fragments of the parameters and their staggered synchronisation schedule.
+
+The trainable parameters, in registration order, are cut into ``count`` contiguous fragments of about
+equal numbers of elements. Fragment ``p`` is synchronised after the inner steps ``t`` (1-based) with
+``(t + p * H // count) % H == 0`` and its outer result is merged ``overlap`` inner steps later; with one
+fragment that is every H steps (DiLoCo).
+
+Example::
+
+    >>> schedule = Schedule(inner_steps=100, count=4, overlap=1)
+    >>> schedule.syncs_at(25), schedule.merges_at(26)      # fragment 3 sends after step 25, merges after 26
+    ([3], [3])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from bagua_core.exceptions import BaguaConfigError
+
+__all__ = ["split_fragments", "Schedule", "gather_flat", "scatter_flat"]
+
+
+def split_fragments(params: Sequence[torch.Tensor], count: int) -> list[list[int]]:
+    """Indices of ``params`` in each of ``count`` contiguous fragments of about equal numel."""
+    if count > len(params):
+        raise BaguaConfigError(f"fragments ({count}) is more than the model's {len(params)} trainable parameter tensors; "
+                               f"use at most {len(params)}")
+    total = max(sum(p.numel() for p in params), 1)
+    fragments: list[list[int]] = [[] for _ in range(count)]
+    seen, last = 0, 0
+    for index, param in enumerate(params):
+        by_size = seen * count // total  # the fragment of the element where this tensor starts
+        lowest = max(last, count - (len(params) - index))  # leave a tensor for every later fragment
+        last = min(max(by_size, lowest), last + 1 if index else 0)  # and skip none
+        fragments[last].append(index)
+        seen += param.numel()
+    return fragments
+
+
+class Schedule:
+    """When each fragment sends its outer gradient and when the result is merged (inner steps)."""
+
+    def __init__(self, inner_steps: int, count: int, overlap: int) -> None:
+        self.inner_steps, self.count, self.overlap = inner_steps, count, overlap
+        self.offsets = [p * inner_steps // count for p in range(count)]
+
+    def syncs_at(self, step: int) -> list[int]:
+        """The fragments that send their outer gradient after inner step ``step``."""
+        if step < 1:
+            return []
+        return [p for p, offset in enumerate(self.offsets) if (step + offset) % self.inner_steps == 0]
+
+    def merges_at(self, step: int) -> list[int]:
+        """The fragments whose outer result is merged after inner step ``step``."""
+        return self.syncs_at(step - self.overlap)
+
+
+def gather_flat(params: Sequence[torch.Tensor], out: torch.Tensor) -> torch.Tensor:
+    """Copy ``params`` (any float dtype) one after the other into the flat fp32 ``out``."""
+    at = 0
+    for param in params:
+        out[at : at + param.numel()].copy_(param.detach().reshape(-1))
+        at += param.numel()
+    return out
+
+
+def scatter_flat(flat: torch.Tensor, params: Sequence[torch.Tensor]) -> None:
+    """Copy the flat ``flat`` back into ``params`` (rounded to their dtype)."""
+    at = 0
+    with torch.no_grad():
+        for param in params:
+            param.copy_(flat[at : at + param.numel()].view_as(param))
+            at += param.numel()

@@ -1,0 +1,222 @@
+"""diloco: equal to a reference written with plain torch.distributed (DiLoCo, with a codec and error
+feedback, streaming with staggered fragments and overlap), warmup, exact resume from a checkpoint taken
+while an exchange is in flight, options validated by name."""
+
+from __future__ import annotations
+
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from bagua_algorithms.diloco.fragments import split_fragments
+from bagua_core.codecs import get_codec
+from bagua_core.exceptions import BaguaConfigError
+from tests.distributed import run_workers
+from tests.test_powersgd import Net, _batch, _params
+
+
+def _flat(params: list[torch.Tensor]) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1).float() for p in params])
+
+
+def _assign(params: list[torch.Tensor], flat: torch.Tensor) -> None:
+    at = 0
+    with torch.no_grad():
+        for p in params:
+            p.copy_(flat[at : at + p.numel()].view_as(p))
+            at += p.numel()
+
+
+def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rank: int, t: int, average_grads: bool) -> None:
+    x, y = _batch(rank, t)
+    optimizer.zero_grad()
+    F.cross_entropy(model(x), y).backward()
+    if average_grads:
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+            p.grad /= dist.get_world_size()
+    optimizer.step()
+
+
+def _reference_average(delta: torch.Tensor, codec, residual: torch.Tensor | None) -> torch.Tensor:
+    n = dist.get_world_size()
+    if codec is None:
+        total = delta.clone()
+        dist.all_reduce(total)
+        return total / n
+    payload = delta if residual is None else residual.add_(delta)
+    encoded = codec.encode(payload)
+    if residual is not None:
+        residual -= codec.decode(encoded, 1, torch.empty_like(payload))
+    everyone = [torch.empty_like(encoded) for _ in range(n)]
+    dist.all_gather(everyone, encoded)
+    total = torch.zeros_like(delta)
+    for buf in everyone:
+        total += codec.decode(buf, 1, torch.empty_like(delta))
+    return total / n
+
+
+def _reference(rank: int, options: dict, steps: int) -> list[torch.Tensor]:
+    """DiLoCo as the issue states it, written out step by step (one outer optimizer per fragment)."""
+    H, W = options.get("inner_steps", 100), options.get("warmup_steps", 0)
+    streaming = options.get("streaming", False)
+    count = options.get("fragments") or (4 if streaming else 1)
+    overlap = options.get("overlap_steps", 1 if streaming else 0)
+    mixing = options.get("mixing", 0.5)
+    codec = get_codec(options["compression"]) if options.get("compression") else None
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
+    params = list(model.parameters())
+    fragments = [[params[i] for i in f] for f in split_fragments(params, count)]
+
+    def begin():
+        starts = [_flat(f) for f in fragments]
+        outers = [torch.optim.SGD([s], lr=0.7, momentum=0.9, nesterov=True) for s in starts]
+        residuals = [torch.zeros_like(s) if codec is not None else None for s in starts]
+        return starts, outers, residuals
+
+    state, landing, history = (begin() if W == 0 else None), {}, []
+    for t in range(1, steps + 1):
+        _step(model, optimizer, rank, t, average_grads=t <= W)
+        inner = t - W
+        if inner == 0:
+            state = begin()
+        if inner >= 1:
+            starts, outers, residuals = state
+            for p in range(count):
+                sent = inner - overlap
+                if overlap and sent >= 1 and (sent + p * H // count) % H == 0:
+                    starts[p].grad = landing.pop(p)
+                    outers[p].step()
+                    local = _flat(fragments[p])
+                    _assign(fragments[p], mixing * local + (1 - mixing) * starts[p] if mixing else starts[p])
+            for p in range(count):
+                if (inner + p * H // count) % H == 0:
+                    average = _reference_average(starts[p] - _flat(fragments[p]), codec, residuals[p])
+                    if overlap:
+                        landing[p] = average
+                    else:
+                        starts[p].grad = average
+                        outers[p].step()
+                        _assign(fragments[p], starts[p])
+        history.append(_params(model))
+    return history
+
+
+def _run_both(rank: int, options: dict, steps: int) -> None:
+    reference = _reference(rank, options, steps)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
+    model = model.with_bagua([optimizer], {"name": "diloco", **options})
+    for t in range(1, steps + 1):
+        _step(model, optimizer, rank, t, average_grads=False)
+        torch.testing.assert_close(_params(model), reference[t - 1], rtol=1e-6, atol=1e-7,
+                                   msg=lambda m, t=t: f"step {t}: {m}")
+    impl = model.bagua_algorithm
+    starts = torch.cat(impl.starts)
+    everyone = [torch.empty_like(starts) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, starts)
+    assert all(torch.equal(everyone[0], other) for other in everyone)  # the outer model is one model
+    model.bagua_shutdown()
+
+
+CASES = {
+    "diloco": {"inner_steps": 3},
+    "diloco+warmup": {"inner_steps": 3, "warmup_steps": 2},
+    "diloco+ScaledSign+ef": {"inner_steps": 4, "compression": "ScaledSign"},
+    "streaming+MinMaxUInt4": {"streaming": True, "inner_steps": 4, "fragments": 2, "overlap_steps": 1,
+                              "compression": "MinMaxUInt4"},
+    "streaming, no overlap": {"streaming": True, "inner_steps": 6, "fragments": 3, "overlap_steps": 0},
+    "streaming, overlap 2, no mixing": {"streaming": True, "inner_steps": 5, "fragments": 5, "overlap_steps": 2,
+                                        "mixing": 0.0},
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_equals_the_reference(case: str) -> None:
+    run_workers(_run_both, 2, CASES[case], 13)
+
+
+def _resume(rank: int, directory: str, options: dict) -> None:
+    from bagua_core.checkpoint import load_checkpoint, save_checkpoint
+
+    def build():
+        model = Net()
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+        return model.with_bagua([optimizer], {"name": "diloco", **options}), optimizer
+
+    model, optimizer = build()
+    for t in range(1, 11):
+        _step(model, optimizer, rank, t, average_grads=False)
+        if t == 7:
+            assert model.bagua_algorithm.pending  # an exchange is in flight
+            save_checkpoint(t, directory, model, optimizer)
+    expected = _params(model)
+    model.bagua_shutdown()
+    resumed, resumed_opt = build()
+    assert load_checkpoint(directory, resumed, resumed_opt) == 7
+    for t in range(8, 11):
+        _step(resumed, resumed_opt, rank, t, average_grads=False)
+    assert torch.equal(_params(resumed), expected)
+
+
+def test_checkpoint_resumes_exactly_with_an_exchange_in_flight(tmp_path) -> None:
+    options = {"streaming": True, "inner_steps": 4, "fragments": 2, "overlap_steps": 1, "compression": "MinMaxUInt4",
+               "warmup_steps": 1}
+    run_workers(_resume, 2, str(tmp_path), options)
+
+
+@pytest.mark.parametrize("options, field", [
+    ({"inner_steps": 0}, "inner_steps"),
+    ({"outer_lr": -1.0}, "outer_lr"),
+    ({"outer_momentum": 1.0}, "outer_momentum"),
+    ({"fragments": 4}, "fragments"),
+    ({"streaming": True, "inner_steps": 1}, "overlap_steps"),
+    ({"compression": "MinMaxUint4"}, "compression"),
+    ({"mixing": 2}, "mixing"),
+    ({"inner_step": 5}, "inner_step"),
+])
+def test_options_are_validated_by_name(options: dict, field: str) -> None:
+    from bagua_core.config import resolve_algorithm
+
+    with pytest.raises(BaguaConfigError, match=rf"diloco\.{field}:"):
+        resolve_algorithm({"name": "diloco", **options})
+
+
+def _too_many_fragments(rank: int) -> str:
+    model = torch.nn.Linear(3, 2)
+    try:
+        model.with_bagua([torch.optim.SGD(model.parameters(), lr=0.1)],
+                         {"name": "diloco", "streaming": True, "fragments": 3})
+    except BaguaConfigError as exc:
+        return str(exc)
+    return "no error"
+
+
+def test_more_fragments_than_tensors_fails_on_every_rank() -> None:
+    for message in run_workers(_too_many_fragments, 2):
+        assert "fragments (3) is more than the model's 2 trainable parameter tensors" in message
+
+
+def _skipped_optimizer_step(rank: int) -> None:
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model = model.with_bagua([optimizer], {"name": "diloco", "inner_steps": 3})
+    for t in range(1, 8):
+        x, y = _batch(rank, t)
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        if not (rank == 1 and t == 3):  # as a GradScaler skips a step with an overflow on one rank
+            optimizer.step()
+    impl = model.bagua_algorithm
+    assert impl.done_through == 7
+    starts = torch.cat(impl.starts)
+    everyone = [torch.empty_like(starts) for _ in range(2)]
+    dist.all_gather(everyone, starts)
+    assert torch.equal(everyone[0], everyone[1])
+
+
+def test_a_skipped_optimizer_step_syncs_at_the_next_forward() -> None:
+    run_workers(_skipped_optimizer_step, 2, timeout=60)
