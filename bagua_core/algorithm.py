@@ -238,16 +238,3 @@ class AlgorithmImpl:
     def shutdown(self, bagua_ddp: torch.nn.Module) -> None:
         """Release what the impl started (threads, groups) when the module is re-wrapped or closed."""
         return None
-
-    def state_dict(self) -> dict[str, Any]:
-        """What this rank needs, beyond the model and its optimizers, to resume exactly (tensors,
-        numbers, strings, lists and dicts of them). ``bagua_core.checkpoint`` saves it per rank when it
-        is not empty. Default: no state."""
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned (called by ``load_checkpoint`` after the model and
-        the optimizers were loaded, on every rank with its own state)."""
-        if state:
-            raise BaguaConfigError(f"{type(self).__name__} keeps no state, but the checkpoint holds algorithm state "
-                                   f"with keys {sorted(state)}")
