@@ -23,7 +23,7 @@ __all__ = ["CacheLoader"]
 
 
 def _make_store(backend: str, kwargs: dict[str, Any]) -> Store:
-    from bagua_core.plugins import cache_store_registry
+    from bagua_contrib.hookspecs import cache_store_registry
 
     return cache_store_registry.get(backend)(**kwargs)
 

@@ -1,5 +1,6 @@
-"""Every hook spec is documented in docs/plugins.md with its exact signature, and is exercised by a
-named test that implements it (and no documented or mapped hook is stale)."""
+"""Every hook spec (the core's and those the plugin packages add) is documented in docs/plugins.md with
+its exact signature, and is exercised by a named test that implements it (and no documented or mapped
+hook is stale)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from bagua_core.plugins import hookspecs
+from bagua_core.plugins import get_plugin_manager
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "plugins.md"
 
 # hook spec -> the test that implements and exercises it ("path::function")
 HOOK_TESTS = {
+    "bagua_add_hookspecs": "tests/test_plugin_hookspecs.py::test_a_package_brings_its_own_spec",
     "bagua_register_algorithms": "tests/test_plugins.py::test_fake_distribution_is_discovered",
     "bagua_register_topologies": "tests/test_decentralized_dp_topologies.py::test_a_third_party_registers_a_topology",
     "bagua_register_cache_stores": "tests/test_contrib_cache.py::test_backend_is_a_plugin_and_values_are_not_pickled",
@@ -24,15 +26,17 @@ HOOK_TESTS = {
 }
 
 
-def _hookspec_signatures() -> dict[str, str]:
-    """``name -> "def name(args) -> returns"`` for every function marked with ``@hookspec``, read from
-    the source so the annotations appear as written."""
-    tree = ast.parse(inspect.getsource(hookspecs))
+def _hookspec_signatures() -> dict[str, tuple[str, object]]:
+    """``name -> ("def name(args) -> returns", module)`` for every function marked with ``@hookspec``
+    in every spec module the installed plugins add (the core's first), read from the source so the
+    annotations appear as written."""
     found = {}
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and any(ast.unparse(d) == "hookspec" for d in node.decorator_list):
-            returns = f" -> {ast.unparse(node.returns)}" if node.returns is not None else ""
-            found[node.name] = f"def {node.name}({ast.unparse(node.args)}){returns}"
+    for module in get_plugin_manager().spec_modules():
+        for node in ast.parse(inspect.getsource(module)).body:
+            marked = any(ast.unparse(d).startswith("hookspec") for d in getattr(node, "decorator_list", ()))
+            if isinstance(node, ast.FunctionDef) and marked:
+                returns = f" -> {ast.unparse(node.returns)}" if node.returns is not None else ""
+                found[node.name] = (f"def {node.name}({ast.unparse(node.args)}){returns}", module)
     return found
 
 
@@ -40,9 +44,17 @@ SIGNATURES = _hookspec_signatures()
 
 
 def test_hookspecs_found_and_marked() -> None:
-    assert SIGNATURES, "no hook spec found in bagua_core/plugins/hookspecs.py"
-    for name in SIGNATURES:
-        assert hasattr(getattr(hookspecs, name), "bagua_spec"), f"{name} is not a pluggy hook spec"
+    assert SIGNATURES, "no hook spec found in the spec modules"
+    for name, (_, module) in SIGNATURES.items():
+        assert hasattr(getattr(module, name), "bagua_spec"), f"{name} is not a pluggy hook spec"
+
+
+def test_plugin_packages_bring_their_own_specs() -> None:
+    """The core specifies only the hooks whose contract it holds; the others come from their packages."""
+    owners = {name: module.__name__ for name, (_, module) in SIGNATURES.items()}
+    assert owners["bagua_register_algorithms"] == owners["bagua_register_codecs"] == "bagua_core.plugins.hookspecs"
+    assert owners["bagua_register_topologies"] == "bagua_algorithms.decentralized_dp.hookspecs"
+    assert owners["bagua_register_cache_stores"] == "bagua_contrib.hookspecs"
 
 
 @pytest.mark.parametrize("name", sorted(SIGNATURES))
@@ -50,7 +62,8 @@ def test_documented_with_its_exact_signature(name: str) -> None:
     guide = GUIDE.read_text()
     assert f"### `{name}`" in guide, f"docs/plugins.md has no section '### `{name}`'"
     section = guide.split(f"### `{name}`", 1)[1].split("\n### ", 1)[0].split("\n## ", 1)[0]
-    assert SIGNATURES[name] in section, f"docs/plugins.md must show `{SIGNATURES[name]}` in the {name} section"
+    signature = SIGNATURES[name][0]
+    assert signature in section, f"docs/plugins.md must show `{signature}` in the {name} section"
     assert HOOK_TESTS.get(name, "<none>") in section, f"the {name} section must name its test"
 
 

@@ -40,7 +40,9 @@ from bagua_algorithms.decentralized_dp.topology import Topology, get_topology
 from bagua_core import failure
 from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
 from bagua_core.exceptions import BaguaConfigError, BaguaError
-from bagua_core.plugins import hookimpl, topology_registry
+from bagua_algorithms.decentralized_dp import hookspecs
+from bagua_algorithms.decentralized_dp.hookspecs import topology_registry
+from bagua_core.plugins import hookimpl
 
 __all__ = ["DecentralizedDPAlgorithm", "DecentralizedDPAlgorithmImpl", "DecentralizedDPConfig"]
 
@@ -174,6 +176,11 @@ class DecentralizedDPAlgorithm(Algorithm):
             raise BaguaConfigError("decentralized_dp runs on the whole job's process group, not a subgroup")
         topology = get_topology(self.config.topology, process_group.world_size, process_group.local_size)
         return DecentralizedDPAlgorithmImpl(process_group, self.config, topology, self.optimizers, self.scaler)
+
+
+@hookimpl
+def bagua_add_hookspecs(plugin_manager) -> None:
+    plugin_manager.add_hookspecs(hookspecs)  # the topology spec; the topologies plugin adds it too
 
 
 @hookimpl

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from bagua_algorithms.decentralized_dp import hookspecs
 from bagua_algorithms.decentralized_dp.topology import Topology
 from bagua_core.exceptions import BaguaConfigError
 from bagua_core.plugins import hookimpl
@@ -112,6 +113,11 @@ class AlternatingExpRingTopology(Topology):
                 counter += 1
             result += [first, second]
         return result
+
+
+@hookimpl
+def bagua_add_hookspecs(plugin_manager) -> None:
+    plugin_manager.add_hookspecs(hookspecs)  # this package's spec, whichever of its plugins is enabled
 
 
 @hookimpl

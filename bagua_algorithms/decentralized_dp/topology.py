@@ -3,7 +3,7 @@
 A topology is a periodic sequence of rounds; in every round the ranks are partitioned into edges
 (each rank in exactly one edge) and each edge mixes its members' parameters with
 ``x <- w*x + (1-w)/(|R|-1) * (sum of the other members' x)``. Third parties add topologies with the
-``bagua_register_topologies`` hook; built-ins live in :mod:`bagua_algorithms.decentralized_dp.topologies`.
+``bagua_register_topologies`` hook (spec in :mod:`bagua_algorithms.decentralized_dp.hookspecs`); built-ins live in :mod:`bagua_algorithms.decentralized_dp.topologies`.
 
 Example::
 
@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from bagua_core import env
 from bagua_core.exceptions import BaguaConfigError
-from bagua_core.plugins import topology_registry
+from bagua_algorithms.decentralized_dp.hookspecs import topology_registry
 
 __all__ = ["Edge", "Topology", "get_topology", "mix_inplace", "topology_names"]
 

@@ -10,7 +10,7 @@ from pydantic_core import PydanticUndefined
 
 from bagua_core.codecs import describe_codecs
 from bagua_core.config import algorithm_config_of
-from bagua_core.plugins import algorithm_registry, cache_store_registry, topology_registry
+from bagua_core.plugins import algorithm_registry, registration_hooks
 
 __all__ = ["plugins_command", "check_config_command", "describe_algorithms"]
 
@@ -41,8 +41,10 @@ def plugins_command(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bagua plugins", description="list installed bagua plugins")
     parser.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args(argv)
-    report = {"algorithms": describe_algorithms(), "topologies": _names(topology_registry),
-              "cache_stores": _names(cache_store_registry), "codecs": describe_codecs()}
+    # every other registration hook (the plugin packages' own specs, e.g. topologies, cache stores)
+    others = {key: _names(registry) for key, registry in registration_hooks().items()
+              if key not in ("algorithms", "codecs")}
+    report = {"algorithms": describe_algorithms(), **others, "codecs": describe_codecs()}
     if args.json:
         print(json.dumps(report, indent=2, default=str))
         return 0
@@ -52,7 +54,7 @@ def plugins_command(argv: list[str]) -> int:
         for option in row["options"]:
             default = "required" if option["required"] else f"default {option['default']!r}"
             print(f"      {option['name']}: {option['type']} = {default}  {option['help']}")
-    for key in ("topologies", "cache_stores"):
+    for key in others:
         print(f"{key.replace('_', ' ')}: " + (", ".join(r["name"] for r in report[key]) or "none"))
     print("codecs (compression=):")
     for row in report["codecs"]:

@@ -1,7 +1,8 @@
 """Plugin system of bagua: quick start for plugin authors.
 
-A plugin is a module with functions marked by :data:`hookimpl`; the hooks it may implement are in
-:mod:`bagua_core.plugins.hookspecs`. Announce the module through an entry point of group ``bagua``
+A plugin is a module with functions marked by :data:`hookimpl`; the core's hooks are in
+:mod:`bagua_core.plugins.hookspecs`, and a plugin package may add hooks of its own there
+(``bagua_add_hookspecs``, like pytest's ``pytest_addhooks``). Announce the module through an entry point of group ``bagua``
 in your ``pyproject.toml``::
 
     [project.entry-points.bagua]
@@ -34,24 +35,23 @@ from bagua_core.plugins.hookspecs import ENTRY_POINT_GROUP, PROJECT_NAME
 
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
-from bagua_core.plugins.manager import get_plugin_manager, reset_plugin_manager  # noqa: E402
+from bagua_core.plugins.manager import BaguaPluginManager, get_plugin_manager, reset_plugin_manager  # noqa: E402
 from bagua_core.plugins.registry import (  # noqa: E402
     NamedRegistry,
     algorithm_registry,
-    cache_store_registry,
     codec_registry,
-    topology_registry,
+    registration_hooks,
 )
 
 __all__ = [
     "hookimpl",
+    "BaguaPluginManager",
     "get_plugin_manager",
     "reset_plugin_manager",
     "NamedRegistry",
     "algorithm_registry",
-    "topology_registry",
-    "cache_store_registry",
     "codec_registry",
+    "registration_hooks",
     "ENTRY_POINT_GROUP",
     "PROJECT_NAME",
 ]

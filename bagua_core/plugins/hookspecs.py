@@ -8,6 +8,12 @@ announced through an entry point in the group ``bagua``::
 
 Each registration hook returns a list of classes; every class declares its ``name``. The registry
 refuses a missing or duplicate name and names both providers of a duplicate.
+
+Only the hooks whose contract lives in the core are specified here: algorithms
+(:mod:`bagua_core.algorithm`) and codecs (:mod:`bagua_core.codecs`). A plugin package whose contract
+lives in the package brings its own specs through :func:`bagua_add_hookspecs`, like pytest's
+``pytest_addhooks`` (the communication topologies and the cache stores are specified this way, by
+their packages; docs/plugins.md lists every spec).
 """
 
 from __future__ import annotations
@@ -28,6 +34,18 @@ ENTRY_POINT_GROUP = "bagua"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 
 
+@hookspec(historic=True)
+def bagua_add_hookspecs(plugin_manager: pluggy.PluginManager) -> None:
+    """Add the hook specs your package defines: call ``plugin_manager.add_hookspecs(your_spec_module)``.
+
+    Fires once for every plugin as it is registered (a historic hook: a plugin registered later, inline
+    or at run time, is called at once), before the manager checks every implementation against its spec.
+    Adding the same module again is a no-op, so every plugin of a package may add the package's specs.
+    Pair the spec with a registry, ``NamedRegistry(kind, "bagua_register_<things>")``, kept next to it;
+    ``bagua plugins`` lists the names registered through every ``bagua_register_<things>`` spec.
+    """
+
+
 @hookspec
 def bagua_register_algorithms() -> list[type[Algorithm]]:
     """Return the :class:`~bagua_core.algorithm.Algorithm` subclasses this plugin provides.
@@ -35,24 +53,6 @@ def bagua_register_algorithms() -> list[type[Algorithm]]:
     Fires once, when the algorithm registry is first built (the first ``with_bagua``, ``bagua plugins``
     or config load). Each class sets ``name`` (the name users select it by) and ``Config`` (a pydantic
     model deriving from :class:`~bagua_core.algorithm.AlgorithmConfig` with ``name: Literal[...]``).
-    """
-
-
-@hookspec
-def bagua_register_topologies() -> list[type]:
-    """Return the communication topology classes this plugin provides (decentralized data parallel).
-
-    Fires once, when the topology registry is first built. Each class sets ``name`` and derives from
-    ``bagua_algorithms.decentralized_dp.topology.Topology``.
-    """
-
-
-@hookspec
-def bagua_register_cache_stores() -> list[type]:
-    """Return the cache store classes this plugin provides (``CachedDataset(backend=...)``).
-
-    Fires once, when the store registry is first built. Each class sets ``name`` (the ``backend``
-    string) and derives from ``bagua_contrib.utils.store.Store``.
     """
 
 

@@ -1,4 +1,4 @@
-"""The plugin manager: adds the hook specs, loads the ``bagua`` entry points, checks them.
+"""The plugin manager: adds the core's hook specs (plugins add their packages' own), loads the ``bagua`` entry points, checks them.
 
 Environment:
   ``BAGUA_DISABLE_PLUGIN_AUTOLOAD=1`` loads only the entry points of bagua's own distribution
@@ -17,10 +17,32 @@ import pluggy
 from bagua_core.exceptions import DuplicateNameError, PluginLoadError
 from bagua_core.plugins import hookspecs
 
-__all__ = ["get_plugin_manager", "reset_plugin_manager", "disabled_plugin_names", "autoload_enabled"]
+__all__ = ["BaguaPluginManager", "get_plugin_manager", "reset_plugin_manager", "disabled_plugin_names", "autoload_enabled"]
 
 _lock = threading.RLock()
-_manager: pluggy.PluginManager | None = None
+_manager: BaguaPluginManager | None = None
+
+
+class BaguaPluginManager(pluggy.PluginManager):
+    """pluggy's manager for the ``bagua`` project; ``add_hookspecs`` adds a module's specs once.
+
+    Every plugin of a package may add the package's spec module (``bagua_add_hookspecs``) so the specs
+    are there whichever of its plugins is enabled; the second addition of a module is a no-op.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(hookspecs.PROJECT_NAME)
+        self._spec_modules: list[object] = []
+
+    def add_hookspecs(self, module_or_class: object) -> None:
+        if any(added is module_or_class for added in self._spec_modules):
+            return
+        super().add_hookspecs(module_or_class)
+        self._spec_modules.append(module_or_class)
+
+    def spec_modules(self) -> list[object]:
+        """The modules (or classes) whose hook specs were added, the core's first."""
+        return list(self._spec_modules)
 
 
 def autoload_enabled() -> bool:
@@ -73,7 +95,7 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
         pm.register(plugin, name=entry_point.name)
 
 
-def get_plugin_manager() -> pluggy.PluginManager:
+def get_plugin_manager() -> BaguaPluginManager:
     """Return the process-wide plugin manager, loading the entry points on first use.
 
     Example::
@@ -86,8 +108,11 @@ def get_plugin_manager() -> pluggy.PluginManager:
     global _manager
     with _lock:
         if _manager is None:
-            pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+            pm = BaguaPluginManager()
             pm.add_hookspecs(hookspecs)
+            # historic: every plugin registered from now on (entry points, inline, at run time) is asked
+            # at once to add its package's specs, before check_pending validates the implementations
+            pm.hook.bagua_add_hookspecs.call_historic(kwargs={"plugin_manager": pm})
             _load_entry_points(pm)
             pm.check_pending()  # a misspelt hook implementation fails here, at start-up
             _manager = pm

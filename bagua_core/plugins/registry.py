@@ -1,4 +1,5 @@
-"""Registries keyed by name, built from a registration hook (algorithms, topologies, cache stores, codecs).
+"""Registries keyed by name, built from a registration hook (the core's: algorithms and codecs; a plugin
+package keeps its own next to the hook spec it adds, e.g. topologies and cache stores).
 
 Registries are rebuilt from the plugin manager on every lookup, so a plugin registered or unregistered
 at run time (tests do that) is seen at once; the hook calls are cheap.
@@ -11,7 +12,9 @@ from typing import Generic, TypeVar
 from bagua_core.exceptions import DuplicateNameError, PluginError, UnknownNameError
 from bagua_core.plugins.manager import get_plugin_manager
 
-__all__ = ["NamedRegistry", "algorithm_registry", "topology_registry", "cache_store_registry", "codec_registry"]
+__all__ = ["NamedRegistry", "algorithm_registry", "codec_registry", "registration_hooks", "REGISTER_PREFIX"]
+
+REGISTER_PREFIX = "bagua_register_"
 
 T = TypeVar("T")
 
@@ -30,7 +33,9 @@ class NamedRegistry(Generic[T]):
     def providers(self) -> dict[str, tuple[type[T], str]]:
         """Map each name to ``(class, plugin name)``; raise on a missing or duplicate name."""
         pm = get_plugin_manager()
-        hook = getattr(pm.hook, self.hook_name)
+        hook = getattr(pm.hook, self.hook_name, None)
+        if hook is None:  # no plugin added the spec (its package is disabled or absent): nothing registered
+            return {}
         found: dict[str, tuple[type[T], str]] = {}
         # pluggy calls the last registered first; walk in registration order for stable messages
         for impl in hook.get_hookimpls():
@@ -67,7 +72,23 @@ class NamedRegistry(Generic[T]):
         return name in self.providers()
 
 
+def registration_hooks() -> dict[str, NamedRegistry]:
+    """A registry for every ``bagua_register_<things>`` hook spec added (the core's and the plugin
+    packages'), keyed by ``<things>``; what ``bagua plugins`` lists.
+
+    Example::
+
+        >>> sorted(registration_hooks())[:2]
+        ['algorithms', 'cache_stores']
+    """
+    pm = get_plugin_manager()
+    found = {}
+    for hook_name, caller in sorted(vars(pm.hook).items()):
+        if hook_name.startswith(REGISTER_PREFIX) and getattr(caller, "spec", None) is not None:
+            key = hook_name[len(REGISTER_PREFIX):]
+            found[key] = NamedRegistry(key.replace("_", " "), hook_name)
+    return found
+
+
 algorithm_registry: NamedRegistry = NamedRegistry("algorithm", "bagua_register_algorithms")
-topology_registry: NamedRegistry = NamedRegistry("topology", "bagua_register_topologies")
-cache_store_registry: NamedRegistry = NamedRegistry("cache store", "bagua_register_cache_stores")
 codec_registry: NamedRegistry = NamedRegistry("codec", "bagua_register_codecs")
