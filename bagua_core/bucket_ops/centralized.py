@@ -14,10 +14,9 @@ from bagua_core.communication import (
     allgather,
     allreduce_inplace,
     allreduce_inplace_start,
-    broadcast,
-    reduce_inplace,
     reduce_scatter,
 )
+from bagua_core.bucket_ops.hierarchy import hierarchical, resolve_group
 from bagua_core.communication.common import finish_average
 from bagua_core.communication.communicator import BaguaCommunicator
 
@@ -47,17 +46,16 @@ def start_allreduce_in_pieces(tensor: torch.Tensor, op: ReduceOp, comm: BaguaCom
 
 
 def hierarchical_allreduce(tensor: torch.Tensor, group: BaguaProcessGroup, average: bool) -> None:
-    """Reduce to the node leader, allreduce among leaders, broadcast inside the node."""
-    intra, inter = group.get_intra_node_communicator(), group.get_inter_node_communicator()
-    if intra.nranks() > 1:
-        reduce_inplace(tensor, dst=0, op=ReduceOp.SUM, comm=intra)
-    if inter.is_member:
+    """Reduce (SUM) to the node leader, allreduce (SUM) among leaders, divide by the world size when
+    averaging, broadcast inside the node (:func:`~bagua_core.bucket_ops.hierarchy.hierarchical`)."""
+
+    def among_leaders(inter: BaguaCommunicator) -> None:
         if inter.nranks() > 1:
             allreduce_inplace(tensor, op=ReduceOp.SUM, comm=inter)
         if average:
             finish_average(tensor, group.world_size)
-    if intra.nranks() > 1:
-        broadcast(tensor, src=0, comm=intra)
+
+    hierarchical(tensor, group, among_leaders, ReduceOp.SUM)
 
 
 def scattergather_allreduce(tensor: torch.Tensor, group: BaguaProcessGroup, average: bool) -> None:
@@ -94,11 +92,7 @@ class CentralizedSynchronousOp:
         self.workspace = None  # the compressed exchange's buffers, kept from step to step
 
     def __call__(self, bucket: BaguaBucket) -> None:
-        group = self.group or bucket.process_group
-        if group is None:
-            from bagua_core.process_group import get_default_group
-
-            group = get_default_group()
+        group = resolve_group(self.group, bucket)
         flattened = bucket.check_flatten()
         tensor = bucket.buffer if flattened else bucket.flattened_tensor()  # one layout check per run
         if self.compression is not None:

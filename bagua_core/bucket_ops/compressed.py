@@ -13,9 +13,9 @@ The buffers (uint8 send/receive/gather slots, the own chunk in the tensor's dtyp
 :class:`CompressedWorkspace` that a bucket keeps from step to step, so large allocations do not
 page-fault every step; the result is decompressed straight into the tensor.
 
-Hierarchical: reduce (SUM) to the node leader, divide by the node size when averaging, run the
-compressed exchange among the node leaders (the inter-node communicator), then broadcast inside
-the node (full precision on both intra-node legs).
+Hierarchical (:func:`bagua_core.bucket_ops.hierarchy.hierarchical`): reduce (AVG when averaging, else
+SUM) to the node leader, run the compressed exchange among the node leaders (the inter-node
+communicator), then broadcast inside the node (full precision on both intra-node legs).
 
 Example::
 
@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from bagua_core.bucket_ops import hierarchy
 from bagua_core.bucket_ops.compressed_pipeline import pipelined_exchange
 from bagua_core.bucket_ops.segment_codec import MINMAX_UINT8, SegmentCodec
-from bagua_core.communication import ReduceOp, allgather, alltoall, broadcast, reduce_inplace
+from bagua_core.communication import ReduceOp, allgather, alltoall
 from bagua_core.communication.communicator import BaguaCommunicator
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -139,10 +140,5 @@ def compressed_allreduce(
     if not hierarchical:
         compressed_allreduce_on(tensor, group.get_global_communicator(), average, workspace, codec)
         return
-    intra, inter = group.get_intra_node_communicator(), group.get_inter_node_communicator()
-    if intra.nranks() > 1:
-        reduce_inplace(tensor, dst=0, op=ReduceOp.AVG if average else ReduceOp.SUM, comm=intra)
-    if inter.is_member:
-        compressed_allreduce_on(tensor, inter, average, workspace, codec)
-    if intra.nranks() > 1:
-        broadcast(tensor, src=0, comm=intra)
+    hierarchy.hierarchical(tensor, group, lambda inter: compressed_allreduce_on(tensor, inter, average, workspace, codec),
+                 ReduceOp.AVG if average else ReduceOp.SUM)

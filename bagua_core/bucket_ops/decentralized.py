@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from bagua_core.bucket_ops.centralized import start_allreduce_in_pieces
-from bagua_core.communication import ReduceOp, broadcast, reduce_inplace
+from bagua_core.bucket_ops.hierarchy import hierarchical, resolve_group
+from bagua_core.communication import ReduceOp
 from bagua_core.communication.communicator import BaguaCommunicator
 from bagua_core.communication.host_staging import irecv, isend
 from bagua_core.exceptions import BaguaConfigError
@@ -145,11 +146,7 @@ class DecentralizedSynchronousOp:
         return self._receive_buffer
 
     def __call__(self, bucket: BaguaBucket) -> None:
-        group = self.group or bucket.process_group
-        if group is None:
-            from bagua_core.process_group import get_default_group
-
-            group = get_default_group()
+        group = resolve_group(self.group, bucket)
         if not self._snapshot_pending:
             self.take_snapshot(bucket, self.executions)
         self._snapshot_pending = False
@@ -165,11 +162,8 @@ class DecentralizedSynchronousOp:
             else:
                 finish()
             return
-        inter = group.get_inter_node_communicator()
-        reduce_inplace(tensor, dst=0, op=ReduceOp.AVG, comm=intra)
-        if inter.is_member:
-            _start_average_with_peers(tensor, inter, self.peer_selection_mode, self.round_index, received)()
-        broadcast(tensor, src=0, comm=intra)
+        mode, round_index = self.peer_selection_mode, self.round_index
+        hierarchical(tensor, group, lambda inter: _start_average_with_peers(tensor, inter, mode, round_index, received)())
 
     def copy_back_peer_weight(self, bucket: BaguaBucket) -> None:
         """Overwrite the bucket's weights with the averaged ones (call after the op ran); ``bucket`` may

@@ -32,7 +32,7 @@ from torch.autograd.graph import increment_version
 from bagua_core import native
 from bagua_core.bucket_ops.pipeline import exchange_round, post_receives, segments, wait_all
 from bagua_core.bucket_ops.segment_codec import MINMAX_UINT8, SegmentCodec
-from bagua_core.communication import ReduceOp, broadcast, reduce_inplace
+from bagua_core.bucket_ops.hierarchy import hierarchical, resolve_group
 from bagua_core.communication.common import record
 from bagua_core.communication.communicator import BaguaCommunicator
 from bagua_core.communication.host_staging import irecv, isend
@@ -127,12 +127,7 @@ class LowPrecisionDecentralizedOp:
         wait_all(sends)
 
     def _group(self, bucket: BaguaBucket) -> BaguaProcessGroup:
-        group = self.group or bucket.process_group
-        if group is None:
-            from bagua_core.process_group import get_default_group
-
-            group = get_default_group()
-        return group
+        return resolve_group(self.group, bucket)
 
     @staticmethod
     def _weights(bucket: BaguaBucket) -> tuple[torch.Tensor, torch.Tensor]:
@@ -165,13 +160,7 @@ class LowPrecisionDecentralizedOp:
             if not self.hierarchical:
                 self._ring_step(x, group.get_global_communicator(), prepared is not None)
             else:
-                intra, inter = group.get_intra_node_communicator(), group.get_inter_node_communicator()
-                if intra.nranks() > 1:
-                    reduce_inplace(x, dst=0, op=ReduceOp.AVG, comm=intra)
-                if inter.is_member:
-                    self._ring_step(x, inter, prepared is not None)
-                if intra.nranks() > 1:
-                    broadcast(x, src=0, comm=intra)
+                hierarchical(x, group, lambda inter: self._ring_step(x, inter, prepared is not None))
             if x is flat and flat is bucket.buffer:  # the weights were written in place, behind autograd
                 increment_version([tensor.bagua_getter_closure() for tensor in bucket.tensors])
             else:
