@@ -2,7 +2,8 @@
 
 What the core calls, in order, when a module is wrapped (see DESIGN.md):
 broadcast from rank 0 -> ``init_tensors`` -> ``tensors_to_buckets`` -> ``init_operations`` per bucket;
-per-parameter ``init_backward_hook``; ``init_post_backward_hook`` at the end of backward;
+per-parameter ``init_backward_hook``; ``init_bucket_ready_hook`` as each bucket is launched (in
+bucket order, on the training thread); ``init_post_backward_hook`` at the end of backward;
 ``init_post_optimizer_step_hook`` after ``optimizer.step``; before every forward the step counter
 is increased, ``need_reset`` asked (True redoes tensors/buckets/operations), then
 ``init_forward_pre_hook``.
@@ -199,6 +200,26 @@ class AlgorithmImpl:
                 parameter.bagua_mark_communication_ready()
 
         return hook
+
+    def init_bucket_ready_hook(self, bagua_ddp: torch.nn.Module) -> Callable[[BaguaBucket], None] | None:
+        """Return ``hook(bucket)`` to run when a bucket is launched, or None (the default: nothing).
+
+        The extension point for work that belongs inside backward, per bucket, on the training thread,
+        e.g. stepping a per-bucket optimizer as soon as the bucket's gradients are ready (decentralized
+        data parallel does that). The hook is called once per bucket per backward, strictly in bucket
+        order (bucket i after buckets 0..i-1), on the thread that marked the bucket's last tensor ready
+        (autograd's thread during backward; the training thread for buckets launched at the end of
+        backward by ``bagua_wait_for_communication``), before the bucket's operations are handed to the
+        communication thread, so its effects are what the operations see. Keep collectives out of it
+        unless every rank issues them in the same order (buckets are launched in the same order on
+        every rank). Rebuilt with the buckets (``need_reset``).
+
+        Example::
+
+            >>> def init_bucket_ready_hook(self, bagua_ddp):
+            ...     return lambda bucket: self.bucket_optimizers[bucket.name].step()
+        """
+        return None
 
     def init_post_backward_hook(self, bagua_ddp: torch.nn.Module) -> Callable[[], None]:
         """Runs at the end of backward: by default launches what is left and waits for it."""

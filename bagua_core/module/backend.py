@@ -50,7 +50,8 @@ class ModuleBackend:
             old.synchronize()
             old.detach()
         module.bagua_buckets = list(buckets)
-        module._bagua_scheduler = BucketScheduler(module.bagua_buckets, module.process_group.worker)
+        module._bagua_scheduler = BucketScheduler(module.bagua_buckets, module.process_group.worker,
+                                                  getattr(module, "_bagua_bucket_ready_hook", None))
 
 
 def register_module(module: torch.nn.Module) -> None:

@@ -36,7 +36,9 @@ def rebuild_buckets(module: torch.nn.Module) -> None:
         bucket.process_group = module.process_group
         impl.init_operations(module, bucket)
     module.bagua_buckets = buckets
-    module._bagua_scheduler = BucketScheduler(buckets, module.process_group.worker)
+    ready_hook = impl.init_bucket_ready_hook(module) if hasattr(impl, "init_bucket_ready_hook") else None
+    module._bagua_bucket_ready_hook = ready_hook
+    module._bagua_scheduler = BucketScheduler(buckets, module.process_group.worker, ready_hook)
     module._bagua_backward_hook = impl.init_backward_hook(module)
     module._bagua_post_backward_hook = impl.init_post_backward_hook(module)
     module._bagua_forward_pre_hook = impl.init_forward_pre_hook(module)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -12,11 +13,17 @@ __all__ = ["BucketScheduler"]
 
 
 class BucketScheduler:
-    """Bucket i is launched once it is ready and buckets 0..i-1 have been launched."""
+    """Bucket i is launched once it is ready and buckets 0..i-1 have been launched.
 
-    def __init__(self, buckets: list[BaguaBucket], worker: CommunicationWorker) -> None:
+    ``ready_hook`` (the impl's ``init_bucket_ready_hook``): called with each bucket as it is launched,
+    in bucket order, on the thread that made it ready (autograd's during backward, the training
+    thread's at the end of backward), before its operations are handed to the communication thread."""
+
+    def __init__(self, buckets: list[BaguaBucket], worker: CommunicationWorker,
+                 ready_hook: Callable[[BaguaBucket], None] | None = None) -> None:
         self.buckets = buckets
         self.worker = worker
+        self.ready_hook = ready_hook
         self.next_index = 0
         self.in_backward = False
         """Set by the module's backward hooks: the last bucket then runs on the calling thread, which
@@ -29,6 +36,8 @@ class BucketScheduler:
             launching = self.buckets[self.next_index]
             self.next_index += 1
             launching.reset_ready()
+            if self.ready_hook is not None:
+                self.ready_hook(launching)
             if self.in_backward and self.next_index == len(self.buckets):
                 self.worker.synchronize()  # earlier buckets first: the order of collectives is kept
                 launching.execute_ops(True)
