@@ -80,11 +80,12 @@ class DecentralizedEngine:
         self._backups: list[torch.Tensor] = []
 
     # --- called by the hooks --------------------------------------------------------------------
-    def grad_ready(self, name: str, param: torch.Tensor) -> None:
-        """A parameter's gradient is accumulated: record it (first backward) or step its bucket if full."""
+    def note_gradient(self, param: torch.Tensor) -> bool:
+        """A parameter's gradient is accumulated: refuse a second one in this backward, record the order
+        in the first backward. Returns whether the parameter belongs to a built bucket (step it then)."""
         key = id(param)
         if key not in self._name_of:
-            return
+            return False
         if key in self._seen:
             raise BaguaError(
                 f"parameter {self._name_of[key]!r} received its gradient twice in one backward (used twice, e.g. "
@@ -94,14 +95,29 @@ class DecentralizedEngine:
         self._seen.add(key)
         if self.buckets is None:
             self.trace.append(self._name_of[key])
-        elif not self.accumulate:
-            index = self._bucket_of[key]
-            self._ready[index].add(key)
+            return False
+        return True
+
+    def grad_ready(self, name: str, param: torch.Tensor) -> None:
+        """A parameter's gradient is accumulated: record it (first backward) or step its bucket if full."""
+        if self.note_gradient(param) and not self.accumulate:
+            index = self._bucket_of[id(param)]
+            self._ready[index].add(id(param))
             self._advance(flush=False)
+
+    def end_backward_pass(self) -> None:
+        """Forget the gradients seen in this backward (the next may see every parameter again)."""
+        self._seen.clear()
+
+    def end_step(self) -> None:
+        """Every bucket stepped: update the scaler (when the engine owns it) and count the step."""
+        if self.scaler is not None and self.update_scaler:
+            self.scaler.update()
+        self.step += 1
 
     def backward_end(self) -> None:
         """End of a backward: build buckets after the first one; step what is left; count the step."""
-        self._seen.clear()
+        self.end_backward_pass()
         if self.buckets is None:
             self._build()
         if self.accumulate:
@@ -112,12 +128,13 @@ class DecentralizedEngine:
             self._next = 0
             for ready in self._ready:
                 ready.clear()
-        if self.scaler is not None and self.update_scaler:
-            self.scaler.update()
-        self.step += 1
+        self.end_step()
 
     # --- internals ------------------------------------------------------------------------------
-    def _build(self) -> None:
+    def agreed_order(self) -> list[str]:
+        """The parameters' names in the order their gradients became ready in the first backward (then
+        those that got none, last registered first), checked equal on every rank (an all_gather of the
+        names; a difference raises ``RankMismatchError`` on every rank)."""
         traced = set(self.trace)
         order = self.trace + [n for n, _ in reversed(self.named_params) if n not in traced]
         gathered: list[Any] = [None] * self.world_size
@@ -130,8 +147,20 @@ class DecentralizedEngine:
                     f"at position {where}: {order[where:where + 1]} vs {other[where:where + 1]} (of {len(order)} "
                     f"vs {len(other)} parameters); every rank must run the same model and the same backward"
                 )
+        return order
+
+    def ordered_params(self, order: Sequence[str]) -> list[tuple[str, torch.nn.Parameter]]:
         by_name = dict(self.named_params)
-        self.buckets = split_params([(n, by_name[n]) for n in order], self.bucket_bytes, self.as_view)
+        return [(n, by_name[n]) for n in order]
+
+    def _build(self) -> None:
+        named = self.ordered_params(self.agreed_order())
+        self.use_buckets(split_params(named, self.bucket_bytes, self.as_view))
+
+    def use_buckets(self, buckets: list[ParamBucket]) -> None:
+        """Adopt ``buckets`` (in launch order): build each one's optimizer and LR scheduler, apply a
+        checkpoint's per-bucket state loaded before they existed."""
+        self.buckets = list(buckets)
         for index, bucket in enumerate(self.buckets):
             bucket.optimizer = self.optim_fn(list(zip(bucket.names, bucket.params)))
             if self.lr_scheduler_fn is not None:
@@ -150,10 +179,12 @@ class DecentralizedEngine:
             if not flush and len(self._ready[self._next]) < len(bucket.params):
                 return
             self._next += 1
-            self._step_bucket(bucket)
+            self.step_bucket(bucket)
 
     @torch.no_grad()
-    def _step_bucket(self, bucket: ParamBucket) -> None:
+    def step_bucket(self, bucket: ParamBucket) -> None:
+        """Mix the bucket's last round in, step its optimizer (through the scaler, clipped if asked),
+        then start its next round over this step's edge."""
         bucket.finish(self.adaptive_factor)
         optimizer = bucket.optimizer
         if any(p.grad is not None for p in bucket.params):

@@ -34,11 +34,13 @@ import torch
 import torch.distributed as dist
 from pydantic import Field, field_validator
 
+from bagua_algorithms.decentralized_dp.buckets import ParamBucket
 from bagua_algorithms.decentralized_dp.engine import DecentralizedEngine
 from bagua_algorithms.decentralized_dp.optim_fns import optim_fn_like
 from bagua_algorithms.decentralized_dp.topology import Topology, get_topology
 from bagua_core import failure
 from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
+from bagua_core.bucket import BaguaBucket
 from bagua_core.exceptions import BaguaConfigError, BaguaError
 from bagua_algorithms.decentralized_dp import hookspecs
 from bagua_algorithms.decentralized_dp.hookspecs import topology_registry
@@ -75,7 +77,12 @@ _hooked_noop_step = torch.optim.Optimizer.profile_hook_step(_noop_step)  # still
 
 
 class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
-    """Lifecycle hooks delegating to one :class:`DecentralizedEngine` (no core buckets)."""
+    """decent-dp on the core's lifecycle: the core's buckets hold the parameters (the weights are what is
+    communicated), in the order their gradients became ready in the first backward (agreed across
+    ranks); the core marks a bucket ready when its last gradient is accumulated and calls the bucket
+    ready hook in bucket order on the training thread, where the engine mixes the bucket's last round in,
+    steps the bucket's optimizer and starts the next round. The first backward only traces the order:
+    its end builds the buckets (``bagua_reset``) and steps them all."""
 
     weights_differ_across_ranks = True
 
@@ -86,6 +93,8 @@ class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
         self.engine: DecentralizedEngine | None = None
         self._silenced: torch.optim.Optimizer | None = None
         self.scaler = scaler
+        self._order: list[str] | None = None  # agreed at the end of the first backward
+        self._param_buckets: dict[int, ParamBucket] = {}  # id(core bucket) -> the engine's bucket
 
     def _user_optimizer(self, module: torch.nn.Module) -> torch.optim.Optimizer:
         optimizers = self.optimizers or list(getattr(module, "bagua_optimizers", ()))
@@ -114,15 +123,58 @@ class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
             if self.scaler is not None:
                 optimizer._step_supports_amp_scaling = True  # scaler.step calls the no-op, unscales nothing
             self._silenced = optimizer
-        return []  # the engine communicates parameters itself; no gradient buckets
+        if self._order is None:
+            return []  # the first backward traces the order; no buckets until it ends
+        module_name = bagua_module.bagua_module_name
+        return [param.ensure_bagua_tensor(name, module_name) for name, param in self.engine.ordered_params(self._order)]
+
+    def bucket_size_bytes(self) -> int:
+        return self.engine.bucket_bytes if self.engine is not None else super().bucket_size_bytes()
+
+    def tensors_to_buckets(self, tensors: list[list[torch.Tensor]], do_flatten: bool) -> list[BaguaBucket]:
+        """The core's groups (``bucket_size_in_mb``, in the agreed order); each bucket's parameters become
+        views of one buffer of the engine's bucket (in their own memory layout), so the core bucket
+        does not flatten them again."""
+        assert self.engine is not None
+        if not tensors:  # before the first backward ended
+            return []
+        groups = [[(tensor.bagua_tensor_name, tensor) for tensor in group] for group in tensors]
+        if self.engine.buckets is None:
+            self.engine.use_buckets([ParamBucket(group, as_view=True) for group in groups])
+        elif [b.names for b in self.engine.buckets] != [[n for n, _ in group] for group in groups]:
+            raise BaguaError("decentralized_dp's buckets cannot change once built (they hold the optimizers)")
+        buckets = [BaguaBucket(group, f"bucket_{i}", flatten=False) for i, group in enumerate(tensors)]
+        self._param_buckets = {id(core): own for core, own in zip(buckets, self.engine.buckets)}
+        return buckets
 
     def init_backward_hook(self, bagua_module: torch.nn.Module) -> Callable[[str, torch.nn.Parameter], None]:
-        assert self.engine is not None
-        return self.engine.grad_ready
+        engine = self.engine
+        assert engine is not None
+
+        def hook(name: str, param: torch.nn.Parameter) -> None:
+            if engine.note_gradient(param):  # False in the first backward: it traces the order
+                param.bagua_mark_communication_ready()
+
+        return hook
+
+    def init_bucket_ready_hook(self, bagua_module: torch.nn.Module) -> Callable[[BaguaBucket], None]:
+        engine, own = self.engine, self._param_buckets
+        assert engine is not None
+        return lambda bucket: engine.step_bucket(own[id(bucket)])
 
     def init_post_backward_hook(self, bagua_module: torch.nn.Module) -> Callable[[], None]:
-        assert self.engine is not None
-        return self.engine.backward_end
+        engine = self.engine
+        assert engine is not None
+
+        def hook() -> None:
+            engine.end_backward_pass()
+            if self._order is None:  # the first backward: agree on the order, build the buckets
+                self._order = engine.agreed_order()
+                bagua_module.bagua_reset()
+            bagua_module.bagua_wait_for_communication()  # the buckets not stepped yet step now, in order
+            engine.end_step()
+
+        return hook
 
     def global_avg(self, bagua_module: torch.nn.Module, will_revert: bool = True, return_d2c: bool = False):
         """Average parameters (and buffers if asked) over all ranks exactly (see the wrapper's)."""
