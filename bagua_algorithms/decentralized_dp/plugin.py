@@ -35,7 +35,7 @@ import torch.distributed as dist
 from pydantic import Field, field_validator
 
 from bagua_algorithms.decentralized_dp.buckets import ParamBucket
-from bagua_algorithms.decentralized_dp.engine import DecentralizedEngine
+from bagua_algorithms.decentralized_dp.engine import DecentralizedEngine, OptimFn, SchedulerFn
 from bagua_algorithms.decentralized_dp.optim_fns import optim_fn_like
 from bagua_algorithms.decentralized_dp.topology import Topology, get_topology
 from bagua_core import failure
@@ -87,9 +87,15 @@ class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
     weights_differ_across_ranks = True
 
     def __init__(self, process_group: Any, config: DecentralizedDPConfig, topology: Topology,
-                 optimizers: Sequence[torch.optim.Optimizer], scaler: Any = None) -> None:
+                 optimizers: Sequence[torch.optim.Optimizer], scaler: Any = None, *,
+                 optim_fn: OptimFn | None = None, lr_scheduler_fn: SchedulerFn | None = None,
+                 param_as_bucket_view: bool = True, update_scaler: bool = False) -> None:
         super().__init__(process_group)
         self.config, self.topology, self.optimizers = config, topology, list(optimizers)
+        # the wrapper's form: its optim_fn builds the bucket optimizers (else: like the user's optimizer,
+        # whose step is silenced), and the engine updates the scaler itself
+        self.optim_fn, self.lr_scheduler_fn = optim_fn, lr_scheduler_fn
+        self.as_view, self.update_scaler = param_as_bucket_view, update_scaler
         self.engine: DecentralizedEngine | None = None
         self._silenced: torch.optim.Optimizer | None = None
         self.scaler = scaler
@@ -112,6 +118,12 @@ class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
         return optimizer
 
     def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
+        if self.engine is None and self.optim_fn is not None:
+            self.engine = DecentralizedEngine(
+                bagua_module.bagua_named_parameters(), self.optim_fn, self.topology, self.lr_scheduler_fn,
+                self.scaler, self.config.grad_clip_norm, self.as_view, self.config.bucket_size_in_mb,
+                update_scaler=self.update_scaler,
+            )
         if self.engine is None:
             optimizer = self._user_optimizer(bagua_module)
             self.engine = DecentralizedEngine(
@@ -140,7 +152,7 @@ class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
             return []
         groups = [[(tensor.bagua_tensor_name, tensor) for tensor in group] for group in tensors]
         if self.engine.buckets is None:
-            self.engine.use_buckets([ParamBucket(group, as_view=True) for group in groups])
+            self.engine.use_buckets([ParamBucket(group, as_view=self.as_view) for group in groups])
         elif [b.names for b in self.engine.buckets] != [[n for n, _ in group] for group in groups]:
             raise BaguaError("decentralized_dp's buckets cannot change once built (they hold the optimizers)")
         buckets = [BaguaBucket(group, f"bucket_{i}", flatten=False) for i, group in enumerate(tensors)]

@@ -4,6 +4,11 @@ Communicated: each bucket's parameters, in their own dtype, with an asynchronous
 over the current step's edge of the topology, mixed in as ``x <- w*x + (1-w)/(|R|-1) * (sum - x)``
 when the bucket steps in the next backward; :meth:`global_avg` averages everything over all ranks.
 
+The wrapped model runs on bagua's lifecycle, as ``with_bagua(..., "decentralized_dp")`` does: the
+wrapper wraps it with the same implementation, given the wrapper's ``optim_fn``, ``lr_scheduler_fn``,
+topology and scaler (the core's buckets, its bucket ready hook stepping each bucket's optimizer inside
+backward). It needs ``bagua.init_process_group()`` (called here when only torch.distributed is).
+
 Example::
 
     >>> model = DecentralizedDataParallel(
@@ -28,9 +33,15 @@ from bagua_algorithms.decentralized_dp.engine import (
     validate_engine_options,
 )
 from bagua_algorithms.decentralized_dp.topology import Topology, get_topology
-from bagua_core import env, failure
+from bagua_algorithms.decentralized_dp.plugin import (
+    DecentralizedDPAlgorithm,
+    DecentralizedDPAlgorithmImpl,
+    DecentralizedDPConfig,
+)
+from bagua_core import env
 from bagua_core.agreement import Prepared, agree_or_raise
 from bagua_core.module.initial_sync import model_signature
+from bagua_core.process_group import get_default_group_or_none, init_process_group
 
 __all__ = ["DecentralizedDataParallel"]
 
@@ -71,33 +82,17 @@ class DecentralizedDataParallel(torch.nn.Module):
         topology = agree_or_raise(None, prepare, model_signature(named_tensors), what="DecentralizedDataParallel")
         self.module = model
         self.sync_buffer_in_global_avg = sync_buffer_in_global_avg
-        with torch.no_grad():
+        with torch.no_grad():  # every tensor, frozen parameters included (with_bagua then has nothing to change)
             for tensor in list(model.parameters()) + list(model.buffers()):
                 flat = tensor.data.reshape(-1).clone()
                 dist.broadcast(flat, src=0)
                 tensor.data.copy_(flat.view(tensor.shape))
-        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        self.engine = DecentralizedEngine(
-            named, optim_fn, topology, lr_scheduler_fn, scaler, grad_clip_norm, param_as_bucket_view,
-            bucket_size_in_mb,
-        )
-        self._callback_queued = False
-        self._handles = [p.register_post_accumulate_grad_hook(self._make_hook(n)) for n, p in named]
-
-    def _make_hook(self, name: str):
-        def hook(param: torch.Tensor) -> None:
-            if not self.training:
-                return
-            if not self._callback_queued:
-                self._callback_queued = True
-                torch.autograd.Variable._execution_engine.queue_callback(self._backward_end)
-            failure.call_guarded("a gradient hook of DecentralizedDataParallel", self.engine.grad_ready, name, param)
-
-        return hook
-
-    def _backward_end(self) -> None:
-        self._callback_queued = False
-        failure.call_guarded("the end of backward of DecentralizedDataParallel", self.engine.backward_end)
+        if get_default_group_or_none() is None:
+            init_process_group()
+        declaration = _WrapperAlgorithm(topology, optim_fn, lr_scheduler_fn, scaler, grad_clip_norm,
+                                        param_as_bucket_view, bucket_size_in_mb, sync_buffer_in_global_avg)
+        model.with_bagua([], declaration)
+        self.engine: DecentralizedEngine = model.bagua_algorithm.engine
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self.module(*args, **kwargs)
@@ -112,6 +107,7 @@ class DecentralizedDataParallel(torch.nn.Module):
     def set_accumulate_grad(self, enable: bool = True) -> None:
         """While enabled, backward only accumulates gradients (no step, no communication, no step count)."""
         self.engine.accumulate = bool(enable)
+        self.module._bagua_sync_enabled = not enable  # the core's no_sync: the backward hooks do nothing
 
     def global_avg(self, will_revert: bool = True, return_d2c: bool = False) -> float | None:
         """Average the parameters over all ranks exactly (and the buffers when
@@ -160,8 +156,29 @@ class DecentralizedDataParallel(torch.nn.Module):
         self.engine.load_state_dict(saved["state"])
 
     def remove_hooks(self) -> None:
-        """Wait for the rounds in flight and remove the gradient hooks (the model trains plainly again)."""
+        """Wait for the rounds in flight and remove bagua's hooks (the model trains plainly again)."""
         self.engine.wait()
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
+        if getattr(self.module, "_bagua_hooks", None) is not None:
+            self.module.bagua_shutdown()
+
+
+class _WrapperAlgorithm(DecentralizedDPAlgorithm):
+    """The wrapper's options as the algorithm ``with_bagua`` reifies: objects (the built topology, the
+    optimizer and scheduler functions, the scaler), agreed across ranks by the wrapper beforehand."""
+
+    def __init__(self, topology: Topology, optim_fn: OptimFn, lr_scheduler_fn: SchedulerFn | None, scaler: Any,
+                 grad_clip_norm: float, param_as_bucket_view: bool, bucket_size_in_mb: float,
+                 sync_buffer_in_global_avg: bool) -> None:
+        # validated by the wrapper (validate_engine_options, the topology built); a topology instance
+        # need not be registered, so the config is built without the registry check
+        self.config = DecentralizedDPConfig.model_construct(
+            name=self.name, topology=topology.name, bucket_size_in_mb=float(bucket_size_in_mb),
+            grad_clip_norm=float(grad_clip_norm), sync_buffer_in_global_avg=bool(sync_buffer_in_global_avg))
+        self.optimizers, self.scaler = [], scaler
+        self.built = (topology, optim_fn, lr_scheduler_fn, bool(param_as_bucket_view))
+
+    def reify(self, process_group: Any) -> DecentralizedDPAlgorithmImpl:
+        topology, optim_fn, lr_scheduler_fn, as_view = self.built
+        return DecentralizedDPAlgorithmImpl(process_group, self.config, topology, (), self.scaler, optim_fn=optim_fn,
+                                            lr_scheduler_fn=lr_scheduler_fn, param_as_bucket_view=as_view,
+                                            update_scaler=True)
