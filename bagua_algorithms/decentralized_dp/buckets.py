@@ -24,7 +24,7 @@ from bagua_core.communication import stats
 
 from bagua_algorithms.decentralized_dp.topology import Edge, mix_inplace
 
-__all__ = ["ParamBucket", "split_params"]
+__all__ = ["ParamBucket"]
 
 def _is_dense(param: torch.Tensor) -> bool:
     """True for the layouts kept in the bucket buffer as they are: contiguous and channels-last."""
@@ -114,24 +114,3 @@ class ParamBucket:
         self.settle()
         self.pending = False
 
-
-def split_params(
-    named_params: list[tuple[str, torch.nn.Parameter]], bucket_bytes: int, as_view: bool
-) -> list[ParamBucket]:
-    """Split parameters, in order, into buckets of about ``bucket_bytes`` (a new bucket starts where the
-    dtype or device changes)."""
-    buckets: list[ParamBucket] = []
-    current: list[tuple[str, torch.nn.Parameter]] = []
-    size = 0
-    for name, param in named_params:
-        if current and (param.dtype, param.device) != (current[0][1].dtype, current[0][1].device):
-            buckets.append(ParamBucket(current, as_view))
-            current, size = [], 0
-        current.append((name, param))
-        size += param.numel() * param.element_size()
-        if size >= bucket_bytes:
-            buckets.append(ParamBucket(current, as_view))
-            current, size = [], 0
-    if current:
-        buckets.append(ParamBucket(current, as_view))
-    return buckets

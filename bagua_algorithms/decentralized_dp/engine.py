@@ -1,17 +1,21 @@
 """``DecentralizedEngine``: the decent-dp step, shared by the wrapper and the ``decentralized_dp`` plugin.
 
-In the first backward the engine records the order in which gradients become ready, checks it is
-the same on every rank (an all_gather of the parameter names; a mismatch raises on every rank),
-and splits the parameters into buckets with their own optimizer and LR scheduler. From then on,
-when a bucket's last gradient is ready (buckets strictly in order): wait for the bucket's previous
-round and mix it in, step the bucket's optimizer, then start the next round (an async SUM of the
-bucket's parameters, in their dtype, over this step's edge). So ``x_{t+1} = mix(x_t) - lr * g(x_t)``,
-and the first step is local.
+The engine holds what the core's lifecycle does not: the topology, the per-bucket optimizers and LR
+schedulers, the rounds in flight. Its user (:class:`~.plugin.DecentralizedDPAlgorithmImpl`) drives it
+from the core's hooks. In the first backward the engine records the order in which gradients become
+ready (:meth:`note_gradient`); :meth:`agreed_order` checks it is the same on every rank (an all_gather
+of the parameter names; a mismatch raises on every rank); the core then buckets the parameters in that
+order and :meth:`use_buckets` gives each bucket its optimizer and LR scheduler. From then on, when a
+bucket's last gradient is ready (the core's bucket ready hook, buckets strictly in order),
+:meth:`step_bucket` waits for the bucket's previous round and mixes it in, steps the bucket's
+optimizer, then starts the next round (an async SUM of the bucket's parameters, in their dtype, over
+this step's edge). So ``x_{t+1} = mix(x_t) - lr * g(x_t)``, and the first step is local.
 
 Example::
 
     >>> engine = DecentralizedEngine(model.named_parameters(), optim_fn, get_topology("ring", 4))
-    >>> # per parameter: engine.grad_ready(name, param); at the end of backward: engine.backward_end()
+    >>> engine.use_buckets([ParamBucket(named, as_view=True)])   # in the agreed order
+    >>> engine.step_bucket(engine.buckets[0]); engine.end_step()  # each backward
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from bagua_algorithms.decentralized_dp.buckets import ParamBucket, split_params
+from bagua_algorithms.decentralized_dp.buckets import ParamBucket
 from bagua_algorithms.decentralized_dp.topology import Topology
 from bagua_core import env
 from bagua_core.exceptions import BaguaConfigError, BaguaError, RankMismatchError
@@ -67,13 +71,9 @@ class DecentralizedEngine:
         self._name_of = {id(p): n for n, p in self.named_params}
         self.trace: list[str] = []
         self.buckets: list[ParamBucket] | None = None
-        self._bucket_of: dict[int, int] = {}
-        self._ready: list[set[int]] = []
         self._seen: set[int] = set()
-        self._next = 0
         self.step = 0
         """Training steps completed (the edge of step ``t`` is ``topology.edge(rank, t)``)."""
-        self.accumulate = False
         self._pending_buckets: list[dict] | None = None  # a checkpoint's per-bucket state, until the buckets exist
         self.adaptive_factor = 1.0
         """``a`` in ``x <- (1 - a) x + a mix(x)`` (decent-dp's adaptive factor; 1 = plain gossip)."""
@@ -98,13 +98,6 @@ class DecentralizedEngine:
             return False
         return True
 
-    def grad_ready(self, name: str, param: torch.Tensor) -> None:
-        """A parameter's gradient is accumulated: record it (first backward) or step its bucket if full."""
-        if self.note_gradient(param) and not self.accumulate:
-            index = self._bucket_of[id(param)]
-            self._ready[index].add(id(param))
-            self._advance(flush=False)
-
     def end_backward_pass(self) -> None:
         """Forget the gradients seen in this backward (the next may see every parameter again)."""
         self._seen.clear()
@@ -114,21 +107,6 @@ class DecentralizedEngine:
         if self.scaler is not None and self.update_scaler:
             self.scaler.update()
         self.step += 1
-
-    def backward_end(self) -> None:
-        """End of a backward: build buckets after the first one; step what is left; count the step."""
-        self.end_backward_pass()
-        if self.buckets is None:
-            self._build()
-        if self.accumulate:
-            return
-        try:
-            self._advance(flush=True)
-        finally:
-            self._next = 0
-            for ready in self._ready:
-                ready.clear()
-        self.end_step()
 
     # --- internals ------------------------------------------------------------------------------
     def agreed_order(self) -> list[str]:
@@ -153,33 +131,17 @@ class DecentralizedEngine:
         by_name = dict(self.named_params)
         return [(n, by_name[n]) for n in order]
 
-    def _build(self) -> None:
-        named = self.ordered_params(self.agreed_order())
-        self.use_buckets(split_params(named, self.bucket_bytes, self.as_view))
-
     def use_buckets(self, buckets: list[ParamBucket]) -> None:
         """Adopt ``buckets`` (in launch order): build each one's optimizer and LR scheduler, apply a
         checkpoint's per-bucket state loaded before they existed."""
         self.buckets = list(buckets)
-        for index, bucket in enumerate(self.buckets):
+        for bucket in self.buckets:
             bucket.optimizer = self.optim_fn(list(zip(bucket.names, bucket.params)))
             if self.lr_scheduler_fn is not None:
                 bucket.scheduler = self.lr_scheduler_fn(bucket.optimizer)
-            for param in bucket.params:
-                self._bucket_of[id(param)] = index
-        self._ready = [set() for _ in self.buckets]
         if self._pending_buckets is not None:
             self._restore_buckets(self._pending_buckets)
             self._pending_buckets = None
-
-    def _advance(self, flush: bool) -> None:
-        assert self.buckets is not None
-        while self._next < len(self.buckets):
-            bucket = self.buckets[self._next]
-            if not flush and len(self._ready[self._next]) < len(bucket.params):
-                return
-            self._next += 1
-            self.step_bucket(bucket)
 
     @torch.no_grad()
     def step_bucket(self, bucket: ParamBucket) -> None:

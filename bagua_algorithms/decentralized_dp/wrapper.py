@@ -106,7 +106,6 @@ class DecentralizedDataParallel(torch.nn.Module):
 
     def set_accumulate_grad(self, enable: bool = True) -> None:
         """While enabled, backward only accumulates gradients (no step, no communication, no step count)."""
-        self.engine.accumulate = bool(enable)
         self.module._bagua_sync_enabled = not enable  # the core's no_sync: the backward hooks do nothing
 
     def global_avg(self, will_revert: bool = True, return_d2c: bool = False) -> float | None:
