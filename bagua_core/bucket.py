@@ -248,6 +248,10 @@ class BaguaBucket:
             finish()
 
     # --- operations ---------------------------------------------------------------------------
+    def has_ops(self) -> bool:
+        """Whether the bucket has operations to run."""
+        return bool(self._ops)
+
     def clear_ops(self) -> BaguaBucket:
         self._ops.clear()
         return self

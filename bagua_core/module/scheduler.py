@@ -38,6 +38,8 @@ class BucketScheduler:
             launching.reset_ready()
             if self.ready_hook is not None:
                 self.ready_hook(launching)
+            if not launching.has_ops():  # nothing to hand to the communication thread
+                continue
             if self.in_backward and self.next_index == len(self.buckets):
                 self.worker.synchronize()  # earlier buckets first: the order of collectives is kept
                 launching.execute_ops(True)
