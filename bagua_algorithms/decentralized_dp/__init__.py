@@ -1,14 +1,18 @@
 """Decentralized data parallel (the decent-dp design): per-bucket optimizers fused into backward, each
 bucket's parameters mixed with the peers of the step's topology edge while the next iteration runs.
 
-Two call forms over one engine (:class:`~.engine.DecentralizedEngine`):
+Two call forms over one implementation, both on the core's lifecycle
+(:class:`~.plugin.DecentralizedDPAlgorithmImpl`: the core's buckets hold the parameters, its bucket
+ready hook steps each bucket's optimizer inside backward; :class:`~.engine.DecentralizedEngine` holds
+the topology, the per-bucket optimizers and the rounds in flight):
 
 - the wrapper :class:`DecentralizedDataParallel` (``optim_fn`` / ``lr_scheduler_fn`` build each
   bucket's optimizer and scheduler; ``global_avg()`` averages exactly for evaluation);
 - the ``decentralized_dp`` algorithm for ``with_bagua``: the user's loop stays
   ``zero_grad / backward / step``.
 
-Topologies are plugins (hook ``bagua_register_topologies``, base :class:`Topology`).
+Topologies are plugins (hook ``bagua_register_topologies``, specified by this package in
+:mod:`~.hookspecs`; base :class:`Topology`).
 
 Example::
 
