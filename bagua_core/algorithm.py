@@ -205,12 +205,12 @@ class AlgorithmImpl:
         """Return ``hook(bucket)`` to run when a bucket is launched, or None (the default: nothing).
 
         The extension point for work that belongs inside backward, per bucket, on the training thread,
-        e.g. stepping a per-bucket optimizer as soon as the bucket's gradients are ready (decentralized
-        data parallel does that). The hook is called once per bucket per backward, strictly in bucket
-        order (bucket i after buckets 0..i-1), on the thread that marked the bucket's last tensor ready
-        (autograd's thread during backward; the training thread for buckets launched at the end of
-        backward by ``bagua_wait_for_communication``), before the bucket's operations are handed to the
-        communication thread, so its effects are what the operations see. Keep collectives out of it
+        e.g. stepping a per-bucket optimizer as soon as the bucket's gradients are ready. The hook is
+        called once per bucket per backward, strictly in bucket order (bucket i after buckets 0..i-1), on
+        the thread that marked the bucket's last tensor ready (autograd's thread during backward; the
+        training thread for buckets launched at the end of backward by ``bagua_wait_for_communication``),
+        before the bucket's operations are handed to the communication thread, so its effects are what
+        the operations see. A bucket without operations only runs the hook. Keep collectives out of it
         unless every rank issues them in the same order (buckets are launched in the same order on
         every rank). Rebuilt with the buckets (``need_reset``).
 
