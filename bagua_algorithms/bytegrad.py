@@ -18,6 +18,7 @@ from typing import Literal
 
 from bagua_algorithms.gradient_allreduce import GradientAllReduceAlgorithmImpl
 from bagua_core.algorithm import Algorithm, AlgorithmConfig
+from bagua_core.capabilities import Capabilities
 from bagua_core.plugins import hookimpl
 
 __all__ = ["ByteGradAlgorithm", "ByteGradAlgorithmImpl", "ByteGradConfig"]
@@ -45,6 +46,9 @@ class ByteGradAlgorithm(Algorithm):
 
     name = "bytegrad"
     Config = ByteGradConfig
+    capabilities = Capabilities(communicates="gradients", tunable_bucket_size=True, keeps_optimizer_semantics=True,
+                                relative_bytes=0.25)
+    """MinMaxUInt8: a byte per fp32 value plus a min/max per chunk, about a quarter of the bytes."""
 
     def __init__(self, hierarchical: bool = True, average: bool = True) -> None:
         super().__init__(hierarchical=hierarchical, average=average)

@@ -9,8 +9,8 @@ communication thread, after any pending bucket op), rank 0 picks the fastest can
 broadcasts its index (int64), and that choice is applied on every rank and kept for the rest of
 training. No extra server process is needed. Everything is logged on logger ``bagua.autotune``.
 
-Applies to algorithms whose buckets hold no state of their own (gradient_allreduce, bytegrad,
-qadam; a plugin's impl opts in with ``supports_autotune = True``). The bucket size is tuned when the
+Applies to algorithms declaring ``Capabilities.tunable_bucket_size`` (their buckets hold no state of
+their own across steps; ``bagua_core.capabilities``). The bucket size is tuned when the
 impl uses the default ``tensors_to_buckets``; hierarchical is tuned when the impl has a boolean
 ``hierarchical`` and the job spans several nodes with several ranks on some node.
 
@@ -36,10 +36,9 @@ from bagua_core.communication import ReduceOp, allreduce_inplace, broadcast
 from bagua_core.errors_format import format_validation_error
 from bagua_core.exceptions import BaguaConfigError
 
-__all__ = ["AutotuneConfig", "Autotuner", "configure", "on_train_step", "DEFAULT_TUNABLE_ALGORITHMS"]
+__all__ = ["AutotuneConfig", "Autotuner", "configure", "on_train_step"]
 
 logger = logging.getLogger("bagua.autotune")
-DEFAULT_TUNABLE_ALGORITHMS = frozenset({"gradient_allreduce", "bytegrad", "qadam"})
 
 
 class AutotuneConfig(BaseModel):
@@ -104,8 +103,7 @@ class Autotuner:
 
     def _candidates(self, module: torch.nn.Module) -> list[dict[str, Any]]:
         impl, group = self.impl, module.process_group
-        name = getattr(getattr(module, "_bagua_algorithm_declaration", None), "name", "")
-        if not getattr(impl, "supports_autotune", name in DEFAULT_TUNABLE_ALGORITHMS):
+        if not module.bagua_capabilities.tunable_bucket_size:
             return []
         sizes: list[int | None] = [None]
         if type(impl).tensors_to_buckets is AlgorithmImpl.tensors_to_buckets:

@@ -105,7 +105,7 @@ def finish(method: str, model: torch.nn.Module) -> None:
     """Stop background work (async's averaging loop) so that later collectives do not interleave."""
     if is_ddp(method):
         return
-    impl = getattr(model, "bagua_algorithm", None)
-    if impl is not None and hasattr(impl, "abort"):
-        impl.abort(model)
+    capabilities = getattr(model, "bagua_capabilities", None)
+    if capabilities is not None and capabilities.background_work:
+        model.bagua_algorithm.abort(model)
     model.bagua_shutdown()

@@ -39,6 +39,7 @@ from bagua_algorithms.decentralized_dp.optim_fns import optim_fn_like
 from bagua_algorithms.decentralized_dp.topology import Topology, get_topology
 from bagua_core import failure
 from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
+from bagua_core.capabilities import Capabilities
 from bagua_core.exceptions import BaguaConfigError, BaguaError
 from bagua_core.plugins import hookimpl, topology_registry
 
@@ -74,8 +75,6 @@ _hooked_noop_step = torch.optim.Optimizer.profile_hook_step(_noop_step)  # still
 
 class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
     """Lifecycle hooks delegating to one :class:`DecentralizedEngine` (no core buckets)."""
-
-    weights_differ_across_ranks = True
 
     def __init__(self, process_group: Any, config: DecentralizedDPConfig, topology: Topology,
                  optimizers: Sequence[torch.optim.Optimizer], scaler: Any = None) -> None:
@@ -155,6 +154,9 @@ class DecentralizedDPAlgorithm(Algorithm):
 
     name = "decentralized_dp"
     Config = DecentralizedDPConfig
+    capabilities = Capabilities(communicates="weights", steps_optimizer_in_backward=True,
+                                weights_differ_across_ranks=True, relative_bytes=None)
+    """Gossip of weights over the topology: the bytes per step depend on it."""
 
     def __init__(self, topology: str = "complete", bucket_size_in_mb: float = 25.0, grad_clip_norm: float = 0.0,
                  sync_buffer_in_global_avg: bool = False,

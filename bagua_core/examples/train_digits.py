@@ -22,6 +22,7 @@ import tqdm
 import bagua_core as bagua
 from bagua_core.communication import stats
 from bagua_core.config import algorithm_config_of, load_config_file
+from bagua_core.plugins import algorithm_registry
 from bagua_core.examples.digits import DigitsMLP, load_digits
 from bagua_core.examples.training_config import DEFAULT_LR, TrainingConfig
 
@@ -29,18 +30,12 @@ __all__ = ["train", "main"]
 
 
 def _make_optimizer(
-    model: torch.nn.Module, cfg: TrainingConfig, algorithm_name: str, steps_per_epoch: int
+    model: torch.nn.Module, cfg: TrainingConfig, algorithm: type[bagua.Algorithm], steps_per_epoch: int
 ) -> torch.optim.Optimizer:
-    kind = "qadam" if algorithm_name == "qadam" else cfg.optimizer
-    lr = cfg.lr if cfg.lr is not None else DEFAULT_LR[kind]
-    if kind == "qadam":
-        from bagua_algorithms.q_adam import QAdamOptimizer
-
-        # QAdam freezes the second moment after warmup: a pixel blank in every warmup batch would keep
-        # v = 0 and see its first gradient divided by eps alone, so warm up for two epochs and use a
-        # larger eps than Adam's default
-        return QAdamOptimizer(model.parameters(), lr=lr, warmup_steps=2 * steps_per_epoch, eps=1e-4)
-    if kind == "adam":
+    if algorithm.capabilities.builds_optimizer:  # it needs an optimizer of its own kind
+        return algorithm.build_optimizer(model.parameters(), lr=cfg.lr, steps_per_epoch=steps_per_epoch)
+    lr = cfg.lr if cfg.lr is not None else DEFAULT_LR[cfg.optimizer]
+    if cfg.optimizer == "adam":
         return torch.optim.Adam(model.parameters(), lr=lr)
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=cfg.momentum)
 
@@ -73,7 +68,7 @@ def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
     name = algorithm_config_of(algorithm).name
     shard = torch.arange(rank, len(train_y), world, device=device)  # disjoint shards of equal size (+-1)
     steps_per_epoch = len(train_y) // world // cfg.batch_size  # equal on every rank
-    optimizer = _make_optimizer(model, cfg, name, steps_per_epoch)
+    optimizer = _make_optimizer(model, cfg, algorithm_registry.get(name), steps_per_epoch)
     model = model.with_bagua([optimizer], algorithm)
     stats.reset()
     bar = tqdm.tqdm(total=cfg.epochs * steps_per_epoch, disable=rank != 0 or not cfg.progress,
@@ -94,8 +89,8 @@ def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
             bar.set_postfix(epoch=epoch + 1, loss=f"{loss_value:.4f}")
     elapsed = time.perf_counter() - started
     bar.close()
-    if hasattr(model.bagua_algorithm, "abort"):
-        model.bagua_algorithm.abort(model)
+    if model.bagua_capabilities.background_work:
+        model.bagua_algorithm.abort(model)  # stop its background communication on every rank
     communicated = stats.total_bytes()
     model.eval()
     with torch.no_grad():
@@ -117,8 +112,6 @@ def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
 
 def _parse(argv: list[str] | None) -> tuple[TrainingConfig, Any, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    from bagua_core.plugins import algorithm_registry
-
     parser.add_argument("--algorithm", default=None, choices=algorithm_registry.names(),
                         help="registered algorithm name (default gradient_allreduce)")
     parser.add_argument("--config", default=os.environ.get("BAGUA_CONFIG_FILE"),
