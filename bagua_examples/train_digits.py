@@ -1,7 +1,7 @@
 """The main job: data-parallel training of an MLP on the shipped digits data set.
 
 Started on every worker by ``bagua train`` (through torch's launcher); can also be run directly with
-``bagua run --nproc_per_node 2 -m bagua_core.examples.train_digits --algorithm bytegrad``.
+``bagua run --nproc_per_node 2 -m bagua_examples.train_digits --algorithm bytegrad``.
 Rank 0 shows a progress bar and prints the summary: loss, test accuracy, samples/s and the payload
 bytes handed to collectives.
 """
@@ -23,10 +23,10 @@ import bagua_core as bagua
 from bagua_core.communication import stats
 from bagua_core.config import algorithm_config_of, load_config_file
 from bagua_core.plugins import algorithm_registry
-from bagua_core.examples.digits import DigitsMLP, load_digits
-from bagua_core.examples.training_config import DEFAULT_LR, TrainingConfig
+from bagua_examples.digits import DigitsMLP, load_digits
+from bagua_examples.training_config import DEFAULT_LR, TrainingConfig
 
-__all__ = ["train", "main"]
+__all__ = ["train", "main", "parse_args"]
 
 
 def _make_optimizer(
@@ -110,7 +110,7 @@ def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
     return summary
 
 
-def _parse(argv: list[str] | None) -> tuple[TrainingConfig, Any, argparse.Namespace]:
+def parse_args(argv: list[str] | None) -> tuple[TrainingConfig, Any, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algorithm", default=None, choices=algorithm_registry.names(),
                         help="registered algorithm name (default gradient_allreduce)")
@@ -141,7 +141,7 @@ def _parse(argv: list[str] | None) -> tuple[TrainingConfig, Any, argparse.Namesp
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    cfg, algorithm, args = _parse(argv)
+    cfg, algorithm, args = parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     bagua.init_process_group()
     rank = bagua.get_rank()
