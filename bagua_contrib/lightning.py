@@ -33,8 +33,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 import bagua_core as bagua
 from bagua_core.agreement import Prepared, agree_or_raise
-from bagua_core.config import algorithm_config_of
-from bagua_core.plugins import algorithm_registry
+from bagua_core.config import algorithm_class_of, algorithm_config_of
 from bagua_core.process_group import get_default_group
 
 __all__ = ["BaguaStrategy", "LightningBaguaModule", "register_bagua_strategy"]
@@ -87,7 +86,7 @@ class BaguaStrategy(DDPStrategy):
         self._bagua_flatten = flatten
 
     def _bagua_algorithm_class(self) -> Any:
-        return algorithm_registry.get(self._bagua_config.name)
+        return algorithm_class_of(self._bagua_config.name)
 
     @property
     def algorithm_config(self):

@@ -95,7 +95,10 @@ class Autotuner:
         self._last: float | None = None
         self._times: dict[int, list[float]] = {}
         self.candidates = self._candidates(module)
-        self._start = config.warmup_steps + 1  # the step at which trial 0 begins
+        # the step at which trial 0 begins (counted from the step this tuner starts at: a re-wrap, or the
+        # algorithm "auto" handing the module to its choice, starts one later in training)
+        # (created at wrap with counter 0, or by the forward pre-hook of the step it starts at)
+        self._start = max(module.bagua_train_step_counter - 1, 0) + config.warmup_steps + 1
         if self.candidates and not logger.hasHandlers() and module.process_group.get_global_communicator().rank() == 0:
             _show_on_stderr()  # the user asked for tuning: show what it does unless logging is configured
         if not self.candidates:
@@ -103,8 +106,10 @@ class Autotuner:
 
     def _candidates(self, module: torch.nn.Module) -> list[dict[str, Any]]:
         impl, group = self.impl, module.process_group
-        if not module.bagua_capabilities.tunable_bucket_size:
-            return []
+        from bagua_core.auto.chooser import AutoImpl
+
+        if not module.bagua_capabilities.tunable_bucket_size or isinstance(impl, AutoImpl):
+            return []  # (auto: tuned once it has chosen, by the tuner of the chosen impl)
         sizes: list[int | None] = [None]
         if type(impl).tensors_to_buckets is AlgorithmImpl.tensors_to_buckets:
             grads = [p.numel() * p.element_size() for _, p in module.bagua_named_parameters()]

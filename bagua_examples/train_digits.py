@@ -21,7 +21,7 @@ import tqdm
 
 import bagua_core as bagua
 from bagua_core.communication import stats
-from bagua_core.config import algorithm_config_of, load_config_file
+from bagua_core.config import algorithm_class_of, algorithm_config_of, load_config_file
 from bagua_core.plugins import algorithm_registry
 from bagua_examples.digits import DigitsMLP, load_digits
 from bagua_examples.training_config import DEFAULT_LR, TrainingConfig
@@ -68,7 +68,7 @@ def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
     name = algorithm_config_of(algorithm).name
     shard = torch.arange(rank, len(train_y), world, device=device)  # disjoint shards of equal size (+-1)
     steps_per_epoch = len(train_y) // world // cfg.batch_size  # equal on every rank
-    optimizer = _make_optimizer(model, cfg, algorithm_registry.get(name), steps_per_epoch)
+    optimizer = _make_optimizer(model, cfg, algorithm_class_of(name), steps_per_epoch)
     model = model.with_bagua([optimizer], algorithm)
     stats.reset()
     bar = tqdm.tqdm(total=cfg.epochs * steps_per_epoch, disable=rank != 0 or not cfg.progress,
@@ -95,8 +95,10 @@ def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
     model.eval()
     with torch.no_grad():
         accuracy = (model(test_x).argmax(1) == test_y).float().mean().item()
+    auto = getattr(model, "bagua_auto_result", None)
     summary = {
         "algorithm": name,
+        "auto": auto,
         "world_size": world,
         "device": device.type,
         "epochs": cfg.epochs,
@@ -112,8 +114,9 @@ def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None) -> tuple[TrainingConfig, Any, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--algorithm", default=None, choices=algorithm_registry.names(),
-                        help="registered algorithm name (default gradient_allreduce)")
+    parser.add_argument("--algorithm", default=None, choices=[*algorithm_registry.names(), "auto"],
+                        help="registered algorithm name, or auto: the fastest drop-in one, chosen while "
+                             "training (default gradient_allreduce)")
     parser.add_argument("--config", default=os.environ.get("BAGUA_CONFIG_FILE"),
                         help="config file with [algorithm] and [training] tables")
     parser.add_argument("--summary-json", default=None, help="also write the summary to this file (rank 0)")
@@ -157,6 +160,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"{summary['samples_per_s']:.0f} samples/s, "
             f"{summary['bytes_communicated_per_rank'] / 1e6:.2f} MB handed to collectives per worker"
         )
+        if summary["auto"]:
+            auto = summary["auto"]
+            times = ", ".join(f"{n} {t * 1e3:.2f} ms" for n, t in auto["step_time_s"].items())
+            print(f"auto chose {auto['algorithm']} at step {auto['decided_at_step']} (step time per candidate: "
+                  f"{times}; link latency {auto['latency_s'] * 1e3:.3f} ms, "
+                  f"{auto['bandwidth_bytes_per_s'] / 1e6:.1f} MB/s)")
         if args.summary_json:
             with open(args.summary_json, "w") as fh:
                 json.dump(summary, fh, indent=2)
