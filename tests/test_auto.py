@@ -62,7 +62,8 @@ def _train(rank: int, algorithm, steps: int, register: bool) -> dict:
         optimizer.zero_grad()
         torch.nn.functional.cross_entropy(model(torch.randn(8, 16)), torch.randint(0, 4, (8,))).backward()
         optimizer.step()
-    result = {"auto": getattr(model, "bagua_auto_result", None), "impl": type(model.bagua_algorithm).__name__,
+    result = {"auto": getattr(model, "bagua_auto_result", None),
+              "autotune": getattr(model, "bagua_autotune_result", None), "impl": type(model.bagua_algorithm).__name__,
               "declaration": model._bagua_algorithm_declaration.name,
               "params": torch.cat([p.detach().reshape(-1) for p in model.parameters()])}
     model.bagua_shutdown()
@@ -82,6 +83,20 @@ def test_third_party_candidate_takes_part_and_every_rank_agrees() -> None:
     for result in results:
         assert result["auto"]["algorithm"] == first["algorithm"] == result["declaration"]
         assert result["impl"] != "AutoImpl"
+    assert torch.equal(results[0]["params"], results[1]["params"])
+
+
+def test_autotune_tunes_the_choice_after_it_is_made() -> None:
+    env = {"BAGUA_AUTOTUNE": "1", "BAGUA_AUTOTUNE_WARMUP_STEPS": "1", "BAGUA_AUTOTUNE_TRIAL_STEPS": "2",
+           "BAGUA_AUTOTUNE_BUCKET_SIZES": "64,1048576"}
+    algorithm = {"name": "auto", "warmup_steps": 1, "trial_steps": 2}
+    # auto decides at step 6; autotune's tuner of the chosen impl starts there: 1 warmup + 2 x 2 steps
+    results = run_workers(_train, 2, algorithm, 13, False, env=env, timeout=120)
+    for result in results:
+        assert result["auto"]["decided_at_step"] == 6 and result["auto"] == {**results[0]["auto"], **{
+            k: result["auto"][k] for k in ("step_time_s", "latency_s", "bandwidth_bytes_per_s")}}
+        assert result["autotune"] is not None and result["autotune"]["bucket_size"] in (64, 1048576)
+        assert result["autotune"]["bucket_size"] == results[0]["autotune"]["bucket_size"]
     assert torch.equal(results[0]["params"], results[1]["params"])
 
 
