@@ -166,9 +166,9 @@ class AlgorithmImpl:
 
     weights_differ_across_ranks: ClassVar[bool] = False
     """Older, impl-level form of ``Capabilities.weights_differ_across_ranks`` (declare it on the
-    ``Algorithm``); an impl class setting True still counts (``bagua_core.capabilities.capabilities_of``)."""
+    ``Algorithm``); counts for an algorithm declaring no capabilities (``bagua_core.capabilities.capabilities_of``)."""
     exact_resume: ClassVar[bool] = True
-    """Older, impl-level form of ``Capabilities.exact_resume``; an impl class setting False still counts."""
+    """Older, impl-level form of ``Capabilities.exact_resume`` (for an algorithm declaring no capabilities)."""
 
     def __init__(self, process_group: BaguaProcessGroup) -> None:
         self.process_group = process_group

@@ -3,9 +3,10 @@ instead of knowing algorithms by name.
 
 Every :class:`~bagua_core.algorithm.Algorithm` class carries one ``capabilities`` (class level: readable
 without building or reifying the algorithm). Nothing here is communicated; :func:`capabilities_of`
-is what the core reads for a wrapped module (the declaration's, plus what a legacy impl declares on
-itself: ``weights_differ_across_ranks`` / ``exact_resume`` / ``supports_autotune`` class attributes,
-an ``abort``/``resume`` pair, an overridden ``communicates_after_optimizer_step``).
+is what the core reads for a wrapped module: the declaration's; for an algorithm declaring none (one
+written for the original), what its impl declares in the older form: ``weights_differ_across_ranks``
+/ ``exact_resume`` / ``supports_autotune`` class attributes, an ``abort``/``resume`` pair, an
+overridden ``communicates_after_optimizer_step``.
 
 Example::
 
@@ -86,13 +87,23 @@ def auto_candidate(algorithm: type[Algorithm]) -> bool:
 
 
 def capabilities_of(declaration: Algorithm, impl: AlgorithmImpl | None = None) -> Capabilities:
-    """The capabilities of ``declaration`` (an ``Algorithm`` instance), completed by what ``impl`` (its
-    reified impl) declares in the older impl-level form. Raises ``BaguaConfigError`` when the
+    """The capabilities of ``declaration`` (an ``Algorithm`` instance). For an algorithm class that
+    declares none of its own (written for the original, or before capabilities existed), what its
+    ``impl`` declares in the older impl-level form is folded in. Raises ``BaguaConfigError`` when the
     algorithm declares background work but its impl has no ``abort``/``resume``."""
-    caps: Capabilities = getattr(type(declaration), "capabilities", None) or Capabilities()
+    from bagua_core.algorithm import Algorithm, AlgorithmImpl
+
+    declared = next((vars(cls)["capabilities"] for cls in type(declaration).__mro__
+                     if "capabilities" in vars(cls) and cls is not Algorithm), None)
+    caps: Capabilities = declared or Capabilities()
     if impl is None:
         return caps
-    from bagua_core.algorithm import AlgorithmImpl
+    has_controls = callable(getattr(impl, "abort", None)) and callable(getattr(impl, "resume", None))
+    if caps.background_work and not has_controls:
+        raise BaguaConfigError(f"algorithm {declaration.name!r} declares background_work, but its impl "
+                               f"{type(impl).__name__} has no abort(module) and resume(module)")
+    if declared is not None:
+        return caps  # the declaration is authoritative
 
     legacy: dict[str, Any] = {}
     for field in ("weights_differ_across_ranks", "exact_resume"):
@@ -103,10 +114,6 @@ def capabilities_of(declaration: Algorithm, impl: AlgorithmImpl | None = None) -
         legacy["tunable_bucket_size"] = bool(type(impl).supports_autotune)
     if type(impl).communicates_after_optimizer_step is not AlgorithmImpl.communicates_after_optimizer_step:
         legacy["communicates_after_optimizer_step"] = True
-    has_controls = callable(getattr(impl, "abort", None)) and callable(getattr(impl, "resume", None))
     if has_controls:
         legacy["background_work"] = True
-    elif caps.background_work:
-        raise BaguaConfigError(f"algorithm {declaration.name!r} declares background_work, but its impl "
-                               f"{type(impl).__name__} has no abort(module) and resume(module)")
     return dataclasses.replace(caps, **legacy) if legacy else caps

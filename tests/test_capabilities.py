@@ -89,4 +89,5 @@ def test_impl_level_declarations_still_count() -> None:
 def test_background_work_needs_abort_and_resume() -> None:
     with pytest.raises(BaguaConfigError, match="abort"):
         capabilities_of(_Background(), AlgorithmImpl(None))
-    assert capabilities_of(_Background(), _LegacyImpl(None)).background_work
+    # a declaring algorithm's declaration is authoritative: its impl's older attributes are not folded in
+    assert capabilities_of(_Background(), _LegacyImpl(None)) == Capabilities(background_work=True)
