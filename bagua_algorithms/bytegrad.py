@@ -10,6 +10,7 @@ Example::
 
     >>> from bagua_algorithms.bytegrad import ByteGradAlgorithm
     >>> model = model.with_bagua([optimizer], ByteGradAlgorithm(hierarchical=False))
+    >>> model = model.with_bagua([optimizer], {"name": "bytegrad", "compression": "MinMaxUInt4"})  # 4 bits
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ from __future__ import annotations
 from typing import Literal
 
 from bagua_algorithms.gradient_allreduce import GradientAllReduceAlgorithmImpl
+from pydantic import field_validator
+
 from bagua_core.algorithm import Algorithm, AlgorithmConfig
 from bagua_core.capabilities import Capabilities
+from bagua_core.codecs import check_codec_name
 from bagua_core.plugins import hookimpl
 
 __all__ = ["ByteGradAlgorithm", "ByteGradAlgorithmImpl", "ByteGradConfig"]
@@ -30,15 +34,20 @@ class ByteGradConfig(AlgorithmConfig):
     """Average inside each node first; the compressed exchange then runs among the node leaders."""
     average: bool = True
     """Average the gradients (True) or sum them (False)."""
+    compression: str = "MinMaxUInt8"
+    """The codec of the exchange (any installed one, ``bagua plugins`` lists them: MinMaxUInt4, fp16,
+    bf16, ScaledSign, ...); MinMaxUInt8 runs the native fused kernels."""
+
+    _check_compression = field_validator("compression")(lambda cls, value: check_codec_name(value))
 
 
 class ByteGradAlgorithmImpl(GradientAllReduceAlgorithmImpl):
-    """Gradient allreduce's impl with the MinMaxUInt8-compressed centralized op."""
+    """Gradient allreduce's impl with the compressed centralized op (MinMaxUInt8 by default)."""
 
-    compression = "MinMaxUInt8"
-
-    def __init__(self, process_group, hierarchical: bool = True, average: bool = True) -> None:
+    def __init__(self, process_group, hierarchical: bool = True, average: bool = True,
+                 compression: str = "MinMaxUInt8") -> None:
         super().__init__(process_group, hierarchical, average)
+        self.compression = compression
 
 
 class ByteGradAlgorithm(Algorithm):
@@ -48,13 +57,14 @@ class ByteGradAlgorithm(Algorithm):
     Config = ByteGradConfig
     capabilities = Capabilities(communicates="gradients", tunable_bucket_size=True, keeps_optimizer_semantics=True,
                                 relative_bytes=0.25)
-    """MinMaxUInt8: a byte per fp32 value plus a min/max per chunk, about a quarter of the bytes."""
+    """MinMaxUInt8 (the default codec): a byte per fp32 value plus a min/max per chunk, about a quarter."""
 
-    def __init__(self, hierarchical: bool = True, average: bool = True) -> None:
-        super().__init__(hierarchical=hierarchical, average=average)
+    def __init__(self, hierarchical: bool = True, average: bool = True, compression: str = "MinMaxUInt8") -> None:
+        super().__init__(hierarchical=hierarchical, average=average, compression=compression)
 
     def reify(self, process_group) -> ByteGradAlgorithmImpl:
-        return ByteGradAlgorithmImpl(process_group, self.config.hierarchical, self.config.average)
+        c = self.config
+        return ByteGradAlgorithmImpl(process_group, c.hierarchical, c.average, c.compression)
 
 
 @hookimpl

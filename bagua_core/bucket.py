@@ -272,8 +272,9 @@ class BaguaBucket:
         """Append an allreduce of the bucket over ``group`` (the module's group by default).
 
         ``hierarchical``: reduce inside each node, allreduce among node leaders, broadcast inside the
-        node. ``scattergather``: reduce-scatter then allgather. ``compression="MinMaxUInt8"``: the
-        bytegrad exchange (compressed alltoall + allgather)."""
+        node. ``scattergather``: reduce-scatter then allgather. ``compression="MinMaxUInt8"`` (or any
+        installed codec's name, ``bagua_core.codecs``): the bytegrad exchange (compressed alltoall +
+        allgather)."""
         from bagua_core.bucket_ops.centralized import CentralizedSynchronousOp
 
         return self.append_op(CentralizedSynchronousOp(group, hierarchical, average, scattergather, compression))
@@ -313,9 +314,10 @@ class BaguaBucket:
         the op. See ``bagua_core.bucket_ops.low_precision_decentralized``."""
         from bagua_core.bucket_ops.low_precision_decentralized import LowPrecisionDecentralizedOp
 
-        if compression != "MinMaxUInt8":
-            raise ValueError(f"compression must be 'MinMaxUInt8', got {compression!r}")
+        from bagua_core.bucket_ops.segment_codec import segment_codec
+
         op = LowPrecisionDecentralizedOp(group, hierarchical, weight, left_peer_weight, right_peer_weight)
+        op.codec = segment_codec(compression)  # an installed codec's name (ValueError lists them)
         self.append_op(op)
         return op
 

@@ -27,6 +27,7 @@ from bagua_core.algorithm import Algorithm, AlgorithmConfig
 from bagua_core.capabilities import Capabilities
 from bagua_core.bucket import BaguaBucket
 from bagua_core.bucket_ops.low_precision_decentralized import LowPrecisionDecentralizedOp
+from bagua_core.codecs import check_codec_name
 from bagua_core.exceptions import BaguaError
 
 _REPLICAS = ("weight", "left_peer_weight", "right_peer_weight")
@@ -46,11 +47,18 @@ class LowPrecisionDecentralizedConfig(AlgorithmConfig):
     """Communicate every this many training steps (steps t with t % communication_interval == 0)."""
 
     _check_interval = field_validator("communication_interval", mode="before")(check_positive_int)
+    compression: str = "MinMaxUInt8"
+    """The codec of the weight differences (any installed one, ``bagua plugins`` lists them: MinMaxUInt4, fp16,
+    bf16, ScaledSign, ...); MinMaxUInt8 runs the native fused kernels."""
+
+    _check_compression = field_validator("compression")(lambda cls, value: check_codec_name(value))
 
 
 class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
-    def __init__(self, process_group, hierarchical: bool = True, communication_interval: int = 1) -> None:
+    def __init__(self, process_group, hierarchical: bool = True, communication_interval: int = 1,
+                 compression: str = "MinMaxUInt8") -> None:
         super().__init__(process_group)
+        self.compression = compression
         self.hierarchical = hierarchical
         self.communication_interval = communication_interval
         self._stepped = 0
@@ -65,7 +73,7 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
         bucket._right_peer_weight = bucket.flattened_tensor().float().ensure_bagua_tensor("right_peer_weight", name)
         bucket.append_low_precision_decentralized_synchronous_op(
             bucket._weight, bucket._left_peer_weight, bucket._right_peer_weight, self.hierarchical,
-            group=self.process_group,
+            compression=self.compression, group=self.process_group,
         )
 
     def init_forward_pre_hook(self, bagua_module: torch.nn.Module) -> Callable:
@@ -132,9 +140,12 @@ class LowPrecisionDecentralizedAlgorithm(Algorithm):
                                 communicates_after_optimizer_step=True, relative_bytes=0.5)
     """Compressed weight differences to the two ring neighbours (a byte per value each way)."""
 
-    def __init__(self, hierarchical: bool = True, communication_interval: int = 1) -> None:
-        super().__init__(hierarchical=hierarchical, communication_interval=communication_interval)
+    def __init__(self, hierarchical: bool = True, communication_interval: int = 1,
+                 compression: str = "MinMaxUInt8") -> None:
+        super().__init__(hierarchical=hierarchical, communication_interval=communication_interval,
+                         compression=compression)
 
     def reify(self, process_group) -> LowPrecisionDecentralizedAlgorithmImpl:
         c = self.config
-        return LowPrecisionDecentralizedAlgorithmImpl(process_group, c.hierarchical, c.communication_interval)
+        return LowPrecisionDecentralizedAlgorithmImpl(process_group, c.hierarchical, c.communication_interval,
+                                                      c.compression)

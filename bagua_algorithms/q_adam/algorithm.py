@@ -23,9 +23,12 @@ from typing import Literal
 import torch
 
 from bagua_algorithms.q_adam.optimizer import QAdamOptimizer
+from pydantic import field_validator
+
 from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
 from bagua_core.capabilities import Capabilities
 from bagua_core.bucket import BaguaBucket
+from bagua_core.codecs import check_codec_name
 from bagua_core.exceptions import BaguaConfigError
 from bagua_core.module.nonfinite import has_nonfinite
 
@@ -36,13 +39,20 @@ class QAdamConfig(AlgorithmConfig):
     name: Literal["qadam"] = "qadam"
     hierarchical: bool = True
     """After warmup: average the momentum inside each node first, compress among the node leaders."""
+    compression: str = "MinMaxUInt8"
+    """The codec of the momentum exchange after warmup (any installed one, ``bagua plugins`` lists them: MinMaxUInt4, fp16,
+    bf16, ScaledSign, ...); MinMaxUInt8 runs the native fused kernels."""
+
+    _check_compression = field_validator("compression")(lambda cls, value: check_codec_name(value))
 
 
 class QAdamAlgorithmImpl(AlgorithmImpl):
-    def __init__(self, process_group, q_adam_optimizer: QAdamOptimizer, hierarchical: bool = True) -> None:
+    def __init__(self, process_group, q_adam_optimizer: QAdamOptimizer, hierarchical: bool = True,
+                 compression: str = "MinMaxUInt8") -> None:
         super().__init__(process_group)
         self.optimizer = q_adam_optimizer
         self.hierarchical = hierarchical
+        self.compression = compression
         self._momentum_phase: bool | None = None
 
     def need_reset(self) -> bool:
@@ -75,7 +85,7 @@ class QAdamAlgorithmImpl(AlgorithmImpl):
             return
         bucket.append_op(lambda b: self.optimizer.update_external_momentum_(b.tensors))
         bucket.append_centralized_synchronous_op(
-            hierarchical=self.hierarchical, average=True, compression="MinMaxUInt8", group=self.process_group
+            hierarchical=self.hierarchical, average=True, compression=self.compression, group=self.process_group
         )
 
     def init_post_backward_hook(self, bagua_module: torch.nn.Module):
@@ -110,13 +120,14 @@ class QAdamAlgorithm(Algorithm):
                                 relative_bytes=0.25)
     """Full-precision gradients during warmup, then the momentum compressed to a byte per value."""
 
-    def __init__(self, q_adam_optimizer: QAdamOptimizer, hierarchical: bool = True) -> None:
+    def __init__(self, q_adam_optimizer: QAdamOptimizer, hierarchical: bool = True,
+                 compression: str = "MinMaxUInt8") -> None:
         if not isinstance(q_adam_optimizer, QAdamOptimizer):
             raise BaguaConfigError(
                 "QAdamAlgorithm needs a bagua_algorithms.q_adam.QAdamOptimizer, got "
                 f"{type(q_adam_optimizer).__name__}"
             )
-        super().__init__(hierarchical=hierarchical)
+        super().__init__(hierarchical=hierarchical, compression=compression)
         self.optimizer = q_adam_optimizer
 
     @classmethod
@@ -129,7 +140,7 @@ class QAdamAlgorithm(Algorithm):
                 f"found {len(found)} (optimizers given: {given}); create it with "
                 "bagua_algorithms.q_adam.QAdamOptimizer(model.parameters(), ...)"
             )
-        return cls(found[0], hierarchical=config.hierarchical)
+        return cls(found[0], hierarchical=config.hierarchical, compression=config.compression)
 
     @classmethod
     def build_optimizer(cls, params, *, lr: float | None = None, steps_per_epoch: int = 1) -> QAdamOptimizer:
@@ -144,4 +155,4 @@ class QAdamAlgorithm(Algorithm):
         return {**super().canonical_options(), "optimizer warmup_steps": self.optimizer.warmup_steps}
 
     def reify(self, process_group) -> QAdamAlgorithmImpl:
-        return QAdamAlgorithmImpl(process_group, self.optimizer, self.config.hierarchical)
+        return QAdamAlgorithmImpl(process_group, self.optimizer, self.config.hierarchical, self.config.compression)

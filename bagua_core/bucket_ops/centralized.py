@@ -25,9 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from bagua_core.bucket import BaguaBucket
     from bagua_core.process_group import BaguaProcessGroup
 
-__all__ = ["CentralizedSynchronousOp", "COMPRESSIONS", "hierarchical_allreduce", "start_allreduce_in_pieces"]
-
-COMPRESSIONS = (None, "MinMaxUInt8")
+__all__ = ["CentralizedSynchronousOp", "hierarchical_allreduce", "start_allreduce_in_pieces"]
 
 
 def start_allreduce_in_pieces(tensor: torch.Tensor, op: ReduceOp, comm: BaguaCommunicator) -> Callable[[], None]:
@@ -84,8 +82,10 @@ class CentralizedSynchronousOp:
         scattergather: bool,
         compression: str | None,
     ) -> None:
-        if compression not in COMPRESSIONS:
-            raise ValueError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")
+        if compression is not None:  # an installed codec's name (ValueError lists them)
+            from bagua_core.bucket_ops.segment_codec import segment_codec
+
+            self.codec = segment_codec(compression)
         self.group = group
         self.hierarchical = bool(hierarchical)
         self.average = bool(average)
@@ -105,7 +105,7 @@ class CentralizedSynchronousOp:
             from bagua_core.bucket_ops.compressed import CompressedWorkspace, compressed_allreduce
 
             self.workspace = self.workspace or CompressedWorkspace()
-            compressed_allreduce(tensor, group, self.average, self.hierarchical, self.workspace)
+            compressed_allreduce(tensor, group, self.average, self.hierarchical, self.workspace, self.codec)
         elif self.hierarchical:
             hierarchical_allreduce(tensor, group, self.average)
         elif self.scattergather:

@@ -59,7 +59,7 @@ class CompressedWorkspace:
 
     def buffers(self, numel: int, n: int, dtype: torch.dtype, device: torch.device,
                 codec: SegmentCodec = MINMAX_UINT8) -> CompressedWorkspace:
-        key = (numel, n, dtype, device, codec.compressed_size(n, n))
+        key = (numel, n, dtype, device, codec.name, codec.compressed_size(n, n))
         if key != self._key:
             self._key = None  # free the old buffers before allocating the new ones
             chunk = -(-numel // n)

@@ -53,19 +53,23 @@ class Segment(NamedTuple):
     hi: int
 
 
-def segments(chunk_numel: int, slot_bytes: int, header_bytes: int = 8, bytes_per_element: int = 1,
+def segments(chunk_numel: int, slot_bytes: int, header_bytes: int = 8, bytes_per_element: float = 1,
              segment_numel: int | None = None) -> list[Segment]:
     """The segments of a chunk of ``chunk_numel`` elements stored in a slot of ``slot_bytes`` bytes
-    (``header_bytes`` first, then ``bytes_per_element`` per element, then padding)."""
+    (``header_bytes`` first, then ``bytes_per_element`` per element, then padding). Below one byte per
+    element, segments start at whole bytes (multiples of 8 elements)."""
     step = segment_numel or SEGMENT_NUMEL
+    bits = round(bytes_per_element * 8)
+    if bits % 8:
+        step = max(8, step - step % 8)
     bounds = list(range(0, chunk_numel, step)) + [chunk_numel]
     if len(bounds) == 1:  # an empty chunk: one segment carrying the header and padding
         return [Segment(0, 0, 0, 0, slot_bytes)]
     out = []
     last = len(bounds) - 2
     for i, (b, e) in enumerate(zip(bounds, bounds[1:])):
-        lo = 0 if i == 0 else header_bytes + b * bytes_per_element
-        hi = slot_bytes if i == last else header_bytes + e * bytes_per_element
+        lo = 0 if i == 0 else header_bytes + b * bits // 8
+        hi = slot_bytes if i == last else header_bytes + e * bits // 8
         out.append(Segment(i, b, e, lo, hi))
     return out
 

@@ -8,7 +8,8 @@ encoded, such as its min/max), ``encode`` / ``decode`` of a segment, ``decode_me
 n decoded buffers, fp32) and ``lpd_update`` (the replica update of low_precision_decentralized).
 The base class composes the fused steps from the plain ones; a codec overrides what it can do in
 fewer passes. :data:`MINMAX_UINT8` (the native MinMaxUInt8 kernels, fused where it pays) is the
-default and the fastest.
+default and the fastest; :func:`segment_codec` gives the steps of any installed codec plugin
+(``bagua_core.codecs``) by name, which is what an algorithm's ``compression="<name>"`` selects.
 
 Example::
 
@@ -28,7 +29,7 @@ import torch
 from bagua_core import env, native
 from bagua_core.native.layout import check_nonfinite
 
-__all__ = ["MINMAX_UINT8", "MinMaxUInt8Codec", "SegmentCodec"]
+__all__ = ["MINMAX_UINT8", "MinMaxUInt8Codec", "PluginSegmentCodec", "SegmentCodec", "segment_codec"]
 
 Buffers = Sequence[torch.Tensor] | torch.Tensor
 
@@ -138,3 +139,45 @@ class MinMaxUInt8Codec(SegmentCodec):
 
 MINMAX_UINT8 = MinMaxUInt8Codec()
 """The default codec of the compressed operations."""
+
+
+class PluginSegmentCodec(SegmentCodec):
+    """The steps of a codec plugin (:class:`bagua_core.codecs.Codec`): its headers, ranges and
+    fp32 decode-average, composed by the base class where the plugin has no fused version. Non-finite
+    values follow ``BAGUA_NONFINITE`` as MinMaxUInt8's do."""
+
+    def __init__(self, codec) -> None:
+        self.codec = codec
+        self.name = codec.name
+        self.header_bytes = codec.header_bytes
+        self.bytes_per_element = codec.bytes_per_element
+
+    def compressed_size(self, numel: int, n_chunks: int = 1) -> int:
+        return self.codec.encoded_size(numel, n_chunks)
+
+    def start(self, values: torch.Tensor, n_chunks: int, out: torch.Tensor, stats: torch.Tensor | None = None) -> None:
+        self.codec.encode_headers(values, n_chunks, out, nonfinite=env.get_nonfinite_policy())
+
+    def encode(self, values: torch.Tensor, n_chunks: int, out: torch.Tensor, begin: int, end: int,
+               decoded: torch.Tensor | None = None) -> None:
+        end = min(end, self.codec.chunk_numel(values.numel(), n_chunks))
+        if end > begin:
+            self.codec.encode_range(values, n_chunks, out, begin, end)
+
+    def decode(self, buf: torch.Tensor, n_chunks: int, out: torch.Tensor, begin: int = 0, end: int | None = None,
+               accumulate: bool = False) -> None:
+        self.codec.decode(buf, n_chunks, out, accumulate=accumulate, begin=begin, end=end)
+
+    def decode_mean(self, bufs: Buffers, n: int, out: torch.Tensor, average: bool, begin: int = 0,
+                    end: int | None = None, stats: torch.Tensor | None = None) -> None:
+        self.codec.decode_average(bufs, n, out, average=average, begin=begin, end=end)
+
+
+def segment_codec(name: str) -> SegmentCodec:
+    """The steps of the installed codec ``name``: :data:`MINMAX_UINT8` (native, fused) for
+    ``"MinMaxUInt8"``, else the codec plugin's (``ValueError`` listing the installed ones)."""
+    if name == MINMAX_UINT8.name:
+        return MINMAX_UINT8
+    from bagua_core.codecs import check_codec_name, get_codec
+
+    return PluginSegmentCodec(get_codec(check_codec_name(name)))

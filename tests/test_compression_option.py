@@ -1,0 +1,140 @@
+"""``compression="<codec>"`` of bytegrad, qadam and low_precision_decentralized: any installed codec goes
+through the same (pipelined) exchanges, with exactly the bits of the reference recipe written with that
+codec's own encode/decode, every rank equal where the algorithm promises it; an unknown name is refused
+before anything is communicated."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+from pydantic import ValidationError
+
+from bagua_core.bucket_ops import pipeline
+from bagua_core.bucket_ops.compressed import CompressedWorkspace, compressed_allreduce_on
+from bagua_core.bucket_ops.low_precision_decentralized import LowPrecisionDecentralizedOp
+from bagua_core.bucket_ops.segment_codec import MINMAX_UINT8, PluginSegmentCodec, segment_codec
+from bagua_core.codecs import get_codec
+from bagua_core.process_group import get_default_group
+from tests.distributed import run_workers
+
+CODECS = ["MinMaxUInt4", "fp16", "bf16", "ScaledSign"]
+
+
+def _reference_allreduce(inputs: list[torch.Tensor], average: bool, name: str) -> torch.Tensor:
+    """The bytegrad recipe with codec ``name``: pad to n chunks with the last value, encode, average
+    chunk j of every rank in fp32, encode it again, decode everything."""
+    codec = get_codec(name)
+    n, numel = len(inputs), inputs[0].numel()
+    chunk = -(-numel // n)
+    size = codec.encoded_size(chunk, 1)
+    sent = [codec.encode(torch.cat([x, x[-1:].expand(chunk * n - numel)]), n).view(n, size) for x in inputs]
+    gathered = []
+    for j in range(n):
+        own = torch.empty(chunk, dtype=inputs[0].dtype)
+        codec.decode_average([s[j].contiguous() for s in sent], n, own, average=average)
+        gathered.append(codec.encode(own, 1))
+    result = torch.empty(chunk * n, dtype=inputs[0].dtype)
+    codec.decode(torch.cat(gathered), n, result)
+    return result[:numel]
+
+
+def _allreduce_exact(rank: int) -> None:
+    comm = get_default_group().get_global_communicator()
+    for name in CODECS:
+        codec, workspace = segment_codec(name), CompressedWorkspace()
+        for segment_numel in (1 << 19, 64):  # one segment per chunk, then many
+            pipeline.SEGMENT_NUMEL = segment_numel
+            for numel, average, dtype in ((1001, True, torch.float32), (5, True, torch.float32),
+                                          (4096 + 9, False, torch.float32), (300, True, torch.float16)):
+                gen = torch.Generator().manual_seed(numel + 100 * rank)
+                x = (torch.randn(numel, generator=gen) * (rank + 1)).to(dtype)
+                inputs = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+                dist.all_gather(inputs, x)
+                y = x.clone()
+                compressed_allreduce_on(y, comm, average, workspace, codec)
+                expected = _reference_allreduce(inputs, average, name)
+                assert torch.equal(y, expected), (name, segment_numel, numel, (y.float() - expected.float()).abs().max())
+    pipeline.SEGMENT_NUMEL = 1 << 19
+
+
+def test_bytegrad_exchange_with_every_codec_is_the_reference_3_ranks() -> None:
+    run_workers(_allreduce_exact, 3)
+
+
+def _lpd_exact(rank: int) -> None:
+    comm = get_default_group().get_global_communicator()
+    n, me = dist.get_world_size(), dist.get_rank()
+    for name in ("MinMaxUInt4", "fp16"):
+        codec = get_codec(name)
+        initial = torch.randn(2051, generator=torch.Generator().manual_seed(7))
+        op = LowPrecisionDecentralizedOp(None, False, initial.clone(), initial.clone(), initial.clone())
+        op.codec = segment_codec(name)
+        x = initial.clone()
+        for step in range(2):
+            x += torch.randn(initial.numel(), generator=torch.Generator().manual_seed(10 * rank + step)) * 0.1
+            states = [[torch.empty_like(t) for _ in range(n)] for t in (x, op.weight, op.left_peer_weight,
+                                                                         op.right_peer_weight)]
+            for gathered, t in zip(states, (x, op.weight, op.left_peer_weight, op.right_peer_weight)):
+                dist.all_gather(gathered, t)
+            xs, ws, ls, rs = states
+            sent = [codec.encode(xs[k] + ls[k] / 3 + rs[k] / 3 - ws[k] * (5 / 3)) for k in range(n)]
+            expected = [codec.decode(sent[k], 1, t.clone(), accumulate=True)
+                        for k, t in ((me, ws[me]), ((me - 1) % n, ls[me]), ((me + 1) % n, rs[me]))]
+            op._ring_step(x, comm)
+            for label, got, want in zip("xwlr", (x, op.weight, op.left_peer_weight, op.right_peer_weight),
+                                        (expected[0], *expected)):
+                assert torch.equal(got, want), (name, step, label, (got - want).abs().max())
+
+
+def test_low_precision_decentralized_ring_with_a_codec_is_the_reference_3_ranks() -> None:
+    run_workers(_lpd_exact, 3)
+
+
+def _train(rank: int, spec: dict) -> None:
+    from bagua_algorithms.q_adam import QAdamOptimizer
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    if spec["name"] == "qadam":
+        optimizer = QAdamOptimizer(model.parameters(), lr=1e-2, warmup_steps=2)
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model = model.with_bagua([optimizer], dict(spec))
+    assert model.bagua_algorithm.compression == spec["compression"]
+    gen = torch.Generator().manual_seed(rank)
+    for _ in range(5):
+        x = torch.randn(8, 16, generator=gen)
+        loss = (model(x) - 1).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    assert torch.isfinite(flat).all()
+    everyone = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, flat)
+    if spec["name"] != "low_precision_decentralized":  # decentralized ranks differ by design
+        assert all(torch.equal(everyone[0], other) for other in everyone), spec
+
+
+@pytest.mark.parametrize("spec", [
+    {"name": "bytegrad", "compression": "MinMaxUInt4", "hierarchical": False},
+    {"name": "qadam", "compression": "bf16", "hierarchical": False},
+    {"name": "low_precision_decentralized", "compression": "ScaledSign", "hierarchical": False},
+])
+def test_algorithms_train_with_a_codec_option(spec: dict) -> None:
+    run_workers(_train, 2, spec)
+
+
+def test_unknown_codec_is_refused_naming_the_installed_ones() -> None:
+    from bagua_algorithms.bytegrad import ByteGradConfig
+
+    with pytest.raises(ValidationError, match="unknown codec 'MinMaxUInt3'; available: .*MinMaxUInt4"):
+        ByteGradConfig(compression="MinMaxUInt3")
+    with pytest.raises(ValueError, match="unknown codec"):
+        segment_codec("MinMaxUInt3")
+
+
+def test_minmax_uint8_keeps_the_native_fused_steps() -> None:
+    assert segment_codec("MinMaxUInt8") is MINMAX_UINT8
+    assert isinstance(segment_codec("fp16"), PluginSegmentCodec)
