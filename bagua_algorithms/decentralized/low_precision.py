@@ -55,6 +55,8 @@ class LowPrecisionDecentralizedConfig(AlgorithmConfig):
 
 
 class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
+    weights_differ_across_ranks = True
+
     def __init__(self, process_group, hierarchical: bool = True, communication_interval: int = 1,
                  compression: str = "MinMaxUInt8") -> None:
         super().__init__(process_group)

@@ -76,6 +76,8 @@ _hooked_noop_step = torch.optim.Optimizer.profile_hook_step(_noop_step)  # still
 class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
     """Lifecycle hooks delegating to one :class:`DecentralizedEngine` (no core buckets)."""
 
+    weights_differ_across_ranks = True
+
     def __init__(self, process_group: Any, config: DecentralizedDPConfig, topology: Topology,
                  optimizers: Sequence[torch.optim.Optimizer], scaler: Any = None) -> None:
         super().__init__(process_group)
