@@ -104,6 +104,11 @@ class AutoImpl(AlgorithmImpl):
             **link,
         }
         module.bagua_auto_result = result
+        if comm.rank() == 0 and not logger.hasHandlers():  # show the choice unless logging is configured
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+            logger.addHandler(handler)
+            logger.setLevel(logging.INFO)
         module.bagua_algorithm = self.current  # from now on the chosen impl runs the module by itself
         module._bagua_algorithm_declaration = chosen
         logger.info("auto chose %s at step %d: step time (max over ranks) %s; link latency %.3g ms, bandwidth "
