@@ -34,6 +34,7 @@ from pydantic import field_validator
 
 from bagua_core import env, failure
 from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl, split_into_buckets
+from bagua_core.capabilities import Capabilities
 from bagua_core.bucket import BaguaBucket
 from bagua_core.bucket_ops.async_model_average import AsyncModelAverager, new_async_communicator
 from bagua_core.plugins import hookimpl
@@ -69,10 +70,6 @@ class AsyncModelAverageConfig(AlgorithmConfig):
 
 
 class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
-    weights_differ_across_ranks = True
-    exact_resume = False
-    """A resume restarts the averaging rounds, whose timing against the steps is not reproducible."""
-
     def __init__(
         self, process_group, peer_selection_mode: str = "all", sync_interval_ms: int = 500, warmup_steps: int = 0
     ) -> None:
@@ -209,6 +206,9 @@ class AsyncModelAverageAlgorithm(Algorithm):
 
     name = "async"
     Config = AsyncModelAverageConfig
+    capabilities = Capabilities(communicates="weights", background_work=True, weights_differ_across_ranks=True,
+                                exact_resume=False, relative_bytes=None)
+    """Rounds of weight averaging every ``sync_interval_ms``: the bytes per step depend on timing."""
 
     def __init__(self, peer_selection_mode: str = "all", sync_interval_ms: int = 500, warmup_steps: int = 0) -> None:
         super().__init__(peer_selection_mode=peer_selection_mode, sync_interval_ms=sync_interval_ms, warmup_steps=warmup_steps)

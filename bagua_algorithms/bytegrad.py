@@ -21,6 +21,7 @@ from bagua_algorithms.gradient_allreduce import GradientAllReduceAlgorithmImpl
 from pydantic import field_validator
 
 from bagua_core.algorithm import Algorithm, AlgorithmConfig
+from bagua_core.capabilities import Capabilities
 from bagua_core.codecs import check_codec_name
 from bagua_core.plugins import hookimpl
 
@@ -54,6 +55,9 @@ class ByteGradAlgorithm(Algorithm):
 
     name = "bytegrad"
     Config = ByteGradConfig
+    capabilities = Capabilities(communicates="gradients", tunable_bucket_size=True, keeps_optimizer_semantics=True,
+                                relative_bytes=0.25)
+    """MinMaxUInt8 (the default codec): a byte per fp32 value plus a min/max per chunk, about a quarter."""
 
     def __init__(self, hierarchical: bool = True, average: bool = True, compression: str = "MinMaxUInt8") -> None:
         super().__init__(hierarchical=hierarchical, average=average, compression=compression)

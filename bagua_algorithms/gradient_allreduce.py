@@ -18,6 +18,7 @@ from typing import Literal
 import torch
 
 from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
+from bagua_core.capabilities import Capabilities
 from bagua_core.bucket import BaguaBucket
 from bagua_core.plugins import hookimpl
 
@@ -53,6 +54,8 @@ class GradientAllReduceAlgorithm(Algorithm):
 
     name = "gradient_allreduce"
     Config = GradientAllReduceConfig
+    capabilities = Capabilities(communicates="gradients", tunable_bucket_size=True, keeps_optimizer_semantics=True,
+                                relative_bytes=1.0)
 
     def __init__(self, hierarchical: bool = False, average: bool = True) -> None:
         super().__init__(hierarchical=hierarchical, average=average)

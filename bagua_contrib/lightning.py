@@ -14,9 +14,11 @@ The strategy is Lightning's DDP strategy (same launchers, process group, sampler
 with the model wrapped by ``with_bagua`` instead of ``DistributedDataParallel``: what is
 communicated, and in which dtype, is the algorithm's business (see its module). Any registered
 algorithm name is accepted; its options are passed as keyword arguments and validated when the
-strategy is built. ``qadam`` needs ``configure_optimizers`` to return a ``QAdamOptimizer``; ``async``
-is resumed when fitting starts and aborted (on every rank) at teardown; ``decentralized_dp`` (which
-steps its bucket optimizers inside backward) gets Lightning's closure run before its hook-only step.
+strategy is built. What the strategy does per algorithm follows its declared capabilities
+(``bagua_core.capabilities``): one that ``builds_optimizer`` (qadam) needs ``configure_optimizers`` to
+return its optimizer (``Algorithm.build_optimizer``); one with ``background_work`` (async) is resumed
+when fitting starts and aborted (on every rank) at teardown; one that ``steps_optimizer_in_backward``
+(decentralized_dp) gets Lightning's closure run before its hook-only step.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 import bagua_core as bagua
 from bagua_core.agreement import Prepared, agree_or_raise
-from bagua_core.config import algorithm_config_of
+from bagua_core.config import algorithm_class_of, algorithm_config_of
 from bagua_core.process_group import get_default_group
 
 __all__ = ["BaguaStrategy", "LightningBaguaModule", "register_bagua_strategy"]
@@ -74,8 +76,6 @@ class BaguaStrategy(DDPStrategy):
     """
 
     strategy_name = "bagua"
-    closure_free_algorithms = frozenset({"decentralized_dp"})
-    """Algorithms whose ``optimizer.step`` runs no closure (they step inside backward)."""
     _LIGHTNING_ARGUMENTS = ("accelerator", "parallel_devices", "cluster_environment", "checkpoint_io",
                             "precision_plugin", "process_group_backend", "timeout", "start_method")
 
@@ -84,6 +84,9 @@ class BaguaStrategy(DDPStrategy):
         super().__init__(**lightning_kwargs)
         self._bagua_config = algorithm_config_of({"name": algorithm, **algorithm_options})  # fails fast
         self._bagua_flatten = flatten
+
+    def _bagua_algorithm_class(self) -> Any:
+        return algorithm_class_of(self._bagua_config.name)
 
     @property
     def algorithm_config(self):
@@ -131,12 +134,11 @@ class BaguaStrategy(DDPStrategy):
         agree_or_raise(comm, lambda: self._trainer_settings(trainer), what="BaguaStrategy")
         wrapper = LightningBaguaModule(self.model)
         self.model = wrapper.with_bagua(self.optimizers, self._bagua_config, do_flatten=self._bagua_flatten)
-        impl = self.model.bagua_algorithm
-        if hasattr(impl, "resume"):
-            impl.resume(self.model)
+        if self.model.bagua_capabilities.background_work:
+            self.model.bagua_algorithm.resume(self.model)
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Any, model: Any = None, **kwargs: Any) -> Any:
-        if self._bagua_config.name not in self.closure_free_algorithms:
+        if not self._bagua_algorithm_class().capabilities.steps_optimizer_in_backward:
             return super().optimizer_step(optimizer, closure, model, **kwargs)
         # the algorithm steps inside backward and its optimizer.step() takes no closure: run the closure
         # (forward, backward, Lightning's after-closure hooks) first, then the hook-only step
@@ -156,9 +158,9 @@ class BaguaStrategy(DDPStrategy):
     def teardown(self) -> None:
         model = self.model
         if isinstance(model, LightningBaguaModule):
-            impl = getattr(model, "bagua_algorithm", None)
-            if impl is not None and hasattr(impl, "abort"):
-                impl.abort(model)  # async: stop the background averaging on every rank
+            capabilities = getattr(model, "bagua_capabilities", None)
+            if capabilities is not None and capabilities.background_work:
+                model.bagua_algorithm.abort(model)  # stop the background communication on every rank
             model.bagua_shutdown()
             self.model = model.module
         super().teardown()

@@ -19,6 +19,7 @@ from __future__ import annotations
 from bagua_core import tensor as _tensor  # noqa: F401  (adds the bagua_* methods to torch.Tensor)
 from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
 from bagua_core.bucket import BaguaBucket
+from bagua_core.capabilities import Capabilities
 from bagua_core.communication import (
     BaguaCommunicator,
     ReduceOp,
@@ -74,6 +75,7 @@ __all__ = [
     "AlgorithmConfig",
     "AlgorithmImpl",
     "BaguaBucket",
+    "Capabilities",
     "BaguaCommunicator",
     "BaguaModule",
     "BaguaProcessGroup",

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from bagua_core import env
 from bagua_core.bucket import BaguaBucket
+from bagua_core.capabilities import Capabilities
 from bagua_core.errors_format import format_validation_error
 from bagua_core.exceptions import BaguaConfigError
 
@@ -39,10 +40,13 @@ class AlgorithmConfig(BaseModel):
 
 
 class Algorithm(abc.ABC):
-    """A declaration of an algorithm: its name and validated options; ``reify`` builds the impl."""
+    """A declaration of an algorithm: its name, what it can do (``capabilities``, see
+    ``bagua_core.capabilities``) and validated options; ``reify`` builds the impl."""
 
     name: ClassVar[str] = ""
     Config: ClassVar[type[AlgorithmConfig]] = AlgorithmConfig
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    """What the core, the CLI, Lightning, autotune and ``algorithm="auto"`` need to know (class level)."""
 
     def __init__(self, **options: Any) -> None:
         try:
@@ -76,6 +80,21 @@ class Algorithm(abc.ABC):
         """Build the algorithm from a validated config. ``optimizers`` are those given to ``with_bagua``
         (an algorithm that needs its own optimizer, like qadam, finds it there)."""
         return cls(**config.model_dump(exclude={"name"}))
+
+    @classmethod
+    def build_optimizer(cls, params: Any, *, lr: float | None = None, steps_per_epoch: int = 1) -> torch.optim.Optimizer:
+        """The optimizer this algorithm needs (``capabilities.builds_optimizer``) over ``params``, with
+        learning rate ``lr`` (None: the algorithm's default) for a job of ``steps_per_epoch`` steps per
+        epoch; pass it to ``with_bagua``. Raises ``BaguaConfigError`` for an algorithm that does not
+        build one (any optimizer works with it).
+
+        Example::
+
+            >>> algorithm = algorithm_registry.get(name)
+            >>> if algorithm.capabilities.builds_optimizer:
+            ...     optimizer = algorithm.build_optimizer(model.parameters(), lr=0.005, steps_per_epoch=100)
+        """
+        raise BaguaConfigError(f"algorithm {cls.name!r} builds no optimizer of its own: use any torch optimizer")
 
     def canonical_options(self) -> dict[str, Any]:
         """Every validated option in a canonical form (JSON types where possible), less ``name``: what
@@ -147,12 +166,10 @@ class AlgorithmImpl:
     ``bagua_train_step_counter``, ``process_group`` and ``_bagua_backend.wait_pending_comm_ops()``."""
 
     weights_differ_across_ranks: ClassVar[bool] = False
-    """Whether the ranks' weights (and optimizer states) differ while training (decentralized and
-    asynchronous algorithms): checkpoints then keep every rank's own, and resuming does not overwrite
-    them with rank 0's (``bagua_core.checkpoint``)."""
+    """Older, impl-level form of ``Capabilities.weights_differ_across_ranks`` (declare it on the
+    ``Algorithm``); counts for an algorithm declaring no capabilities (``bagua_core.capabilities.capabilities_of``)."""
     exact_resume: ClassVar[bool] = True
-    """Whether resuming from a checkpoint continues exactly as an uninterrupted run (False: the
-    algorithm depends on timing, as asynchronous averaging does)."""
+    """Older, impl-level form of ``Capabilities.exact_resume`` (for an algorithm declaring no capabilities)."""
 
     def __init__(self, process_group: BaguaProcessGroup) -> None:
         self.process_group = process_group
@@ -251,10 +268,12 @@ class AlgorithmImpl:
 
     def communicates_after_optimizer_step(self, bagua_ddp: torch.nn.Module) -> bool:
         """Whether this step's optimizer step is followed by collectives (issued by the post-step hook).
-        Asked at the end of every backward; when True, the ranks agree whether any rank's gradients hold
-        inf/NaN and, if so, every rank's gradients get a NaN (``bagua_core.module.nonfinite``), so a
-        ``GradScaler`` skips the step, and with it the post-step collectives, on every rank."""
-        return False
+        Asked at the end of every backward, only for an algorithm declaring
+        ``Capabilities.communicates_after_optimizer_step`` (or whose impl overrides this method); when
+        True, the ranks agree whether any rank's gradients hold inf/NaN and, if so, every rank's
+        gradients get a NaN (``bagua_core.module.nonfinite``), so a ``GradScaler`` skips the step, and
+        with it the post-step collectives, on every rank. Default: every step (as declared)."""
+        return True
 
     def shutdown(self, bagua_ddp: torch.nn.Module) -> None:
         """Release what the impl started (threads, groups) when the module is re-wrapped or closed."""

@@ -9,8 +9,8 @@ communication thread, after any pending bucket op), rank 0 picks the fastest can
 broadcasts its index (int64), and that choice is applied on every rank and kept for the rest of
 training. No extra server process is needed. Everything is logged on logger ``bagua.autotune``.
 
-Applies to algorithms whose buckets hold no state of their own (gradient_allreduce, bytegrad,
-qadam; a plugin's impl opts in with ``supports_autotune = True``). The bucket size is tuned when the
+Applies to algorithms declaring ``Capabilities.tunable_bucket_size`` (their buckets hold no state of
+their own across steps; ``bagua_core.capabilities``). The bucket size is tuned when the
 impl uses the default ``tensors_to_buckets``; hierarchical is tuned when the impl has a boolean
 ``hierarchical`` and the job spans several nodes with several ranks on some node.
 
@@ -36,10 +36,9 @@ from bagua_core.communication import ReduceOp, allreduce_inplace, broadcast
 from bagua_core.errors_format import format_validation_error
 from bagua_core.exceptions import BaguaConfigError
 
-__all__ = ["AutotuneConfig", "Autotuner", "configure", "on_train_step", "DEFAULT_TUNABLE_ALGORITHMS"]
+__all__ = ["AutotuneConfig", "Autotuner", "configure", "on_train_step"]
 
 logger = logging.getLogger("bagua.autotune")
-DEFAULT_TUNABLE_ALGORITHMS = frozenset({"gradient_allreduce", "bytegrad", "qadam"})
 
 
 class AutotuneConfig(BaseModel):
@@ -96,7 +95,10 @@ class Autotuner:
         self._last: float | None = None
         self._times: dict[int, list[float]] = {}
         self.candidates = self._candidates(module)
-        self._start = config.warmup_steps + 1  # the step at which trial 0 begins
+        # the step at which trial 0 begins (counted from the step this tuner starts at: a re-wrap, or the
+        # algorithm "auto" handing the module to its choice, starts one later in training)
+        # (created at wrap with counter 0, or by the forward pre-hook of the step it starts at)
+        self._start = max(module.bagua_train_step_counter - 1, 0) + config.warmup_steps + 1
         if self.candidates and not logger.hasHandlers() and module.process_group.get_global_communicator().rank() == 0:
             _show_on_stderr()  # the user asked for tuning: show what it does unless logging is configured
         if not self.candidates:
@@ -104,9 +106,10 @@ class Autotuner:
 
     def _candidates(self, module: torch.nn.Module) -> list[dict[str, Any]]:
         impl, group = self.impl, module.process_group
-        name = getattr(getattr(module, "_bagua_algorithm_declaration", None), "name", "")
-        if not getattr(impl, "supports_autotune", name in DEFAULT_TUNABLE_ALGORITHMS):
-            return []
+        from bagua_core.auto.chooser import AutoImpl
+
+        if not module.bagua_capabilities.tunable_bucket_size or isinstance(impl, AutoImpl):
+            return []  # (auto: tuned once it has chosen, by the tuner of the chosen impl)
         sizes: list[int | None] = [None]
         if type(impl).tensors_to_buckets is AlgorithmImpl.tensors_to_buckets:
             grads = [p.numel() * p.element_size() for _, p in module.bagua_named_parameters()]

@@ -31,7 +31,7 @@ def _mean(value: float) -> float:
 
 def train_curve(method: str, epochs: int, batch_size: int, lr: float, hidden: int, seed: int = 0) -> dict:
     """Train from the same initial weights and data order as ``bagua train``; returns the curve."""
-    from bagua_core.examples.digits import DigitsMLP, load_digits
+    from bagua_examples.digits import DigitsMLP, load_digits
 
     rank, world = dist.get_rank(), dist.get_world_size()
     train_x, train_y, test_x, test_y = load_digits(seed=seed)

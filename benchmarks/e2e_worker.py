@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from benchmarks.methods import finish, prepare
+from benchmarks.methods import UNTIMED_WARMUP, finish, prepare
 from benchmarks.models import build_model, parameter_count, synthetic_batch
 
 __all__ = ["run", "main", "read_counter", "summarize", "hang_watchdog"]
@@ -46,9 +46,12 @@ def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Ten
 
 
 def run(method: str, model_name: str, batch_size: int, warmup: int, steps: int, iface: str, lr: float) -> dict:
-    """Train and measure on this rank; returns this rank's numbers (collective over the default group)."""
+    """Train and measure on this rank; returns this rank's numbers (collective over the default group).
+    A method whose warmup is not left untimed (``auto``: its choosing counts) runs warmup + steps timed."""
     import bagua_core as bagua
 
+    if not UNTIMED_WARMUP.get(method, True):
+        warmup, steps = 0, warmup + steps
     rank, world = dist.get_rank(), dist.get_world_size()
     model = build_model(model_name, seed=0)
     params = parameter_count(model)

@@ -1,8 +1,10 @@
 """What the benchmarks compare: torch DDP baselines and every installed bagua algorithm.
 
 A *method* is a name: ``ddp``, ``ddp_fp16`` (DDP with its fp16 compression hook), ``ddp_powersgd``
-(DDP with PowerSGD, rank 1) or the registered name of a bagua algorithm
-(``bagua_core.plugins.algorithm_registry.names()``, so plugins installed later are benchmarked too).
+(DDP with PowerSGD, rank 1), the registered name of a bagua algorithm
+(``bagua_core.plugins.algorithm_registry.names()``, so plugins installed later are benchmarked too),
+or ``auto`` (``with_bagua(..., "auto")``: it chooses while it trains, so the benchmarks time it from
+its first step, choosing included; see :data:`UNTIMED_WARMUP`).
 :func:`prepare` wraps a model for one method and returns it with its optimizer.
 
 Example::
@@ -18,7 +20,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["DDP_METHODS", "BENCH_OPTIONS", "available_methods", "prepare", "finish", "is_ddp"]
+__all__ = ["DDP_METHODS", "AUTO_METHOD", "UNTIMED_WARMUP", "BENCH_OPTIONS", "available_methods", "prepare", "finish",
+           "is_ddp"]
 
 DDP_METHODS = ("ddp", "ddp_fp16", "ddp_powersgd")
 
@@ -38,6 +41,11 @@ QADAM_EPS = 1e-4
 would see quantisation error divided by Adam's default 1e-8 (as in the main job)."""
 """qadam's full-precision warmup; shorter than the benchmark's warmup so timed steps are compressed."""
 
+AUTO_METHOD = "auto"
+UNTIMED_WARMUP = {AUTO_METHOD: False}
+"""Methods whose warmup steps are timed too (a benchmark runs them as timed steps): ``auto`` spends
+its first steps choosing, and that time counts."""
+
 # algorithms whose wrapping is not ``with_bagua(name)`` (decentralized_dp has its own wrapper)
 _NOT_WITH_BAGUA = {"decentralized_dp"}
 
@@ -47,12 +55,12 @@ def is_ddp(method: str) -> bool:
 
 
 def available_methods() -> list[str]:
-    """The DDP baselines, then every registered bagua algorithm (gradient_allreduce first)."""
+    """The DDP baselines, then every registered bagua algorithm (gradient_allreduce first), then auto."""
     from bagua_core.plugins import algorithm_registry
 
     names = [n for n in algorithm_registry.names() if n not in _NOT_WITH_BAGUA]
     names.sort(key=lambda n: (n != "gradient_allreduce", n))
-    return list(DDP_METHODS) + names
+    return list(DDP_METHODS) + names + [AUTO_METHOD]
 
 
 def _ddp(method: str, model: torch.nn.Module, options: dict[str, Any] | None = None) -> torch.nn.Module:
@@ -105,7 +113,7 @@ def finish(method: str, model: torch.nn.Module) -> None:
     """Stop background work (async's averaging loop) so that later collectives do not interleave."""
     if is_ddp(method):
         return
-    impl = getattr(model, "bagua_algorithm", None)
-    if impl is not None and hasattr(impl, "abort"):
-        impl.abort(model)
+    capabilities = getattr(model, "bagua_capabilities", None)
+    if capabilities is not None and capabilities.background_work:
+        model.bagua_algorithm.abort(model)
     model.bagua_shutdown()

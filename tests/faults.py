@@ -150,9 +150,9 @@ def train_cell(rank: int, algorithm: str, fault: str, directory: str) -> dict[st
                 _inject(fault, directory)
             _step(rank, step, wrapped, optimizer, scaler, overflow=rank == 1 and step == FAULT_STEP and fault == "nonfinite")
             result["steps"] = step + 1
-        impl = getattr(wrapped, "bagua_algorithm", None)
-        if hasattr(impl, "abort"):
-            impl.abort(wrapped)  # async: every rank stops averaging
+        capabilities = getattr(wrapped, "bagua_capabilities", None)  # (not on the decentralized_dp wrapper)
+        if capabilities is not None and capabilities.background_work:
+            wrapped.bagua_algorithm.abort(wrapped)  # async: every rank stops averaging
     except BaseException as exc:  # the outcome of the cell
         result.update(error=str(exc), error_type=type(exc).__name__)
     result["ended_at"] = time.time()

@@ -87,12 +87,13 @@ def test_bad_options_in_constructors(make, text) -> None:
 @pytest.mark.parametrize(
     "text,cls,options",
     [
-        ('name = "bytegrad"\nhierarchical = false\n', ByteGradAlgorithm, {"hierarchical": False, "average": True}),
+        ('name = "bytegrad"\nhierarchical = false\n', ByteGradAlgorithm,
+         {"hierarchical": False, "average": True, "compression": "MinMaxUInt8"}),
         ('[algorithm]\nname = "decentralized"\npeer_selection_mode = "shift_one"\ncommunication_interval = 3\n',
          DecentralizedAlgorithm, {"hierarchical": True, "peer_selection_mode": "shift_one", "communication_interval": 3}),
         ('name = "low_precision_decentralized"\ncommunication_interval = 2\n', LowPrecisionDecentralizedAlgorithm,
-         {"hierarchical": True, "communication_interval": 2}),
-        ('name = "qadam"\nhierarchical = false\n', QAdamAlgorithm, {"hierarchical": False}),
+         {"hierarchical": True, "communication_interval": 2, "compression": "MinMaxUInt8"}),
+        ('name = "qadam"\nhierarchical = false\n', QAdamAlgorithm, {"hierarchical": False, "compression": "MinMaxUInt8"}),
         ('name = "async"\nsync_interval_ms = 20\nwarmup_steps = 5\n', AsyncModelAverageAlgorithm,
          {"peer_selection_mode": "all", "sync_interval_ms": 20, "warmup_steps": 5}),
     ],

@@ -42,16 +42,16 @@ def test_e2e_harness_writes_table_and_rows(tmp_path: Path) -> None:
     from benchmarks import e2e
 
     rows = e2e.main(["--loopback", "--networks", "loopback", "--model", "tiny", "--warmup", "1", "--steps", "2",
-                     "--methods", "ddp,gradient_allreduce", "--timeout", "60", "--results", str(tmp_path)])
-    assert [r["method"] for r in rows] == ["ddp", "gradient_allreduce"]
+                     "--methods", "ddp,gradient_allreduce,auto", "--timeout", "60", "--results", str(tmp_path)])
+    assert [r["method"] for r in rows] == ["ddp", "gradient_allreduce", "auto"]
     for row in rows:
         assert "error" not in row, row.get("log")
         assert row["ms_per_step"] > 0 and row["samples_per_s"] > 0 and row["tx_bytes_per_step"] > 0
         assert row["cpu_ms_per_step"] > 0
-        assert len(row["step_ms_rank0"]) == 2
+        assert len(row["step_ms_rank0"]) == (3 if row["method"] == "auto" else 2)  # auto: its choosing is timed
     table = (tmp_path / "e2e.md").read_text()
     assert "| ddp |" in table and "| gradient_allreduce |" in table and "1.00x" in table
-    assert len(json.loads((tmp_path / "e2e.json").read_text())) == 2
+    assert len(json.loads((tmp_path / "e2e.json").read_text())) == 3
     assert (tmp_path / "e2e.png").exists() == have_matplotlib()
 
 
@@ -97,6 +97,7 @@ def test_methods_enumerate_ddp_baselines_and_registered_algorithms() -> None:
     assert methods[: len(DDP_METHODS)] == list(DDP_METHODS)
     assert methods[len(DDP_METHODS)] == "gradient_allreduce"
     assert set(methods) >= set(algorithm_registry.names()) - {"decentralized_dp"}
+    assert methods[-1] == "auto"
 
 
 @pytest.mark.parametrize("rows, expected", [

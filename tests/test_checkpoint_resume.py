@@ -58,9 +58,9 @@ def _flat(model: torch.nn.Module) -> torch.Tensor:
 
 
 def _stop(model: torch.nn.Module) -> None:
-    impl = getattr(model, "bagua_algorithm", None)
-    if hasattr(impl, "abort"):
-        impl.abort(model)
+    capabilities = getattr(model, "bagua_capabilities", None)
+    if capabilities is not None and capabilities.background_work:
+        model.bagua_algorithm.abort(model)
     if hasattr(model, "bagua_shutdown") and getattr(model, "_bagua_hooks", None) is not None:
         model.bagua_shutdown()
 

@@ -12,6 +12,7 @@ import pytest
 
 from bagua_core.cli import main
 from bagua_core.cli.launch import extract_config
+from bagua_core.exceptions import BaguaConfigError
 
 BAGUA = [sys.executable, "-m", "bagua_core.cli"]
 
@@ -97,6 +98,25 @@ def test_main_job_end_to_end(tmp_path) -> None:
     assert summary["test_accuracy"] > 0.8  # 3 epochs on digits reach ~0.9
     assert summary["bytes_communicated_per_rank"] > 0 and summary["samples_per_s"] > 0
     assert "test accuracy" in result.stdout
+
+
+def test_main_job_with_auto_prints_the_choice(tmp_path) -> None:
+    summary_path = tmp_path / "summary.json"
+    result = _run(["train", "--nproc", "2", "--epochs", "1", "--no-progress", "--algorithm", "auto",
+                   "--summary-json", str(summary_path)])
+    assert result.returncode == 0, result.stderr[-3000:]
+    auto = json.loads(summary_path.read_text())["auto"]
+    assert auto["algorithm"] in auto["step_time_s"] and {"gradient_allreduce", "bytegrad"} <= set(auto["step_time_s"])
+    assert f"auto chose {auto['algorithm']} at step {auto['decided_at_step']}" in result.stdout
+
+
+def test_main_job_is_found_through_its_entry_point() -> None:
+    from bagua_core.cli.jobs import find_job
+
+    module_name, module = find_job("train")
+    assert module_name == "bagua_examples.train_digits" and callable(module.parse_args)
+    with pytest.raises(BaguaConfigError, match="no job named 'nope'"):
+        find_job("nope")
 
 
 def test_main_job_rejects_bad_options() -> None:

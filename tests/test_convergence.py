@@ -31,7 +31,7 @@ ALGORITHMS = [
 
 def _train(rank: int, algorithm: dict) -> float:
     from bagua_algorithms.q_adam import QAdamOptimizer
-    from bagua_core.examples.digits import DigitsMLP, load_digits
+    from bagua_examples.digits import DigitsMLP, load_digits
 
     world = dist.get_world_size()
     train_x, train_y, test_x, test_y = load_digits(seed=0)

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bagua_core.examples.elastic_train import batch, make_model, make_optimizer
+from bagua_examples.elastic_train import batch, make_model, make_optimizer
 from tests.distributed import free_port, run_workers
 
 STEPS, SAVE_EVERY, KILL_AT = 16, 5, 12
@@ -32,7 +32,7 @@ def _reference_params(world_size: int, steps: int) -> list[torch.Tensor]:
 
 def _uninterrupted(rank: int, checkpoint_dir: str) -> list[torch.Tensor]:
     """The same job, the same code, never killed (bagua's workers, the same collectives)."""
-    from bagua_core.examples.elastic_train import _parse, train
+    from bagua_examples.elastic_train import _parse, train
 
     return train(_parse(["--checkpoint-dir", checkpoint_dir, "--steps", str(STEPS), "--save-every", str(SAVE_EVERY)]))
 
@@ -43,7 +43,7 @@ def test_killed_worker_is_restarted_and_resumes_from_the_last_checkpoint(tmp_pat
         sys.executable, "-m", "bagua_core.cli", "run",
         "--nnodes=1:1", "--nproc_per_node=2", "--max-restarts=1", "--monitor-interval=0.2",
         "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}",
-        "-m", "bagua_core.examples.elastic_train",
+        "-m", "bagua_examples.elastic_train",
         "--checkpoint-dir", str(tmp_path / "ckpt"), "--steps", str(STEPS), "--save-every", str(SAVE_EVERY),
         "--kill-at-step", str(KILL_AT), "--kill-rank", "1", "--events", str(events), "--final-params", str(final),
     ]
@@ -70,14 +70,14 @@ def test_bagua_run_rejects_a_bad_config_before_starting(tmp_path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text('[algorithm]\nname = "gradient_allreduce"\nhierarchicl = true\n')
     proc = subprocess.run([sys.executable, "-m", "bagua_core.cli", "run", "--config", str(bad), "--standalone",
-                           "--nproc_per_node=2", "-m", "bagua_core.examples.elastic_train", "--checkpoint-dir",
+                           "--nproc_per_node=2", "-m", "bagua_examples.elastic_train", "--checkpoint-dir",
                            str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "hierarchicl" in proc.stderr and "bad.toml" in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("argument", ["--steps=0", "--save-every=-1"])
 def test_options_validated(argument) -> None:
-    from bagua_core.examples.elastic_train import _parse
+    from bagua_examples.elastic_train import _parse
 
     with pytest.raises(SystemExit):
         _parse(["--checkpoint-dir", "x", argument])

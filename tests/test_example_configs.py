@@ -1,4 +1,4 @@
-"""Every config shipped in bagua_core/examples/configs validates: its algorithm table against the
+"""Every config shipped in bagua_examples/configs validates: its algorithm table against the
 installed algorithms' configs (built-in ones only: a shipped config must not need another plugin),
 its training table against the main job's TrainingConfig, and the main job's option parser takes it."""
 
@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from bagua_core.config import CONFIG_SUFFIXES, algorithm_config_of, load_config_file
-from bagua_core.examples.train_digits import _parse
-from bagua_core.examples.training_config import TrainingConfig
+from bagua_examples.train_digits import parse_args
+from bagua_examples.training_config import TrainingConfig
 from bagua_core.exceptions import BaguaConfigError
 from bagua_core.plugins import algorithm_registry
 
-CONFIG_DIR = Path(str(importlib.resources.files("bagua_core.examples") / "configs"))
+CONFIG_DIR = Path(str(importlib.resources.files("bagua_examples") / "configs"))
 SHIPPED = sorted(p for p in CONFIG_DIR.iterdir() if p.suffix in CONFIG_SUFFIXES)
 
 
@@ -36,7 +36,7 @@ def test_shipped_config_validates(path: Path) -> None:
         training = TrainingConfig(**data["training"])
     else:
         training = TrainingConfig()
-    parsed, algorithm, _ = _parse(["--config", str(path)])
+    parsed, algorithm, _ = parse_args(["--config", str(path)])
     assert parsed == training and algorithm_config_of(algorithm) == config
 
 
@@ -48,7 +48,7 @@ def test_a_typo_names_the_file_and_the_field(tmp_path) -> None:
     bad_training = tmp_path / "bad_training.toml"
     bad_training.write_text((CONFIG_DIR / "gradient_allreduce.toml").read_text().replace("epochs = 10", "epochs = 0"))
     with pytest.raises(ValueError, match="epochs"):
-        _parse(["--config", str(bad_training)])
+        parse_args(["--config", str(bad_training)])
 
 
 def test_check_config_command_on_a_shipped_config() -> None:

@@ -24,6 +24,7 @@ from pydantic import field_validator
 
 from bagua_algorithms.decentralized.common import WeightCommunicatingImpl, check_positive_int, is_communication_step
 from bagua_core.algorithm import Algorithm, AlgorithmConfig
+from bagua_core.capabilities import Capabilities
 from bagua_core.bucket import BaguaBucket
 from bagua_core.bucket_ops.decentralized import DecentralizedSynchronousOp, check_peers
 
@@ -43,8 +44,6 @@ class DecentralizedConfig(AlgorithmConfig):
 
 
 class DecentralizedAlgorithmImpl(WeightCommunicatingImpl):
-    weights_differ_across_ranks = True
-
     def __init__(
         self, process_group, hierarchical: bool = True, peer_selection_mode: str = "all", communication_interval: int = 1
     ) -> None:
@@ -106,6 +105,8 @@ class DecentralizedAlgorithm(Algorithm):
 
     name = "decentralized"
     Config = DecentralizedConfig
+    capabilities = Capabilities(communicates="weights", weights_differ_across_ranks=True, relative_bytes=1.0)
+    """Weights averaged with the peers (all: an allreduce of the weights; shift_one: one exchange)."""
 
     def __init__(self, hierarchical: bool = True, peer_selection_mode: str = "all", communication_interval: int = 1) -> None:
         super().__init__(

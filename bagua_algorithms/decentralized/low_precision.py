@@ -24,6 +24,7 @@ from pydantic import field_validator
 
 from bagua_algorithms.decentralized.common import WeightCommunicatingImpl, check_positive_int, is_communication_step
 from bagua_core.algorithm import Algorithm, AlgorithmConfig
+from bagua_core.capabilities import Capabilities
 from bagua_core.bucket import BaguaBucket
 from bagua_core.bucket_ops.low_precision_decentralized import LowPrecisionDecentralizedOp
 from bagua_core.codecs import check_codec_name
@@ -54,8 +55,6 @@ class LowPrecisionDecentralizedConfig(AlgorithmConfig):
 
 
 class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
-    weights_differ_across_ranks = True
-
     def __init__(self, process_group, hierarchical: bool = True, communication_interval: int = 1,
                  compression: str = "MinMaxUInt8") -> None:
         super().__init__(process_group)
@@ -137,6 +136,9 @@ class LowPrecisionDecentralizedAlgorithm(Algorithm):
 
     name = "low_precision_decentralized"
     Config = LowPrecisionDecentralizedConfig
+    capabilities = Capabilities(communicates="weights", weights_differ_across_ranks=True,
+                                communicates_after_optimizer_step=True, relative_bytes=0.5)
+    """Compressed weight differences to the two ring neighbours (a byte per value each way)."""
 
     def __init__(self, hierarchical: bool = True, communication_interval: int = 1,
                  compression: str = "MinMaxUInt8") -> None:

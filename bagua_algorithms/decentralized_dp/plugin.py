@@ -34,16 +34,17 @@ import torch
 import torch.distributed as dist
 from pydantic import Field, field_validator
 
+from bagua_algorithms.decentralized_dp import hookspecs
 from bagua_algorithms.decentralized_dp.buckets import ParamBucket
 from bagua_algorithms.decentralized_dp.engine import DecentralizedEngine, OptimFn, SchedulerFn
+from bagua_algorithms.decentralized_dp.hookspecs import topology_registry
 from bagua_algorithms.decentralized_dp.optim_fns import optim_fn_like
 from bagua_algorithms.decentralized_dp.topology import Topology, get_topology
 from bagua_core import failure
 from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
 from bagua_core.bucket import BaguaBucket
+from bagua_core.capabilities import Capabilities
 from bagua_core.exceptions import BaguaConfigError, BaguaError
-from bagua_algorithms.decentralized_dp import hookspecs
-from bagua_algorithms.decentralized_dp.hookspecs import topology_registry
 from bagua_core.plugins import hookimpl
 
 __all__ = ["DecentralizedDPAlgorithm", "DecentralizedDPAlgorithmImpl", "DecentralizedDPConfig"]
@@ -84,7 +85,6 @@ class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
     steps the bucket's optimizer and starts the next round. The first backward only traces the order:
     its end builds the buckets (``bagua_reset``) and steps them all."""
 
-    weights_differ_across_ranks = True
 
     def __init__(self, process_group: Any, config: DecentralizedDPConfig, topology: Topology,
                  optimizers: Sequence[torch.optim.Optimizer], scaler: Any = None, *,
@@ -221,6 +221,9 @@ class DecentralizedDPAlgorithm(Algorithm):
 
     name = "decentralized_dp"
     Config = DecentralizedDPConfig
+    capabilities = Capabilities(communicates="weights", steps_optimizer_in_backward=True,
+                                weights_differ_across_ranks=True, relative_bytes=None)
+    """Gossip of weights over the topology: the bytes per step depend on it."""
 
     def __init__(self, topology: str = "complete", bucket_size_in_mb: float = 25.0, grad_clip_norm: float = 0.0,
                  sync_buffer_in_global_avg: bool = False,

@@ -39,6 +39,7 @@ from bagua_algorithms.diloco.fragments import Schedule, gather_flat, scatter_fla
 from bagua_algorithms.diloco.state import restore, state_of
 from bagua_core import env
 from bagua_core.algorithm import Algorithm, AlgorithmImpl
+from bagua_core.capabilities import Capabilities
 from bagua_core.bucket import BaguaBucket
 from bagua_core.codecs import get_codec
 
@@ -46,8 +47,6 @@ __all__ = ["DiLoCoAlgorithm", "DiLoCoAlgorithmImpl"]
 
 
 class DiLoCoAlgorithmImpl(AlgorithmImpl):
-    weights_differ_across_ranks = True  # between outer steps (and with streaming's mixing, always)
-
     def __init__(self, process_group: Any, config: DiLoCoConfig) -> None:
         super().__init__(process_group)
         self.config = config
@@ -187,6 +186,8 @@ class DiLoCoAlgorithm(Algorithm):
 
     name = "diloco"
     Config = DiLoCoConfig
+    capabilities = Capabilities(communicates="weights", weights_differ_across_ranks=True, relative_bytes=None)
+    """Pseudo-gradients of the weights every ``inner_steps`` steps: ~1/H of allreduce's bytes."""
 
     def reify(self, process_group: Any) -> DiLoCoAlgorithmImpl:
         return DiLoCoAlgorithmImpl(process_group, self.config)

@@ -27,6 +27,7 @@ from pydantic import Field, StrictInt
 
 from bagua_algorithms.powersgd.low_rank import PowerSGDOp
 from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
+from bagua_core.capabilities import Capabilities
 from bagua_core.bucket import BaguaBucket
 from bagua_core.exceptions import BaguaError
 
@@ -106,6 +107,10 @@ class PowerSGDAlgorithm(Algorithm):
 
     name = "powersgd"
     Config = PowerSGDConfig
+    capabilities = Capabilities(communicates="gradients", relative_bytes=None)
+    """Not an ``auto`` candidate: the optimizer sees a low-rank approximation with error feedback (more
+    than a codec's rounding), the first ``start_iter`` steps are plain allreduce, and the buckets keep
+    residuals across steps (no bucket-size tuning). The bytes depend on the rank and the shapes."""
 
     def __init__(self, matrix_approximation_rank: int = 1, start_iter: int = 10, min_compression_rate: float = 2.0,
                  use_error_feedback: bool = True, warm_start: bool = True, orthogonalization_epsilon: float = 0.0,

@@ -26,6 +26,7 @@ from bagua_algorithms.q_adam.optimizer import QAdamOptimizer
 from pydantic import field_validator
 
 from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
+from bagua_core.capabilities import Capabilities
 from bagua_core.bucket import BaguaBucket
 from bagua_core.codecs import check_codec_name
 from bagua_core.exceptions import BaguaConfigError
@@ -115,6 +116,9 @@ class QAdamAlgorithm(Algorithm):
 
     name = "qadam"
     Config = QAdamConfig
+    capabilities = Capabilities(communicates="momentum", tunable_bucket_size=True, builds_optimizer=True,
+                                relative_bytes=0.25)
+    """Full-precision gradients during warmup, then the momentum compressed to a byte per value."""
 
     def __init__(self, q_adam_optimizer: QAdamOptimizer, hierarchical: bool = True,
                  compression: str = "MinMaxUInt8") -> None:
@@ -137,6 +141,13 @@ class QAdamAlgorithm(Algorithm):
                 "bagua_algorithms.q_adam.QAdamOptimizer(model.parameters(), ...)"
             )
         return cls(found[0], hierarchical=config.hierarchical, compression=config.compression)
+
+    @classmethod
+    def build_optimizer(cls, params, *, lr: float | None = None, steps_per_epoch: int = 1) -> QAdamOptimizer:
+        """A ``QAdamOptimizer`` warming up for two epochs, with ``eps=1e-4``: the second moment is frozen
+        after warmup, so a parameter whose gradient stayed zero in every warmup batch would otherwise
+        see its first gradient divided by Adam's tiny default eps. ``lr`` None: 0.005."""
+        return QAdamOptimizer(params, lr=0.005 if lr is None else lr, warmup_steps=2 * steps_per_epoch, eps=1e-4)
 
     def canonical_options(self) -> dict:
         """The config's options and the optimizer's ``warmup_steps``, which decides when the buckets

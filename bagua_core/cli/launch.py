@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from bagua_core.cli.jobs import find_job
 from bagua_core.config import algorithm_config_of
 
 __all__ = ["run_command", "train_command", "extract_config"]
@@ -58,21 +59,19 @@ def run_command(argv: list[str]) -> int:
 
 
 def train_command(argv: list[str]) -> int:
-    """``bagua train [--nproc N] [--algorithm NAME | --config FILE] [training options]``: the main job."""
+    """``bagua train [--nproc N] [--algorithm NAME | --config FILE] [training options]``: the main job
+    (the ``bagua.jobs`` entry point ``train``, see ``bagua_core.cli.jobs``)."""
     parser = argparse.ArgumentParser(prog="bagua train", add_help=False)
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("-h", "--help", action="store_true")
     known, worker_args = parser.parse_known_args(argv)
+    job_module, job = find_job("train")
     if known.help:
-        from bagua_core.examples import train_digits
-
         print("usage: bagua train [--nproc N] [worker options]\n\n--nproc N  local worker processes (default 2)\n")
-        train_digits._parse(["--help"])
+        job.parse_args(["--help"])
         return 0
     if known.nproc < 1:
         raise ValueError(f"--nproc must be a positive integer, got {known.nproc}")
-    from bagua_core.examples.train_digits import _parse
-
-    cfg, algorithm, _ = _parse(worker_args)  # validate options and config before starting workers
+    cfg, algorithm, _ = job.parse_args(worker_args)  # validate options and config before starting workers
     algorithm_config_of(algorithm)
-    return _launch(["--standalone", f"--nproc_per_node={known.nproc}", "-m", "bagua_core.examples.train_digits", *worker_args])
+    return _launch(["--standalone", f"--nproc_per_node={known.nproc}", "-m", job_module, *worker_args])

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from typing import Any
 
 from pydantic_core import PydanticUndefined
 
+from bagua_core.capabilities import Capabilities
 from bagua_core.codecs import describe_codecs
 from bagua_core.config import algorithm_config_of
 from bagua_core.plugins import algorithm_registry, registration_hooks
@@ -29,8 +31,17 @@ def describe_algorithms() -> list[dict[str, Any]]:
             default = None if field.default is PydanticUndefined else field.default
             options.append({"name": field_name, "type": _type_name(field.annotation), "default": default,
                             "required": field.is_required(), "help": field.description or ""})
-        rows.append({"name": name, "plugin": plugin, "class": f"{cls.__module__}.{cls.__qualname__}", "options": options})
+        caps = dataclasses.asdict(getattr(cls, "capabilities", None) or Capabilities())
+        rows.append({"name": name, "plugin": plugin, "class": f"{cls.__module__}.{cls.__qualname__}", "options": options,
+                     "capabilities": caps})
     return rows
+
+
+def _describe_capabilities(caps: dict[str, Any]) -> str:
+    defaults = dataclasses.asdict(Capabilities())
+    flags = [k for k, v in caps.items() if isinstance(v, bool) and v != defaults[k]]
+    shown = [f"communicates {caps['communicates']}", f"relative_bytes {caps['relative_bytes']}"]
+    return ", ".join(shown + [k if caps[k] else f"not {k}" for k in flags])
 
 
 def _names(registry) -> list[dict[str, str]]:
@@ -51,6 +62,7 @@ def plugins_command(argv: list[str]) -> int:
     print("algorithms:")
     for row in report["algorithms"]:
         print(f"  {row['name']}  ({row['class']}, plugin {row['plugin']!r})")
+        print("      capabilities: " + _describe_capabilities(row["capabilities"]))
         for option in row["options"]:
             default = "required" if option["required"] else f"default {option['default']!r}"
             print(f"      {option['name']}: {option['type']} = {default}  {option['help']}")

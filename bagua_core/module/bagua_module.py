@@ -9,6 +9,7 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from bagua_core.agreement import Prepared
+from bagua_core.capabilities import capabilities_of
 from bagua_core.module import hooks
 from bagua_core.module.agreed_settings import algorithm_source, wrap_settings
 from bagua_core.module.backend import ModuleBackend, register_module
@@ -25,7 +26,8 @@ __all__ = ["BaguaModule", "with_bagua"]
 
 class BaguaModule:
     """Methods installed on ``torch.nn.Module``. After ``with_bagua`` a module has the seed's attributes
-    ``bagua_optimizers``, ``bagua_algorithm`` (the reified impl), ``process_group``,
+    ``bagua_optimizers``, ``bagua_algorithm`` (the reified impl), ``bagua_capabilities`` (what the
+    algorithm declares, ``bagua_core.capabilities``), ``process_group``,
     ``bagua_module_name``, ``bagua_train_step_counter`` and ``bagua_buckets``."""
 
     def with_bagua(
@@ -83,6 +85,7 @@ class BaguaModule:
                 broadcast_optimizer_state(optimizer, src=0, comm=comm)
         self._bagua_algorithm_declaration = declaration
         self.bagua_algorithm = declaration.reify(group)
+        self.bagua_capabilities = capabilities_of(declaration, self.bagua_algorithm)
         self.bagua_train_step_counter = 0
         self._bagua_do_flatten = do_flatten
         self._bagua_sync_enabled = True

@@ -1,7 +1,7 @@
 """What a checkpoint keeps of a wrapped module beyond its state dict, and how a resume applies it.
 
 ``save_checkpoint`` asks :func:`checkpoint_state`: the algorithm's name, whether the ranks' weights
-differ (``AlgorithmImpl.weights_differ_across_ranks``: every rank then saves its own weights and
+differ (``Capabilities.weights_differ_across_ranks``: every rank then saves its own weights and
 optimizer state), whether its resume is exact, the train step counter (it decides communication
 steps, peers and phases) and the impl's own ``state_dict``. ``load_checkpoint`` hands it to
 :func:`load_checkpoint_state`: applied at once to a wrapped module, else kept for ``with_bagua``,
@@ -58,8 +58,8 @@ def checkpoint_state(module: torch.nn.Module) -> dict[str, Any] | None:
     impl = module.bagua_algorithm
     return {
         "algorithm": module._bagua_algorithm_declaration.name,
-        "per_rank": bool(impl.weights_differ_across_ranks),
-        "exact": bool(impl.exact_resume),
+        "per_rank": module.bagua_capabilities.weights_differ_across_ranks,
+        "exact": module.bagua_capabilities.exact_resume,
         "train_step_counter": int(module.bagua_train_step_counter),
         "state": impl.state_dict(),
     }

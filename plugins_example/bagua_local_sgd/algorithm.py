@@ -23,7 +23,9 @@ from typing import Literal
 import torch
 from pydantic import Field, StrictInt, field_validator
 
-from bagua_core import Algorithm, AlgorithmConfig, AlgorithmImpl, BaguaBucket, ReduceOp, allreduce_inplace
+from bagua_core import (
+    Algorithm, AlgorithmConfig, AlgorithmImpl, BaguaBucket, Capabilities, ReduceOp, allreduce_inplace,
+)
 
 __all__ = ["LocalSGDConfig", "LocalSGDAlgorithm", "LocalSGDAlgorithmImpl"]
 
@@ -53,9 +55,6 @@ class LocalSGDConfig(AlgorithmConfig):
 class LocalSGDAlgorithmImpl(AlgorithmImpl):
     """Hooks of local SGD: gradient buckets with an allreduce during warmup, no bucket op after it;
     the parameter average runs after the optimizer step on the group's communication thread."""
-
-    weights_differ_across_ranks = True
-    """Between two averages every rank has its own weights: checkpoints keep each rank's."""
 
     def __init__(self, process_group, sync_every: int, warmup_steps: int) -> None:
         super().__init__(process_group)
@@ -132,6 +131,9 @@ class LocalSGDAlgorithm(Algorithm):
 
     name = "local_sgd"
     Config = LocalSGDConfig
+    capabilities = Capabilities(communicates="weights", weights_differ_across_ranks=True,
+                                communicates_after_optimizer_step=True, relative_bytes=0.25)
+    """Weights averaged after every ``sync_every``-th step: 1/sync_every of allreduce's bytes (default 4)."""
 
     def __init__(self, sync_every: int = 4, warmup_steps: int = 0) -> None:
         super().__init__(sync_every=sync_every, warmup_steps=warmup_steps)

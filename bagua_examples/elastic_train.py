@@ -6,7 +6,7 @@ the last complete checkpoint::
 
     bagua run --nnodes=1:2 --nproc_per_node=2 --max-restarts=3 \\
         --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:29400 \\
-        -m bagua_core.examples.elastic_train --checkpoint-dir /tmp/ckpt --steps 200
+        -m bagua_examples.elastic_train --checkpoint-dir /tmp/ckpt --steps 200
 
 ``--kill-at-step S`` makes rank ``--kill-rank`` SIGKILL itself at step S of the first attempt
 (``TORCHELASTIC_RESTART_COUNT == 0``), to see the restart. Communicated: gradients, by the chosen

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["TrainingConfig", "DEFAULT_LR"]
 
-DEFAULT_LR = {"sgd": 0.05, "adam": 0.002, "qadam": 0.005}
+DEFAULT_LR = {"sgd": 0.05, "adam": 0.002}
 
 
 class TrainingConfig(BaseModel):
@@ -19,9 +19,10 @@ class TrainingConfig(BaseModel):
     batch_size: int = Field(32, ge=1)
     """Samples per step on each worker."""
     lr: float | None = Field(None, gt=0)
-    """Learning rate (default: 0.05 for sgd, 0.002 for adam, 0.005 for qadam)."""
-    optimizer: Literal["sgd", "adam", "qadam"] = "sgd"
-    """Optimizer; ``qadam`` (bagua's QAdamOptimizer) is chosen automatically for the qadam algorithm."""
+    """Learning rate (default: 0.05 for sgd, 0.002 for adam, the algorithm's for its own optimizer)."""
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    """Optimizer. An algorithm declaring ``capabilities.builds_optimizer`` (qadam) gets its own instead,
+    from ``Algorithm.build_optimizer``."""
     momentum: float = Field(0.9, ge=0, lt=1)
     """SGD momentum."""
     hidden: int = Field(128, ge=1)

@@ -2,7 +2,7 @@
 
 Example::
 
-    >>> from bagua_core.examples.digits import DigitsMLP, load_digits
+    >>> from bagua_examples.digits import DigitsMLP, load_digits
     >>> train_x, train_y, test_x, test_y = load_digits()
     >>> train_x.shape, test_x.shape
     (torch.Size([1438, 64]), torch.Size([359, 64]))
@@ -25,7 +25,7 @@ TEST_FRACTION = 0.2
 
 def load_digits(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Train and test split (80/20, fixed by ``seed``) as float32 features in [0, 1] and int64 labels."""
-    with resources.files("bagua_core.examples").joinpath("data/digits.csv.gz").open("rb") as raw:
+    with resources.files("bagua_examples").joinpath("data/digits.csv.gz").open("rb") as raw:
         table = np.loadtxt(gzip.open(raw, "rt"), delimiter=",", dtype=np.float32)
     features = torch.from_numpy(table[:, :64] / 16.0)
     labels = torch.from_numpy(table[:, 64].astype(np.int64))

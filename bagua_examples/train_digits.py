@@ -1,7 +1,7 @@
 """The main job: data-parallel training of an MLP on the shipped digits data set.
 
 Started on every worker by ``bagua train`` (through torch's launcher); can also be run directly with
-``bagua run --nproc_per_node 2 -m bagua_core.examples.train_digits --algorithm bytegrad``.
+``bagua run --nproc_per_node 2 -m bagua_examples.train_digits --algorithm bytegrad``.
 Rank 0 shows a progress bar and prints the summary: loss, test accuracy, samples/s and the payload
 bytes handed to collectives.
 """
@@ -21,26 +21,21 @@ import tqdm
 
 import bagua_core as bagua
 from bagua_core.communication import stats
-from bagua_core.config import algorithm_config_of, load_config_file
-from bagua_core.examples.digits import DigitsMLP, load_digits
-from bagua_core.examples.training_config import DEFAULT_LR, TrainingConfig
+from bagua_core.config import algorithm_class_of, algorithm_config_of, load_config_file
+from bagua_core.plugins import algorithm_registry
+from bagua_examples.digits import DigitsMLP, load_digits
+from bagua_examples.training_config import DEFAULT_LR, TrainingConfig
 
-__all__ = ["train", "main"]
+__all__ = ["train", "main", "parse_args"]
 
 
 def _make_optimizer(
-    model: torch.nn.Module, cfg: TrainingConfig, algorithm_name: str, steps_per_epoch: int
+    model: torch.nn.Module, cfg: TrainingConfig, algorithm: type[bagua.Algorithm], steps_per_epoch: int
 ) -> torch.optim.Optimizer:
-    kind = "qadam" if algorithm_name == "qadam" else cfg.optimizer
-    lr = cfg.lr if cfg.lr is not None else DEFAULT_LR[kind]
-    if kind == "qadam":
-        from bagua_algorithms.q_adam import QAdamOptimizer
-
-        # QAdam freezes the second moment after warmup: a pixel blank in every warmup batch would keep
-        # v = 0 and see its first gradient divided by eps alone, so warm up for two epochs and use a
-        # larger eps than Adam's default
-        return QAdamOptimizer(model.parameters(), lr=lr, warmup_steps=2 * steps_per_epoch, eps=1e-4)
-    if kind == "adam":
+    if algorithm.capabilities.builds_optimizer:  # it needs an optimizer of its own kind
+        return algorithm.build_optimizer(model.parameters(), lr=cfg.lr, steps_per_epoch=steps_per_epoch)
+    lr = cfg.lr if cfg.lr is not None else DEFAULT_LR[cfg.optimizer]
+    if cfg.optimizer == "adam":
         return torch.optim.Adam(model.parameters(), lr=lr)
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=cfg.momentum)
 
@@ -73,7 +68,7 @@ def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
     name = algorithm_config_of(algorithm).name
     shard = torch.arange(rank, len(train_y), world, device=device)  # disjoint shards of equal size (+-1)
     steps_per_epoch = len(train_y) // world // cfg.batch_size  # equal on every rank
-    optimizer = _make_optimizer(model, cfg, name, steps_per_epoch)
+    optimizer = _make_optimizer(model, cfg, algorithm_class_of(name), steps_per_epoch)
     model = model.with_bagua([optimizer], algorithm)
     stats.reset()
     bar = tqdm.tqdm(total=cfg.epochs * steps_per_epoch, disable=rank != 0 or not cfg.progress,
@@ -94,14 +89,16 @@ def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
             bar.set_postfix(epoch=epoch + 1, loss=f"{loss_value:.4f}")
     elapsed = time.perf_counter() - started
     bar.close()
-    if hasattr(model.bagua_algorithm, "abort"):
-        model.bagua_algorithm.abort(model)
+    if model.bagua_capabilities.background_work:
+        model.bagua_algorithm.abort(model)  # stop its background communication on every rank
     communicated = stats.total_bytes()
     model.eval()
     with torch.no_grad():
         accuracy = (model(test_x).argmax(1) == test_y).float().mean().item()
+    auto = getattr(model, "bagua_auto_result", None)
     summary = {
         "algorithm": name,
+        "auto": auto,
         "world_size": world,
         "device": device.type,
         "epochs": cfg.epochs,
@@ -115,12 +112,11 @@ def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
     return summary
 
 
-def _parse(argv: list[str] | None) -> tuple[TrainingConfig, Any, argparse.Namespace]:
+def parse_args(argv: list[str] | None) -> tuple[TrainingConfig, Any, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    from bagua_core.plugins import algorithm_registry
-
-    parser.add_argument("--algorithm", default=None, choices=algorithm_registry.names(),
-                        help="registered algorithm name (default gradient_allreduce)")
+    parser.add_argument("--algorithm", default=None, choices=[*algorithm_registry.names(), "auto"],
+                        help="registered algorithm name, or auto: the fastest drop-in one, chosen while "
+                             "training (default gradient_allreduce)")
     parser.add_argument("--config", default=os.environ.get("BAGUA_CONFIG_FILE"),
                         help="config file with [algorithm] and [training] tables")
     parser.add_argument("--summary-json", default=None, help="also write the summary to this file (rank 0)")
@@ -148,7 +144,7 @@ def _parse(argv: list[str] | None) -> tuple[TrainingConfig, Any, argparse.Namesp
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    cfg, algorithm, args = _parse(argv)
+    cfg, algorithm, args = parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     bagua.init_process_group()
     rank = bagua.get_rank()
@@ -164,6 +160,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"{summary['samples_per_s']:.0f} samples/s, "
             f"{summary['bytes_communicated_per_rank'] / 1e6:.2f} MB handed to collectives per worker"
         )
+        if summary["auto"]:
+            auto = summary["auto"]
+            times = ", ".join(f"{n} {t * 1e3:.2f} ms" for n, t in auto["step_time_s"].items())
+            print(f"auto chose {auto['algorithm']} at step {auto['decided_at_step']} (step time per candidate: "
+                  f"{times}; link latency {auto['latency_s'] * 1e3:.3f} ms, "
+                  f"{auto['bandwidth_bytes_per_s'] / 1e6:.1f} MB/s)")
         if args.summary_json:
             with open(args.summary_json, "w") as fh:
                 json.dump(summary, fh, indent=2)

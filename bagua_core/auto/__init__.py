@@ -1,0 +1,117 @@
+"""``algorithm="auto"``: the core picks, while the first steps train, the fastest installed algorithm
+that keeps the optimizer's semantics.
+
+Candidates: every installed algorithm whose ``capabilities`` say ``keeps_optimizer_semantics`` and that
+needs nothing special (no optimizer of its own, no stepping inside backward, no background work, equal
+weights on every rank: :func:`bagua_core.capabilities.auto_candidate`), with its default options, in
+name order; ``candidates=[...]`` narrows the set. A third-party algorithm declaring these capabilities
+takes part as soon as it is installed.
+
+Rule (:mod:`bagua_core.auto.chooser`): the first candidate trains ``warmup_steps`` steps; then each
+candidate trains ``trial_steps`` steps in turn (the first step of a trial, which rebuilds the buckets,
+is not timed); the step time of a candidate is the median of its timed steps, the MAX over the ranks
+(the slowest rank sets the pace). Rank 0 picks the smallest and broadcasts its index; every rank
+switches to it for the rest of training. The choice, the step times, the link figures (latency and
+bandwidth of a few timed allreduces over the group, which spans the nodes), the model's bytes and
+each candidate's declared ``relative_bytes`` are logged on logger ``bagua.auto`` and kept in
+``model.bagua_auto_result``; ``model.bagua_algorithm`` is then the chosen algorithm's impl.
+
+Communicated: during the trials, what each candidate communicates; at the decision, 6 small and 3
+model-sized allreduces (the link figures, :mod:`bagua_core.auto.link`), one float64 allreduce (MAX) per candidate and one int64
+broadcast, on the group's communication thread, at the same step on every rank (the schedule is a
+function of the step count, and the candidate list is compared across ranks by ``with_bagua``).
+
+Example::
+
+    >>> model = model.with_bagua([optimizer], "auto")
+    >>> # ... after warmup_steps + candidates * trial_steps steps:
+    >>> model.bagua_auto_result["algorithm"]
+    'bytegrad'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import torch
+from pydantic import Field, field_validator
+
+from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
+from bagua_core.capabilities import Capabilities, auto_candidate
+from bagua_core.exceptions import BaguaConfigError
+from bagua_core.plugins import algorithm_registry
+
+__all__ = ["AUTO", "AutoConfig", "AutoAlgorithm", "candidate_names"]
+
+AUTO = "auto"
+"""The reserved algorithm name that selects this (not a registered algorithm)."""
+
+
+def candidate_names() -> list[str]:
+    """The installed algorithms ``auto`` may choose, in name order."""
+    return [name for name in algorithm_registry.names() if auto_candidate(algorithm_registry.get(name))]
+
+
+class AutoConfig(AlgorithmConfig):
+    name: Literal["auto"] = "auto"
+    candidates: tuple[str, ...] | None = None
+    """Names to choose among (each must be an installed auto candidate); None: every installed one."""
+    warmup_steps: int = Field(2, ge=0)
+    """Steps with the first candidate before the first trial."""
+    trial_steps: int = Field(5, ge=2)
+    """Steps per candidate; the first of them (it rebuilds the buckets) is not timed."""
+
+    @field_validator("candidates")
+    @classmethod
+    def _known(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        allowed = candidate_names()
+        wrong = [name for name in value if name not in allowed]
+        if wrong or not value:
+            raise ValueError(f"candidates must be installed algorithms that keep the optimizer's semantics "
+                             f"({', '.join(allowed) or 'none installed'}), got {list(value)}")
+        return tuple(dict.fromkeys(value))
+
+
+class AutoAlgorithm(Algorithm):
+    """Chooses, while training, the fastest candidate algorithm (see the module's docstring)."""
+
+    name = AUTO
+    Config = AutoConfig
+    capabilities = Capabilities(communicates="gradients", keeps_optimizer_semantics=True, relative_bytes=None)
+    """During the trials the module's ``bagua_capabilities`` are the current candidate's."""
+
+    def __init__(self, candidates: Sequence[str] | None = None, warmup_steps: int = 2, trial_steps: int = 5,
+                 optimizers: Sequence[torch.optim.Optimizer] = ()) -> None:
+        super().__init__(candidates=None if candidates is None else tuple(candidates), warmup_steps=warmup_steps,
+                         trial_steps=trial_steps)
+        names = list(self.config.candidates or candidate_names())
+        if not names:
+            raise BaguaConfigError("algorithm 'auto': no installed algorithm declares keeps_optimizer_semantics "
+                                   "(bagua plugins lists the capabilities)")
+        self.declarations = [_build(name, optimizers) for name in names]
+
+    @classmethod
+    def from_config(cls, config: AlgorithmConfig, optimizers: Sequence[torch.optim.Optimizer] = ()) -> AutoAlgorithm:
+        return cls(**config.model_dump(exclude={"name"}), optimizers=optimizers)
+
+    def canonical_options(self) -> dict[str, Any]:
+        """The options and every candidate with its options (ranks with other plugins installed differ)."""
+        return {**super().canonical_options(),
+                "candidates": {d.name: d.canonical_options() for d in self.declarations}}
+
+    def reify(self, process_group: Any) -> AlgorithmImpl:
+        from bagua_core.auto.chooser import AutoImpl
+
+        return AutoImpl(process_group, self)
+
+
+def _build(name: str, optimizers: Sequence[torch.optim.Optimizer]) -> Algorithm:
+    cls = algorithm_registry.get(name)
+    try:
+        return cls.from_config(cls.Config(name=name), optimizers=optimizers)
+    except Exception as exc:
+        raise BaguaConfigError(f"algorithm 'auto': candidate {name!r} cannot be built with its default options: "
+                               f"{type(exc).__name__}: {exc}") from exc

@@ -1,0 +1,158 @@
+"""The impl behind ``algorithm="auto"``: runs the candidates in turn, times their steps, agrees on the
+fastest and hands the module over to it (rule and communication: ``bagua_core.auto``)."""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from bagua_core.algorithm import Algorithm, AlgorithmImpl
+from bagua_core.auto.link import measure_link
+from bagua_core.bucket import BaguaBucket
+from bagua_core.capabilities import capabilities_of
+from bagua_core.communication import ReduceOp, allreduce_inplace, broadcast
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bagua_core.auto import AutoAlgorithm
+
+__all__ = ["AutoImpl"]
+
+logger = logging.getLogger("bagua.auto")
+
+
+class AutoImpl(AlgorithmImpl):
+    """Delegates every hook to the current candidate's impl; its ``need_reset`` (asked before every
+    forward) drives the schedule. Once decided, ``module.bagua_algorithm`` is the chosen impl."""
+
+    def __init__(self, process_group: Any, auto: AutoAlgorithm) -> None:
+        super().__init__(process_group)
+        self.auto = auto
+        self.index = 0
+        self.current: AlgorithmImpl = auto.declarations[0].reify(process_group)
+        self._module: torch.nn.Module | None = None
+        self._first_step: int | None = None
+        self._last: float | None = None
+        self._times: dict[int, list[float]] = {}
+
+    # --- the schedule --------------------------------------------------------------------------
+    def need_reset(self) -> bool:
+        module = self._module
+        now = time.perf_counter()
+        last, self._last = self._last, now
+        if self._first_step is None:
+            self._first_step = module.bagua_train_step_counter
+        step = module.bagua_train_step_counter - self._first_step  # 0 for the first step trained
+        warmup, per_trial, count = self.auto.config.warmup_steps, self.auto.config.trial_steps, len(self.auto.declarations)
+        if count == 1:
+            return self._decide(module, [float("nan")])
+        finished = step - 1 - warmup  # the step that just ended, counted from the first trial's
+        if last is not None and finished >= 0 and finished % per_trial > 0 and finished // per_trial < count:
+            self._times.setdefault(finished // per_trial, []).append(now - last)
+        if step < warmup:
+            return self.current.need_reset()
+        trial, offset = divmod(step - warmup, per_trial)
+        if trial >= count:
+            medians = [statistics.median(self._times.get(i) or [float("inf")]) for i in range(count)]
+            return self._decide(module, medians)
+        if offset == 0 and trial != self.index:
+            self._switch(module, trial)
+            return True
+        return self.current.need_reset()
+
+    def _switch(self, module: torch.nn.Module, index: int) -> None:
+        self.current.shutdown(module)
+        self.index = index
+        declaration = self.auto.declarations[index]
+        self.current = declaration.reify(self.process_group)
+        module.bagua_capabilities = capabilities_of(declaration, self.current)
+        logger.info("step %d: auto trial of %s", module.bagua_train_step_counter, declaration.name)
+
+    def _decide(self, module: torch.nn.Module, medians: list[float]) -> bool:
+        comm = self.process_group.get_global_communicator()
+        times = torch.tensor(medians, dtype=torch.float64)
+        choice = torch.zeros(1, dtype=torch.int64)
+        link: dict[str, float] = {}
+
+        params = [p for _, p in module.bagua_named_parameters()]
+        device = params[0].device if params else torch.device("cpu")
+        model_bytes = sum(p.numel() * p.element_size() for p in params)
+
+        def agree() -> None:
+            link.update(measure_link(comm, large_bytes=min(max(model_bytes, 64 << 10), 4 << 20), device=device))
+            allreduce_inplace(times, op=ReduceOp.MAX, comm=comm)  # the slowest rank sets the pace
+            if comm.rank() == 0:
+                choice[0] = int(torch.argmin(torch.nan_to_num(times, nan=0.0)))
+            broadcast(choice, src=0, comm=comm)
+
+        self.process_group.worker.submit(agree)
+        self.process_group.worker.synchronize()
+        best = int(choice[0])
+        if best != self.index:
+            self._switch(module, best)
+        chosen: Algorithm = self.auto.declarations[best]
+        result = {
+            "algorithm": chosen.name,
+            "step_time_s": {d.name: float(t) for d, t in zip(self.auto.declarations, times)},
+            "relative_bytes": {d.name: type(d).capabilities.relative_bytes for d in self.auto.declarations},
+            "model_bytes": model_bytes,
+            "decided_at_step": module.bagua_train_step_counter,
+            **link,
+        }
+        module.bagua_auto_result = result
+        if comm.rank() == 0 and not logger.hasHandlers():  # show the choice unless logging is configured
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+            logger.addHandler(handler)
+            logger.setLevel(logging.INFO)
+        module.bagua_algorithm = self.current  # from now on the chosen impl runs the module by itself
+        module._bagua_algorithm_declaration = chosen
+        logger.info("auto chose %s at step %d: step time (max over ranks) %s; link latency %.3g ms, bandwidth "
+                    "%.3g MB/s; model %.3g MB; declared relative bytes %s", chosen.name, result["decided_at_step"],
+                    {k: round(v, 6) for k, v in result["step_time_s"].items()}, link["latency_s"] * 1e3,
+                    link["bandwidth_bytes_per_s"] / 1e6, model_bytes / 1e6, result["relative_bytes"])
+        return True
+
+    # --- delegation ----------------------------------------------------------------------------
+    def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
+        if self._module is None:
+            self._module = bagua_module
+            bagua_module.bagua_capabilities = capabilities_of(self.auto.declarations[0], self.current)
+        return self.current.init_tensors(bagua_module)
+
+    def bucket_size_bytes(self) -> int:
+        return self.current.bucket_size_bytes()
+
+    def tensors_to_buckets(self, tensors: list[list[torch.Tensor]], do_flatten: bool) -> list[BaguaBucket]:
+        return self.current.tensors_to_buckets(tensors, do_flatten)
+
+    def init_operations(self, bagua_ddp: torch.nn.Module, bucket: BaguaBucket) -> None:
+        self.current.init_operations(bagua_ddp, bucket)
+
+    def init_forward_pre_hook(self, bagua_ddp: torch.nn.Module) -> Callable[[Any], None]:
+        return self.current.init_forward_pre_hook(bagua_ddp)
+
+    def init_backward_hook(self, bagua_ddp: torch.nn.Module) -> Callable[[str, torch.nn.Parameter], None]:
+        return self.current.init_backward_hook(bagua_ddp)
+
+    def init_post_backward_hook(self, bagua_ddp: torch.nn.Module) -> Callable[[], None]:
+        return self.current.init_post_backward_hook(bagua_ddp)
+
+    def init_post_optimizer_step_hook(self, bagua_ddp: torch.nn.Module) -> Callable[[torch.optim.Optimizer], None]:
+        return self.current.init_post_optimizer_step_hook(bagua_ddp)
+
+    def communicates_after_optimizer_step(self, bagua_ddp: torch.nn.Module) -> bool:
+        return self.current.communicates_after_optimizer_step(bagua_ddp)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.current.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.current.load_state_dict(state)
+
+    def shutdown(self, bagua_module: torch.nn.Module) -> None:
+        self.current.shutdown(bagua_module)

@@ -1,0 +1,44 @@
+"""Where ``bagua train`` finds the main job: the ``bagua.jobs`` entry point named ``train``.
+
+The core imports nothing above it (``tests/test_core_import_graph.py``): the main job lives in a
+package of its own (``bagua_examples.train_digits``, named in bagua's ``pyproject.toml``), and the
+CLI finds it through its distribution's metadata at run time. A job module provides
+``parse_args(argv) -> (training_config, algorithm, namespace)`` (it validates the options; ``--help``
+prints them) and ``main(argv)``; ``bagua train`` starts ``python -m <module>`` on every worker.
+Another distribution may register a job under another name (``bagua train`` runs ``train``).
+
+Example::
+
+    >>> module_name, module = find_job()
+    >>> module_name
+    'bagua_examples.train_digits'
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib import metadata
+from types import ModuleType
+
+from bagua_core.exceptions import BaguaConfigError
+
+__all__ = ["JOB_GROUP", "find_job"]
+
+JOB_GROUP = "bagua.jobs"
+
+
+def find_job(name: str = "train") -> tuple[str, ModuleType]:
+    """The module path and the imported module of the job ``name`` in the ``bagua.jobs`` entry points."""
+    found = [ep for ep in metadata.entry_points(group=JOB_GROUP) if ep.name == name]
+    if not found:
+        raise BaguaConfigError(f"no job named {name!r} is installed (entry point group {JOB_GROUP!r}); "
+                               "reinstall bagua (pip install -e .), whose bagua_examples package provides it")
+    if len({ep.value for ep in found}) > 1:
+        raise BaguaConfigError(f"several distributions register the job {name!r} in {JOB_GROUP!r}: "
+                               + ", ".join(sorted(ep.value for ep in found)))
+    module_name = found[0].value.split(":")[0]
+    module = importlib.import_module(module_name)
+    for attribute in ("parse_args", "main"):
+        if not callable(getattr(module, attribute, None)):
+            raise BaguaConfigError(f"the job {name!r} ({module_name}) has no {attribute}(argv)")
+    return module_name, module

@@ -1,0 +1,123 @@
+"""``algorithm="auto"``: candidates from the capabilities, a choice agreed on every rank, a third-party
+algorithm taking part (an inline plugin), and the options validated."""
+
+from __future__ import annotations
+
+import time
+import types
+from typing import Literal
+
+import pytest
+import torch
+
+from bagua_core import Algorithm, AlgorithmConfig, BaguaConfigError, Capabilities
+from bagua_core.auto import AutoAlgorithm, candidate_names
+from bagua_core.config import algorithm_config_of
+from tests.distributed import run_workers, run_workers_outcomes
+
+WARMUP, TRIAL = 1, 4
+
+
+class SleepyConfig(AlgorithmConfig):
+    name: Literal["sleepy_allreduce"] = "sleepy_allreduce"
+
+
+class SleepyAllReduce(Algorithm):
+    """A third-party drop-in: gradient allreduce that sleeps 30 ms per step (it must lose)."""
+
+    name = "sleepy_allreduce"
+    Config = SleepyConfig
+    capabilities = Capabilities(keeps_optimizer_semantics=True, tunable_bucket_size=True)
+
+    def reify(self, process_group):
+        from bagua_core.plugins import algorithm_registry
+
+        impl = algorithm_registry.get("gradient_allreduce")().reify(process_group)
+        post_backward = impl.init_post_backward_hook
+
+        def slow(module):
+            hook = post_backward(module)
+            return lambda: (time.sleep(0.03), hook())
+
+        impl.init_post_backward_hook = slow
+        return impl
+
+
+def _register_sleepy() -> None:
+    from bagua_core.plugins import get_plugin_manager, hookimpl
+
+    plugin = types.SimpleNamespace(bagua_register_algorithms=hookimpl(lambda: [SleepyAllReduce]))
+    get_plugin_manager().register(plugin, name="test_sleepy_plugin")
+
+
+def _train(rank: int, algorithm, steps: int, register: bool) -> dict:
+    if register:
+        _register_sleepy()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model = model.with_bagua([optimizer], algorithm)
+    torch.manual_seed(rank + 1)  # different data per rank: equal weights only if gradients are averaged
+    for _ in range(steps):
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(torch.randn(8, 16)), torch.randint(0, 4, (8,))).backward()
+        optimizer.step()
+    result = {"auto": getattr(model, "bagua_auto_result", None),
+              "autotune": getattr(model, "bagua_autotune_result", None), "impl": type(model.bagua_algorithm).__name__,
+              "declaration": model._bagua_algorithm_declaration.name,
+              "params": torch.cat([p.detach().reshape(-1) for p in model.parameters()])}
+    model.bagua_shutdown()
+    return result
+
+
+def test_third_party_candidate_takes_part_and_every_rank_agrees() -> None:
+    algorithm = {"name": "auto", "warmup_steps": WARMUP, "trial_steps": TRIAL}
+    steps = WARMUP + 3 * TRIAL + 4  # gradient_allreduce, bytegrad and the plugin's, then 4 steps on the choice
+    results = run_workers(_train, 2, algorithm, steps, True, timeout=120)
+    first = results[0]["auto"]
+    assert first is not None and set(first["step_time_s"]) == {"bytegrad", "gradient_allreduce", "sleepy_allreduce"}
+    assert first["step_time_s"]["sleepy_allreduce"] > 0.03 and first["algorithm"] != "sleepy_allreduce"
+    assert first["decided_at_step"] == WARMUP + 3 * TRIAL + 1
+    assert first["latency_s"] > 0 and first["bandwidth_bytes_per_s"] > 0 and first["model_bytes"] == (
+        (16 * 32 + 32 + 32 * 4 + 4) * 4)
+    for result in results:
+        assert result["auto"]["algorithm"] == first["algorithm"] == result["declaration"]
+        assert result["impl"] != "AutoImpl"
+    assert torch.equal(results[0]["params"], results[1]["params"])
+
+
+def test_autotune_tunes_the_choice_after_it_is_made() -> None:
+    env = {"BAGUA_AUTOTUNE": "1", "BAGUA_AUTOTUNE_WARMUP_STEPS": "1", "BAGUA_AUTOTUNE_TRIAL_STEPS": "2",
+           "BAGUA_AUTOTUNE_BUCKET_SIZES": "64,1048576"}
+    algorithm = {"name": "auto", "warmup_steps": 1, "trial_steps": 2}
+    # auto decides at step 6; autotune's tuner of the chosen impl starts there: 1 warmup + 2 x 2 steps
+    results = run_workers(_train, 2, algorithm, 13, False, env=env, timeout=120)
+    for result in results:
+        assert result["auto"]["decided_at_step"] == 6 and result["auto"] == {**results[0]["auto"], **{
+            k: result["auto"][k] for k in ("step_time_s", "latency_s", "bandwidth_bytes_per_s")}}
+        assert result["autotune"] is not None and result["autotune"]["bucket_size"] in (64, 1048576)
+        assert result["autotune"]["bucket_size"] == results[0]["autotune"]["bucket_size"]
+    assert torch.equal(results[0]["params"], results[1]["params"])
+
+
+def test_ranks_with_other_candidates_installed_fail_at_wrap() -> None:
+    outcomes = run_workers_outcomes(_train_registered_on_rank_1, 2, timeout=60)
+    for outcome in outcomes:  # the candidate lists differ: every rank raises before the first collective
+        assert outcome.status == "error" and "sleepy_allreduce" in str(outcome.value), outcome
+
+
+def _train_registered_on_rank_1(rank: int) -> dict:
+    return _train(rank, "auto", 1, rank == 1)
+
+
+def test_candidates_and_options() -> None:
+    assert {"gradient_allreduce", "bytegrad"} <= set(candidate_names())
+    assert "qadam" not in candidate_names() and "async" not in candidate_names()
+    assert algorithm_config_of("auto").name == "auto"
+    config = algorithm_config_of({"name": "auto", "candidates": ["bytegrad"], "trial_steps": 4})
+    assert config.candidates == ("bytegrad",)
+    assert [d.name for d in AutoAlgorithm(candidates=["bytegrad"]).declarations] == ["bytegrad"]
+    with pytest.raises(BaguaConfigError, match="candidates"):
+        algorithm_config_of({"name": "auto", "candidates": ["qadam"]})
+    with pytest.raises(BaguaConfigError, match="trial_steps"):
+        algorithm_config_of({"name": "auto", "trial_steps": 1})
