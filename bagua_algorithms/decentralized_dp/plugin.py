@@ -85,7 +85,6 @@ class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
     steps the bucket's optimizer and starts the next round. The first backward only traces the order:
     its end builds the buckets (``bagua_reset``) and steps them all."""
 
-
     def __init__(self, process_group: Any, config: DecentralizedDPConfig, topology: Topology,
                  optimizers: Sequence[torch.optim.Optimizer], scaler: Any = None, *,
                  optim_fn: OptimFn | None = None, lr_scheduler_fn: SchedulerFn | None = None,
