@@ -13,7 +13,6 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.launch import REPO_ROOT, LaunchError, launch, netns_link
+from benchmarks.launch import REPO_ROOT, LaunchError, launch, on_network
 from benchmarks.methods import available_methods
 from benchmarks.report import write_e2e
 
@@ -128,17 +127,11 @@ def run_network(network: str, methods: list[str], args: argparse.Namespace,
                 else:
                     remaining = remaining[1:]
 
-    if args.loopback or "rate" not in spec:
-        run_all(None)
-    else:
-        try:
-            with netns_link(args.world_size, spec["rate"], spec["delay"]) as hosts:
-                run_all(hosts)
-        except (subprocess.CalledProcessError, RuntimeError) as exc:  # the network did not come up
-            reason = (getattr(exc, "stderr", "") or str(exc)).strip().splitlines()[-1]
-            for method in methods:
-                if not any(row["method"] == method for row in rows):
-                    _record(rows, {"method": method, "error": f"network emulation failed: {reason}"}, network)
+    reason = on_network(spec, args.world_size, args.loopback, run_all)
+    if reason is not None:  # the network did not come up
+        for method in methods:
+            if not any(row["method"] == method for row in rows):
+                _record(rows, {"method": method, "error": f"network emulation failed: {reason}"}, network)
     rows.sort(key=lambda row: methods.index(row["method"]) if row["method"] in methods else len(methods))
     return merge_rounds(rows, methods)
 

@@ -19,11 +19,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from benchmarks.hosts_lock import hosts_lock
 
-__all__ = ["NETNS_SCRIPT", "REPO_ROOT", "Hosts", "netns_link", "launch", "LaunchError"]
+__all__ = ["NETNS_SCRIPT", "REPO_ROOT", "Hosts", "netns_link", "on_network", "launch", "LaunchError"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NETNS_SCRIPT = Path(os.environ.get("BAGUA_NETNS_SCRIPT", REPO_ROOT.parent / "shared" / "bench" / "netns-link.sh"))
@@ -74,6 +74,21 @@ def _netns_link(hosts: int, rate: str, delay: str) -> Iterator[Hosts]:
         yield found
     finally:
         subprocess.run(["bash", str(NETNS_SCRIPT), "down", str(hosts)], capture_output=True)
+
+
+def on_network(spec: dict, world_size: int, loopback: bool, run: Callable[[Hosts | None], None]) -> str | None:
+    """``run(hosts)`` on emulated hosts joined by the link of ``spec`` (``rate``, ``delay``), or
+    ``run(None)`` on loopback (``loopback``, or a spec without a rate). Returns why the emulated network
+    did not come up (the command's last line), or None."""
+    if loopback or "rate" not in spec:
+        run(None)
+        return None
+    try:
+        with netns_link(world_size, spec["rate"], spec["delay"]) as hosts:
+            run(hosts)
+    except (subprocess.CalledProcessError, RuntimeError) as exc:
+        return (getattr(exc, "stderr", "") or str(exc)).strip().splitlines()[-1]
+    return None
 
 
 def launch(module: str, args: Sequence[str], world_size: int, hosts: Sequence[str] | None = None,

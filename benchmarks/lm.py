@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.e2e import _last_line
-from benchmarks.launch import REPO_ROOT, LaunchError, launch, netns_link
+from benchmarks.launch import REPO_ROOT, LaunchError, launch, on_network
 from benchmarks.lm_report import write_lm
 from benchmarks.lm_worker import LM_METHOD_OPTIONS
 from benchmarks.methods import available_methods
@@ -86,17 +85,11 @@ def run_network(network: str, methods: list[str], args: argparse.Namespace) -> l
                 rows.append({"method": remaining[0], "network": network, "error": _last_line(error), "log": str(error)})
                 remaining = remaining[1:]
 
-    if args.loopback or "rate" not in spec:
-        run_all(None)
-    else:
-        try:
-            with netns_link(args.world_size, spec["rate"], spec["delay"]) as hosts:
-                run_all(hosts)
-        except (subprocess.CalledProcessError, RuntimeError) as exc:
-            reason = (getattr(exc, "stderr", "") or str(exc)).strip().splitlines()[-1]
-            done = {r["method"] for r in rows}
-            rows += [{"method": m, "network": network, "error": f"network emulation failed: {reason}"}
-                     for m in methods if m not in done]
+    reason = on_network(spec, args.world_size, args.loopback, run_all)
+    if reason is not None:
+        done = {r["method"] for r in rows}
+        rows += [{"method": m, "network": network, "error": f"network emulation failed: {reason}"}
+                 for m in methods if m not in done]
     return rows
 
 

@@ -17,13 +17,14 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
+import pytest
 import torch
 import torch.nn.functional as F
 
 import bagua_core as bagua
 from bagua_core.plugins import algorithm_registry
 
-__all__ = ["ALGORITHMS", "ExactNet", "cases_for", "train_all", "train_all_amp"]
+__all__ = ["ALGORITHMS", "ExactNet", "cases_for", "check_amp_results", "train_all", "train_all_amp"]
 
 ALGORITHMS: dict[str, tuple[dict[str, Any], str]] = {
     "gradient_allreduce": ({"name": "gradient_allreduce"}, "exact"),
@@ -163,3 +164,16 @@ def train_all_amp(rank: int, device_kind: str) -> dict[str, Any]:
         except Exception:
             results[case] = traceback.format_exc()
     return results
+
+
+def check_amp_results(case: str, results: list[dict[str, Any]]) -> None:
+    """What :func:`train_all_amp` must give for ``case`` on every rank: no failure, finite weights, a
+    scale above 1 and bounded losses, and the same loss scale everywhere."""
+    for rank, result in enumerate(results):
+        value = result[case]
+        if isinstance(value, str):
+            pytest.fail(f"{case} rank {rank} failed under AMP:\n{value}")
+        assert all(torch.isfinite(w).all() for w in value["weights"]), f"{case} rank {rank}: weights not finite"
+        assert value["scale"] > 1.0 and all(loss < 10 for loss in value["losses"]), (case, value)
+    scales = {result[case]["scale"] for result in results}
+    assert len(scales) == 1, f"{case}: the ranks' GradScalers disagree: {scales}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.algorithm_matrix import cases_for, train_all_amp
+from tests.algorithm_matrix import cases_for, check_amp_results, train_all_amp
 from tests.distributed import run_workers
 
 
@@ -18,14 +18,10 @@ def results() -> list[dict]:
 
 @pytest.mark.parametrize("case", cases_for(2))
 def test_autocast_and_grad_scaler_on_cpu(case: str, results: list[dict]) -> None:
-    for rank, result in enumerate(results):
-        value = result[case]
-        if isinstance(value, str):
-            pytest.fail(f"{case} rank {rank} failed under AMP:\n{value}")
-        assert all(torch.isfinite(w).all() for w in value["weights"]), f"{case} rank {rank}: weights not finite"
-        assert value["scale"] > 1.0 and all(loss < 10 for loss in value["losses"]), (case, value)
-        assert value["losses"][-1] < value["losses"][0] + 0.5, (case, value["losses"])
-    assert len({result[case]["scale"] for result in results}) == 1, f"{case}: the ranks' GradScalers disagree"
+    check_amp_results(case, results)
+    for result in results:
+        losses = result[case]["losses"]
+        assert losses[-1] < losses[0] + 0.5, (case, losses)
 
 
 def _dp_overflow(rank: int) -> dict:

@@ -12,6 +12,7 @@ from bagua_core import native
 from bagua_core.bucket_ops import pipeline
 from bagua_core.bucket_ops.compressed import CompressedWorkspace, compressed_allreduce_on
 from bagua_core.bucket_ops.segment_codec import SegmentCodec
+from bagua_core.codecs import get_codec
 from bagua_core.native import fallback
 from bagua_core.process_group import get_default_group
 from tests.distributed import run_workers
@@ -21,21 +22,22 @@ CASES = [(1001, True, torch.float32), (5, True, torch.float32), (4, False, torch
          (4096 * 3 + 7, True, torch.float32), (257, True, torch.float16), (1 << 16, True, torch.float32)]
 
 
-def reference(inputs: list[torch.Tensor], average: bool) -> torch.Tensor:
-    """The exchange computed in one process from every rank's input."""
+def reference(inputs: list[torch.Tensor], average: bool, codec_name: str = "MinMaxUInt8") -> torch.Tensor:
+    """The exchange computed in one process from every rank's input, with the codec ``codec_name``
+    (``bagua_core.codecs``; MinMaxUInt8's are the native kernels): pad to n chunks with the last value,
+    encode, average chunk j of every rank in fp32, encode it again, decode everything."""
+    codec = get_codec(codec_name)
     n, numel = len(inputs), inputs[0].numel()
     chunk = -(-numel // n)
-    sent = []
-    for x in inputs:
-        padded = torch.cat([x, x[-1:].expand(chunk * n - numel)])
-        sent.append(native.compress_minmax_uint8(padded, n).view(n, -1))
+    size = codec.encoded_size(chunk, 1)
+    sent = [codec.encode(torch.cat([x, x[-1:].expand(chunk * n - numel)]), n).view(n, size) for x in inputs]
     gathered = []
     for j in range(n):
         own = torch.empty(chunk, dtype=inputs[0].dtype)
-        native.decompress_average_minmax_uint8([s[j].contiguous() for s in sent], n, own, average=average)
-        gathered.append(native.compress_minmax_uint8(own, 1))
+        codec.decode_average([s[j].contiguous() for s in sent], n, own, average=average)
+        gathered.append(codec.encode(own, 1))
     result = torch.empty(chunk * n, dtype=inputs[0].dtype)
-    native.decompress_minmax_uint8(torch.cat(gathered), n, result)
+    codec.decode(torch.cat(gathered), n, result)
     return result[:numel]
 
 

@@ -17,26 +17,9 @@ from bagua_core.bucket_ops.segment_codec import MINMAX_UINT8, PluginSegmentCodec
 from bagua_core.codecs import get_codec
 from bagua_core.process_group import get_default_group
 from tests.distributed import run_workers
+from tests.test_bytegrad_exact import reference
 
 CODECS = ["MinMaxUInt4", "fp16", "bf16", "ScaledSign"]
-
-
-def _reference_allreduce(inputs: list[torch.Tensor], average: bool, name: str) -> torch.Tensor:
-    """The bytegrad recipe with codec ``name``: pad to n chunks with the last value, encode, average
-    chunk j of every rank in fp32, encode it again, decode everything."""
-    codec = get_codec(name)
-    n, numel = len(inputs), inputs[0].numel()
-    chunk = -(-numel // n)
-    size = codec.encoded_size(chunk, 1)
-    sent = [codec.encode(torch.cat([x, x[-1:].expand(chunk * n - numel)]), n).view(n, size) for x in inputs]
-    gathered = []
-    for j in range(n):
-        own = torch.empty(chunk, dtype=inputs[0].dtype)
-        codec.decode_average([s[j].contiguous() for s in sent], n, own, average=average)
-        gathered.append(codec.encode(own, 1))
-    result = torch.empty(chunk * n, dtype=inputs[0].dtype)
-    codec.decode(torch.cat(gathered), n, result)
-    return result[:numel]
 
 
 def _allreduce_exact(rank: int) -> None:
@@ -53,7 +36,7 @@ def _allreduce_exact(rank: int) -> None:
                 dist.all_gather(inputs, x)
                 y = x.clone()
                 compressed_allreduce_on(y, comm, average, workspace, codec)
-                expected = _reference_allreduce(inputs, average, name)
+                expected = reference(inputs, average, name)
                 assert torch.equal(y, expected), (name, segment_numel, numel, (y.float() - expected.float()).abs().max())
     pipeline.SEGMENT_NUMEL = 1 << 19
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.algorithm_matrix import ALGORITHMS, cases_for, train_all, train_all_amp
+from tests.algorithm_matrix import ALGORITHMS, cases_for, check_amp_results, train_all, train_all_amp
 from tests.distributed import run_workers
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
@@ -90,12 +90,4 @@ def test_one_rank_over_the_native_nccl_communicator(case: str, runs) -> None:
 def test_autocast_and_grad_scaler(case: str, key: str, runs) -> None:
     if key.endswith("1_nccl") and case not in cases_for(1):
         pytest.skip(f"{case} needs two ranks")
-    results = runs(key)
-    for rank, result in enumerate(results):
-        value = result[case]
-        if isinstance(value, str):
-            pytest.fail(f"{case} rank {rank} failed under AMP:\n{value}")
-        assert all(torch.isfinite(w).all() for w in value["weights"]), f"{case} rank {rank}: weights not finite"
-        assert value["scale"] > 1.0 and all(loss < 10 for loss in value["losses"]), (case, value)
-    scales = {result[case]["scale"] for result in results}
-    assert len(scales) == 1, f"{case}: the ranks' GradScalers disagree: {scales}"
+    check_amp_results(case, runs(key))

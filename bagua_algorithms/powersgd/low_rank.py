@@ -98,8 +98,8 @@ class PowerSGDOp:
 
     def __call__(self, bucket: BaguaBucket) -> None:
         comm = (self.impl.process_group or bucket.process_group).get_global_communicator()
-        flattened = bucket.check_flatten()
-        flat = bucket.buffer if flattened else bucket.flattened_tensor()
+        flat = bucket.flattened_view()
+        flattened = flat is bucket.buffer
         if self.impl.iter < self.impl.config.start_iter:
             if bucket.may_defer(self):  # the plain allreduce stays in flight while later buckets start
                 finish = allreduce_inplace_start(flat, op=ReduceOp.AVG, comm=comm)

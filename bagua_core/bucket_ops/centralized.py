@@ -17,6 +17,7 @@ from bagua_core.communication import (
     reduce_scatter,
 )
 from bagua_core.bucket_ops.hierarchy import hierarchical, resolve_group
+from bagua_core.bucket_ops.segment_codec import segment_codec
 from bagua_core.communication.common import finish_average
 from bagua_core.communication.communicator import BaguaCommunicator
 
@@ -80,10 +81,8 @@ class CentralizedSynchronousOp:
         scattergather: bool,
         compression: str | None,
     ) -> None:
-        if compression is not None:  # an installed codec's name (ValueError lists them)
-            from bagua_core.bucket_ops.segment_codec import segment_codec
-
-            self.codec = segment_codec(compression)
+        # an installed codec's name (ValueError lists them), or None: a plain allreduce
+        self.codec = None if compression is None else segment_codec(compression)
         self.group = group
         self.hierarchical = bool(hierarchical)
         self.average = bool(average)
@@ -93,9 +92,9 @@ class CentralizedSynchronousOp:
 
     def __call__(self, bucket: BaguaBucket) -> None:
         group = resolve_group(self.group, bucket)
-        flattened = bucket.check_flatten()
-        tensor = bucket.buffer if flattened else bucket.flattened_tensor()  # one layout check per run
-        if self.compression is not None:
+        tensor = bucket.flattened_view()  # one layout check per run
+        flattened = tensor is bucket.buffer
+        if self.codec is not None:
             from bagua_core.bucket_ops.compressed import CompressedWorkspace, compressed_allreduce
 
             self.workspace = self.workspace or CompressedWorkspace()
