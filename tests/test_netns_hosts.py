@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -20,14 +21,14 @@ SCRIPT = REPO_ROOT / "benchmarks" / "netns" / "hosts.sh"
 
 
 def _run(*args: str, prefix: str | None = None, path: str | None = None,
-         user: list[str] | None = None) -> subprocess.CompletedProcess:
+         user: list[str] | None = None, script: Path = SCRIPT) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     if prefix is not None:
         env["BAGUA_NETNS_PREFIX"] = prefix
     if path is not None:
         env["PATH"] = path
     bash = shutil.which("bash") or "/bin/bash"
-    return subprocess.run([*(user or []), bash, str(SCRIPT), *args], env=env, capture_output=True, text=True,
+    return subprocess.run([*(user or []), bash, str(script), *args], env=env, capture_output=True, text=True,
                           timeout=60)
 
 
@@ -69,8 +70,13 @@ def test_not_root_is_refused() -> None:
         if setpriv is None:
             pytest.skip("running as root and no setpriv to drop privileges with")
         user = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
-    result = _run("up", "2", "1gbit", user=user)
-    assert result.returncode == 1
+    with tempfile.TemporaryDirectory() as scratch:  # a copy the unprivileged user can read, wherever the checkout is
+        os.chmod(scratch, 0o755)
+        script = Path(scratch) / "hosts.sh"
+        shutil.copy(SCRIPT, script)
+        os.chmod(script, 0o755)
+        result = _run("up", "2", "1gbit", user=user, script=script)
+    assert result.returncode == 1, result.stderr
     assert "needs root to create network namespaces" in result.stderr
 
 
