@@ -32,7 +32,12 @@ DOCUMENTS = sorted(
      *(REPO / "plugins_example").glob("README*")]
 )
 LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
-TEXT_PATH = re.compile(r"(?<![\w.:/-])((?:\.\./)+[\w.@*<>-]+(?:/[\w.@*<>-]*)*|/(?:work|home|root|Users|mnt|srv|opt)/[\w.@*<>/-]*)")
+TEXT_PATH = re.compile(
+    r"(?<![\w.:/-])("
+    r"(?:\.\./)+[\w.@*<>-]+(?:/[\w.@*<>-]*)*"  # ../somewhere
+    r"|/(?:work|home|root|Users|mnt|srv|opt)/[\w.@*<>/-]*"  # a path into someone's machine
+    r")"
+)
 URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 FENCE = re.compile(r"^\s*(```|~~~)")
 
@@ -41,7 +46,8 @@ FENCE = re.compile(r"^\s*(```|~~~)")
 def tracked() -> frozenset[str] | None:
     """Paths git tracks (staged files included), or None outside a git checkout."""
     try:
-        out = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True,
+                             check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
     return frozenset(p for p in out.split("\0") if p)
@@ -68,51 +74,49 @@ def anchors(path: Path) -> frozenset[str]:
     return frozenset(found)
 
 
+def link_problem(document: Path, target: str) -> str | None:
+    """What is wrong with the link ``target`` of ``document``, or None."""
+    path_part, _, fragment = target.partition("#")
+    if path_part.startswith("/"):
+        return f"link to the absolute path {target!r}; link a file of the repository by a path relative to this document"
+    resolved = (document.parent / path_part).resolve() if path_part else document
+    if REPO != resolved and REPO not in resolved.parents:
+        return (f"link {target!r} leaves the repository (to {resolved}); a clone has nothing there: bring what "
+                "it links into the repository and link that")
+    name = resolved.relative_to(REPO).as_posix()
+    if not resolved.exists():
+        return f"link {target!r}: {name} does not exist; fix the path or add the file"
+    files = tracked()
+    if files is not None and resolved.is_file() and name not in files:
+        return f"link {target!r}: {name} exists here but git does not track it, so a clone lacks it; git add it"
+    if files is not None and resolved.is_dir() and resolved != REPO and not any(f.startswith(name + "/") for f in files):
+        return f"link {target!r}: the folder {name} holds no tracked file; git add it"
+    if fragment and resolved.suffix == ".md" and fragment not in anchors(resolved):
+        return (f"link {target!r}: {name} has no heading with the anchor #{fragment}; "
+                f"headings there: {', '.join(sorted(anchors(resolved)))}")
+    return None
+
+
+def text_path_problem(document: Path, path: str) -> str | None:
+    """What is wrong with a path written in the text of ``document`` (not a link), or None."""
+    if path.startswith("/"):
+        return (f"{path!r} is a path on one machine; a clone has no such path: name a file of the repository "
+                "(relative to the repository root) instead")
+    resolved = (document.parent / path).resolve()
+    if REPO != resolved and REPO not in resolved.parents:
+        return (f"{path!r} points outside the repository (to {resolved}); a clone has nothing there: bring it "
+                "into the repository and name that")
+    return None
+
+
 def problems_of(document: Path) -> list[str]:
+    """``file:line: what is wrong`` for every link and written path of ``document`` that leaves the repository."""
     rel = document.relative_to(REPO)
     problems: list[str] = []
     for number, line in enumerate(document.read_text(encoding="utf-8").splitlines(), 1):
-        where = f"{rel}:{number}"
-        for match in LINK.finditer(line):
-            target = match.group(1)
-            if URL.match(target):
-                continue
-            path_part, _, fragment = target.partition("#")
-            if path_part.startswith("/"):
-                problems.append(f"{where}: link to the absolute path {target!r}; link a file of the repository "
-                                "by a path relative to this document")
-                continue
-            resolved = (document.parent / path_part).resolve() if path_part else document
-            if REPO != resolved and REPO not in resolved.parents:
-                problems.append(f"{where}: link {target!r} leaves the repository (to {resolved}); a clone has "
-                                "nothing there: bring what it links into the repository and link that")
-                continue
-            if not resolved.exists():
-                problems.append(f"{where}: link {target!r}: {resolved.relative_to(REPO)} does not exist; fix the "
-                                "path or add the file")
-                continue
-            files = tracked()
-            name = resolved.relative_to(REPO).as_posix()
-            if files is not None and resolved.is_file() and name not in files:
-                problems.append(f"{where}: link {target!r}: {name} exists here but git does not track it, so a "
-                                "clone lacks it; git add it")
-            elif files is not None and resolved.is_dir() and resolved != REPO and \
-                    not any(f.startswith(name + "/") for f in files):
-                problems.append(f"{where}: link {target!r}: the folder {name} holds no tracked file; git add it")
-            if fragment and resolved.suffix == ".md" and fragment not in anchors(resolved):
-                problems.append(f"{where}: link {target!r}: {resolved.relative_to(REPO)} has no heading with the "
-                                f"anchor #{fragment}; headings there: {', '.join(sorted(anchors(resolved)))}")
-        text = LINK.sub(" ", line)
-        for match in TEXT_PATH.finditer(text):
-            path = match.group(1)
-            if path.startswith("/"):
-                problems.append(f"{where}: {path!r} is a path on one machine; a clone has no such path: name a "
-                                "file of the repository (relative to the repository root) instead")
-                continue
-            resolved = (document.parent / path).resolve()
-            if REPO != resolved and REPO not in resolved.parents:
-                problems.append(f"{where}: {path!r} points outside the repository (to {resolved}); a clone has "
-                                "nothing there: bring it into the repository and name that")
+        found = [link_problem(document, m.group(1)) for m in LINK.finditer(line) if not URL.match(m.group(1))]
+        found += [text_path_problem(document, m.group(1)) for m in TEXT_PATH.finditer(LINK.sub(" ", line))]
+        problems += [f"{rel}:{number}: {problem}" for problem in found if problem]
     return problems
 
 

@@ -70,7 +70,8 @@ def test_not_root_is_refused() -> None:
         if setpriv is None:
             pytest.skip("running as root and no setpriv to drop privileges with")
         user = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
-    with tempfile.TemporaryDirectory() as scratch:  # a copy the unprivileged user can read, wherever the checkout is
+    # A copy the unprivileged user can read, wherever the checkout is.
+    with tempfile.TemporaryDirectory() as scratch:
         os.chmod(scratch, 0o755)
         script = Path(scratch) / "hosts.sh"
         shutil.copy(SCRIPT, script)
