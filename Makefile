@@ -23,5 +23,9 @@ bench-smoke:  ## seconds, no root: checks that the benchmarks run (what CI runs)
 bench-overhead:  ## per-step overhead of plain / DDP / bagua / bagua_ring on the tiny model, side by side (2 local workers)
 	$(PYTHON) -m bagua_core.cli run --standalone --nproc_per_node=2 -m benchmarks.overhead $(BENCH_ARGS)
 
-bench-network-down:  ## remove the emulated hosts a killed benchmark left behind (root; idempotent)
-	bash benchmarks/netns/hosts.sh down
+BAGUA_HOSTS_LOCK ?= /tmp/bagua-emulated-hosts.lock
+
+bench-network-down:  ## remove the emulated hosts a killed benchmark left behind (root; idempotent; refuses while a run holds them)
+	@flock -n -E 75 $(BAGUA_HOSTS_LOCK) bash benchmarks/netns/hosts.sh down; status=$$?; \
+	if [ $$status -eq 75 ]; then echo "a running benchmark holds the emulated hosts ($(BAGUA_HOSTS_LOCK)); let it finish" >&2; fi; \
+	exit $$status
