@@ -1,8 +1,9 @@
-# Benchmarks (see benchmarks/README.md). `bench` and `bench-convergence` need root (network namespaces).
+# Benchmarks (see benchmarks/README.md). `bench`, `bench-convergence` and `bench-lm` need root: they emulate
+# hosts joined by a rate-limited link with the repository's benchmarks/netns/hosts.sh (network namespaces).
 PYTHON ?= python
 BENCH_ARGS ?=
 
-.PHONY: bench bench-smoke bench-convergence bench-micro bench-overhead bench-lm
+.PHONY: bench bench-smoke bench-convergence bench-micro bench-overhead bench-lm bench-network-down
 
 bench:  ## end-to-end: DDP baselines and every algorithm at 1 and 10 Gbit/s, 1 Gbit/s + 5 ms, tiny model
 	$(PYTHON) -m benchmarks.e2e $(BENCH_ARGS)
@@ -21,3 +22,10 @@ bench-smoke:  ## seconds, no root: checks that the benchmarks run (what CI runs)
 
 bench-overhead:  ## per-step overhead of plain / DDP / bagua / bagua_ring on the tiny model, side by side (2 local workers)
 	$(PYTHON) -m bagua_core.cli run --standalone --nproc_per_node=2 -m benchmarks.overhead $(BENCH_ARGS)
+
+BAGUA_HOSTS_LOCK ?= /tmp/bagua-emulated-hosts.lock
+
+bench-network-down:  ## remove the emulated hosts a killed benchmark left behind (root; idempotent; refuses while a run holds them)
+	@flock -n -E 75 $(BAGUA_HOSTS_LOCK) bash benchmarks/netns/hosts.sh down; status=$$?; \
+	if [ $$status -eq 75 ]; then echo "a running benchmark holds the emulated hosts ($(BAGUA_HOSTS_LOCK)); let it finish" >&2; fi; \
+	exit $$status

@@ -1,13 +1,13 @@
 """Emulated hosts with added latency where the kernel has no ``sch_netem``: a userspace delay link.
 
-``../shared/bench/netns-link.sh`` adds delay with ``netem``; kernels built without it answer
+``benchmarks/netns/hosts.sh`` adds delay with ``netem``; kernels built without it answer
 "Specified qdisc kind is unknown". This module builds the same hosts (network namespaces
 ``bgh1..bghN``, interface ``eth0`` at ``10.77.0.<i>/24``, egress shaped by ``tbf`` to the link rate)
 with ``eth0`` a TUN device whose other end is this process, in the root namespace: every IPv4 packet
 a host sends is read here, held for ``delay`` and written into the destination host's ``eth0``.
 One-way delay is therefore ``delay`` (ping RTT ``2 x delay``), like netem's on each host's egress.
 Packets leave in the order they came (constant delay). The MTU is 9000 (jumbo frames; the veths of
-netns-link.sh have 1500): at 1 Gbit/s the forwarder handles ~14K packets a second, a fifth of a core
+hosts.sh have 1500): at 1 Gbit/s the forwarder handles ~14K packets a second, a fifth of a core
 (it tops out near 5 Gbit/s; at MTU 1500 near 2 Gbit/s, half a core at 1 Gbit/s). A 64K MTU keeps
 TCP's receive window at one or two segments and the rate at 20-150 Mbit/s whatever the link.
 
@@ -59,7 +59,7 @@ def _ip(*args: str) -> None:
 def _down(hosts: int) -> None:
     for i in range(1, hosts + 1):
         subprocess.run(["ip", "netns", "del", f"bgh{i}"], capture_output=True)
-    subprocess.run(["ip", "link", "del", "bgbr0"], capture_output=True)  # netns-link.sh's bridge
+    subprocess.run(["ip", "link", "del", "bgbr0"], capture_output=True)  # benchmarks/netns/hosts.sh's bridge
 
 
 def _open_tun(name: str) -> int:

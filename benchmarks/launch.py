@@ -1,8 +1,8 @@
 """Starting the ranks of one benchmark run: on netns-emulated hosts or on loopback.
 
-``netns_link(hosts, rate, delay)`` is a context manager around ``../shared/bench/netns-link.sh``
-(namespaces bgh1..bghN at 10.77.0.1..N, joined by a rate-limited bridge; needs root), always torn
-down on exit, and held by one run at a time on a machine (:mod:`benchmarks.hosts_lock`). ``launch(module, args, world_size, hosts=...)`` starts one rank per host with the
+``netns_link(hosts, rate, delay)`` is a context manager around the repository's
+``benchmarks/netns/hosts.sh`` (namespaces bgh1..bghN at 10.77.0.1..N, joined by a rate-limited
+bridge; needs root), always torn down on exit, and held by one run at a time on a machine (:mod:`benchmarks.hosts_lock`). ``launch(module, args, world_size, hosts=...)`` starts one rank per host with the
 torchrun variables (GROUP_RANK = host index, so bagua sees one node per host) and waits for all.
 
 Example::
@@ -23,10 +23,12 @@ from collections.abc import Callable, Iterator, Sequence
 
 from benchmarks.hosts_lock import hosts_lock
 
-__all__ = ["NETNS_SCRIPT", "REPO_ROOT", "Hosts", "netns_link", "on_network", "launch", "LaunchError"]
+__all__ = ["NETNS_PREFIX", "NETNS_SCRIPT", "REPO_ROOT", "Hosts", "netns_link", "on_network", "launch", "LaunchError"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-NETNS_SCRIPT = Path(os.environ.get("BAGUA_NETNS_SCRIPT", REPO_ROOT.parent / "shared" / "bench" / "netns-link.sh"))
+NETNS_SCRIPT = REPO_ROOT / "benchmarks" / "netns" / "hosts.sh"
+# The names benchmarks.delay_link and benchmarks.hosts_lock assume too (bgh<i>, bgbr0).
+NETNS_PREFIX = "bg"
 _ports = itertools.count(29600 + os.getpid() % 200 * 10)
 
 
@@ -48,20 +50,26 @@ def netns_link(hosts: int, rate: str, delay: str) -> Iterator[Hosts]:
     hosts come from :mod:`benchmarks.delay_link` instead (TUN devices and a userspace forwarder that
     holds each packet for the delay), and ``hosts.link`` says so."""
     if not NETNS_SCRIPT.exists():
-        raise LaunchError(f"{NETNS_SCRIPT} not found; set BAGUA_NETNS_SCRIPT to netns-link.sh")
+        raise LaunchError(f"{NETNS_SCRIPT} not found: the emulated network needs the repository's "
+                          "benchmarks/netns/hosts.sh (run from a full checkout)")
     with hosts_lock():
         yield from _netns_link(hosts, rate, delay)
+
+
+def _hosts_sh(*args: str, check: bool = False) -> subprocess.CompletedProcess:
+    env = dict(os.environ, BAGUA_NETNS_PREFIX=NETNS_PREFIX)
+    return subprocess.run(["bash", str(NETNS_SCRIPT), *args], check=check, capture_output=True, text=True,
+                          env=env)
 
 
 def _netns_link(hosts: int, rate: str, delay: str) -> Iterator[Hosts]:
     try:
         try:
-            subprocess.run(["bash", str(NETNS_SCRIPT), "up", str(hosts), rate, delay], check=True,
-                           capture_output=True, text=True)
+            _hosts_sh("up", str(hosts), rate, delay, check=True)
         except subprocess.CalledProcessError as exc:
             if delay == "0ms" or "qdisc kind is unknown" not in (exc.stderr or ""):
                 raise
-            subprocess.run(["bash", str(NETNS_SCRIPT), "down", str(hosts)], capture_output=True)
+            _hosts_sh("down")
             from benchmarks.delay_link import delay_link
 
             with delay_link(hosts, rate, delay) as names:
@@ -69,11 +77,11 @@ def _netns_link(hosts: int, rate: str, delay: str) -> Iterator[Hosts]:
                 found.link = f"tbf {rate}, {delay} one-way delay by benchmarks/delay_link.py (no sch_netem here)"
                 yield found
             return
-        found = Hosts(f"bgh{i + 1}" for i in range(hosts))
+        found = Hosts(f"{NETNS_PREFIX}h{i + 1}" for i in range(hosts))
         found.link = f"tbf {rate}" + (f", {delay} one-way delay by netem" if delay != "0ms" else "")
         yield found
     finally:
-        subprocess.run(["bash", str(NETNS_SCRIPT), "down", str(hosts)], capture_output=True)
+        _hosts_sh("down")
 
 
 def on_network(spec: dict, world_size: int, loopback: bool, run: Callable[[Hosts | None], None]) -> str | None:
