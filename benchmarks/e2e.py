@@ -81,12 +81,14 @@ def merge_rounds(rows: list[dict], methods: list[str]) -> list[dict]:
 
 
 def run_network(network: str, methods: list[str], args: argparse.Namespace,
-                hung: dict[str, str] | None = None) -> list[dict]:
+                hung: dict[str, str] | None = None, spec: dict | None = None) -> list[dict]:
     """Every method on one network (``args.rounds`` times, round-robin); a failed method gets a row with
     its error. ``hung`` (method -> network) collects the methods that hung; they are skipped on later
-    networks."""
+    networks. ``spec``: the network (default ``NETWORKS[network]``); ``args.ranks_per_host`` (default 1)
+    ranks share each emulated host."""
     hung = {} if hung is None else hung
-    spec = NETWORKS[network]
+    spec = NETWORKS[network] if spec is None else spec
+    ranks_per_host = getattr(args, "ranks_per_host", 1)
     model = spec.get("model", args.model)
     warmup, steps = spec.get("warmup", args.warmup), spec.get("steps", args.steps)
     rounds = getattr(args, "rounds", 1)
@@ -108,7 +110,7 @@ def run_network(network: str, methods: list[str], args: argparse.Namespace,
                 worker_args += ["--method-timeout", str(args.timeout)]
                 try:
                     launch("benchmarks.e2e_worker", worker_args, args.world_size, hosts=hosts,
-                           timeout=args.timeout * len(remaining) + 60)
+                           timeout=args.timeout * len(remaining) + 60, ranks_per_host=ranks_per_host)
                 except LaunchError as exc:
                     error = exc
                 done = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
@@ -127,7 +129,7 @@ def run_network(network: str, methods: list[str], args: argparse.Namespace,
                 else:
                     remaining = remaining[1:]
 
-    reason = on_network(spec, args.world_size, args.loopback, run_all)
+    reason = on_network(spec, args.world_size // ranks_per_host, args.loopback, run_all)
     if reason is not None:  # the network did not come up
         for method in methods:
             if not any(row["method"] == method for row in rows):

@@ -85,17 +85,20 @@ def _cpu_seconds() -> float:
 
 
 def summarize(per_rank: list[dict], method: str, model_name: str, batch_size: int, iface: str) -> dict:
-    """One row: the slowest rank sets the pace; bytes are the mean per rank per step."""
+    """One row: the slowest rank sets the pace; bytes are the mean per rank per step (``tx_bytes_per_step``)
+    and per host (``host_tx_bytes_per_step``: what one host's link carries)."""
     world = per_rank[0]["world_size"]
     steps = len(per_rank[0]["step_s"])
     seconds_per_step = max(r["elapsed_s"] for r in per_rank) / steps
-    tx = sum(r["tx_bytes"] for r in per_rank) / world
-    if iface == "lo":  # every rank shares the loopback counter: it counts the whole job's traffic
-        tx /= world
+    # every rank of a host reads the host's counter: the mean over ranks is the mean per host
+    host_tx = sum(r["tx_bytes"] for r in per_rank) / world
+    ranks_per_host = world if iface == "lo" else int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    tx = host_tx / ranks_per_host  # on loopback every rank shares one counter: the whole job's traffic
     return {
         "method": method, "model": model_name, "params": per_rank[0]["params"], "world_size": world,
         "batch_size": batch_size, "steps": steps, "ms_per_step": 1000 * seconds_per_step,
         "samples_per_s": world * batch_size / seconds_per_step, "tx_bytes_per_step": tx / steps,
+        "ranks_per_host": ranks_per_host if iface != "lo" else 1, "host_tx_bytes_per_step": host_tx / steps,
         "loss": sum(r["loss"] for r in per_rank) / world,
         "cpu_ms_per_step": 1000 * sum(r.get("cpu_s", 0.0) for r in per_rank) / world / steps,
         "step_ms_rank0": [1000 * t for t in per_rank[0]["step_s"]],

@@ -100,21 +100,29 @@ def on_network(spec: dict, world_size: int, loopback: bool, run: Callable[[Hosts
 
 
 def launch(module: str, args: Sequence[str], world_size: int, hosts: Sequence[str] | None = None,
-           timeout: float = 300.0, threads: int = 1, comm_timeout: float = 120.0, echo: bool = False) -> None:
-    """Run ``python -m module args`` as ``world_size`` ranks (rank i on ``hosts[i]``, else loopback);
-    ``echo`` prints rank 0's output."""
+           timeout: float = 300.0, threads: int = 1, comm_timeout: float = 120.0, echo: bool = False,
+           ranks_per_host: int = 1) -> None:
+    """Run ``python -m module args`` as ``world_size`` ranks, ``ranks_per_host`` consecutive ranks on each
+    host (rank i on ``hosts[i // ranks_per_host]``, else loopback, where every group of
+    ``ranks_per_host`` ranks still counts as one node); ``echo`` prints rank 0's output."""
+    if ranks_per_host < 1 or world_size % ranks_per_host:
+        raise ValueError(f"world_size ({world_size}) must be a multiple of ranks_per_host ({ranks_per_host})")
+    if hosts and len(hosts) * ranks_per_host < world_size:
+        raise ValueError(f"{world_size} ranks at {ranks_per_host} per host need {world_size // ranks_per_host} "
+                         f"hosts, got {len(hosts)}")
     port = next(_ports)
     master = "10.77.0.1" if hosts else "127.0.0.1"
     procs = []
     for rank in range(world_size):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK="0",
-                   LOCAL_WORLD_SIZE="1", GROUP_RANK=str(rank), MASTER_ADDR=master, MASTER_PORT=str(port),
-                   OMP_NUM_THREADS=str(threads), PYTHONPATH=str(REPO_ROOT),
+        node, local = divmod(rank, ranks_per_host)
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(local),
+                   LOCAL_WORLD_SIZE=str(ranks_per_host), GROUP_RANK=str(node), MASTER_ADDR=master,
+                   MASTER_PORT=str(port), OMP_NUM_THREADS=str(threads), PYTHONPATH=str(REPO_ROOT),
                    BAGUA_COMM_TIMEOUT_S=str(int(comm_timeout)))
         command = [sys.executable, "-m", module, *args]
         if hosts:
             env["GLOO_SOCKET_IFNAME"] = "eth0"
-            command = ["ip", "netns", "exec", hosts[rank], *command]
+            command = ["ip", "netns", "exec", hosts[node], *command]
         else:
             env["GLOO_SOCKET_IFNAME"] = "lo"
         procs.append(subprocess.Popen(command, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE,

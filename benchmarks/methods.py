@@ -1,7 +1,8 @@
 """What the benchmarks compare: torch DDP baselines and every installed bagua algorithm.
 
 A *method* is a name: ``ddp``, ``ddp_fp16`` (DDP with its fp16 compression hook), ``ddp_powersgd``
-(DDP with PowerSGD, rank 1), the registered name of a bagua algorithm
+(DDP with PowerSGD, rank 1), a variant of an algorithm (:data:`VARIANTS`, e.g. ``decentralized_shift_one``),
+the registered name of a bagua algorithm
 (``bagua_core.plugins.algorithm_registry.names()``, so plugins installed later are benchmarked too),
 or ``auto`` (``with_bagua(..., "auto")``: it chooses while it trains, so the benchmarks time it from
 its first step, choosing included; see :data:`UNTIMED_WARMUP`).
@@ -20,7 +21,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["DDP_METHODS", "AUTO_METHOD", "UNTIMED_WARMUP", "BENCH_OPTIONS", "available_methods", "prepare", "finish",
+__all__ = ["DDP_METHODS", "VARIANTS", "AUTO_METHOD", "UNTIMED_WARMUP", "BENCH_OPTIONS", "available_methods", "prepare", "finish",
            "is_ddp"]
 
 DDP_METHODS = ("ddp", "ddp_fp16", "ddp_powersgd")
@@ -34,6 +35,11 @@ BENCH_OPTIONS: dict[str, dict[str, Any]] = {
     "diloco": {"inner_steps": 4},
 }
 """Options given to a bagua algorithm in the benchmarks (defaults otherwise)."""
+
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "decentralized_shift_one": ("decentralized", {"peer_selection_mode": "shift_one"}),
+}
+"""Methods that are a registered algorithm with other options: method -> (algorithm, options)."""
 
 QADAM_WARMUP_STEPS = 2
 QADAM_EPS = 1e-4
@@ -104,8 +110,9 @@ def prepare(method: str, model: torch.nn.Module, lr: float, momentum: float = 0.
         )
     else:
         optimizer = make_optimizer(model.parameters())
-    options = BENCH_OPTIONS.get(method, {}) if options is None else options
-    wrapped = model.with_bagua([optimizer], {"name": method, **options})
+    name, variant = VARIANTS.get(method, (method, {}))
+    options = {**BENCH_OPTIONS.get(name, {}), **variant} if options is None else options
+    wrapped = model.with_bagua([optimizer], {"name": name, **options})
     return wrapped, optimizer
 
 

@@ -220,3 +220,51 @@ def _skipped_optimizer_step(rank: int) -> None:
 
 def test_a_skipped_optimizer_step_syncs_at_the_next_forward() -> None:
     run_workers(_skipped_optimizer_step, 2, timeout=60)
+
+
+def _sizes(sizes: list[int], count: int) -> list[int]:
+    fragments = split_fragments([torch.empty(n) for n in sizes], count)
+    return [sum(sizes[i] for i in f) for f in fragments]
+
+
+def test_fragments_of_the_484_value_model_are_balanced() -> None:
+    # Linear(8, 16), Linear(16, 16), Linear(16, 4): the first-element rule gave 400/16/68 here
+    sizes = [128, 16, 256, 16, 64, 4]
+    fragments = split_fragments([torch.empty(n) for n in sizes], 3)
+    assert max(_sizes(sizes, 3)) <= 256
+    assert sorted(i for f in fragments for i in f) == list(range(len(sizes)))  # each tensor in exactly one
+    assert all(f == sorted(f) and f for f in fragments)
+
+
+def _best_max(sizes: list[int], count: int) -> int:
+    """The smallest possible largest fragment, by trying every assignment (small cases only)."""
+    import itertools
+
+    best = sum(sizes)
+    for assignment in itertools.product(range(count), repeat=len(sizes)):
+        if len(set(assignment)) == count:
+            loads = [0] * count
+            for size, f in zip(sizes, assignment):
+                loads[f] += size
+            best = min(best, max(loads))
+    return best
+
+
+def test_largest_fragment_is_within_one_tensor_of_the_ideal_for_random_shapes() -> None:
+    generator = torch.Generator().manual_seed(24)
+    for case in range(300):
+        tensors = int(torch.randint(1, 12, (1,), generator=generator))
+        count = int(torch.randint(1, tensors + 1, (1,), generator=generator))
+        # sizes spread over orders of magnitude, zeros included, like biases beside matrices
+        sizes = [int(2 ** float(torch.rand(1, generator=generator) * 12)) - 1 for _ in range(tensors)]
+        fragments = split_fragments([torch.empty(n) for n in sizes], count)
+        assert sorted(i for f in fragments for i in f) == list(range(tensors)), (sizes, count)
+        assert all(fragments), f"an empty fragment for {sizes} in {count}"
+        assert fragments == split_fragments([torch.empty(n) for n in sizes], count)  # deterministic
+        loads = [sum(sizes[i] for i in f) for f in fragments]
+        heaviest = fragments[loads.index(max(loads))]
+        # removing the heaviest fragment's smallest tensor brings it to the average or below
+        assert len(heaviest) == 1 or max(loads) - min(sizes[i] for i in heaviest) <= sum(sizes) / count, \
+            (sizes, count, fragments)
+        if tensors <= 7 and count <= 3:
+            assert max(loads) <= _best_max(sizes, count) * 4 / 3, (sizes, count, loads)  # Graham's LPT bound

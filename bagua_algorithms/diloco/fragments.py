@@ -1,7 +1,13 @@
 """Fragments of the parameters and their staggered synchronisation schedule.
 
-The trainable parameters, in registration order, are cut into ``count`` contiguous fragments of about
-equal numbers of elements. Fragment ``p`` is synchronised after the inner steps ``t`` (1-based) with
+The trainable parameters (whole tensors) are dealt into ``count`` fragments of about equal numbers of
+elements: largest tensor first, each into the fragment holding the fewest elements so far, so the largest
+fragment exceeds ``total / count`` by at most its smallest tensor (the exchange with the most bytes sets the
+peak bandwidth that streaming exists to cut). A fragment need not be contiguous: it is gathered into a flat
+buffer of its own either way. The partition is a function of the tensors' sizes in registration order only,
+which every rank agrees on before training, so it is the same on every rank.
+
+Fragment ``p`` is synchronised after the inner steps ``t`` (1-based) with
 ``(t + p * H // count) % H == 0`` and its outer result is merged ``overlap`` inner steps later; with one
 fragment that is every H steps (DiLoCo).
 
@@ -24,20 +30,22 @@ __all__ = ["split_fragments", "Schedule", "gather_flat", "scatter_flat"]
 
 
 def split_fragments(params: Sequence[torch.Tensor], count: int) -> list[list[int]]:
-    """Indices of ``params`` in each of ``count`` contiguous fragments of about equal numel."""
+    """Indices of ``params`` (ascending) in each of ``count`` non-empty fragments of about equal numel.
+
+    Greedy largest-first (LPT): the bound above holds because a tensor only ever joins the lightest
+    fragment, and deciding ties by the index keeps it deterministic on every rank.
+    """
     if count > len(params):
         raise BaguaConfigError(f"fragments ({count}) is more than the model's {len(params)} trainable parameter tensors; "
                                f"use at most {len(params)}")
-    total = max(sum(p.numel() for p in params), 1)
+    loads = [0] * count
     fragments: list[list[int]] = [[] for _ in range(count)]
-    seen, last = 0, 0
-    for index, param in enumerate(params):
-        by_size = seen * count // total  # the fragment of the element where this tensor starts
-        lowest = max(last, count - (len(params) - index))  # leave a tensor for every later fragment
-        last = min(max(by_size, lowest), last + 1 if index else 0)  # and skip none
-        fragments[last].append(index)
-        seen += param.numel()
-    return fragments
+    for index in sorted(range(len(params)), key=lambda i: (-params[i].numel(), i)):
+        # lightest first; among equals the one with fewer tensors, so empty tensors too leave none empty
+        lightest = min(range(count), key=lambda f: (loads[f], len(fragments[f]), f))
+        fragments[lightest].append(index)
+        loads[lightest] += params[index].numel()
+    return [sorted(fragment) for fragment in fragments]
 
 
 class Schedule:

@@ -173,10 +173,14 @@ def _exchange_whole(sent: torch.Tensor, from_left: torch.Tensor, from_right: tor
     same buffer when both neighbours are one rank."""
     n, rank, group = comm.nranks(), comm.rank(), comm.torch_group
     left, right = comm.global_rank((rank - 1) % n), comm.global_rank((rank + 1) % n)
+    # Both receives are posted before either send: gloo sends only once the partner announced its
+    # receive, and that announcement queues on the socket behind whatever is already being sent, so a
+    # send posted first made the two directions of each link take turns.
+    works = [irecv(from_left, left, group)] + ([irecv(from_right, right, group)] if n > 2 else [])
     record("send", sent)
-    works = [isend(sent, right, group), irecv(from_left, left, group)]
+    works.append(isend(sent, right, group))
     if n > 2:
         record("send", sent)
-        works += [isend(sent, left, group), irecv(from_right, right, group)]
+        works.append(isend(sent, left, group))
     wait_all(works)
     return from_left, (from_right if n > 2 else from_left)

@@ -1,0 +1,197 @@
+"""A cost model of one training step for every method: what its message pattern costs on a link.
+
+Each method is described by its message pattern (:func:`pattern`): the phases it runs per step, and for
+each phase the bytes one host's link sends (the emulated hosts shape egress only, as a NIC does), the
+rounds that follow one another (each pays the one-way latency), the messages a rank sends (each pays a
+per-message overhead: all of a round's messages are in flight together), the values a rank
+encodes and decodes, and whether the phase runs while forward/backward compute (decentralized's weights
+travel during the step) or after it. A step then costs
+
+    T = C_eff + codec + max(0, comm - overlap)     comm = sum over phases of bytes / B + rounds * d + messages * o
+
+with ``C_eff`` the compute time of one rank (``compute_s``) times ``max(1, ranks / cores)`` (the ranks
+of every emulated host share this machine's cores; on real nodes ``cores`` is the number of ranks),
+``codec`` = ``gamma`` seconds per value encoded or decoded (CPU kernels; 0 on a GPU), ``d`` the one-way
+delay, ``B`` the link rate. Only ``o`` (per-message overhead) and ``gamma`` are fitted (:func:`fit`, a
+grid search minimising the largest relative error over the measured points); everything else is the
+setting or measured (the compute time of one rank alone).
+
+Example::
+
+    >>> s = Setting(hosts=8, ranks_per_host=1, params=5_261_834, link_bps=100e6, compute_s=0.08)
+    >>> round(predict("ddp", s, Fit()) * 1000)             # ms per step
+    3027
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from collections.abc import Iterable, Sequence
+
+__all__ = ["Setting", "Fit", "Phase", "METHODS", "pattern", "predict", "fit", "relative_errors", "project"]
+
+FP32 = 4
+CODEC_BYTES = 1.0 + 8 / 65536
+"""Bytes per value after MinMaxUInt8 (one byte, plus an 8-byte min/max header per chunk)."""
+SEGMENT_VALUES = 512 * 1024
+"""The pipelined exchange sends a chunk in segments of this many values: one message each."""
+BUCKET_BYTES = 10 * 1024 * 1024
+"""bagua's default bucket size; gradient_allreduce and decentralized send a bucket in pieces of it."""
+DDP_BUCKET_BYTES = 25 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One run: ``hosts`` nodes of ``ranks_per_host`` ranks; a model of ``params`` fp32 values (with
+    ``matrices``: the (rows, cols) of each weight matrix, for powersgd); a link of ``link_bps`` bits/s per
+    host and direction with ``delay_s`` one-way; ``compute_s`` one rank's forward+backward+step alone;
+    ``cores`` shared by every rank (None: a core, or GPU, per rank)."""
+
+    hosts: int
+    ranks_per_host: int
+    params: int
+    link_bps: float
+    compute_s: float
+    delay_s: float = 0.0
+    cores: int | None = None
+    matrices: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def ranks(self) -> int:
+        return self.hosts * self.ranks_per_host
+
+    @property
+    def model_bytes(self) -> float:
+        return self.params * FP32
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The fitted constants: ``overhead_s`` per message, ``gamma_s`` per value encoded or decoded."""
+
+    overhead_s: float = 0.0
+    gamma_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Part of a step: ``host_bytes`` sent by one host's link, ``rounds`` one after another (latency),
+    ``messages`` sent by a rank (overhead), ``codec_values`` encoded + decoded by a rank, ``overlaps``
+    compute (runs while the step computes), ``every`` steps (1: every step)."""
+
+    host_bytes: float
+    rounds: float
+    messages: float
+    codec_values: float = 0.0
+    overlaps: bool = False
+    every: int = 1
+
+
+def _pieces(nbytes: float, piece: float) -> int:
+    return max(1, math.ceil(nbytes / piece))
+
+
+def _ring(nbytes: float, ranks: int, ranks_per_host: int, piece: float = BUCKET_BYTES) -> Phase:
+    """A ring allreduce of ``nbytes`` over ``ranks`` placed host by host: every rank sends 2(N-1)/N of the
+    tensor to its successor; one ring edge per host crosses the link; 2(N-1) steps per piece."""
+    if ranks == 1:
+        return Phase(0.0, 0, 0)
+    host_bytes = 2 * (ranks - 1) / ranks * nbytes if ranks > ranks_per_host else 0.0
+    return Phase(host_bytes, 2 * (ranks - 1), 2 * (ranks - 1) * _pieces(nbytes, piece))
+
+
+def _compressed_exchange(values: float, ranks: int) -> Phase:
+    """bytegrad's exchange among ``ranks`` leaders (one per host): a compressed alltoall, then an allgather
+    of the averaged chunk, each chunk in segments; a host sends its n-1 foreign chunks twice."""
+    if ranks == 1:
+        return Phase(0.0, 0, 0)
+    chunk = values / ranks
+    segments = _pieces(chunk, SEGMENT_VALUES)
+    return Phase(2 * (ranks - 1) * chunk * CODEC_BYTES, 2, 2 * (ranks - 1) * segments,
+                 codec_values=2 * values + 2 * chunk * ranks)
+
+
+def pattern(method: str, s: Setting) -> list[Phase]:
+    """The message pattern of ``method`` (the benchmarks' options: see ``benchmarks.methods``)."""
+    n, k, size = s.hosts, s.ranks_per_host, s.model_bytes
+    if method in ("ddp", "gradient_allreduce"):  # flat ring over every rank, gradients after backward
+        return [_ring(size, s.ranks, k, DDP_BUCKET_BYTES if method == "ddp" else BUCKET_BYTES)]
+    if method in ("bytegrad", "qadam"):  # hierarchical: average inside the host, exchange among leaders
+        return [_compressed_exchange(s.params, n)]
+    if method == "decentralized":  # "all": an allreduce of the weights among leaders, during the step
+        return [replace(_ring(size, n, 1), overlaps=True)]
+    if method == "decentralized_shift_one":  # one peer host: send and receive the weights at once
+        return [Phase(size if n > 1 else 0.0, int(n > 1), 2 * int(n > 1) * _pieces(size, BUCKET_BYTES), overlaps=True)]
+    if method == "low_precision_decentralized":  # compressed difference to both ring neighbours
+        neighbours = 0 if n == 1 else 1 if n == 2 else 2
+        return [Phase(neighbours * s.params * CODEC_BYTES, int(neighbours > 0), 2 * neighbours,
+                      codec_values=3 * s.params)]
+    if method == "powersgd":  # P then Q (rank 1) of every matrix, vectors uncompressed, two rounds
+        matrix_values = sum(r * c for r, c in s.matrices)
+        p_values = sum(r for r, _ in s.matrices)
+        q_values = sum(c for _, c in s.matrices)
+        vectors = (s.params - matrix_values) * FP32
+        return [_ring(p_values * FP32 + vectors, s.ranks, k), _ring(q_values * FP32, s.ranks, k)]
+    if method == "diloco":  # the pseudo-gradient averaged every inner_steps (4 in the benchmarks)
+        return [replace(_ring(size, s.ranks, k), every=4)]
+    if method == "async":  # averaged in the background: the step does not wait for it
+        return []
+    raise ValueError(f"no message pattern for method {method!r}; known: {', '.join(METHODS)}")
+
+
+METHODS = ("ddp", "gradient_allreduce", "bytegrad", "qadam", "decentralized", "decentralized_shift_one",
+           "low_precision_decentralized", "powersgd", "diloco", "async")
+
+
+def predict(method: str, s: Setting, f: Fit) -> float:
+    """Seconds per step of ``method`` in setting ``s`` with the fitted constants ``f``."""
+    share = max(1.0, s.ranks / s.cores) if s.cores else 1.0
+    compute = s.compute_s * share
+    link_bytes_per_s = s.link_bps / 8
+    waited, overlapped, codec = 0.0, 0.0, 0.0
+    for phase in pattern(method, s):
+        comm = phase.host_bytes / link_bytes_per_s + phase.rounds * s.delay_s + phase.messages * f.overhead_s
+        codec += f.gamma_s * phase.codec_values * share / phase.every
+        if phase.overlaps:
+            overlapped += comm / phase.every
+        else:
+            waited += comm / phase.every
+    return compute + codec + waited + max(0.0, overlapped - compute)
+
+
+def relative_errors(points: Iterable[tuple[str, Setting, float]], f: Fit) -> list[float]:
+    """(predicted - measured) / measured of every ``(method, setting, measured_s)`` point."""
+    return [(predict(m, s, f) - t) / t for m, s, t in points]
+
+
+def fit(points: Sequence[tuple[str, Setting, float]]) -> Fit:
+    """The per-message overhead and per-value codec cost minimising the largest relative error (a log
+    grid: overhead 0 or 10 us .. 100 ms, gamma 0 or 0.1 ns .. 100 ns per value)."""
+    overheads = [0.0] + [10 ** (e / 8) * 1e-5 for e in range(0, 33)]
+    gammas = [0.0] + [10 ** (e / 8) * 1e-10 for e in range(0, 25)]
+    best, best_error = Fit(), math.inf
+    for o in overheads:
+        for g in gammas:
+            error = max((abs(e) for e in relative_errors(points, Fit(o, g))), default=0.0)
+            if error < best_error:
+                best, best_error = Fit(o, g), error
+    return best
+
+
+def project(methods: Sequence[str], hosts: Sequence[int], rates_bps: Sequence[float], params: int,
+            compute_s: float, matrices: tuple[tuple[int, int], ...], f: Fit, delay_s: float = 25e-6,
+            ranks_per_host: int = 8) -> list[dict]:
+    """Predicted ms/step and speed-up over DDP for every (hosts, rate, method), GPU nodes of
+    ``ranks_per_host`` GPUs (a core, a GPU, per rank: no sharing; codec cost 0 on a GPU)."""
+    rows = []
+    gpu_fit = replace(f, gamma_s=0.0)
+    for rate in rates_bps:
+        for n in hosts:
+            s = Setting(n, ranks_per_host, params, rate, compute_s, delay_s, None, matrices)
+            ddp = predict("ddp", s, gpu_fit)
+            for method in methods:
+                t = predict(method, s, gpu_fit)
+                rows.append({"hosts": n, "rate_bps": rate, "method": method, "ms_per_step": 1000 * t,
+                             "speedup_vs_ddp": ddp / t})
+    return rows

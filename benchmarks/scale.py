@@ -1,0 +1,235 @@
+"""How the cost grows with the number of nodes: every method on 2, 4 and 8 emulated hosts (one rank per
+host, and two so the hierarchical forms run a real intra-node step), then the cost model
+(:mod:`benchmarks.cost_model`) fitted and checked against every measured point and projected to 16-128
+GPU nodes.
+
+    sudo python -m benchmarks.scale                          # make bench-scale: 100 Mbit/s, mlp5m
+    python -m benchmarks.scale --loopback --hosts 2 --ranks-per-host 1 --methods ddp --steps 1   # no root
+
+Why 100 Mbit/s and a 5.3M-parameter MLP: on this 2-core machine 16 ranks share two cores, so the link
+must dominate the step for the emulated hosts to say anything about the network: a ring allreduce of
+its 21 MB takes ~1.7 s at 100 Mbit/s on 2 hosts against ~0.1 s of compute per rank.
+
+Writes ``results/scale.md`` (tables, the model's error on every point, the projection), ``scale.json``
+and ``scale.png`` (step time and bytes per rank against the number of hosts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+from benchmarks import cost_model
+from benchmarks.e2e import run_network
+from benchmarks.launch import REPO_ROOT, LaunchError, launch
+from benchmarks.models import MODEL_LAYERS
+from benchmarks.report import have_matplotlib
+
+__all__ = ["DEFAULT_METHODS", "matrices", "measure_compute", "settings_of", "model_report", "main"]
+
+DEFAULT_METHODS = ("ddp", "gradient_allreduce", "bytegrad", "qadam", "decentralized", "decentralized_shift_one",
+                   "low_precision_decentralized", "powersgd", "diloco", "async")
+"""torch DDP and every built-in algorithm the e2e worker wraps with ``with_bagua`` (decentralized_dp has
+its own wrapper and benchmark, ``benchmarks.decentralized_dp_step``)."""
+
+RATES = {"100mbit": 100e6, "1gbit": 1e9, "10gbit": 10e9}
+
+# the projection: GPU nodes of 8 ranks, compute per step measured or derived as stated in the report
+RESNET50 = {"name": "ResNet-50", "params": 25_557_032, "compute_s": 27.92e-3,
+            "why": "H100, batch 64, fp32, measured (benchmarks/README.md, On a GPU)"}
+GPT2_SMALL = {"name": "GPT-2 small", "params": 124_439_808, "compute_s": 6 * 124_439_808 * 8192 / (0.4 * 989e12),
+              "matrices": tuple([(2304, 768), (768, 768), (3072, 768), (768, 3072)] * 12 + [(50257, 768)]),
+              "why": "assumed: 6 x params x 8192 tokens per step at 40% of the H100's 989 TFLOP/s bf16"}
+
+
+def matrices(model: str) -> tuple[tuple[int, int], ...]:
+    """The (rows, cols) of each weight matrix of a benchmark MLP (powersgd compresses these)."""
+    sizes = MODEL_LAYERS[model]
+    return tuple((fan_out, fan_in) for fan_in, fan_out in zip(sizes[:-1], sizes[1:]))
+
+
+def measure_compute(args: argparse.Namespace) -> float:
+    """Seconds per step of one rank alone (DDP at world size 1 on loopback): the compute the model takes."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "rows.jsonl"
+        launch("benchmarks.e2e_worker", ["--methods", "ddp", "--model", args.model, "--batch-size", str(args.batch_size),
+                                         "--warmup", str(args.warmup), "--steps", str(max(args.steps, 3)),
+                                         "--iface", "lo", "--out", str(out)], 1, timeout=args.timeout)
+        return json.loads(out.read_text().splitlines()[0])["ms_per_step"] / 1000
+
+
+def settings_of(row: dict, args: argparse.Namespace, compute_s: float, cores: int) -> cost_model.Setting:
+    return cost_model.Setting(hosts=row["hosts"], ranks_per_host=row["ranks_per_host"], params=row["params"],
+                              link_bps=RATES.get(args.rate, 0) or _rate_bps(args.rate), compute_s=compute_s,
+                              delay_s=_seconds(args.delay), cores=cores, matrices=matrices(args.model))
+
+
+def _rate_bps(rate: str) -> float:
+    units = {"gbit": 1e9, "mbit": 1e6, "kbit": 1e3}
+    for unit, factor in units.items():
+        if rate.endswith(unit):
+            return float(rate[: -len(unit)]) * factor
+    raise ValueError(f"rate must end in one of {sorted(units)}, got {rate!r}")
+
+
+def _seconds(delay: str) -> float:
+    return float(delay[:-2]) / 1000 if delay.endswith("ms") else float(delay)
+
+
+def model_report(rows: list[dict], args: argparse.Namespace, compute_s: float, cores: int) -> tuple[list[str], dict]:
+    """Fit the cost model on the measured rows; markdown lines with every point's error and the projection."""
+    points = [(r["method"], settings_of(r, args, compute_s, cores), r["ms_per_step"] / 1000)
+              for r in rows if "ms_per_step" in r and r["method"] in cost_model.METHODS]
+    if not points:
+        return ["", "No measured point to fit the cost model on."], {}
+    fitted = cost_model.fit(points)
+    errors = cost_model.relative_errors(points, fitted)
+    lines = ["", "## The cost model against every measured point", "",
+             f"Fitted: {fitted.overhead_s * 1e3:.3f} ms per message, {fitted.gamma_s * 1e9:.2f} ns per value encoded or "
+             f"decoded; compute of one rank alone {compute_s * 1e3:.1f} ms, {cores} cores shared by the ranks. "
+             f"Largest error {max(abs(e) for e in errors):.1%}, median {sorted(abs(e) for e in errors)[len(errors) // 2]:.1%}.",
+             "", "| method | hosts x ranks | measured ms | predicted ms | error |", "| --- | --- | ---: | ---: | ---: |"]
+    for (method, s, t), e in zip(points, errors):
+        lines.append(f"| {method} | {s.hosts} x {s.ranks_per_host} | {t * 1e3:.0f} | "
+                     f"{cost_model.predict(method, s, fitted) * 1e3:.0f} | {e:+.1%} |")
+    projection = {}
+    for spec in (RESNET50, GPT2_SMALL):
+        methods = [m for m in cost_model.METHODS if m != "async" and (m != "powersgd" or spec.get("matrices"))]
+        rows_p = cost_model.project(methods, (16, 32, 64, 128), (10e9, 25e9, 100e9), spec["params"],
+                                    spec["compute_s"], spec.get("matrices", ()), fitted)
+        projection[spec["name"]] = rows_p
+        lines += ["", f"### Projection: {spec['name']} ({spec['params'] / 1e6:.1f}M parameters), "
+                      f"{spec['compute_s'] * 1e3:.1f} ms compute per step ({spec['why']})", "",
+                  "Nodes of 8 GPUs (hierarchical forms exchange among nodes), 25 us one-way latency, the fitted "
+                  "per-message overhead, codecs free on a GPU. Speed-up over DDP; the fastest per column in bold.", "",
+                  "| method | " + " | ".join(f"{n} @ {r / 1e9:g} Gb" for r in (10e9, 25e9, 100e9) for n in (16, 32, 64, 128)) + " |",
+                  "| --- |" + " ---: |" * 12]
+        best = {}
+        for row in rows_p:
+            key = (row["rate_bps"], row["hosts"])
+            best[key] = max(best.get(key, 0.0), row["speedup_vs_ddp"])
+        for method in methods:
+            cells = []
+            for rate in (10e9, 25e9, 100e9):
+                for n in (16, 32, 64, 128):
+                    row = next(r for r in rows_p if r["method"] == method and r["hosts"] == n and r["rate_bps"] == rate)
+                    cell = f"{row['speedup_vs_ddp']:.2f}x"
+                    cells.append(f"**{cell}**" if row["speedup_vs_ddp"] == best[(rate, n)] else cell)
+            lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    lines += ["", "Assumptions: hierarchical algorithms average inside a node over NVLink at no cost; ring "
+                  "allreduce among all ranks for DDP and gradient_allreduce; decentralized and shift_one are "
+                  "*weight* averaging (they change the optimisation: compare time to accuracy, not only steps); "
+                  "async is left out (its averaging runs beside the step)."]
+    return lines, {"fit": {"overhead_s": fitted.overhead_s, "gamma_s": fitted.gamma_s}, "errors": errors,
+                   "projection": projection}
+
+
+def _markdown(rows: list[dict], header: str) -> list[str]:
+    lines = [header, "", "| method | hosts x ranks/host | ms/step | MB sent/step/rank | MB/step/host link | CPU ms/step/rank |",
+             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        where = f"{r['hosts']} x {r['ranks_per_host']}"
+        if "ms_per_step" not in r:
+            lines.append(f"| {r['method']} | {where} | failed: {r.get('error', '?')[:80]} | | | |")
+            continue
+        lines.append(f"| {r['method']} | {where} | {r['ms_per_step']:.0f} | {r['tx_bytes_per_step'] / 1e6:.2f} | "
+                     f"{r.get('host_tx_bytes_per_step', r['tx_bytes_per_step']) / 1e6:.2f} | {r.get('cpu_ms_per_step', 0):.0f} |")
+    return lines
+
+
+def _plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    layouts = sorted({r["ranks_per_host"] for r in rows})
+    fig, axes = plt.subplots(2, len(layouts), figsize=(6 * len(layouts), 8), squeeze=False)
+    for col, k in enumerate(layouts):
+        for method in dict.fromkeys(r["method"] for r in rows):
+            good = sorted((r for r in rows if r["method"] == method and r["ranks_per_host"] == k and "ms_per_step" in r),
+                          key=lambda r: r["hosts"])
+            if good:
+                hosts = [r["hosts"] for r in good]
+                axes[0][col].plot(hosts, [r["ms_per_step"] for r in good], marker="o", label=method)
+                axes[1][col].plot(hosts, [r["tx_bytes_per_step"] / 1e6 for r in good], marker="o", label=method)
+        axes[0][col].set_title(f"{k} rank(s) per host: step time")
+        axes[0][col].set_ylabel("ms per step")
+        axes[1][col].set_title(f"{k} rank(s) per host: bytes sent per rank per step")
+        axes[1][col].set_ylabel("MB")
+        for ax in axes[:, col]:
+            ax.set_xlabel("hosts")
+            ax.set_xticks(sorted({r["hosts"] for r in rows}))
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def write(rows: list[dict], results: Path, header: str, model_lines: list[str], model: dict) -> list[Path]:
+    results.mkdir(parents=True, exist_ok=True)
+    md, js = results / "scale.md", results / "scale.json"
+    md.write_text("\n".join(_markdown(rows, header) + model_lines) + "\n")
+    js.write_text(json.dumps({"rows": rows, "model": model}, indent=1))
+    written = [md, js]
+    if have_matplotlib() and any("ms_per_step" in r for r in rows):
+        _plot(rows, results / "scale.png")
+        written.append(results / "scale.png")
+    return written
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", default="2,4,8", help="comma list of host counts")
+    parser.add_argument("--ranks-per-host", default="1,2", help="comma list")
+    parser.add_argument("--rate", default="100mbit")
+    parser.add_argument("--delay", default="0ms")
+    parser.add_argument("--methods", default=",".join(DEFAULT_METHODS))
+    parser.add_argument("--model", default="mlp5m")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--timeout", type=float, default=240.0, help="seconds per method before it is killed")
+    parser.add_argument("--cores", type=int, default=0, help="cores the ranks share (default: this machine's)")
+    parser.add_argument("--loopback", action="store_true", help="every rank on loopback (no root; no link)")
+    parser.add_argument("--results", default=str(REPO_ROOT / "results"))
+    args = parser.parse_args(argv)
+    import os
+
+    cores = args.cores or os.cpu_count() or 1
+    methods = args.methods.split(",")
+    spec = {} if args.loopback else {"rate": args.rate, "delay": args.delay}
+    try:
+        compute_s = measure_compute(args)
+    except LaunchError as exc:
+        sys.exit(f"benchmarks.scale: measuring one rank's compute failed:\n{exc}")
+    print(f"compute of one rank alone: {compute_s * 1e3:.1f} ms/step", flush=True)
+    rows: list[dict] = []
+    hung: dict[str, str] = {}
+    results = Path(args.results)
+    for k in (int(x) for x in args.ranks_per_host.split(",")):
+        for n in (int(x) for x in args.hosts.split(",")):
+            run_args = argparse.Namespace(**{**vars(args), "world_size": n * k, "ranks_per_host": k})
+            got = run_network(f"{n}x{k}", methods, run_args, hung, spec=spec)
+            for row in got:
+                row.update(hosts=n, ranks_per_host=k)
+            rows += got
+            write(rows, results, "(partial: the run is not finished)", [], {})
+    header = (f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {platform.machine()} ({cores} cores shared by every rank), "
+              f"{args.model}, batch {args.batch_size} per rank, link {'loopback' if args.loopback else args.rate} "
+              f"(each host's egress), {args.warmup} warmup + {args.steps} timed steps; "
+              f"`python -m benchmarks.scale {' '.join(sys.argv[1:] if argv is None else argv)}`.")
+    model_lines, model = model_report(rows, args, compute_s, cores)
+    for path in write(rows, results, header, model_lines, model):
+        print("wrote", path)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""The scaling benchmark and its cost model: the model's message patterns grow with n as each algorithm's
+communication does, the fit recovers constants planted in synthetic points, and the harness runs several
+ranks per host on loopback and writes its table, JSON and the model's check (never timed; no root)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import cost_model
+from benchmarks.cost_model import Fit, Setting, pattern, predict
+
+MB5 = 5_261_834
+
+
+def setting(n: int, k: int = 1, **kw) -> Setting:
+    base = dict(hosts=n, ranks_per_host=k, params=MB5, link_bps=100e6, compute_s=0.05)
+    return Setting(**{**base, **kw})
+
+
+def host_bytes(method: str, s: Setting) -> float:
+    return sum(p.host_bytes / p.every for p in pattern(method, s))
+
+
+def test_ring_bytes_grow_as_two_n_minus_one_over_n() -> None:
+    model = MB5 * 4
+    for n in (2, 4, 8):
+        assert host_bytes("ddp", setting(n)) == pytest.approx(2 * (n - 1) / n * model)
+    # two ranks per host in one flat ring: one ring edge per host crosses the link
+    assert host_bytes("gradient_allreduce", setting(4, 2)) == pytest.approx(2 * 7 / 8 * model)
+
+
+def test_compressed_and_decentralized_patterns() -> None:
+    model = MB5 * 4
+    # bytegrad: the ring's bytes over four (one byte per value), whatever the ranks per host (leaders only)
+    assert host_bytes("bytegrad", setting(8)) / host_bytes("ddp", setting(8)) == pytest.approx(0.25, rel=1e-3)
+    assert host_bytes("bytegrad", setting(8, 2)) == host_bytes("bytegrad", setting(8, 1))
+    # shift_one: one model to one peer whatever n; the low-precision ring: one neighbour at n=2, two after
+    assert {host_bytes("decentralized_shift_one", setting(n)) for n in (2, 4, 8)} == {model}
+    lpd = [host_bytes("low_precision_decentralized", setting(n)) for n in (2, 4, 8)]
+    assert lpd[1] == pytest.approx(2 * lpd[0]) and lpd[2] == lpd[1]
+    # diloco: the ring's bytes once every 4 steps
+    assert host_bytes("diloco", setting(4)) == pytest.approx(host_bytes("ddp", setting(4)) / 4)
+    with pytest.raises(ValueError, match="no message pattern for method 'nope'"):
+        pattern("nope", setting(2))
+
+
+def test_powersgd_sends_low_rank_factors() -> None:
+    mats = ((2048, 1024), (1536, 2048), (10, 1536))
+    s = setting(4, matrices=mats)
+    factors = sum(r + c for r, c in mats)
+    vectors = MB5 - sum(r * c for r, c in mats)
+    assert host_bytes("powersgd", s) == pytest.approx(2 * 3 / 4 * (factors + vectors) * 4)
+
+
+def test_overlap_hides_weight_exchange_behind_compute_and_cores_are_shared() -> None:
+    slow = setting(2, compute_s=5.0)  # compute longer than the exchange: shift_one's step is the compute alone
+    assert predict("decentralized_shift_one", slow, Fit()) == pytest.approx(5.0)
+    assert predict("ddp", slow, Fit()) > 5.0 + 1.0
+    shared = setting(4, 2, cores=2)  # 8 ranks on 2 cores: compute takes 4 times as long
+    assert predict("async", shared, Fit()) == pytest.approx(4 * 0.05)
+
+
+def test_fit_recovers_planted_constants() -> None:
+    truth = Fit(overhead_s=10 ** (13 / 8) * 1e-5, gamma_s=10 ** (8 / 8) * 1e-10)  # on the search grid
+    points = [(m, setting(n, k, cores=2), predict(m, setting(n, k, cores=2), truth))
+              for m in ("ddp", "bytegrad", "low_precision_decentralized", "decentralized_shift_one")
+              for n in (2, 4, 8) for k in (1, 2)]
+    found = cost_model.fit(points)
+    assert max(abs(e) for e in cost_model.relative_errors(points, found)) < 1e-9
+    assert found == truth
+
+
+def test_projection_has_every_method_and_ddp_is_one() -> None:
+    rows = cost_model.project(["ddp", "bytegrad"], (16, 128), (10e9,), 25_557_032, 0.028, (), Fit(1e-5, 1e-9))
+    assert len(rows) == 4
+    assert all(r["speedup_vs_ddp"] == 1.0 for r in rows if r["method"] == "ddp")
+    assert all(r["speedup_vs_ddp"] > 1.0 for r in rows if r["method"] == "bytegrad")
+
+
+def test_scale_harness_runs_two_ranks_per_host_and_writes_results(tmp_path: Path) -> None:
+    from benchmarks import scale
+
+    rows = scale.main(["--loopback", "--hosts", "2", "--ranks-per-host", "2", "--methods",
+                       "ddp,decentralized_shift_one", "--model", "tiny", "--warmup", "1", "--steps", "1",
+                       "--timeout", "90", "--results", str(tmp_path)])
+    assert [(r["method"], r["hosts"], r["ranks_per_host"], r["world_size"]) for r in rows] == [
+        ("ddp", 2, 2, 4), ("decentralized_shift_one", 2, 2, 4)]
+    for row in rows:
+        assert "error" not in row, row.get("log")
+        assert row["ms_per_step"] > 0 and row["tx_bytes_per_step"] > 0
+    saved = json.loads((tmp_path / "scale.json").read_text())
+    assert len(saved["model"]["errors"]) == 2 and "ResNet-50" in saved["model"]["projection"]
+    text = (tmp_path / "scale.md").read_text()
+    assert "| ddp | 2 x 2 |" in text and "The cost model against every measured point" in text
