@@ -130,23 +130,23 @@ class AutoImpl(AlgorithmImpl):
     def tensors_to_buckets(self, tensors: list[list[torch.Tensor]], do_flatten: bool) -> list[BaguaBucket]:
         return self.current.tensors_to_buckets(tensors, do_flatten)
 
-    def init_operations(self, bagua_ddp: torch.nn.Module, bucket: BaguaBucket) -> None:
-        self.current.init_operations(bagua_ddp, bucket)
+    def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
+        self.current.init_operations(bagua_module, bucket)
 
-    def init_forward_pre_hook(self, bagua_ddp: torch.nn.Module) -> Callable[[Any], None]:
-        return self.current.init_forward_pre_hook(bagua_ddp)
+    def init_forward_pre_hook(self, bagua_module: torch.nn.Module) -> Callable[[Any], None]:
+        return self.current.init_forward_pre_hook(bagua_module)
 
-    def init_backward_hook(self, bagua_ddp: torch.nn.Module) -> Callable[[str, torch.nn.Parameter], None]:
-        return self.current.init_backward_hook(bagua_ddp)
+    def init_backward_hook(self, bagua_module: torch.nn.Module) -> Callable[[str, torch.nn.Parameter], None]:
+        return self.current.init_backward_hook(bagua_module)
 
-    def init_post_backward_hook(self, bagua_ddp: torch.nn.Module) -> Callable[[], None]:
-        return self.current.init_post_backward_hook(bagua_ddp)
+    def init_post_backward_hook(self, bagua_module: torch.nn.Module) -> Callable[[], None]:
+        return self.current.init_post_backward_hook(bagua_module)
 
-    def init_post_optimizer_step_hook(self, bagua_ddp: torch.nn.Module) -> Callable[[torch.optim.Optimizer], None]:
-        return self.current.init_post_optimizer_step_hook(bagua_ddp)
+    def init_post_optimizer_step_hook(self, bagua_module: torch.nn.Module) -> Callable[[torch.optim.Optimizer], None]:
+        return self.current.init_post_optimizer_step_hook(bagua_module)
 
-    def communicates_after_optimizer_step(self, bagua_ddp: torch.nn.Module) -> bool:
-        return self.current.communicates_after_optimizer_step(bagua_ddp)
+    def communicates_after_optimizer_step(self, bagua_module: torch.nn.Module) -> bool:
+        return self.current.communicates_after_optimizer_step(bagua_module)
 
     def state_dict(self) -> dict[str, Any]:
         return self.current.state_dict()
