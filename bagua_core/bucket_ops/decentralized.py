@@ -31,6 +31,7 @@ import torch
 from bagua_core.bucket_ops.centralized import start_allreduce_in_pieces
 from bagua_core.bucket_ops.hierarchy import hierarchical, resolve_group
 from bagua_core.communication import ReduceOp
+from bagua_core.communication.common import record
 from bagua_core.communication.communicator import BaguaCommunicator
 from bagua_core.communication.host_staging import irecv, isend
 from bagua_core.exceptions import BaguaConfigError
@@ -89,6 +90,7 @@ def _start_average_with_peers(tensor: torch.Tensor, comm: BaguaCommunicator, mod
     if mode == "all":
         return start_allreduce_in_pieces(tensor, ReduceOp.AVG, comm)
     peer = comm.global_rank(shift_one_peer(comm.rank(), n, round_index))
+    record("send", tensor)  # point-to-point: counted as every collective's payload is
     works = [
         isend(tensor, peer, comm.torch_group),
         irecv(received, peer, comm.torch_group),
