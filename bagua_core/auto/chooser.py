@@ -99,6 +99,7 @@ class AutoImpl(AlgorithmImpl):
             "algorithm": chosen.name,
             "step_time_s": {d.name: float(t) for d, t in zip(self.auto.declarations, times)},
             "relative_bytes": {d.name: type(d).capabilities.relative_bytes for d in self.auto.declarations},
+            "options": dict(self.auto.overrides),  # non-default options of the candidates (single node)
             "model_bytes": model_bytes,
             "decided_at_step": module.bagua_train_step_counter,
             **link,
@@ -112,9 +113,10 @@ class AutoImpl(AlgorithmImpl):
         module.bagua_algorithm = self.current  # from now on the chosen impl runs the module by itself
         module._bagua_algorithm_declaration = chosen
         logger.info("auto chose %s at step %d: step time (max over ranks) %s; link latency %.3g ms, bandwidth "
-                    "%.3g MB/s; model %.3g MB; declared relative bytes %s", chosen.name, result["decided_at_step"],
-                    {k: round(v, 6) for k, v in result["step_time_s"].items()}, link["latency_s"] * 1e3,
-                    link["bandwidth_bytes_per_s"] / 1e6, model_bytes / 1e6, result["relative_bytes"])
+                    "%.3g MB/s; model %.3g MB; declared relative bytes %s; options %s", chosen.name,
+                    result["decided_at_step"], {k: round(v, 6) for k, v in result["step_time_s"].items()},
+                    link["latency_s"] * 1e3, link["bandwidth_bytes_per_s"] / 1e6, model_bytes / 1e6,
+                    result["relative_bytes"], result["options"] or "defaults")
         return True
 
     # --- delegation ----------------------------------------------------------------------------
