@@ -57,6 +57,7 @@ def one_node_note(config: AlgorithmConfig) -> str | None:
         return None
     return (f"note: {config.name} ran with hierarchical=True on a single node: the ranks averaged in full "
             f"precision through the node leader (reduce + broadcast, twice an allreduce's bytes) and "
-            f"{config.name} itself, which runs only between nodes, never ran: the bytes above are not compressed. On one "
+            f"{config.name} itself, which runs only between nodes, never ran: the bytes above are not "
+            f"compressed. On one "
             f"machine set hierarchical = false in the [algorithm] table of a config file (bagua train --config "
             f"FILE), or pass {{'name': '{config.name}', 'hierarchical': False}} to with_bagua")

@@ -170,7 +170,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             times = ", ".join(f"{n} {t * 1e3:.2f} ms" for n, t in auto["step_time_s"].items())
             options = auto.get("options", {}).get(auto["algorithm"]) or {}
             with_options = "".join(f" with {k}={v}" for k, v in options.items())  # the single-node variant
-            print(f"auto chose {auto['algorithm']} at step {auto['decided_at_step']}{with_options} (step time per candidate: "
+            print(f"auto chose {auto['algorithm']} at step {auto['decided_at_step']}{with_options} "
+                  f"(step time per candidate: "
                   f"{times}; link latency {auto['latency_s'] * 1e3:.3f} ms, "
                   f"{auto['bandwidth_bytes_per_s'] / 1e6:.1f} MB/s)")
         if args.summary_json:

@@ -176,7 +176,8 @@ def _ddp_v1_9_0(rank: int) -> dict:
     out = {"returned": type(DistributedDataParallel(_ReturnsUnusedLayer())).__name__}
     x, target = torch.rand(4, 2), torch.tensor([0, 1, 2, 3])
     for find_unused in (True, False):
-        ddp = DistributedDataParallel_V1_9_0(_ReturnsUnusedLayer(), process_group=c10d.distributed_c10d._get_default_group(),
+        group = c10d.distributed_c10d._get_default_group()
+        ddp = DistributedDataParallel_V1_9_0(_ReturnsUnusedLayer(), process_group=group,
                                              find_unused_parameters=find_unused)
         output, _ = ddp(x)
         torch.nn.functional.cross_entropy(output, target).backward()

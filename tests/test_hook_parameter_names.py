@@ -74,7 +74,8 @@ def _keyword_calls(rank: int) -> dict:
         model = model.with_bagua([optimizer], options)
         impl = model.bagua_algorithm
         tensors = impl.init_tensors(bagua_ddp=model)
-        assert [t.bagua_tensor_name for t in tensors] == [t.bagua_tensor_name for t in impl.init_tensors(bagua_module=model)]
+        again = impl.init_tensors(bagua_module=model)
+        assert [t.bagua_tensor_name for t in tensors] == [t.bagua_tensor_name for t in again]
         model.bagua_reset()  # init_tensors may rebind the impl's own tensor list: rebuild the buckets around it
         for bucket in model.bagua_buckets:  # the ops these calls append are the ones training runs
             impl.init_operations(bagua_ddp=model, bucket=bucket)

@@ -10,7 +10,8 @@ from tests.distributed import run_workers
 
 
 def test_the_config_model_decides() -> None:
-    hierarchical = {name for name in algorithm_registry.names() if defaults_to_hierarchical(algorithm_registry.get(name).Config)}
+    hierarchical = {name for name in algorithm_registry.names()
+                    if defaults_to_hierarchical(algorithm_registry.get(name).Config)}
     assert {"bytegrad", "decentralized", "low_precision_decentralized", "qadam"} <= hierarchical
     assert "gradient_allreduce" not in hierarchical and "async" not in hierarchical
     config = algorithm_config_of({"name": "bytegrad", "compression": "MinMaxUInt4"})
