@@ -167,10 +167,10 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
         return hook
 
     # --- control -------------------------------------------------------------------------------
-    def abort(self, bagua_ddp: torch.nn.Module) -> None:
+    def abort(self, bagua_module: torch.nn.Module) -> None:
         """Stop the averaging; returns once every rank has aborted (collective). A no-op if stopped.
         ``bagua_module``: the wrapped module, or a ``data_parallel.DistributedDataParallel`` of it."""
-        bagua_module = getattr(bagua_ddp, "inner", bagua_ddp)
+        bagua_module = getattr(bagua_module, "inner", bagua_module)
         if not self._active:
             return
         with failure.guard("aborting asynchronous model averaging"):
@@ -181,8 +181,8 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
             self._active = False
             self.averager.abort(timeout=env.get_comm_timeout_s())
 
-    def resume(self, bagua_ddp: torch.nn.Module) -> None:
-        """Restart the averaging stopped by :meth:`abort` (every rank must resume). ``bagua_ddp``: the
+    def resume(self, bagua_module: torch.nn.Module) -> None:
+        """Restart the averaging stopped by :meth:`abort` (every rank must resume). ``bagua_module``: the
         wrapped module or its ``data_parallel.DistributedDataParallel``."""
         if self._active:
             return

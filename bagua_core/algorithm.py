@@ -22,6 +22,7 @@ from bagua_core import env
 from bagua_core.bucket import BaguaBucket
 from bagua_core.capabilities import Capabilities
 from bagua_core.errors_format import format_validation_error
+from bagua_core.hook_parameters import adapt_hooks
 from bagua_core.exceptions import BaguaConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -161,15 +162,21 @@ def _set_grad(param: torch.Tensor, value: torch.Tensor) -> None:
 class AlgorithmImpl:
     """The hooks of an algorithm. The defaults implement plain bucketed gradient communication.
 
-    Every hook receives ``bagua_ddp`` (the name the original documents): the wrapped module, with
-    ``bagua_build_params()``, ``bagua_module_name``, ``bagua_buckets``, ``bagua_optimizers``,
-    ``bagua_train_step_counter``, ``process_group`` and ``_bagua_backend.wait_pending_comm_ops()``."""
+    Every hook receives ``bagua_module`` (the name the original's API documents): the wrapped module,
+    with ``bagua_build_params()``, ``bagua_module_name``, ``bagua_buckets``, ``bagua_optimizers``,
+    ``bagua_train_step_counter``, ``process_group`` and ``_bagua_backend.wait_pending_comm_ops()``. A keyword
+    call may also name it ``bagua_ddp`` (the original's 0.9 API pages), in this class and every subclass,
+    whichever name the subclass writes (:mod:`bagua_core.hook_parameters`)."""
 
     weights_differ_across_ranks: ClassVar[bool] = False
     """Older, impl-level form of ``Capabilities.weights_differ_across_ranks`` (declare it on the
     ``Algorithm``); counts for an algorithm declaring no capabilities (``bagua_core.capabilities.capabilities_of``)."""
     exact_resume: ClassVar[bool] = True
     """Older, impl-level form of ``Capabilities.exact_resume`` (for an algorithm declaring no capabilities)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        adapt_hooks(cls)
 
     def __init__(self, process_group: BaguaProcessGroup) -> None:
         self.process_group = process_group
@@ -178,14 +185,14 @@ class AlgorithmImpl:
         """Asked before every forward; True rebuilds tensors, buckets and operations."""
         return False
 
-    def init_tensors(self, bagua_ddp: torch.nn.Module) -> list[torch.Tensor]:
-        """The tensors to communicate: ``bagua_ddp.bagua_build_params()`` in reverse registration
+    def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
+        """The tensors to communicate: ``bagua_module.bagua_build_params()`` in reverse registration
         order, effective tensor ``.grad``."""
         tensors = []
-        for name, param in reversed(bagua_ddp.bagua_build_params()):
+        for name, param in reversed(bagua_module.bagua_build_params()):
             param.bagua_ensure_grad()
             tensors.append(
-                param.ensure_bagua_tensor(name, bagua_ddp.bagua_module_name, _grad_of, _set_grad)
+                param.ensure_bagua_tensor(name, bagua_module.bagua_module_name, _grad_of, _set_grad)
             )
         return tensors
 
@@ -199,17 +206,17 @@ class AlgorithmImpl:
         :func:`group_tensors`) into buckets: one per group, as suggested."""
         return [BaguaBucket(group, f"bucket_{i}", do_flatten) for i, group in enumerate(tensors)]
 
-    def init_operations(self, bagua_ddp: torch.nn.Module, bucket: BaguaBucket) -> None:
+    def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
         """Append the bucket's communication operations (none by default)."""
         bucket.clear_ops()
 
-    def init_forward_pre_hook(self, bagua_ddp: torch.nn.Module) -> Callable[[Any], None]:
+    def init_forward_pre_hook(self, bagua_module: torch.nn.Module) -> Callable[[Any], None]:
         def hook(inputs: Any) -> None:
             return None
 
         return hook
 
-    def init_backward_hook(self, bagua_ddp: torch.nn.Module) -> Callable[[str, torch.nn.Parameter], None]:
+    def init_backward_hook(self, bagua_module: torch.nn.Module) -> Callable[[str, torch.nn.Parameter], None]:
         """Called with each parameter once its gradient is accumulated: mark it ready."""
 
         def hook(parameter_name: str, parameter: torch.nn.Parameter) -> None:
@@ -218,7 +225,7 @@ class AlgorithmImpl:
 
         return hook
 
-    def init_bucket_ready_hook(self, bagua_ddp: torch.nn.Module) -> Callable[[BaguaBucket], None] | None:
+    def init_bucket_ready_hook(self, bagua_module: torch.nn.Module) -> Callable[[BaguaBucket], None] | None:
         """Return ``hook(bucket)`` to run when a bucket is launched, or None (the default: nothing).
 
         The extension point for work that belongs inside backward, per bucket, on the training thread,
@@ -233,20 +240,20 @@ class AlgorithmImpl:
 
         Example::
 
-            >>> def init_bucket_ready_hook(self, bagua_ddp):
+            >>> def init_bucket_ready_hook(self, bagua_module):
             ...     return lambda bucket: self.bucket_optimizers[bucket.name].step()
         """
         return None
 
-    def init_post_backward_hook(self, bagua_ddp: torch.nn.Module) -> Callable[[], None]:
+    def init_post_backward_hook(self, bagua_module: torch.nn.Module) -> Callable[[], None]:
         """Runs at the end of backward: by default launches what is left and waits for it."""
 
         def hook() -> None:
-            bagua_ddp.bagua_wait_for_communication()
+            bagua_module.bagua_wait_for_communication()
 
         return hook
 
-    def init_post_optimizer_step_hook(self, bagua_ddp: torch.nn.Module) -> Callable[[torch.optim.Optimizer], None]:
+    def init_post_optimizer_step_hook(self, bagua_module: torch.nn.Module) -> Callable[[torch.optim.Optimizer], None]:
         def hook(optimizer: torch.optim.Optimizer) -> None:
             return None
 
@@ -266,7 +273,7 @@ class AlgorithmImpl:
             raise BaguaConfigError(f"{type(self).__name__} keeps no state, but the checkpoint holds algorithm state "
                                    f"with keys {sorted(state)}")
 
-    def communicates_after_optimizer_step(self, bagua_ddp: torch.nn.Module) -> bool:
+    def communicates_after_optimizer_step(self, bagua_module: torch.nn.Module) -> bool:
         """Whether this step's optimizer step is followed by collectives (issued by the post-step hook).
         Asked at the end of every backward, only for an algorithm declaring
         ``Capabilities.communicates_after_optimizer_step`` (or whose impl overrides this method); when
@@ -275,6 +282,9 @@ class AlgorithmImpl:
         with it the post-step collectives, on every rank. Default: every step (as declared)."""
         return True
 
-    def shutdown(self, bagua_ddp: torch.nn.Module) -> None:
+    def shutdown(self, bagua_module: torch.nn.Module) -> None:
         """Release what the impl started (threads, groups) when the module is re-wrapped or closed."""
         return None
+
+
+adapt_hooks(AlgorithmImpl)  # __init_subclass__ covers the subclasses

@@ -13,6 +13,7 @@ import gc
 import logging
 import os
 import weakref
+from collections.abc import Iterator, MutableMapping
 
 import torch
 import torch.distributed as dist
@@ -310,8 +311,58 @@ def rank_not_in_group(group: BaguaProcessGroup | None = None) -> bool:
     return dist.get_rank() not in group.ranks
 
 
-torch_to_bagua_pg_map: dict = {}
-"""The bagua group of each torch process group patched by ``ProcessGroup.bagua_patch()``."""
+class _PatchedGroups(MutableMapping):
+    """torch process group -> its bagua group, for the groups torch still knows: an entry leaves when
+    torch destroys its group (``torch.distributed.destroy_process_group()``), as the original's weak map
+    empties then. Checked on every access, so nothing waits for the garbage collector (the bagua group
+    holds the torch group, which a weak map would keep alive)."""
+
+    def __init__(self) -> None:
+        self._groups: dict[dist.ProcessGroup, BaguaProcessGroup] = {}
+
+    def _prune(self) -> None:
+        for group in [g for g in self._groups if not _torch_knows(g)]:
+            del self._groups[group]
+
+    def __getitem__(self, group: dist.ProcessGroup) -> BaguaProcessGroup:
+        self._prune()
+        return self._groups[group]
+
+    def __setitem__(self, group: dist.ProcessGroup, bagua_group: BaguaProcessGroup) -> None:
+        self._groups[group] = bagua_group
+
+    def __delitem__(self, group: dist.ProcessGroup) -> None:
+        del self._groups[group]
+
+    def __iter__(self) -> Iterator[dist.ProcessGroup]:
+        self._prune()
+        return iter(list(self._groups))
+
+    def __len__(self) -> int:
+        self._prune()
+        return len(self._groups)
+
+    def __contains__(self, group: object) -> bool:
+        self._prune()
+        return group in self._groups
+
+    def clear(self) -> None:
+        self._groups.clear()
+
+
+def _torch_knows(group: dist.ProcessGroup) -> bool:
+    if not dist.is_initialized():
+        return False
+    try:
+        dist.get_process_group_ranks(group)
+    except (KeyError, ValueError, RuntimeError):
+        return False
+    return True
+
+
+torch_to_bagua_pg_map: MutableMapping = _PatchedGroups()
+"""The bagua group of each torch process group patched by ``ProcessGroup.bagua_patch()`` and not yet
+destroyed by torch."""
 
 
 def _bagua_patch(self: dist.ProcessGroup, stream: object = None) -> dist.ProcessGroup:

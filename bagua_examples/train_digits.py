@@ -23,6 +23,7 @@ import bagua_core as bagua
 from bagua_core.communication import stats
 from bagua_core.config import algorithm_class_of, algorithm_config_of, load_config_file
 from bagua_core.plugins import algorithm_registry
+from bagua_core.single_node import on_one_node, one_node_note
 from bagua_examples.digits import DigitsMLP, load_digits
 from bagua_examples.training_config import DEFAULT_LR, TrainingConfig
 
@@ -65,7 +66,8 @@ def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
     train_x, train_y, test_x, test_y = (t.to(device) for t in load_digits(seed=cfg.seed))
     torch.manual_seed(cfg.seed)
     model = DigitsMLP(cfg.hidden).to(device)
-    name = algorithm_config_of(algorithm).name
+    config = algorithm_config_of(algorithm)
+    name = config.name
     shard = torch.arange(rank, len(train_y), world, device=device)  # disjoint shards of equal size (+-1)
     steps_per_epoch = len(train_y) // world // cfg.batch_size  # equal on every rank
     optimizer = _make_optimizer(model, cfg, algorithm_class_of(name), steps_per_epoch)
@@ -107,6 +109,7 @@ def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
         "samples_per_s": world * cfg.epochs * steps_per_epoch * cfg.batch_size / max(_mean_over_ranks(elapsed), 1e-9),
         "bytes_communicated_per_rank": int(_mean_over_ranks(float(communicated))),
         "seconds": _mean_over_ranks(elapsed),
+        "note": one_node_note(config) if on_one_node() else None,
     }
     model.bagua_shutdown()
     return summary
@@ -160,10 +163,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"{summary['samples_per_s']:.0f} samples/s, "
             f"{summary['bytes_communicated_per_rank'] / 1e6:.2f} MB handed to collectives per worker"
         )
+        if summary["note"]:
+            print(summary["note"])
         if summary["auto"]:
             auto = summary["auto"]
             times = ", ".join(f"{n} {t * 1e3:.2f} ms" for n, t in auto["step_time_s"].items())
-            print(f"auto chose {auto['algorithm']} at step {auto['decided_at_step']} (step time per candidate: "
+            options = auto.get("options", {}).get(auto["algorithm"]) or {}
+            with_options = "".join(f" with {k}={v}" for k, v in options.items())  # the single-node variant
+            print(f"auto chose {auto['algorithm']} at step {auto['decided_at_step']}{with_options} "
+                  f"(step time per candidate: "
                   f"{times}; link latency {auto['latency_s'] * 1e3:.3f} ms, "
                   f"{auto['bandwidth_bytes_per_s'] / 1e6:.1f} MB/s)")
         if args.summary_json:

@@ -121,3 +121,38 @@ def test_candidates_and_options() -> None:
         algorithm_config_of({"name": "auto", "candidates": ["qadam"]})
     with pytest.raises(BaguaConfigError, match="trial_steps"):
         algorithm_config_of({"name": "auto", "trial_steps": 1})
+
+
+def test_on_one_node_candidates_run_without_hierarchy(monkeypatch) -> None:
+    """A candidate whose config defaults to hierarchical=True is tried with hierarchical=False when every
+    rank is on one node (torchrun's LOCAL_WORLD_SIZE == WORLD_SIZE before init), with its defaults on
+    several nodes."""
+    from bagua_core.single_node import defaults_to_hierarchical
+
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    one_node = AutoAlgorithm()
+    hierarchical_by_default = {d.name for d in one_node.declarations if defaults_to_hierarchical(type(d.config))}
+    assert "bytegrad" in hierarchical_by_default
+    for declaration in one_node.declarations:
+        assert getattr(declaration.config, "hierarchical", False) is False, declaration
+    assert one_node.overrides == {name: {"hierarchical": False} for name in hierarchical_by_default}
+    assert one_node.canonical_options()["candidates"]["bytegrad"]["hierarchical"] is False  # agreed across ranks
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # two nodes of two
+    two_nodes = AutoAlgorithm()
+    assert two_nodes.overrides == {}
+    assert {d.name: d.config.hierarchical for d in two_nodes.declarations if d.name in hierarchical_by_default} == {
+        name: True for name in hierarchical_by_default}
+
+
+def _node_view(rank: int) -> dict:
+    from bagua_core.single_node import on_one_node
+
+    auto = AutoAlgorithm(candidates=["bytegrad"])
+    return {"one_node": on_one_node(), "bytegrad_hierarchical": auto.declarations[0].config.hierarchical}
+
+
+def test_single_node_is_the_groups_membership() -> None:
+    assert run_workers(_node_view, 2) == [{"one_node": True, "bytegrad_hierarchical": False}] * 2
+    assert run_workers(_node_view, 2, local_size=1) == [{"one_node": False, "bytegrad_hierarchical": True}] * 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -29,8 +30,14 @@ def test_plugins_lists_algorithms_with_options(capsys) -> None:
     options = {o["name"]: o for o in rows["gradient_allreduce"]["options"]}
     assert options["hierarchical"]["default"] is False and options["average"]["default"] is True
     assert "node" in options["hierarchical"]["help"]
+    # where hierarchical=True is the default, the listing says what it means on one machine
+    assert rows["gradient_allreduce"]["notes"] == []
+    assert any("only between nodes" in note and "hierarchical=False" in note for note in rows["bytegrad"]["notes"])
     assert main(["plugins"]) == 0
-    assert "gradient_allreduce" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "gradient_allreduce" in out
+    bytegrad_block = re.split(r"\n  \S", out.split("\n  bytegrad  (")[1])[0]  # up to the next algorithm
+    assert "note: hierarchical=True (the default) compresses" in bytegrad_block
 
 
 def test_check_config(tmp_path, capsys) -> None:

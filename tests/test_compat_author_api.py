@@ -152,3 +152,43 @@ def test_ddp_compatible_wrapper_and_find_unused_parameters() -> None:
     assert results[0]["right_grad"].abs().sum() > 0
     assert torch.equal(results[0]["left_grad"], results[1]["left_grad"])
     assert not torch.equal(results[0]["local_grad"], results[1]["local_grad"]), "no_sync kept gradients local"
+
+
+class _ReturnsUnusedLayer(torch.nn.Module):
+    """fc3 is handed back to the caller, never called inside forward: it gets no gradient."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(2, 10, bias=False)
+        self.fc2 = torch.nn.Linear(10, 4, bias=False)
+        self.fc3 = torch.nn.Linear(4, 4, bias=False)
+
+    def forward(self, x: torch.Tensor):
+        return torch.softmax(torch.relu(self.fc2(torch.relu(self.fc1(x)))), dim=1), self.fc3
+
+
+def _ddp_v1_9_0(rank: int) -> dict:
+    import torch.distributed as c10d
+
+    from bagua.torch_api.data_parallel import DistributedDataParallel
+    from bagua.torch_api.data_parallel.distributed import DistributedDataParallel_V1_9_0
+
+    out = {"returned": type(DistributedDataParallel(_ReturnsUnusedLayer())).__name__}
+    x, target = torch.rand(4, 2), torch.tensor([0, 1, 2, 3])
+    for find_unused in (True, False):
+        group = c10d.distributed_c10d._get_default_group()
+        ddp = DistributedDataParallel_V1_9_0(_ReturnsUnusedLayer(), process_group=group,
+                                             find_unused_parameters=find_unused)
+        output, _ = ddp(x)
+        torch.nn.functional.cross_entropy(output, target).backward()
+        out[find_unused] = sorted(name for name, _ in ddp.inner.bagua_build_params())
+        out[f"algorithm_{find_unused}"] = type(ddp.bagua_algorithm).__name__
+    return out
+
+
+def test_ddp_v1_9_0_class_of_the_original() -> None:
+    for r in run_workers(_ddp_v1_9_0, 2):
+        assert r["returned"] == "DistributedDataParallel_V1_9_0"
+        assert r[True] == ["fc1.weight", "fc2.weight"]
+        assert r[False] == ["fc1.weight", "fc2.weight", "fc3.weight"]
+        assert r["algorithm_True"] == r["algorithm_False"] == "GradientAllReduceAlgorithmImpl"

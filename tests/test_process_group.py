@@ -127,3 +127,28 @@ def test_collectives_through_native_nccl(monkeypatch) -> None:
         assert out.tolist() == [0.0, 1.0, 2.0, 3.0]
     finally:
         bagua.destroy_process_group()
+
+
+def _patched_map_follows_torch(rank: int) -> dict:
+    import torch.distributed as c10d
+
+    import bagua.torch_api as compat
+
+    pg = c10d.new_group(ranks=[0, 1])
+    pg.bagua_patch()
+    out = {"patched": pg in compat.communication._torch_to_bagua_pg_map, "bagua_pg_ranks": pg.bagua_pg.ranks}
+    sub = c10d.new_group(ranks=[0, 1])  # patched groups stay while torch keeps them
+    sub.bagua_patch()
+    out["both"] = len(compat.communication._torch_to_bagua_pg_map)
+    del pg, sub
+    c10d.destroy_process_group()  # torch's own: every group it made is gone, and so are their entries
+    out["after_destroy"] = len(compat.communication._torch_to_bagua_pg_map)
+    out["listed"] = list(compat.communication._torch_to_bagua_pg_map)
+    return out
+
+
+def test_torch_to_bagua_pg_map_empties_when_torch_destroys_its_groups() -> None:
+    for out in run_workers(_patched_map_follows_torch, 2):
+        assert out["patched"] and out["bagua_pg_ranks"] == [0, 1]
+        assert out["both"] == 2
+        assert out["after_destroy"] == 0 and out["listed"] == []

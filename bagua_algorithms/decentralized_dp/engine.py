@@ -30,6 +30,7 @@ import torch.distributed as dist
 from bagua_algorithms.decentralized_dp.buckets import ParamBucket
 from bagua_algorithms.decentralized_dp.topology import Topology
 from bagua_core import env
+from bagua_core.communication import stats
 from bagua_core.exceptions import BaguaConfigError, BaguaError, RankMismatchError
 
 __all__ = ["DecentralizedEngine", "NamedParams", "OptimFn", "SchedulerFn", "validate_engine_options"]
@@ -229,6 +230,8 @@ class DecentralizedEngine:
             groups.setdefault((tensor.dtype, tensor.device), []).append(tensor)
         for (dtype, _), members in groups.items():
             flat = torch.cat([t.reshape(-1) for t in members])
+            stats.record("allreduce" if dtype.is_floating_point or dtype.is_complex else "broadcast",
+                         flat.numel() * flat.element_size())
             if dtype.is_floating_point or dtype.is_complex:
                 dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.world_group)
                 flat.div_(self.world_size)

@@ -40,6 +40,7 @@ from bagua_algorithms.decentralized_dp.plugin import (
 )
 from bagua_core import env
 from bagua_core.agreement import Prepared, agree_or_raise
+from bagua_core.communication import stats
 from bagua_core.module.initial_sync import model_signature
 from bagua_core.process_group import get_default_group_or_none, init_process_group
 
@@ -85,6 +86,7 @@ class DecentralizedDataParallel(torch.nn.Module):
         with torch.no_grad():  # every tensor, frozen parameters included (with_bagua then has nothing to change)
             for tensor in list(model.parameters()) + list(model.buffers()):
                 flat = tensor.data.reshape(-1).clone()
+                stats.record("broadcast", flat.numel() * flat.element_size())
                 dist.broadcast(flat, src=0)
                 tensor.data.copy_(flat.view(tensor.shape))
         if get_default_group_or_none() is None:

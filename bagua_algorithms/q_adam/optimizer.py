@@ -44,6 +44,10 @@ def _check(name: str, ok: bool, value: object, requirement: str) -> None:
 class QAdamOptimizer(torch.optim.Optimizer):
     """Adam with a frozen second moment after warmup (the optimizer of the ``qadam`` algorithm)."""
 
+    bagua_elementwise_step = True
+    """Every update is element-wise, so ``bagua_contrib.fuse`` may step flat tensors standing for several
+    parameters (their ``bagua_fused_params``); see :meth:`_finish_external`."""
+
     _step_supports_amp_scaling = True
     """``GradScaler.step`` hands this optimizer the loss scale and its overflow check instead of
     unscaling: see :mod:`bagua_algorithms.q_adam.loss_scaling`."""
@@ -124,7 +128,8 @@ class QAdamOptimizer(torch.optim.Optimizer):
             bias_correction1 = 1 - beta1**self.step_id
             bias_correction2 = 1 - beta2**self.step_id
             for param in group["params"]:
-                external = not warmup and id(param) in self.externally_updated_momentum
+                fused = getattr(param, "bagua_fused_params", None) or [param]  # a fused optimizer's flat tensor
+                external = not warmup and all(id(p) in self.externally_updated_momentum for p in fused)
                 if param.grad is None and not external:
                     continue
                 state = self.state[param]
@@ -135,7 +140,7 @@ class QAdamOptimizer(torch.optim.Optimizer):
                     exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
                 else:
                     if external:
-                        self.loss_scaling.finish(self.state, param, group, inv_scale)
+                        self._finish_external(fused, exp_avg, group, inv_scale)
                     else:
                         self.update_momentum_([param])
                     # v is frozen: one fused pass (same arithmetic, correctly rounded sqrt, no temporaries)
@@ -144,6 +149,21 @@ class QAdamOptimizer(torch.optim.Optimizer):
                 denom = (exp_avg_sq.sqrt() / bias_correction2**0.5).add_(eps)
                 param.addcdiv_(exp_avg, denom, value=-(lr / bias_correction1))
         return loss
+
+    def _finish_external(self, params: list[torch.Tensor], exp_avg: torch.Tensor, group: dict[str, Any],
+                         inv_scale: torch.Tensor | None) -> None:
+        """Finish the momentum the algorithm updated in backward, per parameter (what it kept is per
+        parameter); a fused flat tensor's momentum ``exp_avg`` gets each finished slice where the
+        parameter's own momentum is not already a view of it (the first fused step)."""
+        offset = 0
+        for param in params:
+            self.loss_scaling.finish(self.state, param, group, inv_scale)
+            own = self.state[param]["exp_avg"]
+            if own is not exp_avg:
+                piece = exp_avg.view(-1)[offset:offset + param.numel()]
+                if own.data_ptr() != piece.data_ptr():
+                    piece.copy_(own.reshape(-1))
+            offset += param.numel()
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()

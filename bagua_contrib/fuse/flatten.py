@@ -34,8 +34,16 @@ class FlatBuffer:
 
     def restore(self) -> None:
         """Make every parameter (and existing gradient) a view of the buffers again, copying in what
-        something else moved (``param.data = ...``, a gradient set to a new tensor)."""
+        something else moved (``param.data = ...``, a gradient set to a new tensor).
+
+        A parameter of a flattened bagua bucket is left where it is: the bucket owns its layout (its
+        gradient, or for weight-communicating algorithms its data, is a view of the bucket's buffer), so
+        moving it back would make the two copy each other every step. ``fuse_step`` then fuses only
+        what is contiguous in the bucket, as the original does; pass ``do_flatten=False`` to
+        ``with_bagua`` to keep the optimizer's layout."""
         for p, off in zip(self.params, self.offsets, strict=True):
+            if _in_flattened_bucket(p):
+                continue
             n = p.numel()
             if p.data_ptr() != self.params_flat[off:].data_ptr() or not p.is_contiguous():
                 view = self.params_flat[off:off + n]
@@ -46,6 +54,11 @@ class FlatBuffer:
                 view = self.grads_flat[off:off + n]
                 view.copy_(grad.detach().reshape(-1))
                 p.grad = view.view_as(p)
+
+
+def _in_flattened_bucket(p: torch.Tensor) -> bool:
+    bucket = getattr(p, "_bagua_bucket", None)
+    return bucket is not None and getattr(bucket, "buffer", None) is not None
 
 
 def flatten_param_groups(optimizer: torch.optim.Optimizer) -> list[FlatBuffer]:

@@ -10,7 +10,9 @@ so ``optimizer.state_dict()``, plain ``optimizer.step()`` and checkpoints keep w
 gradients to None, a bagua bucket, ``param.data = ...``). Nothing is communicated.
 
 Optimizers whose update is not element-wise (LBFGS, SparseAdam, Adafactor, unknown third-party
-classes) fall back to the unfused step, so results stay identical.
+classes) fall back to the unfused step, so results stay identical. A third-party optimizer whose update
+is element-wise declares it with the attribute ``bagua_elementwise_step = True``; during a fused step
+each flat tensor's ``bagua_fused_params`` lists the parameters it stands for (in memory order).
 
 Example::
 
@@ -143,6 +145,7 @@ def _flat_for(run: list[torch.Tensor], state: _FuseState) -> tuple[tuple, torch.
     flat = state.flats.get(key)
     if flat is None:
         flat = storage_view(run[0].detach(), total)
+        flat.bagua_fused_params = run  # an optimizer that keeps per-parameter bookkeeping finds them here
         state.flats[key] = flat
     flat.grad = storage_view(run[0].grad, total)
     return key, flat
@@ -153,7 +156,7 @@ def fuse_step(optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | Non
     if not is_fused_optimizer(optimizer):
         raise RuntimeError("fuse_step needs an optimizer fused with fuse_optimizer(optimizer)")
     state: _FuseState = optimizer._bagua_fuse
-    if not isinstance(optimizer, _ELEMENTWISE):
+    if not (isinstance(optimizer, _ELEMENTWISE) or getattr(optimizer, "bagua_elementwise_step", False)):
         if not getattr(state, "warned", False):
             warnings.warn(f"{type(optimizer).__name__} is not known to be element-wise; fuse_step runs the "
                           f"unfused step", stacklevel=2)

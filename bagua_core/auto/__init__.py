@@ -5,7 +5,10 @@ Candidates: every installed algorithm whose ``capabilities`` say ``keeps_optimiz
 needs nothing special (no optimizer of its own, no stepping inside backward, no background work, equal
 weights on every rank: :func:`bagua_core.capabilities.auto_candidate`), with its default options, in
 name order; ``candidates=[...]`` narrows the set. A third-party algorithm declaring these capabilities
-takes part as soon as it is installed.
+takes part as soon as it is installed. On a single node (every rank on one host:
+:func:`bagua_core.single_node.on_one_node`) a candidate whose options default to ``hierarchical=True``
+is tried with ``hierarchical=False``: hierarchically it would compress nothing there (only between
+nodes), so the variant that compresses on the network found is the one worth timing.
 
 Rule (:mod:`bagua_core.auto.chooser`): the first candidate trains ``warmup_steps`` steps; then each
 candidate trains ``trial_steps`` steps in turn (the first step of a trial, which rebuilds the buckets,
@@ -41,6 +44,7 @@ from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
 from bagua_core.capabilities import Capabilities, auto_candidate
 from bagua_core.exceptions import BaguaConfigError
 from bagua_core.plugins import algorithm_registry
+from bagua_core.single_node import defaults_to_hierarchical, on_one_node, without_hierarchy
 
 __all__ = ["AUTO", "AutoConfig", "AutoAlgorithm", "candidate_names"]
 
@@ -91,7 +95,11 @@ class AutoAlgorithm(Algorithm):
         if not names:
             raise BaguaConfigError("algorithm 'auto': no installed algorithm declares keeps_optimizer_semantics "
                                    "(bagua plugins lists the capabilities)")
-        self.declarations = [_build(name, optimizers) for name in names]
+        flat = on_one_node()
+        self.declarations = [_build(name, optimizers, flat) for name in names]
+        self.overrides = {d.name: {"hierarchical": False} for d in self.declarations
+                          if flat and defaults_to_hierarchical(type(d.config))}
+        """The options each candidate runs with that differ from its defaults (the single-node variants)."""
 
     @classmethod
     def from_config(cls, config: AlgorithmConfig, optimizers: Sequence[torch.optim.Optimizer] = ()) -> AutoAlgorithm:
@@ -108,10 +116,11 @@ class AutoAlgorithm(Algorithm):
         return AutoImpl(process_group, self)
 
 
-def _build(name: str, optimizers: Sequence[torch.optim.Optimizer]) -> Algorithm:
+def _build(name: str, optimizers: Sequence[torch.optim.Optimizer], on_one_node: bool) -> Algorithm:
     cls = algorithm_registry.get(name)
     try:
-        return cls.from_config(cls.Config(name=name), optimizers=optimizers)
+        config = cls.Config(name=name)
+        return cls.from_config(without_hierarchy(config) if on_one_node else config, optimizers=optimizers)
     except Exception as exc:
         raise BaguaConfigError(f"algorithm 'auto': candidate {name!r} cannot be built with its default options: "
                                f"{type(exc).__name__}: {exc}") from exc

@@ -99,6 +99,7 @@ class AutoImpl(AlgorithmImpl):
             "algorithm": chosen.name,
             "step_time_s": {d.name: float(t) for d, t in zip(self.auto.declarations, times)},
             "relative_bytes": {d.name: type(d).capabilities.relative_bytes for d in self.auto.declarations},
+            "options": dict(self.auto.overrides),  # non-default options of the candidates (single node)
             "model_bytes": model_bytes,
             "decided_at_step": module.bagua_train_step_counter,
             **link,
@@ -112,9 +113,10 @@ class AutoImpl(AlgorithmImpl):
         module.bagua_algorithm = self.current  # from now on the chosen impl runs the module by itself
         module._bagua_algorithm_declaration = chosen
         logger.info("auto chose %s at step %d: step time (max over ranks) %s; link latency %.3g ms, bandwidth "
-                    "%.3g MB/s; model %.3g MB; declared relative bytes %s", chosen.name, result["decided_at_step"],
-                    {k: round(v, 6) for k, v in result["step_time_s"].items()}, link["latency_s"] * 1e3,
-                    link["bandwidth_bytes_per_s"] / 1e6, model_bytes / 1e6, result["relative_bytes"])
+                    "%.3g MB/s; model %.3g MB; declared relative bytes %s; options %s", chosen.name,
+                    result["decided_at_step"], {k: round(v, 6) for k, v in result["step_time_s"].items()},
+                    link["latency_s"] * 1e3, link["bandwidth_bytes_per_s"] / 1e6, model_bytes / 1e6,
+                    result["relative_bytes"], result["options"] or "defaults")
         return True
 
     # --- delegation ----------------------------------------------------------------------------
@@ -130,23 +132,23 @@ class AutoImpl(AlgorithmImpl):
     def tensors_to_buckets(self, tensors: list[list[torch.Tensor]], do_flatten: bool) -> list[BaguaBucket]:
         return self.current.tensors_to_buckets(tensors, do_flatten)
 
-    def init_operations(self, bagua_ddp: torch.nn.Module, bucket: BaguaBucket) -> None:
-        self.current.init_operations(bagua_ddp, bucket)
+    def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
+        self.current.init_operations(bagua_module, bucket)
 
-    def init_forward_pre_hook(self, bagua_ddp: torch.nn.Module) -> Callable[[Any], None]:
-        return self.current.init_forward_pre_hook(bagua_ddp)
+    def init_forward_pre_hook(self, bagua_module: torch.nn.Module) -> Callable[[Any], None]:
+        return self.current.init_forward_pre_hook(bagua_module)
 
-    def init_backward_hook(self, bagua_ddp: torch.nn.Module) -> Callable[[str, torch.nn.Parameter], None]:
-        return self.current.init_backward_hook(bagua_ddp)
+    def init_backward_hook(self, bagua_module: torch.nn.Module) -> Callable[[str, torch.nn.Parameter], None]:
+        return self.current.init_backward_hook(bagua_module)
 
-    def init_post_backward_hook(self, bagua_ddp: torch.nn.Module) -> Callable[[], None]:
-        return self.current.init_post_backward_hook(bagua_ddp)
+    def init_post_backward_hook(self, bagua_module: torch.nn.Module) -> Callable[[], None]:
+        return self.current.init_post_backward_hook(bagua_module)
 
-    def init_post_optimizer_step_hook(self, bagua_ddp: torch.nn.Module) -> Callable[[torch.optim.Optimizer], None]:
-        return self.current.init_post_optimizer_step_hook(bagua_ddp)
+    def init_post_optimizer_step_hook(self, bagua_module: torch.nn.Module) -> Callable[[torch.optim.Optimizer], None]:
+        return self.current.init_post_optimizer_step_hook(bagua_module)
 
-    def communicates_after_optimizer_step(self, bagua_ddp: torch.nn.Module) -> bool:
-        return self.current.communicates_after_optimizer_step(bagua_ddp)
+    def communicates_after_optimizer_step(self, bagua_module: torch.nn.Module) -> bool:
+        return self.current.communicates_after_optimizer_step(bagua_module)
 
     def state_dict(self) -> dict[str, Any]:
         return self.current.state_dict()

@@ -31,6 +31,7 @@ import torch
 from bagua_core.bucket_ops.centralized import start_allreduce_in_pieces
 from bagua_core.bucket_ops.hierarchy import hierarchical, resolve_group
 from bagua_core.communication import ReduceOp
+from bagua_core.communication.common import record
 from bagua_core.communication.communicator import BaguaCommunicator
 from bagua_core.communication.host_staging import irecv, isend
 from bagua_core.exceptions import BaguaConfigError
@@ -93,6 +94,7 @@ def _start_average_with_peers(tensor: torch.Tensor, comm: BaguaCommunicator, mod
     # announcement is written to the same socket after whatever this rank is already sending. Posted
     # second, it waited behind our whole message, so the two directions of the full-duplex link took
     # turns (twice the time the bytes need).
+    record("send", tensor)  # point-to-point: counted as every collective's payload is
     works = [
         irecv(received, peer, comm.torch_group),
         isend(tensor, peer, comm.torch_group),

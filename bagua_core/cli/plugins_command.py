@@ -13,6 +13,7 @@ from bagua_core.capabilities import Capabilities
 from bagua_core.codecs import describe_codecs
 from bagua_core.config import algorithm_config_of
 from bagua_core.plugins import algorithm_registry, registration_hooks
+from bagua_core.single_node import HIERARCHICAL_NOTE, defaults_to_hierarchical
 
 __all__ = ["plugins_command", "check_config_command", "describe_algorithms"]
 
@@ -32,8 +33,9 @@ def describe_algorithms() -> list[dict[str, Any]]:
             options.append({"name": field_name, "type": _type_name(field.annotation), "default": default,
                             "required": field.is_required(), "help": field.description or ""})
         caps = dataclasses.asdict(getattr(cls, "capabilities", None) or Capabilities())
+        notes = [HIERARCHICAL_NOTE] if defaults_to_hierarchical(cls.Config) else []
         rows.append({"name": name, "plugin": plugin, "class": f"{cls.__module__}.{cls.__qualname__}", "options": options,
-                     "capabilities": caps})
+                     "capabilities": caps, "notes": notes})
     return rows
 
 
@@ -66,6 +68,8 @@ def plugins_command(argv: list[str]) -> int:
         for option in row["options"]:
             default = "required" if option["required"] else f"default {option['default']!r}"
             print(f"      {option['name']}: {option['type']} = {default}  {option['help']}")
+        for note in row["notes"]:
+            print(f"      note: {note}")
     for key in others:
         print(f"{key.replace('_', ' ')}: " + (", ".join(r["name"] for r in report[key]) or "none"))
     print("codecs (compression=):")

@@ -2,7 +2,10 @@
 
 "Payload bytes" are the bytes of the tensors this process handed to each collective (what it
 contributes to the exchange), not the wire traffic of the backend's algorithm (a ring allreduce
-sends about twice that). ``bagua train`` reports them in its summary.
+sends about twice that). Point-to-point exchanges count as ``send`` (what this process sends; what it
+receives is its peer's send), and an algorithm that calls ``torch.distributed`` itself records its
+collectives here too, so every byte handed to a collective is counted. ``bagua train`` reports them in
+its summary.
 """
 
 from __future__ import annotations

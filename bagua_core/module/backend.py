@@ -1,7 +1,7 @@
 """``get_backend(model_name)``: the communication backend of a wrapped module, found by its name.
 
 The original kept one backend per ``bagua_module_name`` (its Rust scheduler); algorithms written for it
-call ``bagua_ddp._bagua_backend.wait_pending_comm_ops()``. Here the backend of a module is a view of
+call ``bagua_module._bagua_backend.wait_pending_comm_ops()``. Here the backend of a module is a view of
 its bucket scheduler.
 
 Example::

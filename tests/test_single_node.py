@@ -1,0 +1,43 @@
+"""hierarchical=True on one node compresses nothing: said by ``bagua train``'s summary (with how to
+change it), and the helpers ask the config model, never a name."""
+
+from __future__ import annotations
+
+from bagua_core.config import algorithm_config_of
+from bagua_core.plugins import algorithm_registry
+from bagua_core.single_node import defaults_to_hierarchical, one_node_note, without_hierarchy
+from tests.distributed import run_workers
+
+
+def test_the_config_model_decides() -> None:
+    hierarchical = {name for name in algorithm_registry.names()
+                    if defaults_to_hierarchical(algorithm_registry.get(name).Config)}
+    assert {"bytegrad", "decentralized", "low_precision_decentralized", "qadam"} <= hierarchical
+    assert "gradient_allreduce" not in hierarchical and "async" not in hierarchical
+    config = algorithm_config_of({"name": "bytegrad", "compression": "MinMaxUInt4"})
+    flat = without_hierarchy(config)
+    assert flat.hierarchical is False and flat.compression == "MinMaxUInt4" and config.hierarchical is True
+    assert without_hierarchy(algorithm_config_of("gradient_allreduce")) == algorithm_config_of("gradient_allreduce")
+    assert one_node_note(flat) is None and one_node_note(algorithm_config_of("gradient_allreduce")) is None
+    note = one_node_note(config)
+    assert "not compressed" in note and "hierarchical = false" in note and "'hierarchical': False" in note
+
+
+def _summary(rank: int, algorithm) -> dict:
+    from bagua_examples.train_digits import train
+    from bagua_examples.training_config import TrainingConfig
+
+    summary = train(TrainingConfig(epochs=1, progress=False, hidden=16), algorithm)
+    return {"note": summary["note"], "bytes": summary["bytes_communicated_per_rank"]}
+
+
+def test_train_summary_says_so_on_one_node() -> None:
+    hierarchical = run_workers(_summary, 2, "bytegrad")
+    flat = run_workers(_summary, 2, {"name": "bytegrad", "hierarchical": False})
+    allreduce = run_workers(_summary, 2, "gradient_allreduce")
+    two_nodes = run_workers(_summary, 2, "bytegrad", local_size=1)
+    assert hierarchical[0]["note"] and "bytegrad ran with hierarchical=True on a single node" in hierarchical[0]["note"]
+    assert flat[0]["note"] is None and allreduce[0]["note"] is None and two_nodes[0]["note"] is None
+    # the figures the note explains: twice an allreduce's bytes hierarchically, a fraction without
+    assert hierarchical[0]["bytes"] == 2 * allreduce[0]["bytes"]
+    assert flat[0]["bytes"] < allreduce[0]["bytes"] / 2
