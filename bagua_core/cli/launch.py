@@ -4,10 +4,11 @@ multi-node rendezvous and elastic options (``--nnodes=MIN:MAX``, ``--max-restart
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 
-from bagua_core.cli.jobs import find_job
-from bagua_core.config import algorithm_config_of
+from bagua_core.cli.jobs import find_job, job_config_tables
+from bagua_core.config import algorithm_config_of, validate_config_file
 
 __all__ = ["run_command", "train_command", "extract_config"]
 
@@ -46,14 +47,41 @@ def _launch(torchrun_args: list[str]) -> int:
     return 0
 
 
+def _asks_for_help(launcher_args: list[str]) -> bool:
+    """``-h``/``--help`` among the launcher's options (before the script, whose own --help is its own)."""
+    for token in launcher_args:
+        if token in ("-h", "--help"):
+            return True
+        if token.endswith(".py") or token in ("-m", "--module", "--", "--no-python", "--no_python"):
+            return False
+    return False
+
+
+def _print_run_help() -> None:
+    from torch.distributed import run as torchrun
+
+    parser = torchrun.get_args_parser()
+    parser.prog = "bagua run"
+    parser.description = ("Start workers through torch.distributed.run (torchrun): every torchrun option below "
+                          "passes through, and --config FILE is bagua's own.")
+    parser.add_argument("--config", metavar="FILE",
+                        help="bagua config file (.toml/.yaml/.yml/.json): validated before any worker starts, "
+                             "then handed to the workers in BAGUA_CONFIG_FILE (with_bagua(optimizers) with no "
+                             "algorithm uses it)")
+    parser.print_help()
+
+
 def run_command(argv: list[str]) -> int:
     """``bagua run [--config FILE] <torchrun options> script.py [script args]``.
 
     The config file is validated here, before any worker starts, and handed to the workers in
     ``BAGUA_CONFIG_FILE`` (``with_bagua(optimizers)`` with no algorithm reads it)."""
     config, rest = extract_config(argv)
+    if _asks_for_help(rest):
+        _print_run_help()
+        return 0
     if config is not None:
-        algorithm_config_of(config)  # fail now, naming the file and field
+        validate_config_file(config, job_config_tables())  # fail now, naming the file, the table and the field
         os.environ["BAGUA_CONFIG_FILE"] = os.path.abspath(config)
     return _launch(rest)
 
@@ -66,12 +94,17 @@ def train_command(argv: list[str]) -> int:
     parser.add_argument("-h", "--help", action="store_true")
     known, worker_args = parser.parse_known_args(argv)
     job_module, job = find_job("train")
+    # the job's usage line says `bagua train` (a job written before the prog= keyword gets its own name)
+    prog = {"prog": "bagua train [--nproc N]"} if "prog" in inspect.signature(job.parse_args).parameters else {}
     if known.help:
-        print("usage: bagua train [--nproc N] [worker options]\n\n--nproc N  local worker processes (default 2)\n")
-        job.parse_args(["--help"])
+        print("bagua train: the main job on N local workers.\n  --nproc N  local worker processes (default 2)\n")
+        try:
+            job.parse_args(["--help"], **prog)
+        except SystemExit:  # argparse exits after printing the help
+            pass
         return 0
     if known.nproc < 1:
         raise ValueError(f"--nproc must be a positive integer, got {known.nproc}")
-    cfg, algorithm, _ = job.parse_args(worker_args)  # validate options and config before starting workers
+    cfg, algorithm, _ = job.parse_args(worker_args, **prog)  # validate options and config before starting workers
     algorithm_config_of(algorithm)
     return _launch(["--standalone", f"--nproc_per_node={known.nproc}", "-m", job_module, *worker_args])
