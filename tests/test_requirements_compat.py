@@ -16,9 +16,10 @@ from packaging.version import Version
 import bagua
 import bagua_core
 
-# the forms the original's examples and users' projects write (its last release was 0.9.2)
-ORIGINAL_REQUIREMENTS = ["bagua>=0.6", "bagua>=0.8", "bagua>=0.8.1", "bagua>=0.9", "bagua>=0.9.0", "bagua~=0.9",
-                         "bagua~=0.8", "bagua", "bagua>=0.6,<1"]
+# the lines of the original's examples/*/requirements.txt (>=0.6, >=0.7, >=0.8) and other common forms
+# (its last release was 0.9.2)
+ORIGINAL_REQUIREMENTS = ["bagua>=0.6", "bagua>=0.7", "bagua>=0.8", "bagua>=0.8.1", "bagua>=0.9", "bagua>=0.9.0",
+                         "bagua~=0.9", "bagua~=0.8", "bagua", "bagua>=0.6,<1"]
 
 
 def test_version_is_reported_consistently() -> None:

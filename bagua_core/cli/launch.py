@@ -6,7 +6,11 @@ from __future__ import annotations
 import argparse
 import inspect
 import os
+import sys
+from importlib import metadata
+from typing import Any
 
+from bagua_core.cli import worker_logs
 from bagua_core.cli.jobs import find_job, job_config_tables
 from bagua_core.config import algorithm_config_of, validate_config_file
 
@@ -27,22 +31,53 @@ def extract_config(argv: list[str]) -> tuple[str | None, list[str]]:
     return None, argv
 
 
+def _with_stderr_capture(torchrun_args: list[str]) -> list[str]:
+    """Select bagua's LogsSpecs (each worker's stderr forwarded and its tail kept, ``worker_logs``) unless
+    the user chose torchrun's own log handling, or this install does not register it (reinstall bagua)."""
+    from torch.distributed import run as torchrun
+
+    try:
+        parsed = torchrun.parse_args(torchrun_args)
+    except SystemExit:  # torchrun reports the argument error itself when it parses them again
+        return torchrun_args
+    if parsed.redirects != "0" or parsed.tee != "0" or parsed.logs_specs is not None:
+        return torchrun_args
+    registered = metadata.entry_points(group="torchrun.logs_specs").select(name=worker_logs.ENTRY_POINT_NAME)
+    if not registered:
+        return torchrun_args
+    return [f"--logs-specs={worker_logs.ENTRY_POINT_NAME}", *torchrun_args]
+
+
+def _failure_report(rank: int, failure: Any) -> list[str]:
+    """bagua's last lines for the first failed worker: its recorded error (bagua's failure handling wrote
+    the error file), else the error at the end of its stderr (it died before: an import error, a missing
+    script, a bad argument), else what torchrun knows."""
+    message = failure.message.get("message", failure.message) if isinstance(failure.message, dict) else failure.message
+    lines: list[str] = []
+    if not os.path.isfile(failure.error_file or ""):
+        error, context = worker_logs.last_error(worker_logs.stderr_tail(failure.local_rank))
+        if error:
+            message = error
+            if len(context) > 1:
+                lines = [f"bagua: rank {rank}'s stderr ended with:", *(f"  {line}" for line in context)]
+    return [*lines, f"bagua: workers failed; first failure: rank {rank} (exit code {failure.exitcode}): {message}"]
+
+
 def _launch(torchrun_args: list[str]) -> int:
     from torch.distributed import run as torchrun
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
-        torchrun.main(torchrun_args)
+        torchrun.main(_with_stderr_capture(torchrun_args))
     except SystemExit as exc:  # torchrun exits on argument errors
         return int(exc.code or 0)
     except Exception as exc:  # ChildFailedError: the workers' tracebacks were printed above
         first = getattr(exc, "get_first_failure", None)
         if first is None:
-            print(f"bagua: workers failed: {type(exc).__name__}", flush=True)
+            print(f"bagua: workers failed: {type(exc).__name__}: {exc}", flush=True)
             return 1
-        rank, failure = first()  # each worker's uncaught exception is in its error file (bagua_core.failure)
-        message = failure.message.get("message", failure.message) if isinstance(failure.message, dict) else failure.message
-        print(f"bagua: workers failed; first failure: rank {rank} (exit code {failure.exitcode}): {message}", flush=True)
+        sys.stderr.flush()  # the workers' output first, then ours
+        print("\n".join(_failure_report(*first())), flush=True)
         return 1
     return 0
 
