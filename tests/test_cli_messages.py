@@ -95,3 +95,11 @@ def test_summary_says_epoch_or_epochs() -> None:
                "test_accuracy": 0.9, "samples_per_s": 100.0, "bytes_communicated_per_rank": 2e6}
     assert ", 1 epoch: loss 0.5000" in format_summary(summary)
     assert ", 3 epochs: loss" in format_summary({**summary, "epochs": 3})
+
+
+def test_run_checks_every_table_before_starting_workers(tmp_path, capsys) -> None:
+    bad = tmp_path / "run.toml"
+    bad.write_text('[algorithm]\nname = "gradient_allreduce"\n[training]\nlr = -1\n')
+    assert main(["run", "--config", str(bad), "--nproc_per_node=2", "never_started.py"]) == 2
+    err = capsys.readouterr().err
+    assert f"bagua run: error: invalid {bad}: [training] table:\n  training.lr: Input should be greater than 0" in err
