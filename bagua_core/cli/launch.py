@@ -54,10 +54,11 @@ def _failure_report(rank: int, failure: Any) -> list[str]:
     script, a bad argument), else what torchrun knows."""
     message = failure.message.get("message", failure.message) if isinstance(failure.message, dict) else failure.message
     lines: list[str] = []
-    if not os.path.isfile(failure.error_file or ""):
+    # a signal (exit code < 0) is its own cause: the stderr's last line would be whatever came before it
+    if failure.exitcode > 0 and not os.path.isfile(failure.error_file or ""):
         error, context = worker_logs.last_error(worker_logs.stderr_tail(failure.local_rank))
         if error:
-            message = error
+            message = error if context[:1] == ["Traceback (most recent call last):"] else f"{error} (its stderr's last line)"
             if len(context) > 1:
                 lines = [f"bagua: rank {rank}'s stderr ended with:", *(f"  {line}" for line in context)]
     return [*lines, f"bagua: workers failed; first failure: rank {rank} (exit code {failure.exitcode}): {message}"]
