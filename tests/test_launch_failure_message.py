@@ -28,7 +28,8 @@ def test_import_error_at_the_top_of_the_script(tmp_path) -> None:
     assert "To enable traceback" not in result.stdout
     # the traceback's frames above it, and the worker's stderr still reached ours as it came
     assert f'File "{script}", line 2, in <module>' in result.stdout
-    assert result.stderr.count("ModuleNotFoundError: No module named 'bagua_no_such_module_here'") == 2
+    # (the other rank may be stopped by the agent before it gets as far)
+    assert "ModuleNotFoundError: No module named 'bagua_no_such_module_here'" in result.stderr
 
 
 def test_missing_script(tmp_path) -> None:

@@ -45,6 +45,7 @@ class _Pump(threading.Thread):
     def run(self) -> None:
         out = getattr(sys.stderr, "buffer", None)
         with open(self.path, "rb", buffering=0) as fifo:
+            os.unlink(self.path)  # both ends are open: no FIFO is left behind in a --log-dir
             while chunk := fifo.read(TAIL_BYTES):
                 try:
                     if out is not None:
