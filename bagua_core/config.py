@@ -123,9 +123,12 @@ def validate_algorithm_config(data: Mapping[str, Any], source: str | None = None
     try:
         return algorithm_config_adapter().validate_python(dict(data))
     except ValidationError as exc:
-        tagged = len(algorithm_registry.names()) > 1  # the discriminated union puts the name first in each location
+        # the discriminated union puts the name first in each location (diloco.inner_steps); in a file's
+        # table the table's name replaces it (algorithm.inner_steps)
+        tagged = len(algorithm_registry.names()) > 1
         raise BaguaConfigError(format_validation_error(exc, f"{source or 'options'} for algorithm {name!r}", prefix,
-                                                       drop=1 if tagged else 0, allowed=cls.Config.model_fields)) from None
+                                                       drop=1 if tagged and table else 0,
+                                                       allowed=cls.Config.model_fields)) from None
 
 
 def validate_config_file(
