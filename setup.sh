@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Set up bagua from a clone: the CPU build of torch first (a plain install would pull the multi-GB CUDA
-# build), redis-server for the cache tests, then bagua with its test extras (this compiles native/),
+# Set up bagua from a clone: torch first, the CPU build where there is no GPU (a plain install from PyPI
+# would pull the multi-GB CUDA build; tools/choose_torch.py decides and says why, BAGUA_TORCH_INDEX forces
+# an index), redis-server for the cache tests, then bagua with its test extras (this compiles native/),
 # then the example third-party plugin package (a real, non-editable install).
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
 
 if ! "$PY" -c "import torch" 2>/dev/null; then
-  "$PY" -m pip install torch==2.13.0
+  "$PY" tools/choose_torch.py --python "$PY"
+else
+  echo "setup.sh: torch: $("$PY" -c "import torch; print(torch.__version__)") is installed; left as it is"
 fi
 if ! command -v redis-server >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then

@@ -68,7 +68,7 @@ from bagua_core.process_group import (
     new_group,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.10.0"  # above the original's last release, 0.9.2: docs/migrating.md#requirements-written-for-the-original
 
 __all__ = [
     "Algorithm",

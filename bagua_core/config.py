@@ -20,11 +20,11 @@ import operator
 import os
 from pathlib import Path
 from typing import Annotated, Any
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 import yaml
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from bagua_core.algorithm import Algorithm, AlgorithmConfig
 from bagua_core.auto import AUTO, AutoAlgorithm, AutoConfig
@@ -43,6 +43,7 @@ __all__ = [
     "algorithm_section",
     "algorithm_config_adapter",
     "validate_algorithm_config",
+    "validate_config_file",
     "resolve_algorithm",
     "algorithm_config_of",
     "DEFAULT_ALGORITHM",
@@ -76,14 +77,18 @@ def load_config_file(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
+# tables of the main job's config files (bagua_examples' [training]), always left out of the algorithm's
+# options; a job contributes its tables' schemas through bagua_core.cli.jobs.job_config_tables
 OTHER_SECTIONS = ("training",)
 
 
-def algorithm_section(data: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``[algorithm]`` table if there is one, else the top level (less other tables: ``[training]``)."""
-    section = data["algorithm"] if "algorithm" in data else {k: v for k, v in data.items() if k not in OTHER_SECTIONS}
+def algorithm_section(data: Mapping[str, Any], other_tables: Iterable[str] = ()) -> dict[str, Any]:
+    """The ``[algorithm]`` table if there is one, else the top level (less other tables: ``[training]``
+    and ``other_tables``)."""
+    others = {*OTHER_SECTIONS, *other_tables}
+    section = data["algorithm"] if "algorithm" in data else {k: v for k, v in data.items() if k not in others}
     if not isinstance(section, Mapping):
-        raise BaguaConfigError(f"'algorithm' must be a table with a 'name' key, got {section!r}")
+        raise BaguaConfigError(f"algorithm: must be a table with a 'name' key, got {section!r}")
     return dict(section)
 
 
@@ -95,26 +100,77 @@ def algorithm_config_adapter() -> TypeAdapter:
     return TypeAdapter(Annotated[functools.reduce(operator.or_, models), Field(discriminator="name")])
 
 
-def validate_algorithm_config(data: Mapping[str, Any], source: str | None = None) -> AlgorithmConfig:
-    """Validate ``data`` (``name`` + options) against the installed algorithms' configs."""
+def validate_algorithm_config(data: Mapping[str, Any], source: str | None = None, table: str | None = None) -> AlgorithmConfig:
+    """Validate ``data`` (``name`` + options) against the installed algorithms' configs. ``source`` (a
+    file) and ``table`` (the table holding ``data`` there) name where each error is."""
     where = f"{source}: " if source else ""
+    prefix = f"{table}." if table else ""
     name = data.get("name")
     if name == AUTO:
         try:
             return AutoConfig.model_validate(dict(data))
         except ValidationError as exc:
-            raise BaguaConfigError(format_validation_error(exc, f"{source or 'options'} for algorithm 'auto'")) from None
+            raise BaguaConfigError(format_validation_error(exc, f"{source or 'options'} for algorithm 'auto'", prefix,
+                                                           allowed=AutoConfig.model_fields)) from None
     if not isinstance(name, str):
         available = ", ".join(algorithm_registry.names())
-        raise BaguaConfigError(f"{where}algorithm config needs a 'name' (one of: {available}, or auto), got {name!r}")
+        raise BaguaConfigError(f"{where}{prefix}name: an algorithm config needs a 'name' (one of: {available}, or auto), "
+                               f"got {name!r}")
     try:
-        algorithm_registry.get(name)
+        cls = algorithm_registry.get(name)
     except UnknownNameError as exc:
-        raise UnknownNameError(f"{where}{exc}") from None
+        raise UnknownNameError(f"{where}{prefix}name: {exc}") from None
     try:
         return algorithm_config_adapter().validate_python(dict(data))
     except ValidationError as exc:
-        raise BaguaConfigError(format_validation_error(exc, f"{source or 'options'} for algorithm {name!r}")) from None
+        # the discriminated union puts the name first in each location (diloco.inner_steps); in a file's
+        # table the table's name replaces it (algorithm.inner_steps)
+        tagged = len(algorithm_registry.names()) > 1
+        raise BaguaConfigError(format_validation_error(exc, f"{source or 'options'} for algorithm {name!r}", prefix,
+                                                       drop=1 if tagged and table else 0,
+                                                       allowed=cls.Config.model_fields)) from None
+
+
+def validate_config_file(
+    path: str | os.PathLike, tables: Mapping[str, type[BaseModel]] | None = None
+) -> tuple[AlgorithmConfig | None, dict[str, BaseModel]]:
+    """Validate every table of a config file: the algorithm (its ``[algorithm]`` table, else the top
+    level) and each table of ``tables`` (name -> pydantic model; the CLI passes the tables the installed
+    jobs read, ``bagua_core.cli.jobs.job_config_tables``). Every problem is reported at once, in one
+    error naming the file and each ``table.field``. Without an ``[algorithm]`` table and without
+    ``name`` at the top level the algorithm is ``None`` (the job's default)."""
+    tables = dict(tables or {})
+    data = load_config_file(path)
+    problems: list[str] = []
+    algorithm: AlgorithmConfig | None = None
+    known = ["algorithm", *tables]
+    if "algorithm" in data:
+        for key in data:
+            if key not in known:
+                problems.append(f"{path}: [{key}]: unknown table; a config file holds "
+                                f"{', '.join(f'[{k}]' for k in known)} (rename or remove it)")
+    for name, model in tables.items():
+        if name in data and not isinstance(data[name], Mapping):
+            problems.append(f"{path}: {name}: must be a table of options, got {data[name]!r}")
+        elif name in data:
+            try:
+                model.model_validate(dict(data[name]))
+            except ValidationError as exc:
+                problems.append(format_validation_error(exc, f"{path}: [{name}] table", f"{name}.",
+                                                        allowed=model.model_fields))
+    section = algorithm_section(data, other_tables=tables)
+    if "algorithm" in data or "name" in section:
+        try:
+            algorithm = validate_algorithm_config(section, source=str(path),
+                                                  table="algorithm" if "algorithm" in data else None)
+        except BaguaConfigError as exc:
+            problems.insert(0, str(exc))
+    elif section:
+        problems.insert(0, f"{path}: no algorithm 'name' at the top level or in an [algorithm] table, but "
+                           f"options {sorted(section)}; add name = \"...\" (bagua plugins lists the algorithms)")
+    if problems:
+        raise BaguaConfigError("\n".join(problems))
+    return algorithm, {name: model.model_validate(dict(data[name])) for name, model in tables.items() if name in data}
 
 
 def algorithm_class_of(name: str) -> type[Algorithm]:

@@ -18,16 +18,22 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 import tqdm
+from pydantic import ValidationError
 
 import bagua_core as bagua
 from bagua_core.communication import stats
-from bagua_core.config import algorithm_class_of, algorithm_config_of, load_config_file
+from bagua_core.config import algorithm_class_of, algorithm_config_of, validate_config_file
+from bagua_core.exceptions import BaguaConfigError
 from bagua_core.plugins import algorithm_registry
 from bagua_core.single_node import on_one_node, one_node_note
 from bagua_examples.digits import DigitsMLP, load_digits
 from bagua_examples.training_config import DEFAULT_LR, TrainingConfig
 
-__all__ = ["train", "main", "parse_args"]
+__all__ = ["train", "main", "parse_args", "CONFIG_TABLES"]
+
+# the tables of a config file this job reads besides the algorithm's: `bagua check-config` validates them
+# through the bagua.jobs entry point (bagua_core.cli.jobs.job_config_tables)
+CONFIG_TABLES = {"training": TrainingConfig}
 
 
 def _make_optimizer(
@@ -115,8 +121,14 @@ def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
     return summary
 
 
-def parse_args(argv: list[str] | None) -> tuple[TrainingConfig, Any, argparse.Namespace]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _flag(field_name: str) -> str:
+    return "--" + field_name.replace("_", "-")
+
+
+def parse_args(argv: list[str] | None, prog: str | None = None) -> tuple[TrainingConfig, Any, argparse.Namespace]:
+    """The training options and the algorithm from the flags and the ``--config`` file. Errors name the
+    file and ``table.field``, or the flag; ``--algorithm`` and a file's algorithm together are refused."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("--algorithm", default=None, choices=[*algorithm_registry.names(), "auto"],
                         help="registered algorithm name, or auto: the fastest drop-in one, chosen while "
                              "training (default gradient_allreduce)")
@@ -124,7 +136,7 @@ def parse_args(argv: list[str] | None) -> tuple[TrainingConfig, Any, argparse.Na
                         help="config file with [algorithm] and [training] tables")
     parser.add_argument("--summary-json", default=None, help="also write the summary to this file (rank 0)")
     for name, field in TrainingConfig.model_fields.items():
-        flag = "--" + name.replace("_", "-")
+        flag = _flag(name)
         if field.annotation is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=field.description)
         elif typing.get_origin(field.annotation) is typing.Literal:
@@ -136,14 +148,34 @@ def parse_args(argv: list[str] | None) -> tuple[TrainingConfig, Any, argparse.Na
     options: dict[str, Any] = {}
     algorithm: Any = "gradient_allreduce"
     if args.config:
-        data = load_config_file(args.config)
-        options.update(data.get("training", {}))
-        if "algorithm" in data or "name" in data:
+        file_algorithm, tables = validate_config_file(args.config, CONFIG_TABLES)  # every table, named errors
+        if "training" in tables:
+            options.update(tables["training"].model_dump(exclude_unset=True))
+        if file_algorithm is not None:
+            if args.algorithm:
+                raise BaguaConfigError(
+                    f"--algorithm {args.algorithm} and {args.config}'s algorithm ({file_algorithm.name}) both choose "
+                    f"the algorithm; drop --algorithm, or the algorithm from {args.config}")
             algorithm = args.config
-    options.update({k: v for k, v in vars(args).items() if k in TrainingConfig.model_fields and v is not None})
+    flags = {k: v for k, v in vars(args).items() if k in TrainingConfig.model_fields and v is not None}
+    options.update(flags)
     if args.algorithm:
         algorithm = args.algorithm
-    return TrainingConfig(**options), algorithm, args
+    try:
+        return TrainingConfig(**options), algorithm, args
+    except ValidationError as exc:  # only a flag can be wrong here: the file's table validated above
+        lines = [f"  {_flag(str(e['loc'][0]))} {e.get('input')!r}: {e['msg']}" for e in exc.errors()]
+        raise BaguaConfigError("invalid training options:\n" + "\n".join(lines)) from None
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """The summary line rank 0 prints."""
+    epochs = summary["epochs"]
+    return (f"{summary['algorithm']} on {summary['world_size']} workers ({summary['device']}), "
+            f"{epochs} epoch{'' if epochs == 1 else 's'}: "
+            f"loss {summary['final_loss']:.4f}, test accuracy {summary['test_accuracy'] * 100:.2f}%, "
+            f"{summary['samples_per_s']:.0f} samples/s, "
+            f"{summary['bytes_communicated_per_rank'] / 1e6:.2f} MB handed to collectives per worker")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -156,13 +188,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     finally:
         bagua.destroy_process_group()
     if rank == 0:
-        print(
-            f"\n{summary['algorithm']} on {summary['world_size']} workers ({summary['device']}), "
-            f"{summary['epochs']} epochs: "
-            f"loss {summary['final_loss']:.4f}, test accuracy {summary['test_accuracy'] * 100:.2f}%, "
-            f"{summary['samples_per_s']:.0f} samples/s, "
-            f"{summary['bytes_communicated_per_rank'] / 1e6:.2f} MB handed to collectives per worker"
-        )
+        print("\n" + format_summary(summary))
         if summary["note"]:
             print(summary["note"])
         if summary["auto"]:

@@ -58,4 +58,4 @@ def test_local_rank_shim_passes_local_rank_as_the_original(tmp_path):
     env = dict(os.environ, LOCAL_RANK="3", PYTHONPATH=str(ROOT))
     out = subprocess.run([sys.executable, "-m", "bagua_core.cli.local_rank_shim", "--script", str(script), "--lr", "1"],
                          env=env, capture_output=True, text=True, timeout=60)
-    assert out.stdout.strip() == "['--lr', '1', '--local_rank=3']", out.stderr
+    assert out.stdout.strip() == "['--local_rank=3', '--lr', '1']", out.stderr

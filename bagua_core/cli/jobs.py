@@ -4,7 +4,10 @@ The core imports nothing above it (``tests/test_core_import_graph.py``): the mai
 package of its own (``bagua_examples.train_digits``, named in bagua's ``pyproject.toml``), and the
 CLI finds it through its distribution's metadata at run time. A job module provides
 ``parse_args(argv) -> (training_config, algorithm, namespace)`` (it validates the options; ``--help``
-prints them) and ``main(argv)``; ``bagua train`` starts ``python -m <module>`` on every worker.
+prints them; an optional ``prog=`` keyword names the command in its usage) and ``main(argv)``;
+``bagua train`` starts ``python -m <module>`` on every worker. A job that reads tables of a config
+file besides the algorithm's declares their schemas in ``CONFIG_TABLES`` (table name -> pydantic
+model), so ``bagua check-config`` validates them without the core importing the job.
 Another distribution may register a job under another name (``bagua train`` runs ``train``).
 
 Example::
@@ -20,9 +23,11 @@ import importlib
 from importlib import metadata
 from types import ModuleType
 
+from pydantic import BaseModel
+
 from bagua_core.exceptions import BaguaConfigError
 
-__all__ = ["JOB_GROUP", "find_job"]
+__all__ = ["JOB_GROUP", "find_job", "job_config_tables"]
 
 JOB_GROUP = "bagua.jobs"
 
@@ -42,3 +47,18 @@ def find_job(name: str = "train") -> tuple[str, ModuleType]:
         if not callable(getattr(module, attribute, None)):
             raise BaguaConfigError(f"the job {name!r} ({module_name}) has no {attribute}(argv)")
     return module_name, module
+
+
+def job_config_tables() -> dict[str, type[BaseModel]]:
+    """The config-file tables every installed job declares (``CONFIG_TABLES``), e.g. ``training``."""
+    tables: dict[str, type[BaseModel]] = {}
+    owners: dict[str, str] = {}
+    for ep in metadata.entry_points(group=JOB_GROUP):
+        module_name = ep.value.split(":")[0]
+        declared = getattr(importlib.import_module(module_name), "CONFIG_TABLES", None) or {}
+        for table, model in declared.items():
+            if table in tables and tables[table] is not model:
+                raise BaguaConfigError(f"the jobs {owners[table]} and {module_name} both declare the config table "
+                                       f"[{table}] with different schemas; uninstall one of them")
+            tables[table], owners[table] = model, module_name
+    return tables

@@ -4,10 +4,15 @@ multi-node rendezvous and elastic options (``--nnodes=MIN:MAX``, ``--max-restart
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
+import sys
+from importlib import metadata
+from typing import Any
 
-from bagua_core.cli.jobs import find_job
-from bagua_core.config import algorithm_config_of
+from bagua_core.cli import worker_logs
+from bagua_core.cli.jobs import find_job, job_config_tables
+from bagua_core.config import algorithm_config_of, validate_config_file
 
 __all__ = ["run_command", "train_command", "extract_config"]
 
@@ -26,24 +31,80 @@ def extract_config(argv: list[str]) -> tuple[str | None, list[str]]:
     return None, argv
 
 
+def _with_stderr_capture(torchrun_args: list[str]) -> list[str]:
+    """Select bagua's LogsSpecs (each worker's stderr forwarded and its tail kept, ``worker_logs``) unless
+    the user chose torchrun's own log handling, or this install does not register it (reinstall bagua)."""
+    from torch.distributed import run as torchrun
+
+    try:
+        parsed = torchrun.parse_args(torchrun_args)
+    except SystemExit:  # torchrun reports the argument error itself when it parses them again
+        return torchrun_args
+    if parsed.redirects != "0" or parsed.tee != "0" or parsed.logs_specs is not None:
+        return torchrun_args
+    registered = metadata.entry_points(group="torchrun.logs_specs").select(name=worker_logs.ENTRY_POINT_NAME)
+    if not registered:
+        return torchrun_args
+    return [f"--logs-specs={worker_logs.ENTRY_POINT_NAME}", *torchrun_args]
+
+
+def _failure_report(rank: int, failure: Any) -> list[str]:
+    """bagua's last lines for the first failed worker: its recorded error (bagua's failure handling wrote
+    the error file), else the error at the end of its stderr (it died before: an import error, a missing
+    script, a bad argument), else what torchrun knows."""
+    message = failure.message.get("message", failure.message) if isinstance(failure.message, dict) else failure.message
+    lines: list[str] = []
+    # a signal (exit code < 0) is its own cause: the stderr's last line would be whatever came before it
+    if failure.exitcode > 0 and not os.path.isfile(failure.error_file or ""):
+        error, context = worker_logs.last_error(worker_logs.stderr_tail(failure.local_rank))
+        if error:
+            message = error if context[:1] == ["Traceback (most recent call last):"] else f"{error} (its stderr's last line)"
+            if len(context) > 1:
+                lines = [f"bagua: rank {rank}'s stderr ended with:", *(f"  {line}" for line in context)]
+    return [*lines, f"bagua: workers failed; first failure: rank {rank} (exit code {failure.exitcode}): {message}"]
+
+
 def _launch(torchrun_args: list[str]) -> int:
     from torch.distributed import run as torchrun
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
-        torchrun.main(torchrun_args)
+        torchrun.main(_with_stderr_capture(torchrun_args))
     except SystemExit as exc:  # torchrun exits on argument errors
         return int(exc.code or 0)
     except Exception as exc:  # ChildFailedError: the workers' tracebacks were printed above
         first = getattr(exc, "get_first_failure", None)
         if first is None:
-            print(f"bagua: workers failed: {type(exc).__name__}", flush=True)
+            print(f"bagua: workers failed: {type(exc).__name__}: {exc}", flush=True)
             return 1
-        rank, failure = first()  # each worker's uncaught exception is in its error file (bagua_core.failure)
-        message = failure.message.get("message", failure.message) if isinstance(failure.message, dict) else failure.message
-        print(f"bagua: workers failed; first failure: rank {rank} (exit code {failure.exitcode}): {message}", flush=True)
+        sys.stderr.flush()  # the workers' output first, then ours
+        print("\n".join(_failure_report(*first())), flush=True)
         return 1
     return 0
+
+
+def _asks_for_help(launcher_args: list[str]) -> bool:
+    """``-h``/``--help`` among the launcher's options (before the script, whose own --help is its own)."""
+    for token in launcher_args:
+        if token in ("-h", "--help"):
+            return True
+        if token.endswith(".py") or token in ("-m", "--module", "--", "--no-python", "--no_python"):
+            return False
+    return False
+
+
+def _print_run_help() -> None:
+    from torch.distributed import run as torchrun
+
+    parser = torchrun.get_args_parser()
+    parser.prog = "bagua run"
+    parser.description = ("Start workers through torch.distributed.run (torchrun): every torchrun option below "
+                          "passes through, and --config FILE is bagua's own.")
+    parser.add_argument("--config", metavar="FILE",
+                        help="bagua config file (.toml/.yaml/.yml/.json): validated before any worker starts, "
+                             "then handed to the workers in BAGUA_CONFIG_FILE (with_bagua(optimizers) with no "
+                             "algorithm uses it)")
+    parser.print_help()
 
 
 def run_command(argv: list[str]) -> int:
@@ -52,8 +113,11 @@ def run_command(argv: list[str]) -> int:
     The config file is validated here, before any worker starts, and handed to the workers in
     ``BAGUA_CONFIG_FILE`` (``with_bagua(optimizers)`` with no algorithm reads it)."""
     config, rest = extract_config(argv)
+    if _asks_for_help(rest):
+        _print_run_help()
+        return 0
     if config is not None:
-        algorithm_config_of(config)  # fail now, naming the file and field
+        validate_config_file(config, job_config_tables())  # fail now, naming the file, the table and the field
         os.environ["BAGUA_CONFIG_FILE"] = os.path.abspath(config)
     return _launch(rest)
 
@@ -66,12 +130,17 @@ def train_command(argv: list[str]) -> int:
     parser.add_argument("-h", "--help", action="store_true")
     known, worker_args = parser.parse_known_args(argv)
     job_module, job = find_job("train")
+    # the job's usage line says `bagua train` (a job written before the prog= keyword gets its own name)
+    prog = {"prog": "bagua train [--nproc N]"} if "prog" in inspect.signature(job.parse_args).parameters else {}
     if known.help:
-        print("usage: bagua train [--nproc N] [worker options]\n\n--nproc N  local worker processes (default 2)\n")
-        job.parse_args(["--help"])
+        print("bagua train: the main job on N local workers.\n  --nproc N  local worker processes (default 2)\n")
+        try:
+            job.parse_args(["--help"], **prog)
+        except SystemExit:  # argparse exits after printing the help
+            pass
         return 0
     if known.nproc < 1:
         raise ValueError(f"--nproc must be a positive integer, got {known.nproc}")
-    cfg, algorithm, _ = job.parse_args(worker_args)  # validate options and config before starting workers
+    cfg, algorithm, _ = job.parse_args(worker_args, **prog)  # validate options and config before starting workers
     algorithm_config_of(algorithm)
     return _launch(["--standalone", f"--nproc_per_node={known.nproc}", "-m", job_module, *worker_args])

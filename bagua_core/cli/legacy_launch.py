@@ -75,7 +75,7 @@ def translate(argv: list[str], prog: str = "bagua.distributed.launch") -> tuple[
     script = [args.training_script]
     if args.module:
         script = ["-m", args.training_script]
-    if args.set_additional_flag:  # the shim appends --local_rank=N, as the original did
+    if args.set_additional_flag:  # the shim puts --local_rank=N before the script's arguments, as the original did
         script = ["-m", "bagua_core.cli.local_rank_shim", "--module" if args.module else "--script", args.training_script]
         if args.no_python:
             raise ValueError("--set_additional_flag cannot be combined with --no_python")

@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import types
+import typing
 from typing import Any
 
 from pydantic_core import PydanticUndefined
 
 from bagua_core.capabilities import Capabilities
 from bagua_core.codecs import describe_codecs
-from bagua_core.config import algorithm_config_of
+from bagua_core.cli.jobs import job_config_tables
+from bagua_core.config import validate_config_file
 from bagua_core.plugins import algorithm_registry, registration_hooks
 from bagua_core.single_node import HIERARCHICAL_NOTE, defaults_to_hierarchical
 
@@ -19,6 +22,18 @@ __all__ = ["plugins_command", "check_config_command", "describe_algorithms"]
 
 
 def _type_name(annotation: Any) -> str:
+    """A field's type as a user writes its value: ``one of 'all', 'shift_one'``, ``int or None``, ``list[int]``."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in args)  # Optional[int] -> "int or None"
+    if annotation is type(None):
+        return "None"
+    if origin is typing.Annotated:
+        return _type_name(args[0])
+    if origin is not None and args:
+        return f"{getattr(origin, '__name__', str(origin))}[{', '.join(_type_name(a) for a in args)}]"
     return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
 
 
@@ -81,9 +96,14 @@ def plugins_command(argv: list[str]) -> int:
 
 
 def check_config_command(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="bagua check-config", description="validate a bagua config file")
+    parser = argparse.ArgumentParser(prog="bagua check-config",
+                                     description="validate every table of a bagua config file: the algorithm "
+                                                 "and the tables the installed jobs read ([training])")
     parser.add_argument("file")
     args = parser.parse_args(argv)
-    config = algorithm_config_of(args.file)
-    print(f"{args.file}: ok ({config.name}: {config.model_dump(exclude={'name'})})")
+    algorithm, tables = validate_config_file(args.file, job_config_tables())
+    parts = [f"algorithm {algorithm.name}: {algorithm.model_dump(exclude={'name'})}" if algorithm is not None
+             else "no algorithm (the job's default)"]
+    parts += [f"[{name}]: {table.model_dump(exclude_unset=True)}" for name, table in tables.items()]
+    print(f"{args.file}: ok ({'; '.join(parts)})")
     return 0

@@ -83,12 +83,17 @@ def alltoall_inplace(tensor: torch.Tensor, comm: BaguaCommunicator | None = None
     alltoall(buffer.clone(), buffer, comm=comm)
 
 
-def _check_layout(name: str, counts: Sequence[int], displs: Sequence[int], n: int, numel: int) -> None:
-    if len(counts) != n or len(displs) != n:
-        raise ValueError(f"{name} counts and displacements need one entry per rank ({n}), got {len(counts)}, {len(displs)}")
+def _layout(name: str, counts: Sequence[int], displs: Sequence[int], n: int, numel: int) -> tuple[list[int], list[int]]:
+    """The first ``n`` counts and displacements, checked. Longer lists are accepted, as the original read
+    only the first ``nranks`` entries (its own example passes ``nranks + 1`` displacements)."""
+    if len(counts) < n or len(displs) < n:
+        raise ValueError(f"{name}_counts and {name}_displs need at least one entry per rank ({n}), "
+                         f"got {len(counts)} and {len(displs)}")
+    counts, displs = [int(c) for c in counts[:n]], [int(d) for d in displs[:n]]
     for count, displ in zip(counts, displs):
         if count < 0 or displ < 0 or displ + count > numel:
             raise ValueError(f"{name} segment (displ={displ}, count={count}) is outside the tensor of {numel} elements")
+    return counts, displs
 
 
 def alltoall_v(
@@ -101,15 +106,15 @@ def alltoall_v(
     comm: BaguaCommunicator | None = None,
 ) -> None:
     """Send ``send_counts[j]`` elements starting at ``send_displs[j]`` to rank j, receive
-    ``recv_counts[i]`` elements from rank i at ``recv_displs[i]``. Counts must match pairwise."""
+    ``recv_counts[i]`` elements from rank i at ``recv_displs[i]``. Counts must match pairwise; entries
+    beyond the first ``nranks`` are ignored, as in the original."""
     comm = resolve_comm(comm)
     if comm is None:  # not a member: nothing to do
         return
     send, out = flat(send_tensor, "send_tensor"), flat(recv_tensor, "recv_tensor")
     n = comm.nranks()
-    send_counts, recv_counts = [int(c) for c in send_counts], [int(c) for c in recv_counts]
-    _check_layout("send", send_counts, send_displs, n, send.numel())
-    _check_layout("recv", recv_counts, recv_displs, n, out.numel())
+    send_counts, send_displs = _layout("send", send_counts, send_displs, n, send.numel())
+    recv_counts, recv_displs = _layout("recv", recv_counts, recv_displs, n, out.numel())
     packed = torch.cat([send[d : d + c] for c, d in zip(send_counts, send_displs)])
     received = torch.empty(sum(recv_counts), dtype=out.dtype, device=out.device)
     record("alltoall_v", packed)

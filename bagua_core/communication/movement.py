@@ -9,6 +9,10 @@ from bagua_core.communication.common import check_numel, flat, record, resolve_c
 from bagua_core.communication.communicator import BaguaCommunicator
 from bagua_core.communication.host_staging import on_host
 
+# torch 2.13 deprecates all_gather_into_tensor (a FutureWarning on every call) for all_gather_single;
+# the torch versions bagua supports before that have only the former.
+_ALL_GATHER_SINGLE = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
 __all__ = [
     "broadcast",
     "allgather",
@@ -60,7 +64,7 @@ def allgather(send_tensor: torch.Tensor, recv_tensor: torch.Tensor, comm: BaguaC
     if nccl is not None:
         return nccl.allgather(send, out)
     with on_host(comm.torch_group, [_real(send)], [_real(out)]) as ([send_view], [out_view]):
-        dist.all_gather_into_tensor(out_view, send_view, group=comm.torch_group)
+        _ALL_GATHER_SINGLE(out_view, send_view, group=comm.torch_group)
 
 
 def allgather_inplace(tensor: torch.Tensor, comm: BaguaCommunicator | None = None) -> None:

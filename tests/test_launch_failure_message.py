@@ -1,0 +1,64 @@
+"""The launcher's last lines say why a worker died, also when it died before bagua's failure handling
+could record it: an import error at the script's top, a missing script (bagua_core/cli/worker_logs.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from bagua_core.cli.worker_logs import last_error
+
+BAGUA = [sys.executable, "-m", "bagua_core.cli"]
+
+
+def _run(args: list[str], cwd, timeout: float = 120, text: bool = True) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run(BAGUA + args, capture_output=True, text=text, timeout=timeout, env=env, cwd=cwd)
+
+
+def test_import_error_at_the_top_of_the_script(tmp_path) -> None:
+    script = tmp_path / "broken.py"
+    script.write_text("import os\nimport bagua_no_such_module_here\n")
+    result = _run(["run", "--standalone", "--nproc_per_node=2", str(script)], cwd=tmp_path)
+    assert result.returncode == 1
+    last = result.stdout.strip().splitlines()
+    assert last[-1].startswith("bagua: workers failed; first failure: rank ")
+    assert last[-1].endswith("(exit code 1): ModuleNotFoundError: No module named 'bagua_no_such_module_here'")
+    assert "To enable traceback" not in result.stdout
+    # the traceback's frames above it, and the worker's stderr still reached ours as it came
+    assert f'File "{script}", line 2, in <module>' in result.stdout
+    # (the other rank may be stopped by the agent before it gets as far)
+    assert "ModuleNotFoundError: No module named 'bagua_no_such_module_here'" in result.stderr
+
+
+def test_missing_script(tmp_path) -> None:
+    result = _run(["run", "--standalone", "--nproc_per_node=1", "no_such_script.py"], cwd=tmp_path)
+    assert result.returncode == 1
+    last = result.stdout.strip().splitlines()[-1]
+    assert "first failure: rank 0 (exit code 2): " in last
+    assert "can't open file" in last and "no_such_script.py" in last and "No such file or directory" in last
+
+
+def test_progress_output_passes_through_unchanged(tmp_path) -> None:
+    script = tmp_path / "progress.py"
+    script.write_text("import os, sys\nif os.environ['RANK'] == '0':\n"
+                      "    sys.stderr.write('step 1\\rstep 2\\rdone\\n'); sys.stderr.flush()\nprint('out', flush=True)\n")
+    result = _run(["run", "--standalone", "--nproc_per_node=2", str(script)], cwd=tmp_path, text=False)
+    assert result.returncode == 0, result.stderr
+    assert b"step 1\rstep 2\rdone\n" in result.stderr  # bytes as written: carriage returns kept, no prefixes
+    assert result.stdout.count(b"out") == 2
+
+
+def test_last_error_picks_the_last_traceback() -> None:
+    stderr = ("W1124 some warning\nTraceback (most recent call last):\n  File \"a.py\", line 1, in <module>\n"
+              "    f()\nKeyError: 'x'\n\nDuring handling of the above exception, another exception occurred:\n\n"
+              "Traceback (most recent call last):\n  File \"a.py\", line 3, in <module>\n    g()\n"
+              "RuntimeError: the real cause\nW1124 a warning printed at exit\n")
+    error, context = last_error(stderr)
+    assert error == "RuntimeError: the real cause"
+    assert context == ["Traceback (most recent call last):", '  File "a.py", line 3, in <module>', "    g()",
+                       "RuntimeError: the real cause"]
+    assert last_error("usage: x.py [-h]\nx.py: error: unrecognized arguments: --bad\n")[0] == \
+        "x.py: error: unrecognized arguments: --bad"
+    assert last_error("") == ("", [])
