@@ -23,6 +23,7 @@ from bagua_core.bucket import BaguaBucket
 from bagua_core.capabilities import NOT_DECLARED, Capabilities
 from bagua_core.errors_format import format_validation_error
 from bagua_core.exceptions import BaguaConfigError
+from bagua_core.plugins import algorithm_registry
 
 if TYPE_CHECKING:  # pragma: no cover
     from bagua_core.process_group import BaguaProcessGroup
@@ -71,8 +72,6 @@ class Algorithm(abc.ABC):
             >>> Algorithm.init("gradient_allreduce", hierarchical=True)
             GradientAllReduceAlgorithm(hierarchical=True, average=True)
         """
-        from bagua_core.plugins import algorithm_registry
-
         return algorithm_registry.get(name)(**kwargs)
 
     @classmethod
