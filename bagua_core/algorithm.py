@@ -20,10 +20,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from bagua_core import env
 from bagua_core.bucket import BaguaBucket
-from bagua_core.capabilities import Capabilities
+from bagua_core.capabilities import NOT_DECLARED, Capabilities
 from bagua_core.errors_format import format_validation_error
 from bagua_core.hook_parameters import adapt_hooks
 from bagua_core.exceptions import BaguaConfigError
+from bagua_core.plugins import algorithm_registry
 
 if TYPE_CHECKING:  # pragma: no cover
     from bagua_core.process_group import BaguaProcessGroup
@@ -46,7 +47,7 @@ class Algorithm(abc.ABC):
 
     name: ClassVar[str] = ""
     Config: ClassVar[type[AlgorithmConfig]] = AlgorithmConfig
-    capabilities: ClassVar[Capabilities] = Capabilities()
+    capabilities: ClassVar[Capabilities] = NOT_DECLARED
     """What the core, the CLI, Lightning, autotune and ``algorithm="auto"`` need to know (class level)."""
 
     def __init__(self, **options: Any) -> None:
@@ -72,8 +73,6 @@ class Algorithm(abc.ABC):
             >>> Algorithm.init("gradient_allreduce", hierarchical=True)
             GradientAllReduceAlgorithm(hierarchical=True, average=True)
         """
-        from bagua_core.plugins import algorithm_registry
-
         return algorithm_registry.get(name)(**kwargs)
 
     @classmethod
@@ -180,6 +179,21 @@ class AlgorithmImpl:
 
     def __init__(self, process_group: BaguaProcessGroup) -> None:
         self.process_group = process_group
+
+    def _older_form_capabilities(self) -> dict[str, bool]:
+        """What this impl declares in the older, impl-level form, as ``Capabilities`` fields: the class
+        attributes above and ``supports_autotune`` where a subclass changes them, and an overridden
+        :meth:`communicates_after_optimizer_step` (``bagua_core.capabilities.capabilities_of`` folds
+        them in for an algorithm that declares no capabilities)."""
+        cls, older = type(self), {}
+        for field in ("weights_differ_across_ranks", "exact_resume"):
+            if getattr(cls, field) != getattr(AlgorithmImpl, field):
+                older[field] = bool(getattr(cls, field))
+        if hasattr(cls, "supports_autotune"):
+            older["tunable_bucket_size"] = bool(cls.supports_autotune)
+        if cls.communicates_after_optimizer_step is not AlgorithmImpl.communicates_after_optimizer_step:
+            older["communicates_after_optimizer_step"] = True
+        return older
 
     def need_reset(self) -> bool:
         """Asked before every forward; True rebuilds tensors, buckets and operations."""

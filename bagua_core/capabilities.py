@@ -23,14 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from bagua_core.exceptions import BaguaConfigError
 
-if TYPE_CHECKING:  # pragma: no cover
-    from bagua_core.algorithm import Algorithm, AlgorithmImpl
-
-__all__ = ["Capabilities", "capabilities_of", "auto_candidate"]
+__all__ = ["Capabilities", "NOT_DECLARED", "capabilities_of", "auto_candidate"]
 
 
 @dataclass(frozen=True)
@@ -77,7 +74,26 @@ class Capabilities:
             raise BaguaConfigError(f"Capabilities.relative_bytes must be >= 0 or None, got {self.relative_bytes!r}")
 
 
-def auto_candidate(algorithm: type[Algorithm]) -> bool:
+NOT_DECLARED = Capabilities()
+"""The ``capabilities`` of the ``Algorithm`` base class: an algorithm whose class (or a base between it
+and ``Algorithm``) sets none has declared nothing, and what its impl says in the older form counts."""
+
+
+class _Declaration(Protocol):
+    """An ``Algorithm`` (class or instance), as far as this module reads it. The algorithm layer sits
+    above this module: it is described here, not imported."""
+
+    name: str
+    capabilities: Capabilities
+
+
+class _Impl(Protocol):
+    """An ``AlgorithmImpl``, as far as this module reads it."""
+
+    def _older_form_capabilities(self) -> dict[str, bool]: ...
+
+
+def auto_candidate(algorithm: type[_Declaration]) -> bool:
     """Whether ``algorithm="auto"`` may choose ``algorithm`` with its default options: it keeps the
     optimizer's semantics and needs nothing special (no optimizer of its own, no stepping inside
     backward, no background work, equal weights on every rank)."""
@@ -86,15 +102,14 @@ def auto_candidate(algorithm: type[Algorithm]) -> bool:
             and not caps.background_work and not caps.weights_differ_across_ranks)
 
 
-def capabilities_of(declaration: Algorithm, impl: AlgorithmImpl | None = None) -> Capabilities:
+def capabilities_of(declaration: _Declaration, impl: _Impl | None = None) -> Capabilities:
     """The capabilities of ``declaration`` (an ``Algorithm`` instance). For an algorithm class that
     declares none of its own (written for the original, or before capabilities existed), what its
-    ``impl`` declares in the older impl-level form is folded in. Raises ``BaguaConfigError`` when the
-    algorithm declares background work but its impl has no ``abort``/``resume``."""
-    from bagua_core.algorithm import Algorithm, AlgorithmImpl
-
-    declared = next((vars(cls)["capabilities"] for cls in type(declaration).__mro__
-                     if "capabilities" in vars(cls) and cls is not Algorithm), None)
+    ``impl`` declares in the older impl-level form (``AlgorithmImpl._older_form_capabilities``) is
+    folded in. Raises ``BaguaConfigError`` when the algorithm declares background work but its impl has
+    no ``abort``/``resume``."""
+    declared = type(declaration).capabilities
+    declared = None if declared is NOT_DECLARED else declared
     caps: Capabilities = declared or Capabilities()
     if impl is None:
         return caps
@@ -105,15 +120,8 @@ def capabilities_of(declaration: Algorithm, impl: AlgorithmImpl | None = None) -
     if declared is not None:
         return caps  # the declaration is authoritative
 
-    legacy: dict[str, Any] = {}
-    for field in ("weights_differ_across_ranks", "exact_resume"):
-        value = getattr(type(impl), field, getattr(AlgorithmImpl, field))
-        if value != getattr(AlgorithmImpl, field):
-            legacy[field] = bool(value)
-    if hasattr(type(impl), "supports_autotune"):
-        legacy["tunable_bucket_size"] = bool(type(impl).supports_autotune)
-    if type(impl).communicates_after_optimizer_step is not AlgorithmImpl.communicates_after_optimizer_step:
-        legacy["communicates_after_optimizer_step"] = True
+    older = getattr(impl, "_older_form_capabilities", None)  # an impl not derived from AlgorithmImpl has none
+    legacy: dict[str, Any] = older() if older is not None else {}
     if has_controls:
         legacy["background_work"] = True
     return dataclasses.replace(caps, **legacy) if legacy else caps

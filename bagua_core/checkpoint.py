@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from bagua_core import env
 from bagua_core.agreement import agree_or_raise
 from bagua_core.checkpoint_files import (
     TRACKER_FILENAME,
@@ -50,6 +51,7 @@ from bagua_core.checkpoint_files import (
     read_tracker,
 )
 from bagua_core.exceptions import BaguaError
+from bagua_core.process_group import get_default_group, is_initialized
 
 __all__ = ["TRACKER_FILENAME", "get_checkpoint_name", "get_rank_checkpoint_name", "load_checkpoint", "read_tracker",
            "save_checkpoint"]
@@ -63,13 +65,9 @@ def _serialize(obj: Any, file: Any) -> None:
 
 
 def _rank_and_world() -> tuple[int, int, Any]:
-    import bagua_core
-
-    if not bagua_core.is_initialized():
+    if not is_initialized():
         return 0, 1, None
-    from bagua_core.process_group import get_default_group
-
-    return bagua_core.get_rank(), bagua_core.get_world_size(), get_default_group().get_global_communicator()
+    return env.get_rank(), env.get_world_size(), get_default_group().get_global_communicator()
 
 
 def _on_every_rank(comm: Any, step: Any, what: str) -> None:

@@ -4,12 +4,17 @@ Before ``init_process_group`` the values come from the torchrun variables (RANK,
 LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT); after it, rank and world size come from the
 process group and the local rank/size from the node membership actually found (see
 :mod:`bagua_core.process_group`), which stays right when ranks run on different hosts.
+
+This module is the bottom of the core: it imports nothing of it. The process group layer, above it,
+hands it the current membership with :func:`set_membership_source` when it is imported.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
+from typing import Protocol
 
 __all__ = [
     "get_rank",
@@ -27,6 +32,8 @@ __all__ = [
     "get_nonfinite_policy",
     "find_free_network_port",
     "get_autotune_server_wait_time",
+    "Membership",
+    "set_membership_source",
 ]
 
 DEFAULT_BUCKET_SIZE = 10 * 1024 * 1024
@@ -43,10 +50,37 @@ def _int_env(name: str, default: int) -> int:
         raise ValueError(f"environment variable {name} must be an integer, got {raw!r}") from None
 
 
-def _group():
-    from bagua_core import process_group
+class Membership(Protocol):
+    """What the environment reads from the default process group once there is one."""
 
-    return process_group.get_default_group_or_none()
+    @property
+    def global_rank(self) -> int: ...
+    @property
+    def world_size(self) -> int: ...
+    @property
+    def local_rank(self) -> int: ...
+    @property
+    def local_size(self) -> int: ...
+    @property
+    def node_rank(self) -> int: ...
+
+
+def _no_group() -> Membership | None:
+    return None
+
+
+_membership_source: Callable[[], Membership | None] = _no_group
+
+
+def set_membership_source(source: Callable[[], Membership | None]) -> None:
+    """Where :func:`get_rank` and the others find the default process group (None: not initialized).
+    Called by ``bagua_core.process_group`` at import: env, below it, must not import it."""
+    global _membership_source
+    _membership_source = source
+
+
+def _group() -> Membership | None:
+    return _membership_source()
 
 
 def get_rank() -> int:

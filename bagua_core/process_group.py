@@ -153,6 +153,9 @@ def get_default_group_or_none() -> BaguaProcessGroup | None:
     return _default_group
 
 
+env.set_membership_source(get_default_group_or_none)  # env is below this module: it is told, it does not import
+
+
 def get_default_group() -> BaguaProcessGroup:
     if _default_group is None:
         raise NotInitializedError("bagua is not initialized: call bagua_core.init_process_group() first")

@@ -102,7 +102,7 @@ def test_a_plugin_registered_at_run_time_adds_its_spec(site) -> None:  # noqa: F
                                       "decentralized_dp,decentralized_dp_topologies"])
 def test_the_topology_spec_comes_with_either_plugin(site, monkeypatch, disabled) -> None:  # noqa: F811
     monkeypatch.setenv("BAGUA_DISABLE_PLUGINS", disabled)
-    from bagua_algorithms.decentralized_dp.hookspecs import topology_registry
+    from bagua_algorithms.decentralized_dp.topology import topology_registry
 
     pm = get_plugin_manager()
     both = "," in disabled

@@ -1,7 +1,9 @@
-"""The hook spec decentralized data parallel brings to the plugin manager, and its registry.
+"""The hook spec decentralized data parallel brings to the plugin manager.
 
-Added by this package's plugins (``bagua_add_hookspecs``), not by the core: the contract, the
-:class:`~bagua_algorithms.decentralized_dp.topology.Topology` base, lives here.
+Added by this package's plugins (``bagua_add_hookspecs``), not by the core. The contract it carries,
+the :class:`~bagua_algorithms.decentralized_dp.topology.Topology` base, and the registry the spec fills,
+``topology.topology_registry``, live in :mod:`bagua_algorithms.decentralized_dp.topology`, below this
+module.
 
 Example::
 
@@ -14,15 +16,10 @@ Example::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from bagua_core.plugins import NamedRegistry
+from bagua_algorithms.decentralized_dp.topology import Topology
 from bagua_core.plugins.hookspecs import hookspec
 
-if TYPE_CHECKING:  # pragma: no cover
-    from bagua_algorithms.decentralized_dp.topology import Topology
-
-__all__ = ["bagua_register_topologies", "topology_registry"]
+__all__ = ["bagua_register_topologies"]
 
 
 @hookspec
@@ -32,6 +29,3 @@ def bagua_register_topologies() -> list[type[Topology]]:
     Fires once, when the topology registry is first built. Each class sets ``name`` and derives from
     ``bagua_algorithms.decentralized_dp.topology.Topology``.
     """
-
-
-topology_registry: NamedRegistry = NamedRegistry("topology", "bagua_register_topologies")

@@ -37,9 +37,8 @@ from pydantic import Field, field_validator
 from bagua_algorithms.decentralized_dp import hookspecs
 from bagua_algorithms.decentralized_dp.buckets import ParamBucket
 from bagua_algorithms.decentralized_dp.engine import DecentralizedEngine, OptimFn, SchedulerFn
-from bagua_algorithms.decentralized_dp.hookspecs import topology_registry
 from bagua_algorithms.decentralized_dp.optim_fns import optim_fn_like
-from bagua_algorithms.decentralized_dp.topology import Topology, get_topology
+from bagua_algorithms.decentralized_dp.topology import Topology, get_topology, topology_registry
 from bagua_core import failure
 from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
 from bagua_core.bucket import BaguaBucket

@@ -25,9 +25,13 @@ import torch.distributed as dist
 
 from bagua_core import env
 from bagua_core.exceptions import BaguaConfigError
-from bagua_algorithms.decentralized_dp.hookspecs import topology_registry
+from bagua_core.plugins import NamedRegistry
 
-__all__ = ["Edge", "Topology", "get_topology", "mix_inplace", "topology_names"]
+__all__ = ["Edge", "Topology", "get_topology", "mix_inplace", "topology_names", "topology_registry"]
+
+topology_registry: NamedRegistry = NamedRegistry("topology", "bagua_register_topologies")
+"""Every installed topology class by name, filled through the ``bagua_register_topologies`` spec
+(:mod:`bagua_algorithms.decentralized_dp.hookspecs`)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,17 +15,35 @@ Example::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
-if TYPE_CHECKING:  # pragma: no cover
-    from bagua_algorithms.diloco.algorithm import DiLoCoAlgorithmImpl
+from bagua_algorithms.diloco.exchange import FragmentExchange
 
-__all__ = ["state_of", "restore"]
+__all__ = ["DiLoCoRankState", "state_of", "restore"]
 
 
-def state_of(impl: DiLoCoAlgorithmImpl) -> dict[str, Any]:
+class DiLoCoRankState(Protocol):
+    """What a checkpoint reads and writes of the impl (``DiLoCoAlgorithmImpl`` has it). The impl uses
+    this module, so this module describes the impl instead of importing it."""
+
+    _inner_phase: bool
+    _module: Any  # the wrapped module, None before the first wrap
+    step_offset: int
+    done_through: int
+    starts: list[torch.Tensor]
+    outer: torch.optim.Optimizer | None
+    exchanges: list[FragmentExchange]
+    pending: dict[int, int]
+    landed: dict[int, torch.Tensor]
+
+    def train_step(self) -> int: ...
+
+    def need_reset(self) -> bool: ...
+
+
+def state_of(impl: DiLoCoRankState) -> dict[str, Any]:
     """The rank's state ({} during warmup: the model and optimizer are all there is)."""
     if not impl._inner_phase or impl._module is None:
         return {}
@@ -42,7 +60,7 @@ def state_of(impl: DiLoCoAlgorithmImpl) -> dict[str, Any]:
             "inner_optimizers": [optimizer.state_dict() for optimizer in module.bagua_optimizers]}
 
 
-def restore(impl: DiLoCoAlgorithmImpl, state: dict[str, Any]) -> None:
+def restore(impl: DiLoCoRankState, state: dict[str, Any]) -> None:
     """Restore :func:`state_of`'s result into a freshly wrapped module's impl."""
     if not state:
         return

@@ -22,17 +22,40 @@ Example::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
 import torch
 
 from bagua_core.communication import ReduceOp, allreduce_inplace, allreduce_inplace_start
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bagua_algorithms.powersgd.algorithm import PowerSGDAlgorithmImpl
     from bagua_core.bucket import BaguaBucket
 
-__all__ = ["PowerSGDOp", "orthogonalise_", "should_compress"]
+__all__ = ["PowerSGDOp", "PowerSGDOptions", "PowerSGDProgress", "orthogonalise_", "should_compress"]
+
+
+class PowerSGDOptions(Protocol):
+    """The options the op reads (``PowerSGDConfig`` has them, documented there)."""
+
+    matrix_approximation_rank: int
+    start_iter: int
+    min_compression_rate: float
+    use_error_feedback: bool
+    warm_start: bool
+    orthogonalization_epsilon: float
+
+
+class PowerSGDProgress(Protocol):
+    """What the op reads of its impl each step (``PowerSGDAlgorithmImpl`` has it): the impl builds the
+    ops, so this module describes it instead of importing it."""
+
+    process_group: Any  # the algorithm's BaguaProcessGroup, None: the bucket's
+    config: PowerSGDOptions
+    iter: int
+    """Steps done; below ``config.start_iter`` the op allreduces uncompressed."""
+    rng: np.random.RandomState
+    """Draws the seed of each first Q, in bucket order (the same on every rank)."""
 
 
 def orthogonalise_(matrices: torch.Tensor, epsilon: float = 0.0) -> None:
@@ -87,7 +110,7 @@ class _Layout:
 class PowerSGDOp:
     """The bucket operation; it keeps the bucket's error, P and Q from step to step."""
 
-    def __init__(self, impl: PowerSGDAlgorithmImpl) -> None:
+    def __init__(self, impl: PowerSGDProgress) -> None:
         self.impl = impl
         self.layout: _Layout | None = None
         self.error: torch.Tensor | None = None

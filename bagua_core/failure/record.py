@@ -31,6 +31,7 @@ from typing import Any
 import torch.distributed as dist
 
 from bagua_core.exceptions import GroupAbortedError, JobFailureError, PeerFailureError
+from bagua_core.failure.abort import abort_process_groups
 
 __all__ = ["FailureRecord", "first_failure", "is_started", "learn", "raise_if_aborted", "report", "start", "state",
            "stop"]
@@ -127,8 +128,6 @@ def report(cause: str, where: str, kind: str = "exception") -> FailureRecord:
             state.store.set(f"ack_{state.rank}", b"1")  # this rank knows (see watchdog.linger)
         except Exception:  # the store's host is gone: this rank's error still says what happened
             pass
-    from bagua_core.failure.abort import abort_process_groups
-
     abort_process_groups()
     return first
 
@@ -144,8 +143,6 @@ def learn(record: FailureRecord) -> bool:
             state.store.set(f"ack_{state.rank}", b"1")
         except Exception:
             pass
-    from bagua_core.failure.abort import abort_process_groups
-
     abort_process_groups()
     return True
 

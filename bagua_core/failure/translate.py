@@ -34,7 +34,7 @@ import torch.distributed as dist
 
 from bagua_core import env
 from bagua_core.exceptions import CommunicationError, CommunicationTimeoutError, JobFailureError, PeerFailureError
-from bagua_core.failure.record import failure_error, first_failure, learn, report, state
+from bagua_core.failure.record import failure_error, first_failure, learn, raise_if_aborted, report, state
 
 __all__ = ["call_guarded", "guard", "is_communication_error", "lost_peers", "translate"]
 
@@ -137,8 +137,6 @@ def translate(exc: BaseException, where: str) -> BaseException:
 def guard(where: str) -> Iterator[None]:
     """Refuse to start after a failure; translate what the block raises (see :func:`translate`)."""
     if state.failure is not None:
-        from bagua_core.failure.record import raise_if_aborted
-
         raise_if_aborted()
     try:
         yield
@@ -152,8 +150,6 @@ def guard(where: str) -> Iterator[None]:
 def call_guarded(where: str, fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)`` under :func:`guard`, without a context manager (for per-parameter hooks)."""
     if state.failure is not None:
-        from bagua_core.failure.record import raise_if_aborted
-
         raise_if_aborted()
     try:
         return fn(*args)

@@ -27,6 +27,7 @@ import time
 
 from bagua_core.exceptions import PeerFailureError
 from bagua_core.failure.record import FailureRecord, failure_error, learn, state
+from bagua_core.failure.translate import lost_peers
 
 __all__ = ["GRACE_S", "LINGER_S", "POLL_S", "Watchdog", "enabled", "install_interrupt_handler", "linger"]
 
@@ -114,8 +115,6 @@ def linger() -> None:
     store = state.store
     if store is None or state.failure is None or state.rank != 0 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         return
-    from bagua_core.failure.translate import lost_peers
-
     deadline = time.monotonic() + LINGER_S
     gone = set(lost_peers())
     keys = [f"ack_{rank}" for rank in range(state.world_size) if rank != state.rank and rank not in gone]

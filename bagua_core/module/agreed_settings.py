@@ -24,6 +24,7 @@ import torch
 
 from bagua_core import env
 from bagua_core.algorithm import Algorithm
+from bagua_core.autotune import AutotuneConfig
 
 __all__ = ["algorithm_source", "wrap_settings"]
 
@@ -42,8 +43,6 @@ def wrap_settings(declaration: Algorithm, group: Any, do_flatten: bool, optimize
                   source: str, resumed: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(fields, info)`` of this rank: the fields are compared, ``info`` is shown with a difference.
     Reading the environment may raise (a malformed variable): call it inside the agreement."""
-    from bagua_core.autotune import AutotuneConfig
-
     comm = group.get_global_communicator()
     fields: dict[str, Any] = {
         "entry point": "with_bagua",

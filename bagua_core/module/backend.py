@@ -17,6 +17,7 @@ import weakref
 import torch
 
 from bagua_core.exceptions import BaguaError
+from bagua_core.module.scheduler import BucketScheduler
 
 __all__ = ["ModuleBackend", "get_backend", "register_module"]
 
@@ -42,8 +43,6 @@ class ModuleBackend:
 
     def register_ordered_buckets(self, buckets: list) -> None:
         """Use ``buckets`` (launched strictly in this order) for the module's communication."""
-        from bagua_core.module.scheduler import BucketScheduler
-
         module = self.module
         old = getattr(module, "_bagua_scheduler", None)
         if old is not None:

@@ -10,6 +10,7 @@ import torch
 
 from bagua_core.agreement import Prepared
 from bagua_core.capabilities import capabilities_of
+from bagua_core.config import resolve_algorithm
 from bagua_core.module import hooks
 from bagua_core.module.agreed_settings import algorithm_source, wrap_settings
 from bagua_core.module.backend import ModuleBackend, register_module
@@ -20,6 +21,7 @@ from bagua_core.module.initial_sync import (
     broadcast_tensors,
     model_signature,
 )
+from bagua_core.process_group import get_default_group
 
 __all__ = ["BaguaModule", "with_bagua"]
 
@@ -54,9 +56,6 @@ class BaguaModule:
             >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             >>> model = model.with_bagua([optimizer], "gradient_allreduce")
         """
-        from bagua_core.config import resolve_algorithm
-        from bagua_core.process_group import get_default_group
-
         if isinstance(optimizers, torch.optim.Optimizer):
             optimizers = [optimizers]
         optimizers = list(optimizers)

@@ -24,7 +24,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from bagua_core.config import resolve_algorithm
 from bagua_core.exceptions import BaguaConfigError
+from bagua_core.process_group import BaguaProcessGroup, get_default_group
 
 __all__ = ["DistributedDataParallel", "to_bagua_process_group"]
 
@@ -32,8 +34,6 @@ __all__ = ["DistributedDataParallel", "to_bagua_process_group"]
 def to_bagua_process_group(process_group: Any = None):
     """The bagua group for ``process_group``: the default group for None, a ``BaguaProcessGroup`` as it
     is, a torch process group through ``process_group.bagua_patch()`` (collective the first time)."""
-    from bagua_core.process_group import BaguaProcessGroup, get_default_group
-
     if process_group is None:
         return get_default_group()
     if isinstance(process_group, BaguaProcessGroup):
@@ -87,8 +87,6 @@ class DistributedDataParallel(torch.nn.Module):
         self.broadcast_buffers = broadcast_buffers
         self.find_unused_parameters = find_unused_parameters
         self.gradient_as_bucket_view = gradient_as_bucket_view
-        from bagua_core.config import resolve_algorithm
-
         declaration = resolve_algorithm(algorithm, list(optimizers))
         module.with_bagua(list(optimizers), declaration, process_group=to_bagua_process_group(process_group),
                           do_flatten=gradient_as_bucket_view)

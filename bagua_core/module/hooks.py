@@ -85,8 +85,8 @@ def _post_backward(module: torch.nn.Module) -> None:
 
 def _end_of_backward(module: torch.nn.Module) -> None:
     module._bagua_post_backward_hook()
-    if module._bagua_find_unused_parameters:
-        agree_on_used_parameters(module)
+    if module._bagua_find_unused_parameters and agree_on_used_parameters(module):
+        rebuild_buckets(module)
     if module.bagua_capabilities.communicates_after_optimizer_step and \
             module.bagua_algorithm.communicates_after_optimizer_step(module):
         agree_on_nonfinite_gradients(module)  # every rank's GradScaler then skips the same steps

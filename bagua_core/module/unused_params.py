@@ -2,8 +2,8 @@
 
 After every backward the ranks agree (one allreduce MAX of a 0/1 mask over the parameters, in
 registration order) on which parameters received a gradient on some rank. When that set differs from
-the one the buckets were built for, ``bagua_build_params()`` returns the new set and the buckets are
-rebuilt. Parameters that became used again were not in this step's buckets: their gradients are
+the one the buckets were built for, ``bagua_build_params()`` returns the new set and the hooks rebuild
+the buckets. Parameters that became used again were not in this step's buckets: their gradients are
 communicated at once through buckets of their own (built by the algorithm as any other), so no rank
 steps with a gradient the others did not average. A parameter used on some ranks only gets a zero
 gradient on the others (as in torch DDP).
@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import torch
 
+from bagua_core.algorithm import group_tensors
 from bagua_core.communication import ReduceOp, allreduce_inplace
+from bagua_core.module.scheduler import BucketScheduler
 
 __all__ = ["agree_on_used_parameters"]
 
@@ -33,9 +35,6 @@ def _used_on_any_rank(module: torch.nn.Module) -> set[str]:
 
 def _communicate_now(module: torch.nn.Module, names: set[str]) -> None:
     """Run the algorithm's bucket operations once over the gradients of ``names`` only."""
-    from bagua_core.algorithm import group_tensors
-    from bagua_core.module.scheduler import BucketScheduler
-
     impl = module.bagua_algorithm
     module._bagua_params_in_use = names
     tensors = impl.init_tensors(module)
@@ -50,18 +49,17 @@ def _communicate_now(module: torch.nn.Module, names: set[str]) -> None:
         scheduler.detach()
 
 
-def agree_on_used_parameters(module: torch.nn.Module) -> None:
-    """At the end of backward (every rank): rebuild the buckets when the used parameters changed."""
-    from bagua_core.module.hooks import rebuild_buckets
-
+def agree_on_used_parameters(module: torch.nn.Module) -> bool:
+    """At the end of backward (every rank): whether the used parameters changed, in which case the
+    caller (``bagua_core.module.hooks``, which installed this step) rebuilds the buckets."""
     used = _used_on_any_rank(module)
     in_use = getattr(module, "_bagua_params_in_use", None)
     if in_use is None:
         in_use = {name for name, _ in module.bagua_named_parameters()}
     if used == in_use:
-        return
+        return False
     newly_used = used - in_use
     if newly_used:
         _communicate_now(module, newly_used)
     module._bagua_params_in_use = used
-    rebuild_buckets(module)
+    return True

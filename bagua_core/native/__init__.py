@@ -39,7 +39,7 @@ from bagua_core.native.layout import (
     check_output,
     compressed_size,
 )
-from bagua_core.native.policy import load_cpu_backend, read_policy
+from bagua_core.native.policy import cpu_backend, read_policy
 from bagua_core.native.fused import (
     adam_update,
     lpd_difference,
@@ -71,7 +71,7 @@ __all__ = [
 ]
 
 native_policy: str = read_policy()  # not "policy": that name is the submodule
-_cpu, native_unavailable_reason = load_cpu_backend(native_policy)
+_cpu, native_unavailable_reason = cpu_backend()
 backend: str = "native" if _cpu is not None else "python"
 
 

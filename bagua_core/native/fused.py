@@ -28,18 +28,18 @@ from torch.autograd.graph import increment_version
 from bagua_core.native import cuda as _cuda
 from bagua_core.native import fallback_fused as _reference
 from bagua_core.native.layout import check_buffer, check_nonfinite
+from bagua_core.native.policy import cpu_backend
 
 __all__ = ["adam_update", "lpd_difference", "lpd_update", "minmax_stats", "minmax_uint8_headers_from_stats"]
 
 
 def _cpu_impl(*tensors: torch.Tensor) -> ModuleType | None:
     """The C kernels when every tensor is an fp32 CPU tensor and they are loaded, else None."""
-    from bagua_core import native
-
-    if native.backend != "native":
+    cpu = cpu_backend()[0]
+    if cpu is None:
         return None
     if all(t.device.type == "cpu" and (t.dtype in (torch.float32, torch.uint8)) for t in tensors):
-        return native._cpu
+        return cpu
     return None
 
 

@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from types import ModuleType
@@ -59,3 +60,10 @@ def load_cpu_backend(policy: str) -> tuple[ModuleType | None, str]:
         return None, f"bagua_core._native_minmax is not built ({exc})"
     cpu.set_threads(read_threads())
     return cpu, ""
+
+
+@functools.cache
+def cpu_backend() -> tuple[ModuleType | None, str]:
+    """The compiled CPU kernels under this process's policy, loaded once: ``(module, "")`` or
+    ``(None, why not)``. ``bagua_core.native`` and its fused steps both ask here (not each other)."""
+    return load_cpu_backend(read_policy())

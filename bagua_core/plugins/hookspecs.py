@@ -14,17 +14,15 @@ Only the hooks whose contract lives in the core are specified here: algorithms
 lives in the package brings its own specs through :func:`bagua_add_hookspecs`, like pytest's
 ``pytest_addhooks`` (the communication topologies and the cache stores are specified this way, by
 their packages; docs/plugins.md lists every spec).
+
+The plugin machinery sits below the contracts it carries (``Algorithm.init`` and ``get_codec`` look
+names up in its registries), so a spec's return type names no class of theirs: ``list[type]``, the
+base class in its docstring, checked where the contract is used.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pluggy
-
-if TYPE_CHECKING:  # pragma: no cover
-    from bagua_core.algorithm import Algorithm
-    from bagua_core.codecs import Codec
 
 __all__ = ["hookspec", "PROJECT_NAME", "ENTRY_POINT_GROUP"]
 
@@ -47,7 +45,7 @@ def bagua_add_hookspecs(plugin_manager: pluggy.PluginManager) -> None:
 
 
 @hookspec
-def bagua_register_algorithms() -> list[type[Algorithm]]:
+def bagua_register_algorithms() -> list[type]:
     """Return the :class:`~bagua_core.algorithm.Algorithm` subclasses this plugin provides.
 
     Fires once, when the algorithm registry is first built (the first ``with_bagua``, ``bagua plugins``
@@ -57,7 +55,7 @@ def bagua_register_algorithms() -> list[type[Algorithm]]:
 
 
 @hookspec
-def bagua_register_codecs() -> list[type[Codec]]:
+def bagua_register_codecs() -> list[type]:
     """Return the :class:`~bagua_core.codecs.Codec` subclasses this plugin provides (compressors).
 
     Fires once, when the codec registry is first built (the first ``get_codec``, a config naming a
