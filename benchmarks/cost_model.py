@@ -11,10 +11,12 @@ travel during the step) or after it. A step then costs
 
 with ``C_eff`` the compute time of one rank (``compute_s``) times ``max(1, ranks / cores)`` (the ranks
 of every emulated host share this machine's cores; on real nodes ``cores`` is the number of ranks),
-``codec`` = ``gamma`` seconds per value encoded or decoded (CPU kernels; 0 on a GPU), ``d`` the one-way
-delay, ``B`` the link rate. Only ``o`` (per-message overhead) and ``gamma`` are fitted (:func:`fit`, a
-grid search minimising the largest relative error over the measured points); everything else is the
-setting or measured (the compute time of one rank alone).
+``codec`` = ``gamma`` seconds per value a rank processes beside its compute (encoded or decoded by a codec,
+multiplied by powersgd's low-rank factors, or copied through loopback by a hierarchical form's reduce and
+broadcast inside a host; 0 on a GPU), ``d`` the one-way delay, ``B`` the link rate. Only ``o``
+(per-message overhead) and ``gamma`` are fitted (:func:`fit`, a grid search minimising the root mean square
+of the relative errors over the measured points); everything else is the setting or measured (the CPU
+time of one rank's step alone).
 
 Example::
 
@@ -77,7 +79,7 @@ class Fit:
 @dataclass(frozen=True)
 class Phase:
     """Part of a step: ``host_bytes`` sent by one host's link, ``rounds`` one after another (latency),
-    ``messages`` sent by a rank (overhead), ``codec_values`` encoded + decoded by a rank, ``overlaps``
+    ``messages`` sent by a rank (overhead), ``codec_values`` processed on the CPU beside compute, ``overlaps``
     compute (runs while the step computes), ``every`` steps (1: every step)."""
 
     host_bytes: float
@@ -112,27 +114,37 @@ def _compressed_exchange(values: float, ranks: int) -> Phase:
                  codec_values=2 * values + 2 * chunk * ranks)
 
 
+def _inside_host(values: float, ranks_per_host: int) -> Phase:
+    """A hierarchical form's reduce to the host's leader and broadcast back, through loopback: no link
+    bytes, but every value is sent, received and summed on the host's CPU."""
+    return Phase(0.0, 2 if ranks_per_host > 1 else 0, 0, codec_values=3 * values if ranks_per_host > 1 else 0.0)
+
+
 def pattern(method: str, s: Setting) -> list[Phase]:
     """The message pattern of ``method`` (the benchmarks' options: see ``benchmarks.methods``)."""
     n, k, size = s.hosts, s.ranks_per_host, s.model_bytes
+    inside = _inside_host(s.params, k)
     if method in ("ddp", "gradient_allreduce"):  # flat ring over every rank, gradients after backward
         return [_ring(size, s.ranks, k, DDP_BUCKET_BYTES if method == "ddp" else BUCKET_BYTES)]
     if method in ("bytegrad", "qadam"):  # hierarchical: average inside the host, exchange among leaders
-        return [_compressed_exchange(s.params, n)]
+        return [inside, _compressed_exchange(s.params, n)]
     if method == "decentralized":  # "all": an allreduce of the weights among leaders, during the step
-        return [replace(_ring(size, n, 1), overlaps=True)]
+        return [inside, replace(_ring(size, n, 1), overlaps=True)]
     if method == "decentralized_shift_one":  # one peer host: send and receive the weights at once
-        return [Phase(size if n > 1 else 0.0, int(n > 1), 2 * int(n > 1) * _pieces(size, BUCKET_BYTES), overlaps=True)]
+        return [inside, Phase(size if n > 1 else 0.0, int(n > 1), 2 * int(n > 1) * _pieces(size, BUCKET_BYTES),
+                              overlaps=True)]
     if method == "low_precision_decentralized":  # compressed difference to both ring neighbours
         neighbours = 0 if n == 1 else 1 if n == 2 else 2
-        return [Phase(neighbours * s.params * CODEC_BYTES, int(neighbours > 0), 2 * neighbours,
-                      codec_values=3 * s.params)]
+        return [inside, Phase(neighbours * s.params * CODEC_BYTES, int(neighbours > 0), 2 * neighbours,
+                              codec_values=3 * s.params)]
     if method == "powersgd":  # P then Q (rank 1) of every matrix, vectors uncompressed, two rounds
         matrix_values = sum(r * c for r, c in s.matrices)
         p_values = sum(r for r, _ in s.matrices)
         q_values = sum(c for _, c in s.matrices)
         vectors = (s.params - matrix_values) * FP32
-        return [_ring(p_values * FP32 + vectors, s.ranks, k), _ring(q_values * FP32, s.ranks, k)]
+        # M += e, P = M Q, Q = M^T P, M' = P Q^T, e = M - M': five passes over every matrix (rank 1)
+        return [replace(_ring(p_values * FP32 + vectors, s.ranks, k), codec_values=5 * matrix_values),
+                _ring(q_values * FP32, s.ranks, k)]
     if method == "diloco":  # the pseudo-gradient averaged every inner_steps (4 in the benchmarks)
         return [replace(_ring(size, s.ranks, k), every=4)]
     if method == "async":  # averaged in the background: the step does not wait for it
@@ -166,14 +178,15 @@ def relative_errors(points: Iterable[tuple[str, Setting, float]], f: Fit) -> lis
 
 
 def fit(points: Sequence[tuple[str, Setting, float]]) -> Fit:
-    """The per-message overhead and per-value codec cost minimising the largest relative error (a log
-    grid: overhead 0 or 10 us .. 100 ms, gamma 0 or 0.1 ns .. 100 ns per value)."""
+    """The per-message overhead and per-value CPU cost minimising the root mean square of the relative
+    errors (a log grid: overhead 0 or 10 us .. 100 ms, gamma 0 or 0.1 ns .. 100 ns per value)."""
     overheads = [0.0] + [10 ** (e / 8) * 1e-5 for e in range(0, 33)]
     gammas = [0.0] + [10 ** (e / 8) * 1e-10 for e in range(0, 25)]
     best, best_error = Fit(), math.inf
     for o in overheads:
         for g in gammas:
-            error = max((abs(e) for e in relative_errors(points, Fit(o, g))), default=0.0)
+            errors = relative_errors(points, Fit(o, g))
+            error = math.sqrt(sum(e * e for e in errors) / len(errors)) if errors else 0.0
             if error < best_error:
                 best, best_error = Fit(o, g), error
     return best

@@ -53,7 +53,8 @@ def matrices(model: str) -> tuple[tuple[int, int], ...]:
 
 
 def measure_compute(args: argparse.Namespace) -> float:
-    """Seconds per step of one rank alone (DDP at world size 1 on loopback): the compute the model takes."""
+    """Seconds of CPU per step of one rank alone (DDP at world size 1 on loopback): the compute the model
+    takes. CPU time, not wall time, so that other work on a shared machine does not inflate it."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -61,7 +62,7 @@ def measure_compute(args: argparse.Namespace) -> float:
         launch("benchmarks.e2e_worker", ["--methods", "ddp", "--model", args.model, "--batch-size", str(args.batch_size),
                                          "--warmup", str(args.warmup), "--steps", str(max(args.steps, 3)),
                                          "--iface", "lo", "--out", str(out)], 1, timeout=args.timeout)
-        return json.loads(out.read_text().splitlines()[0])["ms_per_step"] / 1000
+        return json.loads(out.read_text().splitlines()[0])["cpu_ms_per_step"] / 1000
 
 
 def settings_of(row: dict, args: argparse.Namespace, compute_s: float, cores: int) -> cost_model.Setting:
@@ -92,7 +93,8 @@ def model_report(rows: list[dict], args: argparse.Namespace, compute_s: float, c
     errors = cost_model.relative_errors(points, fitted)
     lines = ["", "## The cost model against every measured point", "",
              f"Fitted: {fitted.overhead_s * 1e3:.3f} ms per message, {fitted.gamma_s * 1e9:.2f} ns per value encoded or "
-             f"decoded; compute of one rank alone {compute_s * 1e3:.1f} ms, {cores} cores shared by the ranks. "
+             f"decoded, beside compute; one rank's step alone takes {compute_s * 1e3:.1f} ms of CPU, {cores} cores "
+             f"are shared by the ranks. "
              f"Largest error {max(abs(e) for e in errors):.1%}, median {sorted(abs(e) for e in errors)[len(errors) // 2]:.1%}.",
              "", "| method | hosts x ranks | measured ms | predicted ms | error |", "| --- | --- | ---: | ---: | ---: |"]
     for (method, s, t), e in zip(points, errors):
@@ -127,7 +129,7 @@ def model_report(rows: list[dict], args: argparse.Namespace, compute_s: float, c
                   "*weight* averaging (they change the optimisation: compare time to accuracy, not only steps); "
                   "async is left out (its averaging runs beside the step)."]
     return lines, {"fit": {"overhead_s": fitted.overhead_s, "gamma_s": fitted.gamma_s}, "errors": errors,
-                   "projection": projection}
+                   "projection": projection, "compute_s": compute_s, "cores": cores}
 
 
 def _markdown(rows: list[dict], header: str) -> list[str]:
@@ -183,6 +185,20 @@ def write(rows: list[dict], results: Path, header: str, model_lines: list[str], 
     return written
 
 
+def _refit(saved: Path, args: argparse.Namespace, cores: int) -> list[dict]:
+    data = json.loads(saved.read_text())
+    rows, old = data["rows"], data.get("model", {})
+    compute_s, cores = old.get("compute_s"), old.get("cores", cores)
+    if compute_s is None:
+        sys.exit(f"benchmarks.scale: {saved} holds no compute_s (one rank's CPU per step); measure again")
+    header_file = saved.with_suffix(".md")
+    header = header_file.read_text().splitlines()[0] if header_file.exists() else ""
+    model_lines, model = model_report(rows, args, compute_s, cores)
+    for path in write(rows, Path(args.results), header, model_lines, model):
+        print("wrote", path)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", default="2,4,8", help="comma list of host counts")
@@ -199,17 +215,21 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--cores", type=int, default=0, help="cores the ranks share (default: this machine's)")
     parser.add_argument("--loopback", action="store_true", help="every rank on loopback (no root; no link)")
     parser.add_argument("--results", default=str(REPO_ROOT / "results"))
+    parser.add_argument("--refit", metavar="JSON", help="measure nothing: fit and project again from the rows "
+                        "of an earlier run's scale.json (its header line is kept from scale.md beside it)")
     args = parser.parse_args(argv)
     import os
 
     cores = args.cores or os.cpu_count() or 1
+    if args.refit:
+        return _refit(Path(args.refit), args, cores)
     methods = args.methods.split(",")
     spec = {} if args.loopback else {"rate": args.rate, "delay": args.delay}
     try:
         compute_s = measure_compute(args)
     except LaunchError as exc:
         sys.exit(f"benchmarks.scale: measuring one rank's compute failed:\n{exc}")
-    print(f"compute of one rank alone: {compute_s * 1e3:.1f} ms/step", flush=True)
+    print(f"compute of one rank alone: {compute_s * 1e3:.1f} ms of CPU per step", flush=True)
     rows: list[dict] = []
     hung: dict[str, str] = {}
     results = Path(args.results)
@@ -220,7 +240,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             for row in got:
                 row.update(hosts=n, ranks_per_host=k)
             rows += got
-            write(rows, results, "(partial: the run is not finished)", [], {})
+            write(rows, results, "(partial: the run is not finished)", [], {"compute_s": compute_s, "cores": cores})
     header = (f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {platform.machine()} ({cores} cores shared by every rank), "
               f"{args.model}, batch {args.batch_size} per rank, link {'loopback' if args.loopback else args.rate} "
               f"(each host's egress), {args.warmup} warmup + {args.steps} timed steps; "

@@ -92,6 +92,6 @@ def test_scale_harness_runs_two_ranks_per_host_and_writes_results(tmp_path: Path
         assert "error" not in row, row.get("log")
         assert row["ms_per_step"] > 0 and row["tx_bytes_per_step"] > 0
     saved = json.loads((tmp_path / "scale.json").read_text())
-    assert len(saved["model"]["errors"]) == 2 and "ResNet-50" in saved["model"]["projection"]
+    assert len(saved["model"]["errors"]) == 2 and saved["model"]["compute_s"] > 0 and "ResNet-50" in saved["model"]["projection"]
     text = (tmp_path / "scale.md").read_text()
     assert "| ddp | 2 x 2 |" in text and "The cost model against every measured point" in text
