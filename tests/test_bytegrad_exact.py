@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 from bagua_core import native
 from bagua_core.bucket_ops import pipeline
-from bagua_core.bucket_ops.compressed import CompressedWorkspace, compressed_allreduce_on
+from bagua_algorithms.bytegrad.compressed import CompressedWorkspace, compressed_allreduce_on
 from bagua_core.bucket_ops.segment_codec import SegmentCodec
 from bagua_core.codecs import get_codec
 from bagua_core.native import fallback

@@ -11,8 +11,8 @@ import torch.distributed as dist
 from pydantic import ValidationError
 
 from bagua_core.bucket_ops import pipeline
-from bagua_core.bucket_ops.compressed import CompressedWorkspace, compressed_allreduce_on
-from bagua_core.bucket_ops.low_precision_decentralized import LowPrecisionDecentralizedOp
+from bagua_algorithms.bytegrad.compressed import CompressedWorkspace, compressed_allreduce_on
+from bagua_algorithms.decentralized.low_precision_op import LowPrecisionDecentralizedOp
 from bagua_core.bucket_ops.segment_codec import MINMAX_UINT8, PluginSegmentCodec, segment_codec
 from bagua_core.codecs import get_codec
 from bagua_core.process_group import get_default_group

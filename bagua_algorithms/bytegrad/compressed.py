@@ -13,7 +13,7 @@ The buffers (uint8 send/receive/gather slots, the own chunk in the tensor's dtyp
 :class:`CompressedWorkspace` that a bucket keeps from step to step, so large allocations do not
 page-fault every step; the result is decompressed straight into the tensor.
 
-Hierarchical (:func:`bagua_core.bucket_ops.hierarchy.hierarchical`): reduce (AVG when averaging, else
+Hierarchical (:func:`bagua_core.bucket_ops.hierarchy.hierarchical`, the core's pattern): reduce (AVG when averaging, else
 SUM) to the node leader, run the compressed exchange among the node leaders (the inter-node
 communicator), then broadcast inside the node (full precision on both intra-node legs).
 
@@ -29,16 +29,17 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from bagua_algorithms.bytegrad.compressed_pipeline import pipelined_exchange
 from bagua_core.bucket_ops import hierarchy
-from bagua_core.bucket_ops.compressed_pipeline import pipelined_exchange
-from bagua_core.bucket_ops.segment_codec import MINMAX_UINT8, SegmentCodec
+from bagua_core.bucket_ops.segment_codec import MINMAX_UINT8, SegmentCodec, segment_codec
 from bagua_core.communication import ReduceOp, allgather, alltoall
 from bagua_core.communication.communicator import BaguaCommunicator
 
 if TYPE_CHECKING:  # pragma: no cover
+    from bagua_core.bucket import BaguaBucket
     from bagua_core.process_group import BaguaProcessGroup
 
-__all__ = ["CompressedWorkspace", "compressed_allreduce", "compressed_allreduce_on"]
+__all__ = ["CompressedAllReduceOp", "CompressedWorkspace", "compressed_allreduce", "compressed_allreduce_on"]
 
 
 class CompressedWorkspace:
@@ -142,3 +143,34 @@ def compressed_allreduce(
         return
     hierarchy.hierarchical(tensor, group, lambda inter: compressed_allreduce_on(tensor, inter, average, workspace, codec),
                  ReduceOp.AVG if average else ReduceOp.SUM)
+
+
+class CompressedAllReduceOp:
+    """The bucket op of ``BaguaBucket.append_centralized_synchronous_op(compression=<codec>)``: the
+    exchange above over the bucket (AVG when ``average``), with a workspace kept from step to step.
+    Registered for that method through ``bagua_register_bucket_ops`` (``scattergather`` does not apply:
+    the exchange is already a reduce-scatter and an allgather)."""
+
+    name = "append_centralized_synchronous_op"
+    """The ``BaguaBucket`` method this op serves (when it is given a codec)."""
+
+    def __init__(self, group: BaguaProcessGroup | None, hierarchical: bool, average: bool, compression: str) -> None:
+        self.codec = segment_codec(compression)  # an installed codec's name (ValueError lists them)
+        self.group = group
+        self.hierarchical = bool(hierarchical)
+        self.average = bool(average)
+        self.compression = compression
+        self.workspace = CompressedWorkspace()
+
+    @classmethod
+    def append_to(cls, bucket: BaguaBucket, hierarchical: bool = False, average: bool = True,
+                  scattergather: bool = False, compression: str = "MinMaxUInt8",
+                  group: BaguaProcessGroup | None = None) -> BaguaBucket:
+        return bucket.append_op(cls(group, hierarchical, average, compression))
+
+    def __call__(self, bucket: BaguaBucket) -> None:
+        group = hierarchy.resolve_group(self.group, bucket)
+        tensor = bucket.flattened_view()
+        compressed_allreduce(tensor, group, self.average, self.hierarchical, self.workspace, self.codec)
+        if tensor is not bucket.buffer:
+            bucket.write_back(tensor)

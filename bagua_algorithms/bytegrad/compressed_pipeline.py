@@ -1,7 +1,7 @@
-"""The bytegrad exchange pipelined: two rounds of the shared pipelined exchange
+"""The bytegrad exchange pipelined: two rounds of the core's pipelined exchange
 (``bagua_core.bucket_ops.pipeline``), with the codec's steps (MinMaxUInt8 by default).
 
-Same bytes and results as the plain exchange (``bagua_core.bucket_ops.compressed``). The receives
+Same bytes and results as the plain exchange (``bagua_algorithms.bytegrad.compressed``). The receives
 of both rounds are posted first. Round 1 (the
 alltoall): every chunk's header (min/max) is written first, so each segment of the payload is final
 as soon as it is encoded and goes on the wire (chunk j to rank j) while the next one is encoded;
@@ -29,7 +29,7 @@ from bagua_core.communication.common import record
 from bagua_core.communication.communicator import BaguaCommunicator
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bagua_core.bucket_ops.compressed import CompressedWorkspace
+    from bagua_algorithms.bytegrad.compressed import CompressedWorkspace
 
 __all__ = ["pipelined_exchange"]
 

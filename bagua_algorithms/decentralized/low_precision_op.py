@@ -10,9 +10,9 @@ neighbour's), all starting at the bucket's initial weights. Run after the optimi
 
 Communicated: ``C(z)``, the MinMaxUInt8 compression of the whole bucket (one min/max), about
 ``numel`` bytes to each of the two neighbours (one message stream when they are the same rank).
-Pipelined (``bagua_core.bucket_ops.pipeline``, the exchange bytegrad's uses): z and its min/max in
-one pass, then each segment of C(z) is quantised and sent while the next one is, and each received
-segment updates l, r, w and x in one pass while later ones travel. Hierarchical: the weights are
+Pipelined (``bagua_core.bucket_ops.pipeline``, the core's exchange engine, which bytegrad's uses
+too): z and its min/max in one pass, then each segment of C(z) is quantised and sent while the next
+one is, and each received segment updates l, r, w and x in one pass while later ones travel. Hierarchical: the weights are
 averaged inside the node (reduce to the leader) first, the ring runs among the node leaders, and
 the result is broadcast in the node.
 
@@ -31,7 +31,7 @@ from torch.autograd.graph import increment_version
 
 from bagua_core import native
 from bagua_core.bucket_ops.pipeline import exchange_round, post_receives, segments, wait_all
-from bagua_core.bucket_ops.segment_codec import MINMAX_UINT8, SegmentCodec
+from bagua_core.bucket_ops.segment_codec import MINMAX_UINT8, SegmentCodec, segment_codec
 from bagua_core.bucket_ops.hierarchy import hierarchical, resolve_group
 from bagua_core.communication.common import record
 from bagua_core.communication.communicator import BaguaCommunicator
@@ -47,8 +47,11 @@ _TAG = 0x6c70_0000  # point-to-point tags of the ring exchange: _TAG + segment i
 
 
 class LowPrecisionDecentralizedOp:
-    """One round of low-precision decentralized averaging of a bucket of weights."""
+    """One round of low-precision decentralized averaging of a bucket of weights. Registered for
+    ``BaguaBucket.append_low_precision_decentralized_synchronous_op`` (hook ``bagua_register_bucket_ops``)."""
 
+    name = "append_low_precision_decentralized_synchronous_op"
+    """The ``BaguaBucket`` method this op serves."""
     codec: SegmentCodec = MINMAX_UINT8
     """How z is compressed (the steps of the pipelined exchange)."""
 
@@ -75,6 +78,15 @@ class LowPrecisionDecentralizedOp:
         self.right_peer_weight = right_peer_weight.detach().view(-1)
         self._buffers: tuple[torch.Tensor, ...] | None = None
         self._prepared: tuple[torch.Tensor, torch.Tensor] | None = None  # (flat, x) of a prepared round
+
+    @classmethod
+    def append_to(cls, bucket: BaguaBucket, weight: torch.Tensor, left_peer_weight: torch.Tensor,
+                  right_peer_weight: torch.Tensor, hierarchical: bool = True, compression: str = "MinMaxUInt8",
+                  group: BaguaProcessGroup | None = None) -> LowPrecisionDecentralizedOp:
+        op = cls(group, hierarchical, weight, left_peer_weight, right_peer_weight)
+        op.codec = segment_codec(compression)  # an installed codec's name (ValueError lists them)
+        bucket.append_op(op)
+        return op
 
     def _workspace(self, numel: int) -> tuple[torch.Tensor, ...]:
         """``(z, sent, from_left, from_right)``, kept from round to round."""
