@@ -114,7 +114,7 @@ def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None) -> tuple[TrainingConfig, Any, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--algorithm", default=None, choices=[*algorithm_registry.names(), "auto"],
+    parser.add_argument("--algorithm", default=None, choices=algorithm_registry.names(),
                         help="registered algorithm name, or auto: the fastest drop-in one, chosen while "
                              "training (default gradient_allreduce)")
     parser.add_argument("--config", default=os.environ.get("BAGUA_CONFIG_FILE"),
