@@ -92,16 +92,25 @@ def pipelined_exchange(flat: torch.Tensor, comm: BaguaCommunicator, average: boo
     own = gathered[me]
     codec.encode_headers_with_stats(ws.own, 1, own, stats, nonfinite=nonfinite)
     record("allgather", own)
-    # the own chunk is decoded while it is encoded (its part of flat: shorter, or empty, past the end)
+    # a codec with a fused encode_range_decoding decodes the own chunk while encoding it (its part of flat:
+    # shorter, or empty, past the end); for the others, decoding it there would delay every send, so it
+    # is decoded with the peers' chunks, behind the wire
+    fused = type(codec).encode_range_decoding is not Codec.encode_range_decoding
     own_values = flat[min(flat.numel(), me * chunk) : min(flat.numel(), (me + 1) * chunk)]
+    decoded = peers if fused else range(n)
+
+    def encode_own(s: Segment) -> None:
+        if fused:
+            codec.encode_range_decoding(ws.own, own, s.begin, s.end, own_values)
+        else:
+            codec.encode_range(ws.own, 1, own, s.begin, s.end)
 
     def decode_chunks(s: Segment) -> None:
-        for p in peers:
+        for p in decoded:
             _decode_chunk(codec, gathered[p], flat, p, ws, s)
 
     sends += exchange_round(
-        comm, segs, [(p, lambda s: own[s.lo : s.hi]) for p in peers], received2,
-        lambda s: codec.encode_range_decoding(ws.own, own, s.begin, s.end, own_values), decode_chunks,
+        comm, segs, [(p, lambda s: own[s.lo : s.hi]) for p in peers], received2, encode_own, decode_chunks,
         _TAG + len(segs),
     )
     wait_all(sends)
