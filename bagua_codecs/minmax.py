@@ -1,4 +1,5 @@
-"""``MinMaxUInt8`` (the native kernels of ``bagua_core.native``, byte for byte) and ``MinMaxUInt4``.
+"""``MinMaxUInt8`` (the native kernels of ``bagua_core.native``, byte for byte, with their fused steps) and
+``MinMaxUInt4``.
 
 MinMaxUInt8 of a chunk ``x`` (eps = 1e-7, rint = round half to even): ``scale = 255 / (max - min + eps)``,
 ``upper = rint(max * scale)``, ``lower = upper - 255``, ``q = uint8(min(rint(x * scale), upper) - lower)``;
@@ -26,7 +27,10 @@ __all__ = ["MinMaxUInt8Codec", "MinMaxUInt4Codec"]
 
 
 class MinMaxUInt8Codec(Codec):
-    """One byte per value between the chunk's min and max; ``bagua_core.native``'s kernels."""
+    """One byte per value between the chunk's min and max; ``bagua_core.native``'s kernels, fused where
+    it pays: the min/max of an averaged chunk is gathered while it is written (its header needs no
+    second pass), the own chunk is decoded while it is encoded, and the compressed decentralized ring's
+    difference (with its min/max) and update are one pass each."""
 
     name = "MinMaxUInt8"
     bits_per_element = 8
@@ -54,6 +58,33 @@ class MinMaxUInt8Codec(Codec):
     def decode_average(self, bufs: Sequence[torch.Tensor] | torch.Tensor, n: int, out: torch.Tensor, *,
                        average: bool = True, begin: int = 0, end: int | None = None) -> torch.Tensor:
         return native.decompress_average_minmax_uint8(bufs, n, out, average, begin=begin, end=end)
+
+    # --- the fused steps (bagua_core.codecs.base) ---------------------------------------------------------
+    def new_stats(self) -> torch.Tensor:
+        return native.minmax_stats()
+
+    def decode_average_with_stats(self, bufs: Sequence[torch.Tensor] | torch.Tensor, n: int, out: torch.Tensor,
+                                  stats: torch.Tensor | None, *, average: bool = True, begin: int = 0,
+                                  end: int | None = None) -> torch.Tensor:
+        return native.decompress_average_minmax_uint8(bufs, n, out, average, begin=begin, end=end, stats=stats)
+
+    def encode_headers_with_stats(self, x: torch.Tensor, n_chunks: int, out: torch.Tensor, stats: torch.Tensor | None,
+                                  *, nonfinite: str = "propagate") -> torch.Tensor:
+        if stats is not None and n_chunks == 1:
+            return native.minmax_uint8_headers_from_stats(stats, x.numel(), out, nonfinite=nonfinite)
+        return native.compress_minmax_uint8_headers(x, n_chunks, out, nonfinite=nonfinite)
+
+    def encode_range_decoding(self, x: torch.Tensor, out: torch.Tensor, begin: int, end: int,
+                              decoded: torch.Tensor) -> torch.Tensor:
+        return native.quantise_minmax_uint8(x, 1, out, begin, end, decompressed=decoded)
+
+    def lpd_difference(self, x: torch.Tensor, w: torch.Tensor, left: torch.Tensor, right: torch.Tensor,
+                       z: torch.Tensor, stats: torch.Tensor | None = None) -> torch.Tensor:
+        return native.lpd_difference(x, w, left, right, z, stats)
+
+    def lpd_update(self, from_left: torch.Tensor, from_right: torch.Tensor, own: torch.Tensor, w: torch.Tensor,
+                   left: torch.Tensor, right: torch.Tensor, x: torch.Tensor | None, begin: int, end: int) -> None:
+        native.lpd_update(from_left, from_right, own, w, left, right, x, begin=begin, end=end)
 
 
 class MinMaxUInt4Codec(RowwiseCodec):

@@ -106,10 +106,10 @@ class Autotuner:
 
     def _candidates(self, module: torch.nn.Module) -> list[dict[str, Any]]:
         impl, group = self.impl, module.process_group
-        from bagua_core.auto.chooser import AutoImpl
-
-        if not module.bagua_capabilities.tunable_bucket_size or isinstance(impl, AutoImpl):
-            return []  # (auto: tuned once it has chosen, by the tuner of the chosen impl)
+        # an impl that hands the module over to another one while training (algorithm="auto" declares
+        # ``hands_module_over``) is not tuned itself: the tuner of the impl it hands over to tunes that
+        if not module.bagua_capabilities.tunable_bucket_size or getattr(impl, "hands_module_over", False):
+            return []
         sizes: list[int | None] = [None]
         if type(impl).tensors_to_buckets is AlgorithmImpl.tensors_to_buckets:
             grads = [p.numel() * p.element_size() for _, p in module.bagua_named_parameters()]

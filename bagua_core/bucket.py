@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 import torch
 
+from bagua_core.bucket_ops.centralized import CentralizedSynchronousOp
+from bagua_core.bucket_ops.registry import append_provided_op
 from bagua_core.communication import streams
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -278,10 +280,13 @@ class BaguaBucket:
         ``hierarchical``: reduce inside each node, allreduce among node leaders, broadcast inside the
         node. ``scattergather``: reduce-scatter then allgather. ``compression="MinMaxUInt8"`` (or any
         installed codec's name, ``bagua_core.codecs``): the bytegrad exchange (compressed alltoall +
-        allgather)."""
-        from bagua_core.bucket_ops.centralized import CentralizedSynchronousOp
-
-        return self.append_op(CentralizedSynchronousOp(group, hierarchical, average, scattergather, compression))
+        allgather), provided by the plugin registering this method's name
+        (:mod:`bagua_core.bucket_ops.registry`)."""
+        if compression is not None:
+            self._append_provided(BaguaBucket.append_centralized_synchronous_op, hierarchical=hierarchical,
+                                  average=average, scattergather=scattergather, compression=compression, group=group)
+            return self
+        return self.append_op(CentralizedSynchronousOp(group, hierarchical, average, scattergather))
 
     def append_decentralized_synchronous_op(
         self,
@@ -295,12 +300,10 @@ class BaguaBucket:
         algorithm: ``bucket.flattened_tensor().ensure_bagua_tensor("peer_weight")``) and averaged there
         with the peers; ``op.copy_back_peer_weight(bucket)`` writes the result back. ``peer_selection_mode``:
         ``"all"`` or ``"shift_one"`` (one partner that changes every execution, or every round given to
-        ``op.take_snapshot(bucket, round)``). See ``bagua_core.bucket_ops.decentralized``."""
-        from bagua_core.bucket_ops.decentralized import DecentralizedSynchronousOp
-
-        op = DecentralizedSynchronousOp(group, hierarchical, peer_selection_mode, peer_weight=peer_weight)
-        self.append_op(op)
-        return op
+        ``op.take_snapshot(bucket, round)``). Provided by the plugin registering this method's name
+        (built in: ``bagua_algorithms.decentralized.full_precision_op``)."""
+        return self._append_provided(BaguaBucket.append_decentralized_synchronous_op, peer_weight=peer_weight,
+                                     hierarchical=hierarchical, peer_selection_mode=peer_selection_mode, group=group)
 
     def append_low_precision_decentralized_synchronous_op(
         self,
@@ -315,15 +318,11 @@ class BaguaBucket:
         rank's model as its neighbours know it), ``left_peer_weight`` and ``right_peer_weight`` (the ring
         neighbours'), each a tensor of the bucket's total size starting at the initial weights
         (``bucket.flattened_tensor().ensure_bagua_tensor(...)``); the op updates them in place. Returns
-        the op. See ``bagua_core.bucket_ops.low_precision_decentralized``."""
-        from bagua_core.bucket_ops.low_precision_decentralized import LowPrecisionDecentralizedOp
-
-        from bagua_core.bucket_ops.segment_codec import segment_codec
-
-        op = LowPrecisionDecentralizedOp(group, hierarchical, weight, left_peer_weight, right_peer_weight)
-        op.codec = segment_codec(compression)  # an installed codec's name (ValueError lists them)
-        self.append_op(op)
-        return op
+        the op. Provided by the plugin registering this method's name (built in:
+        ``bagua_algorithms.decentralized.low_precision_op``)."""
+        return self._append_provided(BaguaBucket.append_low_precision_decentralized_synchronous_op, weight=weight,
+                                     left_peer_weight=left_peer_weight, right_peer_weight=right_peer_weight,
+                                     hierarchical=hierarchical, compression=compression, group=group)
 
     def append_asynchronous_model_average_op(
         self,
@@ -339,20 +338,15 @@ class BaguaBucket:
         ``op.lock_weight()`` / ``op.unlock_weight()`` around what reads or writes the weights; start it
         with ``op.start()``, stop it (collectively) with ``op.abort()``. ``averager``: an op returned
         before, to which this bucket is added (one thread and one communicator for several buckets);
-        creating a new op is collective over the whole job. See ``bagua_core.bucket_ops.async_model_average``."""
-        from bagua_core.bucket_ops.async_model_average import AsyncModelAverager, new_async_communicator
+        creating a new op is collective over the whole job. Provided by the plugin registering this
+        method's name (built in: ``bagua_algorithms.async_model_average.averager``)."""
+        return self._append_provided(BaguaBucket.append_asynchronous_model_average_op,
+                                     peer_selection_mode=peer_selection_mode, group=group, averager=averager,
+                                     sync_interval_ms=sync_interval_ms)
 
-        if peer_selection_mode != "all":
-            raise ValueError(f"peer_selection_mode must be 'all', got {peer_selection_mode!r}")
-        if averager is None:
-            if group is None:
-                from bagua_core.process_group import get_default_group
-
-                group = get_default_group()
-            averager = AsyncModelAverager([], new_async_communicator(group.ranks), sync_interval_ms)
-        if all(bucket is not self for bucket in averager.buckets):
-            averager.buckets.append(self)
-        return averager
+    def _append_provided(self, method: Callable, **arguments):
+        # the kind is the documented method's own name, so the core spells out no algorithm's name
+        return append_provided_op(self, method.__name__, **arguments)
 
     def __repr__(self) -> str:
         return f"BaguaBucket({self.name!r}, tensors={len(self.tensors)}, bytes={self.bytes()}, flatten={self.flatten})"

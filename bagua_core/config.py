@@ -7,9 +7,8 @@ options at its top level or in an ``[algorithm]`` table::
     name = "gradient_allreduce"
     hierarchical = false
 
-Errors name the file and each ``field: message``; an unknown name lists every installed algorithm.
-The reserved name ``auto`` selects :mod:`bagua_core.auto` (the fastest drop-in candidate, chosen while
-training).
+Errors name the file and each ``field: message``; an unknown name lists every installed algorithm
+(``auto``, which chooses among the others while training, is one of them: a plugin like the rest).
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ import yaml
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from bagua_core.algorithm import Algorithm, AlgorithmConfig
-from bagua_core.auto import AUTO, AutoAlgorithm, AutoConfig
 from bagua_core.errors_format import format_validation_error
 from bagua_core.exceptions import BaguaConfigError, UnknownNameError
 from bagua_core.plugins import algorithm_registry
@@ -106,15 +104,9 @@ def validate_algorithm_config(data: Mapping[str, Any], source: str | None = None
     where = f"{source}: " if source else ""
     prefix = f"{table}." if table else ""
     name = data.get("name")
-    if name == AUTO:
-        try:
-            return AutoConfig.model_validate(dict(data))
-        except ValidationError as exc:
-            raise BaguaConfigError(format_validation_error(exc, f"{source or 'options'} for algorithm 'auto'", prefix,
-                                                           allowed=AutoConfig.model_fields)) from None
     if not isinstance(name, str):
         available = ", ".join(algorithm_registry.names())
-        raise BaguaConfigError(f"{where}{prefix}name: an algorithm config needs a 'name' (one of: {available}, or auto), "
+        raise BaguaConfigError(f"{where}{prefix}name: an algorithm config needs a 'name' (one of: {available}), "
                                f"got {name!r}")
     try:
         cls = algorithm_registry.get(name)
@@ -174,9 +166,8 @@ def validate_config_file(
 
 
 def algorithm_class_of(name: str) -> type[Algorithm]:
-    """The class selected by ``name``: a registered algorithm, or :class:`~bagua_core.auto.AutoAlgorithm`
-    for ``"auto"``."""
-    return AutoAlgorithm if name == AUTO else algorithm_registry.get(name)
+    """The registered algorithm class selected by ``name`` (``UnknownNameError`` lists the installed ones)."""
+    return algorithm_registry.get(name)
 
 
 def _from_config(config: AlgorithmConfig, optimizers: Sequence[torch.optim.Optimizer]) -> Algorithm:

@@ -129,7 +129,7 @@ def parse_args(argv: list[str] | None, prog: str | None = None) -> tuple[Trainin
     """The training options and the algorithm from the flags and the ``--config`` file. Errors name the
     file and ``table.field``, or the flag; ``--algorithm`` and a file's algorithm together are refused."""
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
-    parser.add_argument("--algorithm", default=None, choices=[*algorithm_registry.names(), "auto"],
+    parser.add_argument("--algorithm", default=None, choices=algorithm_registry.names(),
                         help="registered algorithm name, or auto: the fastest drop-in one, chosen while "
                              "training (default gradient_allreduce)")
     parser.add_argument("--config", default=os.environ.get("BAGUA_CONFIG_FILE"),

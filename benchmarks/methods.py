@@ -64,7 +64,7 @@ def available_methods() -> list[str]:
     """The DDP baselines, then every registered bagua algorithm (gradient_allreduce first), then auto."""
     from bagua_core.plugins import algorithm_registry
 
-    names = [n for n in algorithm_registry.names() if n not in _NOT_WITH_BAGUA]
+    names = [n for n in algorithm_registry.names() if n not in _NOT_WITH_BAGUA and n != AUTO_METHOD]
     names.sort(key=lambda n: (n != "gradient_allreduce", n))
     return list(DDP_METHODS) + names + [AUTO_METHOD]
 

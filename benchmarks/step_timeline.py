@@ -46,7 +46,8 @@ def _around(owner: object, name: str, label) -> None:  # noqa: ANN001
 def install() -> None:
     """Record the start and end of every bucket's operations and of every pipelined round."""
     from bagua_core.bucket import BaguaBucket
-    from bagua_core.bucket_ops import compressed_pipeline, low_precision_decentralized
+    from bagua_algorithms.bytegrad import compressed_pipeline
+    from bagua_algorithms.decentralized import low_precision_op as low_precision_decentralized
 
     _around(BaguaBucket, "execute_ops", lambda bucket, *rest: f"{bucket.name} ops")
     _around(BaguaBucket, "complete_deferred",

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from bagua_core import Algorithm, AlgorithmConfig, BaguaConfigError, Capabilities
-from bagua_core.auto import AutoAlgorithm, candidate_names
+from bagua_algorithms.auto import AutoAlgorithm, candidate_names
 from bagua_core.config import algorithm_config_of
 from tests.distributed import run_workers, run_workers_outcomes
 

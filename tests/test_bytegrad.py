@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 import bagua_core as bagua
 from bagua_algorithms.bytegrad import ByteGradAlgorithm
-from bagua_core.bucket_ops.compressed import compressed_allreduce
+from bagua_algorithms.bytegrad.compressed import compressed_allreduce
 from bagua_core.process_group import get_default_group
 from tests.distributed import run_workers
 from tests.models import SmallNet, batch

@@ -8,11 +8,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from bagua_core import native
 from bagua_core.bucket_ops import pipeline
-from bagua_core.bucket_ops.compressed import CompressedWorkspace, compressed_allreduce_on
-from bagua_core.bucket_ops.segment_codec import SegmentCodec
-from bagua_core.codecs import get_codec
+from bagua_algorithms.bytegrad.compressed import CompressedWorkspace, compressed_allreduce_on
+from bagua_core.codecs import Codec, get_codec
 from bagua_core.native import fallback
 from bagua_core.process_group import get_default_group
 from tests.distributed import run_workers
@@ -41,28 +39,26 @@ def reference(inputs: list[torch.Tensor], average: bool, codec_name: str = "MinM
     return result[:numel]
 
 
-class TorchMinMaxUInt8(SegmentCodec):
-    """MinMaxUInt8 from the torch fallback kernels, none of the fused steps: a plugged-in codec."""
+class TorchMinMaxUInt8(Codec):
+    """MinMaxUInt8 from the torch fallback kernels, only the plain steps (the base class composes every
+    fused one): a plugged-in codec."""
 
+    name = "test_torch_minmax_uint8"
+    bits_per_element = 8
     header_bytes = 8
 
-    def compressed_size(self, numel: int, n_chunks: int = 1) -> int:
-        return native.compressed_size(numel, n_chunks)
+    def encode_headers(self, x, n_chunks, out, *, nonfinite="propagate"):  # noqa: ANN001, ANN201
+        return fallback.headers(x, n_chunks, "raise", out)
 
-    def start(self, values, n_chunks, out, stats=None):  # noqa: ANN001, ANN201
-        fallback.headers(values, n_chunks, "raise", out)
+    def encode_range(self, x, n_chunks, out, begin, end):  # noqa: ANN001, ANN201
+        return fallback.quantise(x, n_chunks, out, begin, end)
 
-    def encode(self, values, n_chunks, out, begin, end, decoded=None):  # noqa: ANN001, ANN201
-        assert decoded is None
-        fallback.quantise(values, n_chunks, out, begin, end)
+    def decode(self, buf, n_chunks, out, *, accumulate=False, begin=0, end=None):  # noqa: ANN001, ANN201
+        return fallback.decompress(buf, n_chunks, out, accumulate, begin, end)
 
-    def decode(self, buf, n_chunks, out, begin=0, end=None, accumulate=False):  # noqa: ANN001, ANN201
-        fallback.decompress(buf, n_chunks, out, accumulate, begin, end)
-
-    def decode_mean(self, bufs, n, out, average, begin=0, end=None, stats=None):  # noqa: ANN001, ANN201
-        assert stats is None
+    def decode_average(self, bufs, n, out, *, average=True, begin=0, end=None):  # noqa: ANN001, ANN201
         parts = list(bufs.view(n, -1).unbind(0)) if isinstance(bufs, torch.Tensor) else bufs
-        fallback.decompress_sum(parts, out, average, begin, end)
+        return fallback.decompress_sum(parts, out, average, begin, end)
 
 
 def _exact(rank: int) -> None:
@@ -93,10 +89,8 @@ def test_exact_world_of_4() -> None:
 
 
 def _nonfinite(rank: int) -> None:
-    from bagua_core.bucket_ops.segment_codec import MinMaxUInt8Codec
-
     comm = get_default_group().get_global_communicator()
-    codec = MinMaxUInt8Codec(nonfinite="propagate")
+    codec = get_codec("MinMaxUInt8")  # BAGUA_NONFINITE unset: propagate
     pipeline.SEGMENT_NUMEL = 64
     x = torch.randn(1000, generator=torch.Generator().manual_seed(rank))
     if rank == 1:

@@ -11,10 +11,9 @@ import torch.distributed as dist
 from pydantic import ValidationError
 
 from bagua_core.bucket_ops import pipeline
-from bagua_core.bucket_ops.compressed import CompressedWorkspace, compressed_allreduce_on
-from bagua_core.bucket_ops.low_precision_decentralized import LowPrecisionDecentralizedOp
-from bagua_core.bucket_ops.segment_codec import MINMAX_UINT8, PluginSegmentCodec, segment_codec
-from bagua_core.codecs import get_codec
+from bagua_algorithms.bytegrad.compressed import CompressedWorkspace, compressed_allreduce_on
+from bagua_algorithms.decentralized.low_precision_op import LowPrecisionDecentralizedOp
+from bagua_core.codecs import Codec, get_codec
 from bagua_core.process_group import get_default_group
 from tests.distributed import run_workers
 from tests.test_bytegrad_exact import reference
@@ -25,7 +24,7 @@ CODECS = ["MinMaxUInt4", "fp16", "bf16", "ScaledSign"]
 def _allreduce_exact(rank: int) -> None:
     comm = get_default_group().get_global_communicator()
     for name in CODECS:
-        codec, workspace = segment_codec(name), CompressedWorkspace()
+        codec, workspace = get_codec(name), CompressedWorkspace()
         for segment_numel in (1 << 19, 64):  # one segment per chunk, then many
             pipeline.SEGMENT_NUMEL = segment_numel
             for numel, average, dtype in ((1001, True, torch.float32), (5, True, torch.float32),
@@ -52,7 +51,7 @@ def _lpd_exact(rank: int) -> None:
         codec = get_codec(name)
         initial = torch.randn(2051, generator=torch.Generator().manual_seed(7))
         op = LowPrecisionDecentralizedOp(None, False, initial.clone(), initial.clone(), initial.clone())
-        op.codec = segment_codec(name)
+        op.codec = get_codec(name)
         x = initial.clone()
         for step in range(2):
             x += torch.randn(initial.numel(), generator=torch.Generator().manual_seed(10 * rank + step)) * 0.1
@@ -115,9 +114,56 @@ def test_unknown_codec_is_refused_naming_the_installed_ones() -> None:
     with pytest.raises(ValidationError, match="unknown codec 'MinMaxUInt3'; available: .*MinMaxUInt4"):
         ByteGradConfig(compression="MinMaxUInt3")
     with pytest.raises(ValueError, match="unknown codec"):
-        segment_codec("MinMaxUInt3")
+        LowPrecisionDecentralizedOp.append_to(None, *(torch.zeros(2) for _ in range(3)), compression="MinMaxUInt3")
+
+
+FUSED_STEPS = ("new_stats", "decode_average_with_stats", "encode_headers_with_stats", "encode_range_decoding",
+               "lpd_difference", "lpd_update")
 
 
 def test_minmax_uint8_keeps_the_native_fused_steps() -> None:
-    assert segment_codec("MinMaxUInt8") is MINMAX_UINT8
-    assert isinstance(segment_codec("fp16"), PluginSegmentCodec)
+    """One codec contract: the registered MinMaxUInt8 (bagua_codecs) carries the native fused steps, the
+    others run on the base class's compositions of their plain steps."""
+    from bagua_codecs import MinMaxUInt8Codec
+
+    minmax, fp16 = get_codec("MinMaxUInt8"), get_codec("fp16")
+    assert type(minmax) is MinMaxUInt8Codec
+    for step in FUSED_STEPS:
+        assert getattr(type(minmax), step) is not getattr(Codec, step), step
+        assert getattr(type(fp16), step) is getattr(Codec, step), step
+
+
+def test_fused_steps_give_the_bytes_of_their_default_compositions() -> None:
+    """MinMaxUInt8's native fused steps against the base class's compositions of its plain steps (the
+    path of a codec without fused steps): the same bytes and values, a short last chunk included."""
+    codec = get_codec("MinMaxUInt8")
+    gen = torch.Generator().manual_seed(3)
+    n, numel = 3, 1000
+    chunk = -(-numel // n)
+    bufs = [codec.encode(torch.randn(chunk, generator=gen) * (k + 1), 1) for k in range(n)]
+    fused_out, plain_out = torch.empty(chunk), torch.empty(chunk)
+    stats = codec.new_stats()
+    codec.decode_average_with_stats(bufs, n, fused_out, stats, average=True)
+    Codec.decode_average_with_stats(codec, bufs, n, plain_out, None, average=True)
+    assert torch.equal(fused_out, plain_out)
+    size = codec.encoded_size(chunk, 1)
+    fused_buf, plain_buf = torch.empty(size, dtype=torch.uint8), torch.empty(size, dtype=torch.uint8)
+    codec.encode_headers_with_stats(fused_out, 1, fused_buf, stats)
+    Codec.encode_headers_with_stats(codec, fused_out, 1, plain_buf, None)
+    for decoded_numel in (chunk, chunk - 7, 0):  # the own chunk, a short last one, one past the end
+        fused_decoded, plain_decoded = torch.full((decoded_numel,), 5.0), torch.full((decoded_numel,), 5.0)
+        for begin, end in ((0, 64), (64, chunk)):
+            codec.encode_range_decoding(fused_out, fused_buf, begin, end, fused_decoded)
+            Codec.encode_range_decoding(codec, fused_out, plain_buf, begin, end, plain_decoded)
+        assert torch.equal(fused_buf, plain_buf) and torch.equal(fused_buf, codec.encode(fused_out, 1))
+        assert torch.equal(fused_decoded, plain_decoded)
+    x, w, left, right = (torch.randn(numel, generator=gen) for _ in range(4))
+    z_fused, z_plain, stats = torch.empty(numel), torch.empty(numel), codec.new_stats()
+    codec.lpd_difference(x, w, left, right, z_fused, stats)
+    Codec.lpd_difference(codec, x, w, left, right, z_plain)
+    assert torch.equal(z_fused, z_plain)
+    sent = codec.encode(z_fused, 1)
+    replicas = [[t.clone() for t in (w, left, right, x)] for _ in range(2)]
+    codec.lpd_update(sent, sent, sent, *replicas[0][:3], replicas[0][3], 0, numel)
+    Codec.lpd_update(codec, sent, sent, sent, *replicas[1][:3], replicas[1][3], 0, numel)
+    assert all(torch.equal(a, b) for a, b in zip(*replicas))

@@ -9,7 +9,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from bagua_algorithms.decentralized import DecentralizedAlgorithm
-from bagua_core.bucket_ops.decentralized import shift_one_peer
+from bagua_algorithms.decentralized.full_precision_op import shift_one_peer
 from tests.distributed import run_workers
 from tests.models import SmallNet, batch
 

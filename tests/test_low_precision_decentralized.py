@@ -104,7 +104,7 @@ def test_equals_reference(world_size: int, local_size: int, cases: list) -> None
 
 
 def _prepared_equals_unprepared(rank: int) -> None:
-    from bagua_core.bucket_ops.low_precision_decentralized import LowPrecisionDecentralizedOp
+    from bagua_algorithms.decentralized.low_precision_op import LowPrecisionDecentralizedOp
 
     os.environ["BAGUA_DEFAULT_BUCKET_SIZE"] = "256"  # several buckets: bucket k+1 is prepared while k runs
     results = []

@@ -13,8 +13,8 @@ A violation is
 
 Allowed: docs (module, class, function and attribute docstrings, comments, ``help=`` texts) and
 defaults: a function parameter's default, a ``default=`` keyword, the value of a ``DEFAULT*`` constant. The
-original's bucket-op names (``append_low_precision_decentralized_synchronous_op``, the op modules
-under ``bagua_core/bucket_ops``) are communication primitives, not algorithms: identifiers count
+original's bucket-op method names (``append_low_precision_decentralized_synchronous_op``, which find
+their ops through the bucket-op registry) are the documented API, not algorithms: identifiers count
 only when they *equal* an algorithm's name.
 
 Not scanned: the ``bagua/`` compatibility package, which mirrors the original's module paths

@@ -4,7 +4,7 @@ differences with the two ring neighbours.
 Every bucket (default bucket size, effective tensors = the weights) keeps the replicas ``w``, ``l``,
 ``r``; after the optimizer step of a communication step (``t % communication_interval == 0``) the
 stepped weights x become ``w + D(C(x + l/3 + r/3 - 5/3 w))`` (see
-``bagua_core.bucket_ops.low_precision_decentralized``). Communicated: one MinMaxUInt8-compressed
+``bagua_algorithms.decentralized.low_precision_op``). Communicated: one MinMaxUInt8-compressed
 copy of each bucket (uint8 payload plus its fp32 min/max) to each ring neighbour. The training thread
 computes each bucket's difference pass while the communication thread exchanges the buckets before
 it. Hierarchical: averaged inside the node first, the ring runs among the node leaders, broadcast inside the node.
@@ -23,10 +23,10 @@ import torch
 from pydantic import field_validator
 
 from bagua_algorithms.decentralized.common import WeightCommunicatingImpl, check_positive_int, is_communication_step
+from bagua_algorithms.decentralized.low_precision_op import LowPrecisionDecentralizedOp
 from bagua_core.algorithm import Algorithm, AlgorithmConfig
 from bagua_core.capabilities import Capabilities
 from bagua_core.bucket import BaguaBucket
-from bagua_core.bucket_ops.low_precision_decentralized import LowPrecisionDecentralizedOp
 from bagua_core.codecs import check_codec_name
 from bagua_core.exceptions import BaguaError
 

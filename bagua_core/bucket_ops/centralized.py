@@ -17,7 +17,6 @@ from bagua_core.communication import (
     reduce_scatter,
 )
 from bagua_core.bucket_ops.hierarchy import hierarchical, resolve_group
-from bagua_core.bucket_ops.segment_codec import segment_codec
 from bagua_core.communication.common import finish_average
 from bagua_core.communication.communicator import BaguaCommunicator
 
@@ -71,7 +70,9 @@ def scattergather_allreduce(tensor: torch.Tensor, group: BaguaProcessGroup, aver
 
 
 class CentralizedSynchronousOp:
-    """Allreduce of the bucket (AVG when ``average``), plain, scatter-gather, hierarchical or compressed."""
+    """Allreduce of the bucket (AVG when ``average``), plain, scatter-gather or hierarchical, in full
+    precision (a compressed allreduce is an algorithm's: ``BaguaBucket.append_centralized_synchronous_op``
+    finds it through the bucket-op registry)."""
 
     def __init__(
         self,
@@ -79,27 +80,17 @@ class CentralizedSynchronousOp:
         hierarchical: bool,
         average: bool,
         scattergather: bool,
-        compression: str | None,
     ) -> None:
-        # an installed codec's name (ValueError lists them), or None: a plain allreduce
-        self.codec = None if compression is None else segment_codec(compression)
         self.group = group
         self.hierarchical = bool(hierarchical)
         self.average = bool(average)
         self.scattergather = bool(scattergather)
-        self.compression = compression
-        self.workspace = None  # the compressed exchange's buffers, kept from step to step
 
     def __call__(self, bucket: BaguaBucket) -> None:
         group = resolve_group(self.group, bucket)
         tensor = bucket.flattened_view()  # one layout check per run
         flattened = tensor is bucket.buffer
-        if self.codec is not None:
-            from bagua_core.bucket_ops.compressed import CompressedWorkspace, compressed_allreduce
-
-            self.workspace = self.workspace or CompressedWorkspace()
-            compressed_allreduce(tensor, group, self.average, self.hierarchical, self.workspace, self.codec)
-        elif self.hierarchical:
+        if self.hierarchical:
             hierarchical_allreduce(tensor, group, self.average)
         elif self.scattergather:
             scattergather_allreduce(tensor, group, self.average)

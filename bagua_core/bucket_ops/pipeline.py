@@ -10,14 +10,15 @@ the sends of segment i read), non-blocking sends to every destination peer (tag 
 the wire while later segments are still being encoded. What to send, where to receive and the
 encode/decode steps are arguments: bytegrad's alltoall and allgather rounds, qadam's momentum
 exchange (the same op) and low_precision_decentralized's neighbour exchange are all rounds of this
-one function, with the codec's kernels (``bagua_core.bucket_ops.segment_codec``) as the steps.
+one function (in their packages), with the steps of a codec (:class:`bagua_core.codecs.Codec`, its
+fused steps where it has them).
 
 Example (send the same compressed payload to both ring neighbours, decode what arrives)::
 
-    >>> segs = segments(numel, codec.compressed_size(numel, 1))
+    >>> segs = segments(numel, codec.encoded_size(numel, 1))
     >>> received = post_receives(comm, segs, [(left, lambda s: from_left[s.lo:s.hi]), ...], TAG)
     >>> sends = exchange_round(comm, segs, [(left, lambda s: mine[s.lo:s.hi]), (right, ...)], received,
-    ...                        encode=lambda s: codec.encode(z, 1, mine, s.begin, s.end),
+    ...                        encode=lambda s: codec.encode_range(z, 1, mine, s.begin, s.end),
     ...                        decode=lambda s: update(s.begin, s.end), tag=TAG)
     >>> wait_all(sends)
 """

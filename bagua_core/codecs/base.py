@@ -16,6 +16,14 @@ slot carry a range (so they can be sent as soon as they are written), and :meth:
 :meth:`decode_average` take the same ranges on the receiving side. Ranges start at multiples of
 ``segment_alignment`` elements (whole payload bytes).
 
+Fused steps (optional; the exchanges call them, and the defaults here compose them from the plain
+steps above, so a codec implementing only the plain steps runs in every exchange with the same bytes):
+:meth:`new_stats` / :meth:`decode_average_with_stats` / :meth:`encode_headers_with_stats` (statistics of
+an averaged chunk gathered while it is written, so its headers need no second pass),
+:meth:`encode_range_decoding` (the own chunk decoded while it is encoded), :meth:`lpd_difference` and
+:meth:`lpd_update` (the replica difference and update of the compressed decentralized ring, one pass
+each). MinMaxUInt8 (``bagua_codecs``) overrides all of them with the native fused kernels.
+
 Non-finite input: a chunk holding NaN/Inf decodes to NaN (``nonfinite="propagate"``, the default, so
 a ``GradScaler`` sees the overflow on every rank) or raises ``NonFiniteError`` (``"raise"``).
 
@@ -34,6 +42,7 @@ from typing import ClassVar
 
 import torch
 
+from bagua_core import native
 from bagua_core.native.layout import check_input, check_nonfinite, check_output
 
 __all__ = ["Codec"]
@@ -155,6 +164,60 @@ class Codec(abc.ABC):
         if acc is not flat:
             flat[begin:end].copy_(acc[begin:end])
         return out
+
+    # --- fused steps of the exchanges (optional: the defaults compose the plain steps) ----------------
+    def new_stats(self) -> torch.Tensor | None:
+        """A fresh accumulator for the statistics :meth:`decode_average_with_stats` gathers and
+        :meth:`encode_headers_with_stats` reads (None, the default: this codec gathers nothing, and
+        those steps are the plain ones). A codec returning one overrides both, and :meth:`lpd_difference`."""
+        return None
+
+    def decode_average_with_stats(self, bufs: Sequence[torch.Tensor] | torch.Tensor, n: int, out: torch.Tensor,
+                                  stats: torch.Tensor | None, *, average: bool = True, begin: int = 0,
+                                  end: int | None = None) -> torch.Tensor:
+        """:meth:`decode_average`, also merging the statistics of the values written into ``stats`` (a
+        :meth:`new_stats` tensor; None when the codec gathers nothing)."""
+        return self.decode_average(bufs, n, out, average=average, begin=begin, end=end)
+
+    def encode_headers_with_stats(self, x: torch.Tensor, n_chunks: int, out: torch.Tensor, stats: torch.Tensor | None,
+                                  *, nonfinite: str = "propagate") -> torch.Tensor:
+        """:meth:`encode_headers`, from ``stats`` gathered while ``x`` was written (one chunk) instead of a
+        pass over ``x``; the same bytes either way."""
+        return self.encode_headers(x, n_chunks, out, nonfinite=nonfinite)
+
+    def encode_range_decoding(self, x: torch.Tensor, out: torch.Tensor, begin: int, end: int,
+                              decoded: torch.Tensor) -> torch.Tensor:
+        """:meth:`encode_range` of the one-chunk ``x`` into ``out``, and the decoded values of
+        ``[begin, end)`` written into ``decoded`` (its elements i < ``decoded.numel()``: a short last chunk
+        of a padded tensor). The default decodes the range from ``out`` after encoding it."""
+        self.encode_range(x, 1, out, begin, end)
+        stop = min(end, decoded.numel())
+        if stop <= begin:
+            return out
+        if decoded.numel() == x.numel():
+            self.decode(out, 1, decoded, begin=begin, end=end)
+        else:  # ``out`` describes x.numel() values: decode into a chunk-sized scratch, keep the prefix
+            scratch = torch.empty(x.numel(), dtype=torch.float32, device=x.device)
+            self.decode(out, 1, scratch, begin=begin, end=end)
+            decoded[begin:stop].copy_(scratch[begin:stop])
+        return out
+
+    def lpd_difference(self, x: torch.Tensor, w: torch.Tensor, left: torch.Tensor, right: torch.Tensor,
+                       z: torch.Tensor, stats: torch.Tensor | None = None) -> torch.Tensor:
+        """``z = x + left/3 + right/3 - (5/3) w`` (fp32, as torch evaluates it), merging the statistics of
+        ``z`` into ``stats`` (a :meth:`new_stats` tensor, or None) in the same pass; the difference the
+        compressed decentralized ring encodes. The default gathers nothing."""
+        return native.lpd_difference(x, w, left, right, z)
+
+    def lpd_update(self, from_left: torch.Tensor, from_right: torch.Tensor, own: torch.Tensor, w: torch.Tensor,
+                   left: torch.Tensor, right: torch.Tensor, x: torch.Tensor | None, begin: int, end: int) -> None:
+        """On ``[begin, end)``: ``left += D(from_left)``, ``right += D(from_right)``, ``w += D(own)`` (one-chunk
+        buffers; ``from_left`` may be ``from_right``), then ``x = w`` when ``x`` is given. The default
+        decodes each buffer with ``accumulate=True``."""
+        for buf, target in ((from_left, left), (from_right, right), (own, w)):
+            self.decode(buf, 1, target, accumulate=True, begin=begin, end=end)
+        if x is not None:
+            x[begin:end].copy_(w[begin:end])
 
     # --- helpers for subclasses ----------------------------------------------------------------------
     def _parts(self, bufs: Sequence[torch.Tensor] | torch.Tensor, n: int, numel: int) -> list[torch.Tensor]:

@@ -39,6 +39,7 @@ from bagua_core.plugins.manager import BaguaPluginManager, get_plugin_manager, r
 from bagua_core.plugins.registry import (  # noqa: E402
     NamedRegistry,
     algorithm_registry,
+    bucket_op_registry,
     codec_registry,
     registration_hooks,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "reset_plugin_manager",
     "NamedRegistry",
     "algorithm_registry",
+    "bucket_op_registry",
     "codec_registry",
     "registration_hooks",
     "ENTRY_POINT_GROUP",

@@ -41,9 +41,11 @@ from bagua_core import env, failure
 from bagua_core.communication import ReduceOp, allreduce_inplace
 from bagua_core.communication.communicator import BaguaCommunicator
 from bagua_core.exceptions import JobFailureError
+from bagua_core.process_group import get_default_group
 
 if TYPE_CHECKING:  # pragma: no cover
     from bagua_core.bucket import BaguaBucket
+    from bagua_core.process_group import BaguaProcessGroup
 
 __all__ = ["AsyncModelAverager", "new_async_communicator"]
 
@@ -71,7 +73,26 @@ def _add_to_bucket(bucket: BaguaBucket, delta: torch.Tensor) -> None:
 
 
 class AsyncModelAverager:
-    """The background averaging loop over ``buckets`` of weights (effective tensor = the weight)."""
+    """The background averaging loop over ``buckets`` of weights (effective tensor = the weight).
+    Registered for ``BaguaBucket.append_asynchronous_model_average_op`` (hook ``bagua_register_bucket_ops``)."""
+
+    name = "append_asynchronous_model_average_op"
+    """The ``BaguaBucket`` method this averager serves."""
+
+    @classmethod
+    def append_to(cls, bucket: BaguaBucket, peer_selection_mode: str, group: BaguaProcessGroup | None = None,
+                  averager: AsyncModelAverager | None = None, sync_interval_ms: int = 500) -> AsyncModelAverager:
+        """Add ``bucket`` to ``averager``, or to a new one over ``group`` (collective over the whole job);
+        nothing is appended to the bucket's operations (the averaging runs in the background)."""
+        if peer_selection_mode != "all":
+            raise ValueError(f"peer_selection_mode must be 'all', got {peer_selection_mode!r}")
+        if averager is None:
+            if group is None:
+                group = get_default_group()
+            averager = cls([], new_async_communicator(group.ranks), sync_interval_ms)
+        if all(other is not bucket for other in averager.buckets):
+            averager.buckets.append(bucket)
+        return averager
 
     def __init__(self, buckets: list[BaguaBucket], comm: BaguaCommunicator, sync_interval_ms: int) -> None:
         self.buckets = buckets

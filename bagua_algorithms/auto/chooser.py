@@ -1,5 +1,5 @@
 """The impl behind ``algorithm="auto"``: runs the candidates in turn, times their steps, agrees on the
-fastest and hands the module over to it (rule and communication: ``bagua_core.auto``)."""
+fastest and hands the module over to it (rule and communication: ``bagua_algorithms.auto``)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from bagua_algorithms.auto.link import measure_link
 from bagua_core.algorithm import Algorithm, AlgorithmImpl
-from bagua_core.auto.link import measure_link
 from bagua_core.bucket import BaguaBucket
 from bagua_core.capabilities import capabilities_of
 from bagua_core.communication import ReduceOp, allreduce_inplace, broadcast
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bagua_core.auto import AutoAlgorithm
+    from bagua_algorithms.auto import AutoAlgorithm
 
 __all__ = ["AutoImpl"]
 
@@ -28,6 +28,10 @@ logger = logging.getLogger("bagua.auto")
 class AutoImpl(AlgorithmImpl):
     """Delegates every hook to the current candidate's impl; its ``need_reset`` (asked before every
     forward) drives the schedule. Once decided, ``module.bagua_algorithm`` is the chosen impl."""
+
+    hands_module_over = True
+    """Read by ``bagua_core.autotune``: this impl hands the module to the chosen impl, which is tuned
+    (if its capabilities allow) once it runs the module by itself; this one is never tuned."""
 
     def __init__(self, process_group: Any, auto: AutoAlgorithm) -> None:
         super().__init__(process_group)

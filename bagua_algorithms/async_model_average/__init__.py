@@ -4,7 +4,8 @@ During the first ``warmup_steps`` steps: plain gradient allreduce (AVG, full pre
 background thread every ``sync_interval_ms`` snapshots the weights, allreduces the snapshot (SUM, in
 the weights' dtype, on a torch process group of its own) and under the weight lock applies
 ``x += reduced / n - snapshot``, keeping the local progress made since the snapshot
-(``bagua_core.bucket_ops.async_model_average``). The training thread holds the weight lock from the
+(:mod:`bagua_algorithms.async_model_average.averager`, registered for
+``BaguaBucket.append_asynchronous_model_average_op``). The training thread holds the weight lock from the
 forward pre-hook until its optimizers have stepped (until the end of backward when it has none), so
 an averaging update never interleaves with an optimizer update; an update that finished meanwhile is
 applied at the next forward.
@@ -32,11 +33,11 @@ from typing import Literal
 import torch
 from pydantic import field_validator
 
+from bagua_algorithms.async_model_average.averager import AsyncModelAverager, new_async_communicator
 from bagua_core import env, failure
 from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl, split_into_buckets
 from bagua_core.capabilities import Capabilities
 from bagua_core.bucket import BaguaBucket
-from bagua_core.bucket_ops.async_model_average import AsyncModelAverager, new_async_communicator
 from bagua_core.plugins import hookimpl
 
 __all__ = ["AsyncModelAverageAlgorithm", "AsyncModelAverageAlgorithmImpl", "AsyncModelAverageConfig"]
@@ -221,3 +222,8 @@ class AsyncModelAverageAlgorithm(Algorithm):
 @hookimpl
 def bagua_register_algorithms() -> list[type[Algorithm]]:
     return [AsyncModelAverageAlgorithm]
+
+
+@hookimpl
+def bagua_register_bucket_ops() -> list[type]:
+    return [AsyncModelAverager]

@@ -10,9 +10,9 @@ neighbour's), all starting at the bucket's initial weights. Run after the optimi
 
 Communicated: ``C(z)``, the MinMaxUInt8 compression of the whole bucket (one min/max), about
 ``numel`` bytes to each of the two neighbours (one message stream when they are the same rank).
-Pipelined (``bagua_core.bucket_ops.pipeline``, the exchange bytegrad's uses): z and its min/max in
-one pass, then each segment of C(z) is quantised and sent while the next one is, and each received
-segment updates l, r, w and x in one pass while later ones travel. Hierarchical: the weights are
+Pipelined (``bagua_core.bucket_ops.pipeline``, the core's exchange engine, which bytegrad's uses
+too): z and its min/max in one pass, then each segment of C(z) is quantised and sent while the next
+one is, and each received segment updates l, r, w and x in one pass while later ones travel. Hierarchical: the weights are
 averaged inside the node (reduce to the leader) first, the ring runs among the node leaders, and
 the result is broadcast in the node.
 
@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING
 import torch
 from torch.autograd.graph import increment_version
 
-from bagua_core import native
+from bagua_core import env
 from bagua_core.bucket_ops.pipeline import exchange_round, post_receives, segments, wait_all
-from bagua_core.bucket_ops.segment_codec import MINMAX_UINT8, SegmentCodec
+from bagua_core.codecs import DEFAULT_CODEC, Codec, check_codec_name, get_codec
 from bagua_core.bucket_ops.hierarchy import hierarchical, resolve_group
 from bagua_core.communication.common import record
 from bagua_core.communication.communicator import BaguaCommunicator
@@ -47,10 +47,14 @@ _TAG = 0x6c70_0000  # point-to-point tags of the ring exchange: _TAG + segment i
 
 
 class LowPrecisionDecentralizedOp:
-    """One round of low-precision decentralized averaging of a bucket of weights."""
+    """One round of low-precision decentralized averaging of a bucket of weights. Registered for
+    ``BaguaBucket.append_low_precision_decentralized_synchronous_op`` (hook ``bagua_register_bucket_ops``)."""
 
-    codec: SegmentCodec = MINMAX_UINT8
-    """How z is compressed (the steps of the pipelined exchange)."""
+    name = "append_low_precision_decentralized_synchronous_op"
+    """The ``BaguaBucket`` method this op serves."""
+    codec: Codec
+    """How z is compressed (a registered :class:`~bagua_core.codecs.Codec`; its fused steps where it has
+    them): ``compression`` of :meth:`append_to`, the registered ``DEFAULT_CODEC`` unless set."""
 
     def __init__(
         self,
@@ -69,6 +73,7 @@ class LowPrecisionDecentralizedOp:
                                  f"{replica.dtype}; create it with bucket.flattened_tensor().float()")
         self.group = group
         self.hierarchical = bool(hierarchical)
+        self.codec = get_codec(DEFAULT_CODEC)
         # the algorithm's tensors, updated in place (1-D views)
         self.weight = weight.detach().view(-1)
         self.left_peer_weight = left_peer_weight.detach().view(-1)
@@ -76,9 +81,18 @@ class LowPrecisionDecentralizedOp:
         self._buffers: tuple[torch.Tensor, ...] | None = None
         self._prepared: tuple[torch.Tensor, torch.Tensor] | None = None  # (flat, x) of a prepared round
 
+    @classmethod
+    def append_to(cls, bucket: BaguaBucket, weight: torch.Tensor, left_peer_weight: torch.Tensor,
+                  right_peer_weight: torch.Tensor, hierarchical: bool = True, compression: str = "MinMaxUInt8",
+                  group: BaguaProcessGroup | None = None) -> LowPrecisionDecentralizedOp:
+        op = cls(group, hierarchical, weight, left_peer_weight, right_peer_weight)
+        op.codec = get_codec(check_codec_name(compression))  # an installed codec's name (ValueError lists them)
+        bucket.append_op(op)
+        return op
+
     def _workspace(self, numel: int) -> tuple[torch.Tensor, ...]:
         """``(z, sent, from_left, from_right)``, kept from round to round."""
-        size = self.codec.compressed_size(numel, 1)
+        size = self.codec.encoded_size(numel, 1)
         if self._buffers is None or self._buffers[0].numel() != numel or self._buffers[1].numel() != size:
             self._buffers = None
             self._buffers = (torch.empty(numel, dtype=torch.float32, device=self.weight.device),
@@ -89,8 +103,8 @@ class LowPrecisionDecentralizedOp:
         """z = x + l/3 + r/3 - (5/3) w and its header (one pass for z and its min/max)."""
         z, sent = self._workspace(x.numel())[:2]
         stats = self.codec.new_stats()
-        native.lpd_difference(x, self.weight, self.left_peer_weight, self.right_peer_weight, z, stats)
-        self.codec.start(z, 1, sent, stats)
+        self.codec.lpd_difference(x, self.weight, self.left_peer_weight, self.right_peer_weight, z, stats)
+        self.codec.encode_headers_with_stats(z, 1, sent, stats, nonfinite=env.get_nonfinite_policy())
 
     def _ring_step(self, x: torch.Tensor, comm: BaguaCommunicator, prepared: bool = False) -> None:
         w, left, right, codec = self.weight, self.left_peer_weight, self.right_peer_weight, self.codec
@@ -100,10 +114,10 @@ class LowPrecisionDecentralizedOp:
             if x.device.type == "cpu":
                 if not prepared:
                     self._difference(x)
-                codec.encode(z, 1, sent, 0, numel)
+                codec.encode_range(z, 1, sent, 0, numel)
             else:
-                native.lpd_difference(x, w, left, right, z)
-                codec.compress(z, 1, sent)
+                codec.lpd_difference(x, w, left, right, z)
+                codec.encode(z, 1, out=sent, nonfinite=env.get_nonfinite_policy())
             from_left, from_right = _exchange_whole(sent, from_left, from_right, comm) if n > 1 else (sent, sent)
             codec.lpd_update(from_left, from_right, sent, w, left, right, x, 0, numel)
             return
@@ -121,7 +135,7 @@ class LowPrecisionDecentralizedOp:
             record("send", sent)
         sends = exchange_round(
             comm, segs, [(peer, lambda s: sent[s.lo : s.hi]) for peer, _ in peers], received,
-            lambda s: codec.encode(z, 1, sent, s.begin, s.end),
+            lambda s: codec.encode_range(z, 1, sent, s.begin, s.end),
             lambda s: codec.lpd_update(from_left, from_right, sent, w, left, right, x, s.begin, s.end), _TAG,
         )
         wait_all(sends)

@@ -1,5 +1,10 @@
 """``bytegrad``: gradient allreduce with MinMaxUInt8 compression, every rank bit-identical.
 
+The exchange lives in this package: :mod:`bagua_algorithms.bytegrad.compressed` (the bucket op and the
+plain exchange) and :mod:`bagua_algorithms.bytegrad.compressed_pipeline` (its two rounds over the core's
+pipelined exchange); the op is registered for ``BaguaBucket.append_centralized_synchronous_op`` with a
+codec (hook ``bagua_register_bucket_ops``), which qadam's momentum exchange uses too.
+
 Communicated: each bucket of gradients as uint8 (plus an fp32 min/max per chunk): the bucket is
 padded to a multiple of the number of ranks n (repeating its last value) and split into n chunks; each chunk is compressed and sent to its owner (alltoall), which averages (or sums) the
 decompressed chunks in fp32, compresses the result again and allgathers it; every rank decompresses
@@ -17,15 +22,17 @@ from __future__ import annotations
 
 from typing import Literal
 
-from bagua_algorithms.gradient_allreduce import GradientAllReduceAlgorithmImpl
 from pydantic import field_validator
+
+from bagua_algorithms.bytegrad.compressed import CompressedAllReduceOp
+from bagua_algorithms.gradient_allreduce import GradientAllReduceAlgorithmImpl
 
 from bagua_core.algorithm import Algorithm, AlgorithmConfig
 from bagua_core.capabilities import Capabilities
 from bagua_core.codecs import check_codec_name
 from bagua_core.plugins import hookimpl
 
-__all__ = ["ByteGradAlgorithm", "ByteGradAlgorithmImpl", "ByteGradConfig"]
+__all__ = ["ByteGradAlgorithm", "ByteGradAlgorithmImpl", "ByteGradConfig", "CompressedAllReduceOp"]
 
 
 class ByteGradConfig(AlgorithmConfig):
@@ -70,3 +77,8 @@ class ByteGradAlgorithm(Algorithm):
 @hookimpl
 def bagua_register_algorithms() -> list[type[Algorithm]]:
     return [ByteGradAlgorithm]
+
+
+@hookimpl
+def bagua_register_bucket_ops() -> list[type]:
+    return [CompressedAllReduceOp]

@@ -1,4 +1,5 @@
-"""The bytegrad exchange: an allreduce of MinMaxUInt8-compressed chunks, every rank bit-identical.
+"""The bytegrad exchange: an allreduce of compressed chunks (any codec; MinMaxUInt8 by default), every
+rank bit-identical.
 
 Non-hierarchical, over the group's n ranks: pad the tensor to a multiple of n (repeating its last
 value), split it into n chunks and compress each (one uint8 slot per chunk, with its fp32 min/max);
@@ -13,7 +14,7 @@ The buffers (uint8 send/receive/gather slots, the own chunk in the tensor's dtyp
 :class:`CompressedWorkspace` that a bucket keeps from step to step, so large allocations do not
 page-fault every step; the result is decompressed straight into the tensor.
 
-Hierarchical (:func:`bagua_core.bucket_ops.hierarchy.hierarchical`): reduce (AVG when averaging, else
+Hierarchical (:func:`bagua_core.bucket_ops.hierarchy.hierarchical`, the core's pattern): reduce (AVG when averaging, else
 SUM) to the node leader, run the compressed exchange among the node leaders (the inter-node
 communicator), then broadcast inside the node (full precision on both intra-node legs).
 
@@ -29,22 +30,24 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from bagua_algorithms.bytegrad.compressed_pipeline import pipelined_exchange
 from bagua_core.bucket_ops import hierarchy
-from bagua_core.bucket_ops.compressed_pipeline import pipelined_exchange
-from bagua_core.bucket_ops.segment_codec import MINMAX_UINT8, SegmentCodec
+from bagua_core import env
+from bagua_core.codecs import DEFAULT_CODEC, Codec, check_codec_name, get_codec
 from bagua_core.communication import ReduceOp, allgather, alltoall
 from bagua_core.communication.communicator import BaguaCommunicator
 
 if TYPE_CHECKING:  # pragma: no cover
+    from bagua_core.bucket import BaguaBucket
     from bagua_core.process_group import BaguaProcessGroup
 
-__all__ = ["CompressedWorkspace", "compressed_allreduce", "compressed_allreduce_on"]
+__all__ = ["CompressedAllReduceOp", "CompressedWorkspace", "compressed_allreduce", "compressed_allreduce_on"]
 
 
 class CompressedWorkspace:
     """The buffers of one exchange shape (numel, n, dtype, device), reused while the shape stays.
 
-    ``sent``/``received``/``gathered``: uint8, ``compressed_size(n * chunk, n)`` bytes; ``own``: the
+    ``sent``/``received``/``gathered``: uint8, ``codec.encoded_size(n * chunk, n)`` bytes; ``own``: the
     averaged chunk (``chunk`` elements, the tensor's dtype); ``own_compressed``: its one slot;
     ``tail``: the chunks that are not full, padded with the tensor's last value (only when
     ``n * chunk > numel``).
@@ -58,13 +61,12 @@ class CompressedWorkspace:
     def __init__(self) -> None:
         self._key: tuple | None = None
 
-    def buffers(self, numel: int, n: int, dtype: torch.dtype, device: torch.device,
-                codec: SegmentCodec = MINMAX_UINT8) -> CompressedWorkspace:
-        key = (numel, n, dtype, device, codec.name, codec.compressed_size(n, n))
+    def buffers(self, numel: int, n: int, dtype: torch.dtype, device: torch.device, codec: Codec) -> CompressedWorkspace:
+        key = (numel, n, dtype, device, codec.name, codec.encoded_size(n, n))
         if key != self._key:
             self._key = None  # free the old buffers before allocating the new ones
             chunk = -(-numel // n)
-            size = codec.compressed_size(chunk * n, n)
+            size = codec.encoded_size(chunk * n, n)
             self.chunk = chunk
             self.sent = torch.empty(size, dtype=torch.uint8, device=device)
             self.received = torch.empty_like(self.sent)
@@ -94,14 +96,15 @@ def _pieces(flat: torch.Tensor, n: int, ws: CompressedWorkspace) -> list[tuple[t
 
 def compressed_allreduce_on(
     tensor: torch.Tensor, comm: BaguaCommunicator, average: bool = True, workspace: CompressedWorkspace | None = None,
-    codec: SegmentCodec = MINMAX_UINT8,
+    codec: Codec | None = None,
 ) -> None:
     """The bytegrad exchange of the contiguous float tensor ``tensor`` over ``comm``, in place.
 
-    Sends the codec's slots (MinMaxUInt8: fp32 min/max + one byte per value): an alltoall, then an
+    Sends the slots of ``codec`` (a :class:`~bagua_core.codecs.Codec`; None: the registered
+    ``DEFAULT_CODEC``, MinMaxUInt8: fp32 min/max + one byte per value): an alltoall, then an
     allgather, pipelined for fp32 CPU tensors. ``workspace`` keeps the buffers for the next call of
     the same shape (a fresh one when omitted). The own chunk goes through compression too, so with
-    one rank the result is ``D(C(x))``."""
+    one rank the result is ``D(C(x))``. Non-finite values follow ``BAGUA_NONFINITE``."""
     if not tensor.is_contiguous():
         raise ValueError("compressed_allreduce needs a contiguous tensor")
     flat = tensor.view(-1)
@@ -109,17 +112,19 @@ def compressed_allreduce_on(
     numel = flat.numel()
     if numel == 0:
         return
+    codec = codec or get_codec(DEFAULT_CODEC)
     ws = (workspace or CompressedWorkspace()).buffers(numel, n, flat.dtype, flat.device, codec)
     if n > 1 and pipelined_exchange(flat, comm, average, ws, _pieces(flat, n, ws), codec):
         return
+    nonfinite = env.get_nonfinite_policy()
     for values, chunks, slots in _pieces(flat, n, ws):
-        codec.compress(values, chunks, slots)
+        codec.encode(values, chunks, out=slots, nonfinite=nonfinite)
     if n > 1:
         alltoall(ws.sent, ws.received, comm=comm)
     else:
         ws.received.copy_(ws.sent)
-    codec.decode_mean(ws.received, n, ws.own, average)
-    codec.compress(ws.own, 1, ws.own_compressed)
+    codec.decode_average(ws.received, n, ws.own, average=average)
+    codec.encode(ws.own, 1, out=ws.own_compressed, nonfinite=nonfinite)
     if n > 1:
         allgather(ws.own_compressed, ws.gathered, comm=comm)
     else:
@@ -134,7 +139,7 @@ def compressed_allreduce(
     average: bool = True,
     hierarchical: bool = False,
     workspace: CompressedWorkspace | None = None,
-    codec: SegmentCodec = MINMAX_UINT8,
+    codec: Codec | None = None,
 ) -> None:
     """Bytegrad allreduce of ``tensor`` over ``group`` in place (AVG when ``average``, else SUM)."""
     if not hierarchical:
@@ -142,3 +147,34 @@ def compressed_allreduce(
         return
     hierarchy.hierarchical(tensor, group, lambda inter: compressed_allreduce_on(tensor, inter, average, workspace, codec),
                  ReduceOp.AVG if average else ReduceOp.SUM)
+
+
+class CompressedAllReduceOp:
+    """The bucket op of ``BaguaBucket.append_centralized_synchronous_op(compression=<codec>)``: the
+    exchange above over the bucket (AVG when ``average``), with a workspace kept from step to step.
+    Registered for that method through ``bagua_register_bucket_ops`` (``scattergather`` does not apply:
+    the exchange is already a reduce-scatter and an allgather)."""
+
+    name = "append_centralized_synchronous_op"
+    """The ``BaguaBucket`` method this op serves (when it is given a codec)."""
+
+    def __init__(self, group: BaguaProcessGroup | None, hierarchical: bool, average: bool, compression: str) -> None:
+        self.codec = get_codec(check_codec_name(compression))  # an installed codec (ValueError lists them)
+        self.group = group
+        self.hierarchical = bool(hierarchical)
+        self.average = bool(average)
+        self.compression = compression
+        self.workspace = CompressedWorkspace()
+
+    @classmethod
+    def append_to(cls, bucket: BaguaBucket, hierarchical: bool = False, average: bool = True,
+                  scattergather: bool = False, compression: str = "MinMaxUInt8",
+                  group: BaguaProcessGroup | None = None) -> BaguaBucket:
+        return bucket.append_op(cls(group, hierarchical, average, compression))
+
+    def __call__(self, bucket: BaguaBucket) -> None:
+        group = hierarchy.resolve_group(self.group, bucket)
+        tensor = bucket.flattened_view()
+        compressed_allreduce(tensor, group, self.average, self.hierarchical, self.workspace, self.codec)
+        if tensor is not bucket.buffer:
+            bucket.write_back(tensor)

@@ -1,5 +1,5 @@
-"""``algorithm="auto"``: the core picks, while the first steps train, the fastest installed algorithm
-that keeps the optimizer's semantics.
+"""``algorithm="auto"``: a registered algorithm (entry point ``auto``, like every other) that picks,
+while the first steps train, the fastest installed algorithm that keeps the optimizer's semantics.
 
 Candidates: every installed algorithm whose ``capabilities`` say ``keeps_optimizer_semantics`` and that
 needs nothing special (no optimizer of its own, no stepping inside backward, no background work, equal
@@ -10,7 +10,7 @@ takes part as soon as it is installed. On a single node (every rank on one host:
 is tried with ``hierarchical=False``: hierarchically it would compress nothing there (only between
 nodes), so the variant that compresses on the network found is the one worth timing.
 
-Rule (:mod:`bagua_core.auto.chooser`): the first candidate trains ``warmup_steps`` steps; then each
+Rule (:mod:`bagua_algorithms.auto.chooser`): the first candidate trains ``warmup_steps`` steps; then each
 candidate trains ``trial_steps`` steps in turn (the first step of a trial, which rebuilds the buckets,
 is not timed); the step time of a candidate is the median of its timed steps, the MAX over the ranks
 (the slowest rank sets the pace). Rank 0 picks the smallest and broadcasts its index; every rank
@@ -20,8 +20,8 @@ each candidate's declared ``relative_bytes`` are logged on logger ``bagua.auto``
 ``model.bagua_auto_result``; ``model.bagua_algorithm`` is then the chosen algorithm's impl.
 
 Communicated: during the trials, what each candidate communicates; at the decision, 6 small and 3
-model-sized allreduces (the link figures, :mod:`bagua_core.auto.link`), one float64 allreduce (MAX) per candidate and one int64
-broadcast, on the group's communication thread, at the same step on every rank (the schedule is a
+model-sized allreduces (the link figures, :mod:`bagua_algorithms.auto.link`), one float64 allreduce (MAX) per candidate and
+one int64 broadcast, on the group's communication thread, at the same step on every rank (the schedule is a
 function of the step count, and the candidate list is compared across ranks by ``with_bagua``).
 
 Example::
@@ -40,21 +40,23 @@ from typing import Any, Literal
 import torch
 from pydantic import Field, field_validator
 
-from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
+from bagua_algorithms.auto.chooser import AutoImpl
+from bagua_core.algorithm import Algorithm, AlgorithmConfig
 from bagua_core.capabilities import Capabilities, auto_candidate
 from bagua_core.exceptions import BaguaConfigError
-from bagua_core.plugins import algorithm_registry
+from bagua_core.plugins import algorithm_registry, hookimpl
 from bagua_core.single_node import defaults_to_hierarchical, on_one_node, without_hierarchy
 
 __all__ = ["AUTO", "AutoConfig", "AutoAlgorithm", "candidate_names"]
 
 AUTO = "auto"
-"""The reserved algorithm name that selects this (not a registered algorithm)."""
+"""The name this algorithm is registered by."""
 
 
 def candidate_names() -> list[str]:
-    """The installed algorithms ``auto`` may choose, in name order."""
-    return [name for name in algorithm_registry.names() if auto_candidate(algorithm_registry.get(name))]
+    """The installed algorithms ``auto`` may choose, in name order (never ``auto`` itself)."""
+    return [name for name in algorithm_registry.names()
+            if algorithm_registry.get(name) is not AutoAlgorithm and auto_candidate(algorithm_registry.get(name))]
 
 
 class AutoConfig(AlgorithmConfig):
@@ -110,9 +112,7 @@ class AutoAlgorithm(Algorithm):
         return {**super().canonical_options(),
                 "candidates": {d.name: d.canonical_options() for d in self.declarations}}
 
-    def reify(self, process_group: Any) -> AlgorithmImpl:
-        from bagua_core.auto.chooser import AutoImpl
-
+    def reify(self, process_group: Any) -> AutoImpl:
         return AutoImpl(process_group, self)
 
 
@@ -124,3 +124,8 @@ def _build(name: str, optimizers: Sequence[torch.optim.Optimizer], on_one_node: 
     except Exception as exc:
         raise BaguaConfigError(f"algorithm 'auto': candidate {name!r} cannot be built with its default options: "
                                f"{type(exc).__name__}: {exc}") from exc
+
+
+@hookimpl
+def bagua_register_algorithms() -> list[type[Algorithm]]:
+    return [AutoAlgorithm]
