@@ -70,33 +70,11 @@ FIRST_PARTY = {package: ROOT for package in
                 "benchmarks")}
 FIRST_PARTY["bagua_local_sgd"] = ROOT / "plugins_example"
 
-# Known exception, removed when branch i21core merges: BaguaBucket.append_*_op imports the ops of the
-# algorithms from bagua_core/bucket_ops (which import the bucket back), and bagua_core/auto's package
-# and its chooser import each other. i21core moves those ops into the algorithm packages behind a
-# registry, auto into bagua_algorithms and segment_codec into the codecs; then delete KNOWN_CIRCLE and
-# its use below. A circle counts as known only if every module of it is listed here.
-KNOWN_CIRCLE = frozenset({
-    "bagua_core.auto",
-    "bagua_core.auto.chooser",
-    "bagua_core.bucket",
-    "bagua_core.bucket_ops.async_model_average",
-    "bagua_core.bucket_ops.centralized",
-    "bagua_core.bucket_ops.compressed",
-    "bagua_core.bucket_ops.compressed_pipeline",
-    "bagua_core.bucket_ops.decentralized",
-    "bagua_core.bucket_ops.hierarchy",
-    "bagua_core.bucket_ops.low_precision_decentralized",
-})
-
-
 def test_no_import_circles() -> None:
     graph = ImportGraph(find_modules(FIRST_PARTY))
     circles = graph.circles()
-    unknown = [c for c in circles if not set(c) <= KNOWN_CIRCLE]
-    assert not unknown, "import circles (break them by putting the code where it belongs):\n" + "\n".join(
-        graph.describe(c, ROOT) for c in unknown)
-    assert circles, ("the known circle through bagua_core.bucket and bagua_core.bucket_ops is gone: "
-                     "delete KNOWN_CIRCLE in tests/test_core_import_graph.py")
+    assert not circles, "import circles (break them by putting the code where it belongs):\n" + "\n".join(
+        graph.describe(c, ROOT) for c in circles)
 
 
 def _plant(tmp_path: pathlib.Path, files: dict[str, str]) -> ImportGraph:

@@ -7,7 +7,7 @@ import logging
 import statistics
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -17,8 +17,6 @@ from bagua_core.bucket import BaguaBucket
 from bagua_core.capabilities import capabilities_of
 from bagua_core.communication import ReduceOp, allreduce_inplace, broadcast
 
-if TYPE_CHECKING:  # pragma: no cover
-    from bagua_algorithms.auto import AutoAlgorithm
 
 __all__ = ["AutoImpl"]
 
@@ -33,7 +31,7 @@ class AutoImpl(AlgorithmImpl):
     """Read by ``bagua_core.autotune``: this impl hands the module to the chosen impl, which is tuned
     (if its capabilities allow) once it runs the module by itself; this one is never tuned."""
 
-    def __init__(self, process_group: Any, auto: AutoAlgorithm) -> None:
+    def __init__(self, process_group: Any, auto: Algorithm) -> None:  # auto: the package's AutoAlgorithm
         super().__init__(process_group)
         self.auto = auto
         self.index = 0

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from bagua_algorithms.bytegrad.compressed_pipeline import pipelined_exchange
+from bagua_algorithms.bytegrad.workspace import CompressedWorkspace
 from bagua_core.bucket_ops import hierarchy
 from bagua_core import env
 from bagua_core.codecs import DEFAULT_CODEC, Codec, check_codec_name, get_codec
@@ -42,41 +43,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from bagua_core.process_group import BaguaProcessGroup
 
 __all__ = ["CompressedAllReduceOp", "CompressedWorkspace", "compressed_allreduce", "compressed_allreduce_on"]
-
-
-class CompressedWorkspace:
-    """The buffers of one exchange shape (numel, n, dtype, device), reused while the shape stays.
-
-    ``sent``/``received``/``gathered``: uint8, ``codec.encoded_size(n * chunk, n)`` bytes; ``own``: the
-    averaged chunk (``chunk`` elements, the tensor's dtype); ``own_compressed``: its one slot;
-    ``tail``: the chunks that are not full, padded with the tensor's last value (only when
-    ``n * chunk > numel``).
-
-    Example::
-
-        >>> workspace = CompressedWorkspace()
-        >>> compressed_allreduce_on(grads, comm, workspace=workspace)   # every step, same workspace
-    """
-
-    def __init__(self) -> None:
-        self._key: tuple | None = None
-
-    def buffers(self, numel: int, n: int, dtype: torch.dtype, device: torch.device, codec: Codec) -> CompressedWorkspace:
-        key = (numel, n, dtype, device, codec.name, codec.encoded_size(n, n))
-        if key != self._key:
-            self._key = None  # free the old buffers before allocating the new ones
-            chunk = -(-numel // n)
-            size = codec.encoded_size(chunk * n, n)
-            self.chunk = chunk
-            self.sent = torch.empty(size, dtype=torch.uint8, device=device)
-            self.received = torch.empty_like(self.sent)
-            self.gathered = torch.empty_like(self.sent)
-            self.own = torch.empty(chunk, dtype=dtype, device=device)
-            self.own_compressed = torch.empty(size // n, dtype=torch.uint8, device=device)
-            tail = chunk * n - (numel // chunk) * chunk  # the chunks that are not full, padded
-            self.tail = torch.empty(tail, dtype=dtype, device=device) if chunk * n > numel else None
-            self._key = key
-        return self
 
 
 def _pieces(flat: torch.Tensor, n: int, ws: CompressedWorkspace) -> list[tuple[torch.Tensor, int, torch.Tensor]]:

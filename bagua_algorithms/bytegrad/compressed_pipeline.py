@@ -31,7 +31,7 @@ from bagua_core.communication.common import record
 from bagua_core.communication.communicator import BaguaCommunicator
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bagua_algorithms.bytegrad.compressed import CompressedWorkspace
+    from bagua_algorithms.bytegrad.workspace import CompressedWorkspace
 
 __all__ = ["pipelined_exchange"]
 

@@ -18,10 +18,10 @@ from bagua_core.communication import (
 )
 from bagua_core.bucket_ops.hierarchy import hierarchical, resolve_group
 from bagua_core.communication.common import finish_average
+from bagua_core.bucket_ops.operand import BucketOperand
 from bagua_core.communication.communicator import BaguaCommunicator
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bagua_core.bucket import BaguaBucket
     from bagua_core.process_group import BaguaProcessGroup
 
 __all__ = ["CentralizedSynchronousOp", "hierarchical_allreduce", "start_allreduce_in_pieces"]
@@ -86,7 +86,7 @@ class CentralizedSynchronousOp:
         self.average = bool(average)
         self.scattergather = bool(scattergather)
 
-    def __call__(self, bucket: BaguaBucket) -> None:
+    def __call__(self, bucket: BucketOperand) -> None:
         group = resolve_group(self.group, bucket)
         tensor = bucket.flattened_view()  # one layout check per run
         flattened = tensor is bucket.buffer

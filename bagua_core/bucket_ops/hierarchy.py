@@ -21,16 +21,16 @@ from typing import TYPE_CHECKING
 import torch
 
 from bagua_core.communication import ReduceOp, broadcast, reduce_inplace
+from bagua_core.bucket_ops.operand import BucketOperand
 from bagua_core.communication.communicator import BaguaCommunicator
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bagua_core.bucket import BaguaBucket
     from bagua_core.process_group import BaguaProcessGroup
 
 __all__ = ["hierarchical", "resolve_group"]
 
 
-def resolve_group(op_group: BaguaProcessGroup | None, bucket: BaguaBucket) -> BaguaProcessGroup:
+def resolve_group(op_group: BaguaProcessGroup | None, bucket: BucketOperand) -> BaguaProcessGroup:
     """The group an operation runs on: its own (``group=`` when it was appended), else the bucket's
     (the wrapped module's), else the default group.
 
