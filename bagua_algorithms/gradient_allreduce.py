@@ -17,9 +17,9 @@ from typing import Literal
 
 import torch
 
-from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
-from bagua_core.capabilities import Capabilities
-from bagua_core.bucket import BaguaBucket
+from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
+from bagua_core.lifecycle.capabilities import Capabilities
+from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.plugins import hookimpl
 
 __all__ = ["GradientAllReduceConfig", "GradientAllReduceAlgorithm", "GradientAllReduceAlgorithmImpl"]

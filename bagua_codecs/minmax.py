@@ -1,4 +1,4 @@
-"""``MinMaxUInt8`` (the native kernels of ``bagua_core.native``, byte for byte, with their fused steps) and
+"""``MinMaxUInt8`` (the native kernels of ``bagua_core.runtime.native``, byte for byte, with their fused steps) and
 ``MinMaxUInt4``.
 
 MinMaxUInt8 of a chunk ``x`` (eps = 1e-7, rint = round half to even): ``scale = 255 / (max - min + eps)``,
@@ -9,7 +9,7 @@ per byte (the first in the low nibble). Both store the chunk's fp32 min and max 
 Example::
 
     >>> codec = get_codec("MinMaxUInt8")
-    >>> torch.equal(codec.encode(x, 4), bagua_core.native.compress_minmax_uint8(x, 4))
+    >>> torch.equal(codec.encode(x, 4), bagua_core.runtime.native.compress_minmax_uint8(x, 4))
     True
 """
 
@@ -19,15 +19,15 @@ from collections.abc import Sequence
 
 import torch
 
-from bagua_core import native
+from bagua_core.runtime import native
 from bagua_core.codecs import Codec, RowwiseCodec
-from bagua_core.native.layout import EPS
+from bagua_core.runtime.native.layout import EPS
 
 __all__ = ["MinMaxUInt8Codec", "MinMaxUInt4Codec"]
 
 
 class MinMaxUInt8Codec(Codec):
-    """One byte per value between the chunk's min and max; ``bagua_core.native``'s kernels, fused where
+    """One byte per value between the chunk's min and max; ``bagua_core.runtime.native``'s kernels, fused where
     it pays: the min/max of an averaged chunk is gathered while it is written (its header needs no
     second pass), the own chunk is decoded while it is encoded, and the compressed decentralized ring's
     difference (with its min/max) and update are one pass each."""

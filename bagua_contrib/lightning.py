@@ -15,7 +15,7 @@ with the model wrapped by ``with_bagua`` instead of ``DistributedDataParallel``:
 communicated, and in which dtype, is the algorithm's business (see its module). Any registered
 algorithm name is accepted; its options are passed as keyword arguments and validated when the
 strategy is built. What the strategy does per algorithm follows its declared capabilities
-(``bagua_core.capabilities``): one that ``builds_optimizer`` (qadam) needs ``configure_optimizers`` to
+(``bagua_core.lifecycle.capabilities``): one that ``builds_optimizer`` (qadam) needs ``configure_optimizers`` to
 return its optimizer (``Algorithm.build_optimizer``); one with ``background_work`` (async) is resumed
 when fitting starts and aborted (on every rank) at teardown; one that ``steps_optimizer_in_backward``
 (decentralized_dp) gets Lightning's closure run before its hook-only step.
@@ -32,9 +32,9 @@ from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
 from lightning.pytorch.trainer.states import TrainerFn
 
 import bagua_core as bagua
-from bagua_core.agreement import Prepared, agree_or_raise
-from bagua_core.config import algorithm_class_of, algorithm_config_of
-from bagua_core.process_group import get_default_group
+from bagua_core.runtime.agreement import Prepared, agree_or_raise
+from bagua_core.selection.config import algorithm_class_of, algorithm_config_of
+from bagua_core.runtime.process_group import get_default_group
 
 __all__ = ["BaguaStrategy", "LightningBaguaModule", "register_bagua_strategy"]
 

@@ -16,11 +16,11 @@ Example (in a script started by ``bagua run --nproc_per_node 2 train.py``)::
 
 from __future__ import annotations
 
-from bagua_core import tensor as _tensor  # noqa: F401  (adds the bagua_* methods to torch.Tensor)
-from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
-from bagua_core.bucket import BaguaBucket
-from bagua_core.capabilities import Capabilities
-from bagua_core.communication import (
+from bagua_core.lifecycle import tensor as _tensor  # noqa: F401  (adds the bagua_* methods to torch.Tensor)
+from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
+from bagua_core.lifecycle.bucket import BaguaBucket
+from bagua_core.lifecycle.capabilities import Capabilities
+from bagua_core.runtime.communication import (
     BaguaCommunicator,
     ReduceOp,
     allgather,
@@ -44,7 +44,7 @@ from bagua_core.communication import (
     scatter_inplace,
     send,
 )
-from bagua_core.env import (
+from bagua_core.runtime.env import (
     get_default_bucket_size,
     get_local_rank,
     get_local_size,
@@ -52,14 +52,14 @@ from bagua_core.env import (
     get_rank,
     get_world_size,
 )
-from bagua_core.exceptions import (
+from bagua_core.runtime.exceptions import (
     BaguaConfigError,
     BaguaError,
     NotInitializedError,
     RepeatedInitializationError,
 )
 from bagua_core.module import BaguaModule, with_bagua
-from bagua_core.process_group import (
+from bagua_core.runtime.process_group import (
     BaguaProcessGroup,
     destroy_process_group,
     from_torch_group,

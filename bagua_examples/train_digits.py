@@ -21,11 +21,11 @@ import tqdm
 from pydantic import ValidationError
 
 import bagua_core as bagua
-from bagua_core.communication import stats
-from bagua_core.config import algorithm_class_of, algorithm_config_of, validate_config_file
-from bagua_core.exceptions import BaguaConfigError
+from bagua_core.runtime.communication import stats
+from bagua_core.selection.config import algorithm_class_of, algorithm_config_of, validate_config_file
+from bagua_core.runtime.exceptions import BaguaConfigError
 from bagua_core.plugins import algorithm_registry
-from bagua_core.single_node import on_one_node, one_node_note
+from bagua_core.selection.single_node import on_one_node, one_node_note
 from bagua_examples.digits import DigitsMLP, load_digits
 from bagua_examples.training_config import DEFAULT_LR, TrainingConfig
 

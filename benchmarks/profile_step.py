@@ -8,7 +8,7 @@ timed steps itself, after the wrap and the warmup steps (so the wrap's broadcast
   ``low_precision_decentralized`` runs there) and ``zero_grad``, on the training thread;
 * per thread (``main`` = the training thread, ``comm`` = the communication thread, where buckets run
   while backward goes on): ``ops`` (time inside bucket operations), the compression kernels of
-  ``bagua_core.native`` (``k:<name>``), waits for point-to-point messages (``wait:p2p``) and for
+  ``bagua_core.runtime.native`` (``k:<name>``), waits for point-to-point messages (``wait:p2p``) and for
   collectives (``wait:<collective>``), ``other`` = ops minus kernels minus waits (Python, copies,
   the optimizer's momentum update of qadam, and time spent runnable but without a core or the GIL),
   and ``ops cpu``, the CPU time the thread got inside bucket operations (``ops`` minus ``ops cpu`` is
@@ -101,10 +101,10 @@ def _timed_async(name: str, fn):  # noqa: ANN001, ANN202
 
 
 def instrument() -> None:
-    """Put timers around the collectives, every compression kernel of ``bagua_core.native``, bucket
+    """Put timers around the collectives, every compression kernel of ``bagua_core.runtime.native``, bucket
     operations and bagua's end-of-backward wait."""
-    import bagua_core.native as native
-    from bagua_core.bucket import BaguaBucket
+    import bagua_core.runtime.native as native
+    from bagua_core.lifecycle.bucket import BaguaBucket
     from bagua_core.module import hooks
 
     for name in P2P:

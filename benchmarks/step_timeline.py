@@ -45,7 +45,7 @@ def _around(owner: object, name: str, label) -> None:  # noqa: ANN001
 
 def install() -> None:
     """Record the start and end of every bucket's operations and of every pipelined round."""
-    from bagua_core.bucket import BaguaBucket
+    from bagua_core.lifecycle.bucket import BaguaBucket
     from bagua_algorithms.bytegrad import compressed_pipeline
     from bagua_algorithms.decentralized import low_precision_op as low_precision_decentralized
 

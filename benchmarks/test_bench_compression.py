@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
-from bagua_core.native import compressed_size, fallback
+from bagua_core.runtime.native import compressed_size, fallback
 
 try:
-    from bagua_core.native import cpu as native_cpu
+    from bagua_core.runtime.native import cpu as native_cpu
 except ImportError:  # not built: the native rows are skipped
     native_cpu = None
 

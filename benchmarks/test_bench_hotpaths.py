@@ -62,7 +62,7 @@ def _bagua_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
 
 # --- bucket flatten ----------------------------------------------------------------------------------------
 def test_bucket_build_flattened(benchmark) -> None:  # noqa: ANN001
-    from bagua_core.algorithm import split_into_buckets
+    from bagua_core.lifecycle.algorithm import split_into_buckets
 
     tensors = _bagua_tensors(build_model("mlp2m"))
     buckets = benchmark(lambda: split_into_buckets(tensors, 10 * 1024 * 1024, do_flatten=True))
@@ -71,7 +71,7 @@ def test_bucket_build_flattened(benchmark) -> None:  # noqa: ANN001
 
 @pytest.mark.parametrize("flatten", [True, False], ids=["flattened", "unflattened"])
 def test_bucket_flattened_tensor(benchmark, flatten: bool) -> None:  # noqa: ANN001
-    from bagua_core.bucket import BaguaBucket
+    from bagua_core.lifecycle.bucket import BaguaBucket
 
     tensors = _bagua_tensors(build_model("mlp2m"))
     bucket = BaguaBucket(tensors, "bench", flatten=flatten)
@@ -80,7 +80,7 @@ def test_bucket_flattened_tensor(benchmark, flatten: bool) -> None:  # noqa: ANN
 
 
 def test_bucket_write_back_unflattened(benchmark) -> None:  # noqa: ANN001
-    from bagua_core.bucket import BaguaBucket
+    from bagua_core.lifecycle.bucket import BaguaBucket
 
     tensors = _bagua_tensors(build_model("mlp2m"))
     bucket = BaguaBucket(tensors, "bench", flatten=False)

@@ -2,7 +2,7 @@
 
 Preprocessor lines (and ``#ifdef __cplusplus`` blocks) are dropped except ``#define NAME <integer>``, which cffi understands as a
 constant. Used by the builder scripts (build time) and, for the run-time loaded libraries (CUDA
-kernels, NCCL), by ``bagua_core.native`` when the generated ffi module is missing.
+kernels, NCCL), by ``bagua_core.runtime.native`` when the generated ffi module is missing.
 """
 
 from __future__ import annotations

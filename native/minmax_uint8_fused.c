@@ -4,7 +4,7 @@
  *
  * Exactness: the same single fp32 operations in the same order as the plain kernels and as torch
  * (built with -ffp-contract=off, never -ffast-math), so results are bit-identical to composing the
- * plain kernels (and to the torch fallback, bagua_core/native/fallback.py).
+ * plain kernels (and to the torch fallback, bagua_core/runtime/native/fallback.py).
  */
 #include <math.h>
 #include <string.h>

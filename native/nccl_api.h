@@ -1,5 +1,5 @@
 /*
- * The subset of the NCCL C API (nccl.h, NCCL >= 2.10) that bagua_core.native.nccl uses. libnccl.so.2
+ * The subset of the NCCL C API (nccl.h, NCCL >= 2.10) that bagua_core.runtime.native.nccl uses. libnccl.so.2
  * is opened at run time with cffi in ABI mode; this header is the cdef's single source, so it only
  * holds what cffi can parse: enums as plain ints, opaque handles as pointers.
  */

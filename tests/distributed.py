@@ -64,7 +64,7 @@ def _worker(rank: int, world_size: int, local_size: int, port: int, timeout: flo
         try:
             value = fn(rank, *args)
         except BaseException as exc:  # reported to the job as `bagua run`'s uncaught-exception hook does
-            from bagua_core.failure import translate
+            from bagua_core.runtime.failure import translate
 
             translate(exc, "an uncaught exception in the main thread")
             raise

@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from bagua_core.agreement import describe_differences, format_values
-from bagua_core.exceptions import RankMismatchError
+from bagua_core.runtime.agreement import describe_differences, format_values
+from bagua_core.runtime.exceptions import RankMismatchError
 from tests.distributed import run_workers
 from tests.models import SmallNet
 

@@ -11,7 +11,7 @@ from bagua_algorithms.async_model_average import AsyncModelAverageAlgorithm
 from bagua_algorithms.bytegrad import ByteGradAlgorithm
 from bagua_algorithms.decentralized import DecentralizedAlgorithm, LowPrecisionDecentralizedAlgorithm
 from bagua_algorithms.q_adam import QAdamAlgorithm
-from bagua_core.exceptions import BaguaConfigError
+from bagua_core.runtime.exceptions import BaguaConfigError
 from tests.distributed import run_workers
 from tests.models import SmallNet
 
@@ -100,7 +100,7 @@ def test_bad_options_in_constructors(make, text) -> None:
 )
 def test_selected_by_config_file(tmp_path, text: str, cls: type, options: dict) -> None:
     from bagua_algorithms.q_adam import QAdamOptimizer
-    from bagua_core.config import resolve_algorithm
+    from bagua_core.selection.config import resolve_algorithm
 
     path = tmp_path / "algorithm.toml"
     path.write_text(text)

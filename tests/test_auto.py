@@ -12,7 +12,7 @@ import torch
 
 from bagua_core import Algorithm, AlgorithmConfig, BaguaConfigError, Capabilities
 from bagua_algorithms.auto import AutoAlgorithm, candidate_names
-from bagua_core.config import algorithm_config_of
+from bagua_core.selection.config import algorithm_config_of
 from tests.distributed import run_workers, run_workers_outcomes
 
 WARMUP, TRIAL = 1, 4
@@ -127,7 +127,7 @@ def test_on_one_node_candidates_run_without_hierarchy(monkeypatch) -> None:
     """A candidate whose config defaults to hierarchical=True is tried with hierarchical=False when every
     rank is on one node (torchrun's LOCAL_WORLD_SIZE == WORLD_SIZE before init), with its defaults on
     several nodes."""
-    from bagua_core.single_node import defaults_to_hierarchical
+    from bagua_core.selection.single_node import defaults_to_hierarchical
 
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
@@ -147,7 +147,7 @@ def test_on_one_node_candidates_run_without_hierarchy(monkeypatch) -> None:
 
 
 def _node_view(rank: int) -> dict:
-    from bagua_core.single_node import on_one_node
+    from bagua_core.selection.single_node import on_one_node
 
     auto = AutoAlgorithm(candidates=["bytegrad"])
     return {"one_node": on_one_node(), "bytegrad_hierarchical": auto.declarations[0].config.hierarchical}

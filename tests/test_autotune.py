@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bagua_core import autotune
-from bagua_core.exceptions import BaguaConfigError
+from bagua_core.selection import autotune
+from bagua_core.runtime.exceptions import BaguaConfigError
 from tests.distributed import run_workers
 from tests.models import SmallNet, batch
 

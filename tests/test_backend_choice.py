@@ -9,8 +9,8 @@ import torch
 import torch.distributed as dist
 
 from bagua_core import BaguaError
-from bagua_core.communication import host_staging
-from bagua_core.process_group import choose_backend
+from bagua_core.runtime.communication import host_staging
+from bagua_core.runtime.process_group import choose_backend
 
 
 @pytest.fixture

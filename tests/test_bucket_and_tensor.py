@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import bagua_core  # noqa: F401  (installs the tensor methods)
-from bagua_core.bucket import BaguaBucket
+from bagua_core.lifecycle.bucket import BaguaBucket
 
 
 def _grad_tensor(param: torch.nn.Parameter, name: str) -> torch.nn.Parameter:

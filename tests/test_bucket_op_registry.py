@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from bagua_core import BaguaBucket
-from bagua_core.exceptions import DuplicateNameError, UnknownNameError
+from bagua_core.runtime.exceptions import DuplicateNameError, UnknownNameError
 from bagua_core.plugins import bucket_op_registry, get_plugin_manager, hookimpl
 
 

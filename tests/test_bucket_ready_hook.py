@@ -9,7 +9,7 @@ import threading
 import torch
 import torch.nn.functional as F
 
-from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
+from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
 from tests.distributed import run_workers
 from tests.models import SmallNet, batch
 

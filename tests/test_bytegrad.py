@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import bagua_core as bagua
 from bagua_algorithms.bytegrad import ByteGradAlgorithm
 from bagua_algorithms.bytegrad.compressed import compressed_allreduce
-from bagua_core.process_group import get_default_group
+from bagua_core.runtime.process_group import get_default_group
 from tests.distributed import run_workers
 from tests.models import SmallNet, batch
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from bagua_core.bucket_ops import pipeline
+from bagua_core.lifecycle.bucket_ops import pipeline
 from bagua_algorithms.bytegrad.compressed import CompressedWorkspace, compressed_allreduce_on
 from bagua_core.codecs import Codec, get_codec
-from bagua_core.native import fallback
-from bagua_core.process_group import get_default_group
+from bagua_core.runtime.native import fallback
+from bagua_core.runtime.process_group import get_default_group
 from tests.distributed import run_workers
 
 # (numel, average, dtype): 5 elements in 4 chunks and 4 in 3 leave chunks with no real element

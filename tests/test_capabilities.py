@@ -1,4 +1,4 @@
-"""Every algorithm declares its capabilities (``bagua_core.capabilities``); the core reads them."""
+"""Every algorithm declares its capabilities (``bagua_core.lifecycle.capabilities``); the core reads them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from bagua_core import Algorithm, AlgorithmImpl, BaguaConfigError, Capabilities
-from bagua_core.capabilities import auto_candidate, capabilities_of
+from bagua_core.lifecycle.capabilities import auto_candidate, capabilities_of
 from bagua_core.plugins import algorithm_registry
 
 BUILT_IN = ("gradient_allreduce", "bytegrad", "decentralized", "low_precision_decentralized", "qadam", "async",

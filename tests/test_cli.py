@@ -13,7 +13,7 @@ import pytest
 
 from bagua_core.cli import main
 from bagua_core.cli.launch import extract_config
-from bagua_core.exceptions import BaguaConfigError
+from bagua_core.runtime.exceptions import BaguaConfigError
 
 BAGUA = [sys.executable, "-m", "bagua_core.cli"]
 

@@ -7,8 +7,8 @@ import pytest
 
 from bagua_core.cli import main
 from bagua_core.cli.jobs import job_config_tables
-from bagua_core.config import validate_config_file
-from bagua_core.exceptions import BaguaConfigError
+from bagua_core.selection.config import validate_config_file
+from bagua_core.runtime.exceptions import BaguaConfigError
 from bagua_examples.train_digits import CONFIG_TABLES, format_summary, parse_args
 from bagua_examples.training_config import TrainingConfig
 

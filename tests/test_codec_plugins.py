@@ -12,7 +12,7 @@ import torch
 
 from bagua_core.cli import main as bagua_main
 from bagua_core.codecs import Codec, RowwiseCodec, codec_names, get_codec
-from bagua_core.exceptions import DuplicateNameError, PluginError, UnknownNameError
+from bagua_core.runtime.exceptions import DuplicateNameError, PluginError, UnknownNameError
 from bagua_core.plugins import codec_registry, get_plugin_manager, hookimpl, reset_plugin_manager
 from tests.test_plugins import _fake_distribution
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bagua_core import native
+from bagua_core.runtime import native
 from bagua_core.codecs import get_codec
-from bagua_core.native.layout import NonFiniteError
+from bagua_core.runtime.native.layout import NonFiniteError
 
 BUILTINS = ["MinMaxUInt8", "MinMaxUInt4", "fp16", "bf16", "ScaledSign"]
 SHAPES = [(1, 1), (7, 1), (1000, 1), (1001, 3), (64, 4), (5, 8), (4099, 2)]

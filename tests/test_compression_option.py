@@ -10,11 +10,11 @@ import torch
 import torch.distributed as dist
 from pydantic import ValidationError
 
-from bagua_core.bucket_ops import pipeline
+from bagua_core.lifecycle.bucket_ops import pipeline
 from bagua_algorithms.bytegrad.compressed import CompressedWorkspace, compressed_allreduce_on
 from bagua_algorithms.decentralized.low_precision_op import LowPrecisionDecentralizedOp
 from bagua_core.codecs import Codec, get_codec
-from bagua_core.process_group import get_default_group
+from bagua_core.runtime.process_group import get_default_group
 from tests.distributed import run_workers
 from tests.test_bytegrad_exact import reference
 

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from bagua_algorithms.gradient_allreduce import GradientAllReduceAlgorithm, GradientAllReduceConfig
-from bagua_core.config import algorithm_config_of, resolve_algorithm
-from bagua_core.exceptions import BaguaConfigError, UnknownNameError
+from bagua_core.selection.config import algorithm_config_of, resolve_algorithm
+from bagua_core.runtime.exceptions import BaguaConfigError, UnknownNameError
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from bagua_contrib.utils import serialization
 from bagua_contrib.utils.redis_server import acquire_local_server
 from bagua_contrib.utils.redis_store import RedisShard, RedisStore
 from bagua_contrib.utils.store import ClusterStore, Store, StoreUnavailableError
-from bagua_core.exceptions import UnknownNameError
+from bagua_core.runtime.exceptions import UnknownNameError
 from bagua_contrib.hookspecs import cache_store_registry
 from bagua_core.plugins import get_plugin_manager, hookimpl
 from tests.distributed import free_port, run_workers

@@ -62,7 +62,7 @@ def test_the_check_finds(source: str) -> None:
 
 
 def test_the_check_lets_the_core_import_itself() -> None:
-    assert not upward("import bagua_core.env\nfrom bagua_core import env\nimport torch\nfrom . import env", "x.py")
+    assert not upward("import bagua_core.runtime.env\nfrom bagua_core import env\nimport torch\nfrom . import env", "x.py")
 
 
 FIRST_PARTY = {package: ROOT for package in

@@ -106,7 +106,7 @@ def test_equals_reference(world_size: int, local_size: int, cases: list[tuple]) 
 
 
 def _in_flight(rank: int) -> None:
-    from bagua_core.bucket import BaguaBucket
+    from bagua_core.lifecycle.bucket import BaguaBucket
 
     deferred_after_op = []
     original = BaguaBucket.execute_ops

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from bagua_algorithms.decentralized_dp import AccumAdam, DecentralizedDataParallel, get_topology
-from bagua_core.exceptions import BaguaConfigError, BaguaError, RankMismatchError, UnknownNameError
+from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError, RankMismatchError, UnknownNameError
 from tests.distributed import run_workers
 from tests.models import SmallNet, batch
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from bagua_algorithms.decentralized_dp import Edge, Topology, get_topology, mix_inplace, topology_names
-from bagua_core.exceptions import BaguaConfigError, UnknownNameError
+from bagua_core.runtime.exceptions import BaguaConfigError, UnknownNameError
 from bagua_core.plugins import get_plugin_manager, hookimpl
 
 VALID = [("complete", 1, 1), ("complete", 3, 3), ("ring", 2, 2), ("ring", 6, 6), ("one-peer-exp", 2, 2),

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from bagua_algorithms.diloco.fragments import split_fragments
 from bagua_core.codecs import get_codec
-from bagua_core.exceptions import BaguaConfigError
+from bagua_core.runtime.exceptions import BaguaConfigError
 from tests.distributed import run_workers
 from tests.test_powersgd import Net, _batch, _params
 
@@ -140,7 +140,7 @@ def test_equals_the_reference(case: str) -> None:
 
 
 def _resume(rank: int, directory: str, options: dict) -> None:
-    from bagua_core.checkpoint import load_checkpoint, save_checkpoint
+    from bagua_core.checkpoints.checkpoint import load_checkpoint, save_checkpoint
 
     def build():
         model = Net()
@@ -179,7 +179,7 @@ def test_checkpoint_resumes_exactly_with_an_exchange_in_flight(tmp_path) -> None
     ({"inner_step": 5}, "inner_step"),
 ])
 def test_options_are_validated_by_name(options: dict, field: str) -> None:
-    from bagua_core.config import resolve_algorithm
+    from bagua_core.selection.config import resolve_algorithm
 
     with pytest.raises(BaguaConfigError, match=rf"diloco\.{field}:"):
         resolve_algorithm({"name": "diloco", **options})

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from bagua_core.config import CONFIG_SUFFIXES, algorithm_config_of, load_config_file
+from bagua_core.selection.config import CONFIG_SUFFIXES, algorithm_config_of, load_config_file
 from bagua_examples.train_digits import parse_args
 from bagua_examples.training_config import TrainingConfig
-from bagua_core.exceptions import BaguaConfigError
+from bagua_core.runtime.exceptions import BaguaConfigError
 from bagua_core.plugins import algorithm_registry
 
 CONFIG_DIR = Path(str(importlib.resources.files("bagua_examples") / "configs"))

@@ -13,8 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bagua_core.communication.worker import CommunicationWorker
-from bagua_core.exceptions import GroupAbortedError
+from bagua_core.runtime.communication.worker import CommunicationWorker
+from bagua_core.runtime.exceptions import GroupAbortedError
 from tests.distributed import free_port, run_workers_outcomes
 from tests.models import SmallNet, batch
 
@@ -104,7 +104,7 @@ def test_nccl_groups_are_aborted(monkeypatch) -> None:
     that reaches the peers: they learn from the closed connections and the watchdog)."""
     import torch.distributed as dist
 
-    from bagua_core.failure import abort
+    from bagua_core.runtime.failure import abort
 
     class FakeGroup:
         aborted = False

@@ -78,7 +78,7 @@ def test_one_rank_over_nccl(case: str, runs) -> None:
 
 @pytest.mark.parametrize("case", cases_for(1))
 def test_one_rank_over_the_native_nccl_communicator(case: str, runs) -> None:
-    from bagua_core import native
+    from bagua_core.runtime import native
 
     if not native.has_nccl:
         pytest.fail(f"CUDA exists but bagua's NCCL communicator is unavailable: {native.nccl_unavailable_reason}")

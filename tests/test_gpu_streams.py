@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from bagua_core.bucket import BaguaBucket
-from bagua_core.communication.worker import CommunicationWorker
+from bagua_core.lifecycle.bucket import BaguaBucket
+from bagua_core.runtime.communication.worker import CommunicationWorker
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
 

@@ -112,7 +112,7 @@ def test_ignore_list_and_switching_algorithm() -> None:
 
 
 def _in_flight(rank: int, do_flatten: bool) -> list[torch.Tensor]:
-    from bagua_core.bucket_ops import centralized
+    from bagua_core.lifecycle.bucket_ops import centralized
 
     started = []
     original = centralized.allreduce_inplace_start

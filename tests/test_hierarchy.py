@@ -1,4 +1,4 @@
-"""The hierarchical pattern written once (bagua_core.bucket_ops.hierarchy): reduce inside the node to the
+"""The hierarchical pattern written once (bagua_core.lifecycle.bucket_ops.hierarchy): reduce inside the node to the
 leader, the caller's exchange among the leaders only, broadcast inside the node; and the group an
 operation runs on (its own, else the bucket's, else the default)."""
 
@@ -8,13 +8,13 @@ import types
 
 import torch
 
-from bagua_core.bucket_ops.hierarchy import hierarchical, resolve_group
-from bagua_core.communication import ReduceOp, allreduce_inplace
+from bagua_core.lifecycle.bucket_ops.hierarchy import hierarchical, resolve_group
+from bagua_core.runtime.communication import ReduceOp, allreduce_inplace
 from tests.distributed import run_workers
 
 
 def _case(rank: int) -> dict:
-    from bagua_core.process_group import get_default_group
+    from bagua_core.runtime.process_group import get_default_group
 
     group = get_default_group()
     out: dict = {}

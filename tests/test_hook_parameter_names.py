@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bagua_core.algorithm import AlgorithmImpl
-from bagua_core.hook_parameters import HOOKS_TAKING_THE_MODULE, MODULE_PARAMETER_NAMES
+from bagua_core.lifecycle.algorithm import AlgorithmImpl
+from bagua_core.lifecycle.hook_parameters import HOOKS_TAKING_THE_MODULE, MODULE_PARAMETER_NAMES
 from bagua_core.plugins import algorithm_registry
 from tests.distributed import run_workers
 from tests.models import SmallNet, batch

@@ -7,7 +7,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
+from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
 from bagua_core.plugins import get_plugin_manager, hookimpl
 from tests.distributed import run_workers
 from tests.models import SmallNet, batch

@@ -44,7 +44,7 @@ def _app(out_dir: str, names: list[str]) -> None:
     from torch.utils.data import DataLoader, TensorDataset
 
     from bagua_contrib.lightning import BaguaStrategy
-    from bagua_core.communication import stats
+    from bagua_core.runtime.communication import stats
 
     class Tiny(pl.LightningModule):
         def __init__(self, qadam: bool = False) -> None:
@@ -144,7 +144,7 @@ def test_registered_and_options_validated() -> None:
     from lightning.pytorch.strategies import StrategyRegistry
 
     from bagua_contrib.lightning import BaguaStrategy
-    from bagua_core.exceptions import BaguaConfigError, UnknownNameError
+    from bagua_core.runtime.exceptions import BaguaConfigError, UnknownNameError
 
     assert "bagua" in StrategyRegistry
     trainer = pl.Trainer(strategy="bagua", accelerator="cpu", devices=2, logger=False)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bagua_core import native
-from bagua_core.native import cuda, fallback, fallback_fused
+from bagua_core.runtime import native
+from bagua_core.runtime.native import cuda, fallback, fallback_fused
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bagua_core import native
-from bagua_core.native import fallback, fallback_fused
-from bagua_core.native.layout import chunk_numel
+from bagua_core.runtime import native
+from bagua_core.runtime.native import fallback, fallback_fused
+from bagua_core.runtime.native.layout import chunk_numel
 
 BACKENDS = [fallback_fused] + ([native.cpu] if native.backend == "native" else [])  # type: ignore[attr-defined]
 IDS = [m.__name__.rsplit(".", 1)[-1] for m in BACKENDS]

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from bagua_core import native
-from bagua_core.native import fallback, layout
+from bagua_core.runtime import native
+from bagua_core.runtime.native import fallback, layout
 
 try:
-    from bagua_core.native import cpu
+    from bagua_core.runtime.native import cpu
 except ImportError:  # pragma: no cover - only where the extension was not built
     cpu = None
 

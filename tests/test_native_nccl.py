@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from bagua_core.communication.reduce_op import ReduceOp
-from bagua_core.native import nccl_lib
-from bagua_core.native.nccl import NCCLCommunicator, NCCLUnavailableError, nccl_dtype, nccl_op
+from bagua_core.runtime.communication.reduce_op import ReduceOp
+from bagua_core.runtime.native import nccl_lib
+from bagua_core.runtime.native.nccl import NCCLCommunicator, NCCLUnavailableError, nccl_dtype, nccl_op
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bagua_core import native
-from bagua_core.native import policy
+from bagua_core.runtime import native
+from bagua_core.runtime.native import policy
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,7 +39,7 @@ def test_python_policy_never_loads_native() -> None:
 
 def test_missing_module_fails_loudly_only_under_native(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "bagua_core._native_minmax", None)  # import now raises ImportError
-    monkeypatch.delitem(sys.modules, "bagua_core.native.cpu", raising=False)
+    monkeypatch.delitem(sys.modules, "bagua_core.runtime.native.cpu", raising=False)
     with pytest.raises(ImportError, match="BAGUA_NATIVE=native.*pip install"):
         policy.load_cpu_backend("native")
     module, reason = policy.load_cpu_backend("auto")
@@ -60,7 +60,7 @@ def test_backend_reports_what_loaded() -> None:
 
 def test_python_policy_end_to_end_gives_the_same_bytes() -> None:
     code = (
-        "import torch, bagua_core.native as n; x = torch.linspace(-3, 5, 1001);"
+        "import torch, bagua_core.runtime.native as n; x = torch.linspace(-3, 5, 1001);"
         "print(n.backend, n.compress_minmax_uint8(x, 3).sum().item())"
     )
     env = dict(os.environ, BAGUA_NATIVE="python")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 import bagua_core as bagua
-from bagua_core.exceptions import BaguaConfigError, BaguaError, RankMismatchError
+from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError, RankMismatchError
 from tests.distributed import run_workers
 
 

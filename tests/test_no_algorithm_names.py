@@ -1,5 +1,5 @@
 """The core and contrib name no built-in algorithm: what they need to know, the plugin declares
-(``bagua_core.capabilities``), and they ask it.
+(``bagua_core.lifecycle.capabilities``), and they ask it.
 
 Scanned: every ``.py`` file under ``bagua_core/`` and ``bagua_contrib/`` (code, through its AST).
 A violation is

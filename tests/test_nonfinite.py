@@ -11,7 +11,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from bagua_algorithms.bytegrad.compressed import compressed_allreduce_on
-from bagua_core.process_group import get_default_group
+from bagua_core.runtime.process_group import get_default_group
 from tests.distributed import run_workers, run_workers_outcomes
 from tests.models import SmallNet, batch
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pluggy
 import pytest
 
-from bagua_core.algorithm import Algorithm, AlgorithmConfig
-from bagua_core.exceptions import DuplicateNameError, PluginError, PluginLoadError, UnknownNameError
+from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig
+from bagua_core.runtime.exceptions import DuplicateNameError, PluginError, PluginLoadError, UnknownNameError
 from bagua_core.plugins import algorithm_registry, get_plugin_manager, hookimpl, reset_plugin_manager
 
 
@@ -36,7 +36,7 @@ def _fake_distribution(root: Path, dist: str, entry_points: dict[str, str], modu
 
 FAKE_ALGORITHM = """
     from typing import Literal
-    from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
+    from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
     from bagua_core.plugins import hookimpl
 
     class FakeConfig(AlgorithmConfig):
@@ -71,7 +71,7 @@ def test_fake_distribution_is_discovered(site) -> None:
                        {"fake_bagua_ext": FAKE_ALGORITHM.format(name="fake_algo")})
     assert "fake_algo" in algorithm_registry.names()
     assert algorithm_registry.providers()["fake_algo"][1] == "fake_algo"
-    from bagua_core.config import resolve_algorithm
+    from bagua_core.selection.config import resolve_algorithm
 
     assert resolve_algorithm({"name": "fake_algo", "rounds": 5}).config.rounds == 5
 

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from bagua_core.exceptions import BaguaConfigError
+from bagua_core.runtime.exceptions import BaguaConfigError
 from tests.distributed import run_workers
 
 
@@ -142,7 +142,7 @@ def test_first_start_iter_steps_are_plain_allreduce() -> None:
 
 
 def _resume(rank: int, directory: str) -> None:
-    from bagua_core.checkpoint import load_checkpoint, save_checkpoint
+    from bagua_core.checkpoints.checkpoint import load_checkpoint, save_checkpoint
 
     os.environ["BAGUA_DEFAULT_BUCKET_SIZE"] = "4096"
 
@@ -182,6 +182,6 @@ def test_options_are_validated_by_name() -> None:
     with pytest.raises(BaguaConfigError, match="start_iter"):
         PowerSGDAlgorithm(start_iter=-1)
     with pytest.raises(BaguaConfigError, match="rank_r"):
-        from bagua_core.config import resolve_algorithm
+        from bagua_core.selection.config import resolve_algorithm
 
         resolve_algorithm({"name": "powersgd", "rank_r": 2})

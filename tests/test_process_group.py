@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import bagua_core as bagua
-from bagua_core.exceptions import NotInitializedError, RepeatedInitializationError
+from bagua_core.runtime.exceptions import NotInitializedError, RepeatedInitializationError
 from tests.distributed import run_workers
 
 
@@ -74,7 +74,7 @@ def test_uneven_nodes() -> None:
 
 
 def test_not_initialized_and_env(monkeypatch) -> None:
-    from bagua_core.process_group import get_default_group
+    from bagua_core.runtime.process_group import get_default_group
 
     with pytest.raises(NotInitializedError, match="init_process_group"):
         get_default_group()
@@ -93,7 +93,7 @@ def test_not_initialized_and_env(monkeypatch) -> None:
 
 
 def test_native_nccl_communicator_selection(monkeypatch) -> None:
-    from bagua_core import native
+    from bagua_core.runtime import native
 
     monkeypatch.setenv("BAGUA_COMMUNICATOR", "mpi")
     with pytest.raises(ValueError, match="BAGUA_COMMUNICATOR must be one of"):

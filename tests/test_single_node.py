@@ -3,9 +3,9 @@ change it), and the helpers ask the config model, never a name."""
 
 from __future__ import annotations
 
-from bagua_core.config import algorithm_config_of
+from bagua_core.selection.config import algorithm_config_of
 from bagua_core.plugins import algorithm_registry
-from bagua_core.single_node import defaults_to_hierarchical, one_node_note, without_hierarchy
+from bagua_core.selection.single_node import defaults_to_hierarchical, one_node_note, without_hierarchy
 from tests.distributed import run_workers
 
 

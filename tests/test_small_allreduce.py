@@ -8,10 +8,10 @@ import torch
 import torch.distributed as dist
 
 import bagua_core as bagua
-from bagua_core import env
-from bagua_core.communication import common
-from bagua_core.communication.reduce_op import TORCH_OPS, ReduceOp
-from bagua_core.process_group import get_default_group
+from bagua_core.runtime import env
+from bagua_core.runtime.communication import common
+from bagua_core.runtime.communication.reduce_op import TORCH_OPS, ReduceOp
+from bagua_core.runtime.process_group import get_default_group
 from tests.distributed import WorkerFailure, run_workers
 
 CASES = [

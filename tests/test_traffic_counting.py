@@ -1,4 +1,4 @@
-"""Every byte a collective moves is counted (``bagua_core.communication.stats``, what ``bagua train``
+"""Every byte a collective moves is counted (``bagua_core.runtime.communication.stats``, what ``bagua train``
 reports as "MB handed to collectives"), point-to-point exchanges included."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from bagua_core.communication import stats
+from bagua_core.runtime.communication import stats
 from tests.distributed import run_workers
 from tests.models import SmallNet, batch
 

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from bagua_core.bucket import BaguaBucket
+from bagua_core.lifecycle.bucket import BaguaBucket
 
 __all__ = ["BaguaBucket"]

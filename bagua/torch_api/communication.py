@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bagua_core.communication import (
+from bagua_core.runtime.communication import (
     ReduceOp,
     allgather,
     allgather_inplace,
@@ -27,7 +27,7 @@ from bagua_core.communication import (
     send,
 )
 from bagua_core.module.backend import get_backend
-from bagua_core.process_group import (
+from bagua_core.runtime.process_group import (
     BaguaProcessGroup,
     from_torch_group,
     get_default_group as _get_default_group,

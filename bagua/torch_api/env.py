@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bagua_core.env import (
+from bagua_core.runtime.env import (
     find_free_network_port,
     get_autotune_server_wait_time,
     get_default_bucket_size,

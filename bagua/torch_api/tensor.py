@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from bagua_core.tensor import BaguaTensor
+from bagua_core.lifecycle.tensor import BaguaTensor
 
 __all__ = ["BaguaTensor"]

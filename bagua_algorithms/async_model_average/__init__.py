@@ -34,10 +34,10 @@ import torch
 from pydantic import field_validator
 
 from bagua_algorithms.async_model_average.averager import AsyncModelAverager, new_async_communicator
-from bagua_core import env, failure
-from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl, split_into_buckets
-from bagua_core.capabilities import Capabilities
-from bagua_core.bucket import BaguaBucket
+from bagua_core.runtime import env, failure
+from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl, split_into_buckets
+from bagua_core.lifecycle.capabilities import Capabilities
+from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.plugins import hookimpl
 
 __all__ = ["AsyncModelAverageAlgorithm", "AsyncModelAverageAlgorithmImpl", "AsyncModelAverageConfig"]

@@ -37,15 +37,15 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 
-from bagua_core import env, failure
-from bagua_core.communication import ReduceOp, allreduce_inplace
-from bagua_core.communication.communicator import BaguaCommunicator
-from bagua_core.exceptions import JobFailureError
-from bagua_core.process_group import get_default_group
+from bagua_core.runtime import env, failure
+from bagua_core.runtime.communication import ReduceOp, allreduce_inplace
+from bagua_core.runtime.communication.communicator import BaguaCommunicator
+from bagua_core.runtime.exceptions import JobFailureError
+from bagua_core.runtime.process_group import get_default_group
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bagua_core.bucket import BaguaBucket
-    from bagua_core.process_group import BaguaProcessGroup
+    from bagua_core.lifecycle.bucket import BaguaBucket
+    from bagua_core.runtime.process_group import BaguaProcessGroup
 
 __all__ = ["AsyncModelAverager", "new_async_communicator"]
 

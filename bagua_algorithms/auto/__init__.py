@@ -3,10 +3,10 @@ while the first steps train, the fastest installed algorithm that keeps the opti
 
 Candidates: every installed algorithm whose ``capabilities`` say ``keeps_optimizer_semantics`` and that
 needs nothing special (no optimizer of its own, no stepping inside backward, no background work, equal
-weights on every rank: :func:`bagua_core.capabilities.auto_candidate`), with its default options, in
+weights on every rank: :func:`bagua_core.lifecycle.capabilities.auto_candidate`), with its default options, in
 name order; ``candidates=[...]`` narrows the set. A third-party algorithm declaring these capabilities
 takes part as soon as it is installed. On a single node (every rank on one host:
-:func:`bagua_core.single_node.on_one_node`) a candidate whose options default to ``hierarchical=True``
+:func:`bagua_core.selection.single_node.on_one_node`) a candidate whose options default to ``hierarchical=True``
 is tried with ``hierarchical=False``: hierarchically it would compress nothing there (only between
 nodes), so the variant that compresses on the network found is the one worth timing.
 
@@ -41,11 +41,11 @@ import torch
 from pydantic import Field, field_validator
 
 from bagua_algorithms.auto.chooser import AutoImpl
-from bagua_core.algorithm import Algorithm, AlgorithmConfig
-from bagua_core.capabilities import Capabilities, auto_candidate
-from bagua_core.exceptions import BaguaConfigError
+from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig
+from bagua_core.lifecycle.capabilities import Capabilities, auto_candidate
+from bagua_core.runtime.exceptions import BaguaConfigError
 from bagua_core.plugins import algorithm_registry, hookimpl
-from bagua_core.single_node import defaults_to_hierarchical, on_one_node, without_hierarchy
+from bagua_core.selection.single_node import defaults_to_hierarchical, on_one_node, without_hierarchy
 
 __all__ = ["AUTO", "AutoConfig", "AutoAlgorithm", "candidate_names"]
 

@@ -12,10 +12,10 @@ from typing import Any
 import torch
 
 from bagua_algorithms.auto.link import measure_link
-from bagua_core.algorithm import Algorithm, AlgorithmImpl
-from bagua_core.bucket import BaguaBucket
-from bagua_core.capabilities import capabilities_of
-from bagua_core.communication import ReduceOp, allreduce_inplace, broadcast
+from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmImpl
+from bagua_core.lifecycle.bucket import BaguaBucket
+from bagua_core.lifecycle.capabilities import capabilities_of
+from bagua_core.runtime.communication import ReduceOp, allreduce_inplace, broadcast
 
 
 __all__ = ["AutoImpl"]
@@ -28,7 +28,7 @@ class AutoImpl(AlgorithmImpl):
     forward) drives the schedule. Once decided, ``module.bagua_algorithm`` is the chosen impl."""
 
     hands_module_over = True
-    """Read by ``bagua_core.autotune``: this impl hands the module to the chosen impl, which is tuned
+    """Read by ``bagua_core.selection.autotune``: this impl hands the module to the chosen impl, which is tuned
     (if its capabilities allow) once it runs the module by itself; this one is never tuned."""
 
     def __init__(self, process_group: Any, auto: Algorithm) -> None:  # auto: the package's AutoAlgorithm

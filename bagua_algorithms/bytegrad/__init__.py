@@ -27,8 +27,8 @@ from pydantic import field_validator
 from bagua_algorithms.bytegrad.compressed import CompressedAllReduceOp
 from bagua_algorithms.gradient_allreduce import GradientAllReduceAlgorithmImpl
 
-from bagua_core.algorithm import Algorithm, AlgorithmConfig
-from bagua_core.capabilities import Capabilities
+from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig
+from bagua_core.lifecycle.capabilities import Capabilities
 from bagua_core.codecs import check_codec_name
 from bagua_core.plugins import hookimpl
 

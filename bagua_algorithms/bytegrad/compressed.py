@@ -14,7 +14,7 @@ The buffers (uint8 send/receive/gather slots, the own chunk in the tensor's dtyp
 :class:`CompressedWorkspace` that a bucket keeps from step to step, so large allocations do not
 page-fault every step; the result is decompressed straight into the tensor.
 
-Hierarchical (:func:`bagua_core.bucket_ops.hierarchy.hierarchical`, the core's pattern): reduce (AVG when averaging, else
+Hierarchical (:func:`bagua_core.lifecycle.bucket_ops.hierarchy.hierarchical`, the core's pattern): reduce (AVG when averaging, else
 SUM) to the node leader, run the compressed exchange among the node leaders (the inter-node
 communicator), then broadcast inside the node (full precision on both intra-node legs).
 
@@ -32,15 +32,15 @@ import torch
 
 from bagua_algorithms.bytegrad.compressed_pipeline import pipelined_exchange
 from bagua_algorithms.bytegrad.workspace import CompressedWorkspace
-from bagua_core.bucket_ops import hierarchy
-from bagua_core import env
+from bagua_core.lifecycle.bucket_ops import hierarchy
+from bagua_core.runtime import env
 from bagua_core.codecs import DEFAULT_CODEC, Codec, check_codec_name, get_codec
-from bagua_core.communication import ReduceOp, allgather, alltoall
-from bagua_core.communication.communicator import BaguaCommunicator
+from bagua_core.runtime.communication import ReduceOp, allgather, alltoall
+from bagua_core.runtime.communication.communicator import BaguaCommunicator
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bagua_core.bucket import BaguaBucket
-    from bagua_core.process_group import BaguaProcessGroup
+    from bagua_core.lifecycle.bucket import BaguaBucket
+    from bagua_core.runtime.process_group import BaguaProcessGroup
 
 __all__ = ["CompressedAllReduceOp", "CompressedWorkspace", "compressed_allreduce", "compressed_allreduce_on"]
 

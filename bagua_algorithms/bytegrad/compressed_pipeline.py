@@ -1,5 +1,5 @@
 """The bytegrad exchange pipelined: two rounds of the core's pipelined exchange
-(``bagua_core.bucket_ops.pipeline``), with the codec's steps (:class:`bagua_core.codecs.Codec`: its fused
+(``bagua_core.lifecycle.bucket_ops.pipeline``), with the codec's steps (:class:`bagua_core.codecs.Codec`: its fused
 ones where it has them, MinMaxUInt8's native kernels by default).
 
 Same bytes and results as the plain exchange (``bagua_algorithms.bytegrad.compressed``). The receives
@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from bagua_core.bucket_ops.pipeline import Segment, exchange_round, post_receives, segments, wait_all
-from bagua_core import env
+from bagua_core.lifecycle.bucket_ops.pipeline import Segment, exchange_round, post_receives, segments, wait_all
+from bagua_core.runtime import env
 from bagua_core.codecs import Codec
-from bagua_core.communication.common import record
-from bagua_core.communication.communicator import BaguaCommunicator
+from bagua_core.runtime.communication.common import record
+from bagua_core.runtime.communication.communicator import BaguaCommunicator
 
 if TYPE_CHECKING:  # pragma: no cover
     from bagua_algorithms.bytegrad.workspace import CompressedWorkspace

@@ -27,7 +27,7 @@ from bagua_algorithms.decentralized.low_precision import (
     LowPrecisionDecentralizedConfig,
 )
 from bagua_algorithms.decentralized.low_precision_op import LowPrecisionDecentralizedOp
-from bagua_core.algorithm import Algorithm
+from bagua_core.lifecycle.algorithm import Algorithm
 from bagua_core.plugins import hookimpl
 
 __all__ = [

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import torch
 from pydantic import ValidationInfo
 
-from bagua_core.algorithm import AlgorithmImpl
+from bagua_core.lifecycle.algorithm import AlgorithmImpl
 
 __all__ = ["WeightCommunicatingImpl", "check_positive_int", "is_communication_step", "weight_tensors"]
 

@@ -24,9 +24,9 @@ from pydantic import field_validator
 
 from bagua_algorithms.decentralized.common import WeightCommunicatingImpl, check_positive_int, is_communication_step
 from bagua_algorithms.decentralized.full_precision_op import DecentralizedSynchronousOp, check_peers
-from bagua_core.algorithm import Algorithm, AlgorithmConfig
-from bagua_core.capabilities import Capabilities
-from bagua_core.bucket import BaguaBucket
+from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig
+from bagua_core.lifecycle.capabilities import Capabilities
+from bagua_core.lifecycle.bucket import BaguaBucket
 
 __all__ = ["DecentralizedAlgorithm", "DecentralizedAlgorithmImpl", "DecentralizedConfig"]
 

@@ -28,17 +28,17 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from bagua_core.bucket_ops.centralized import start_allreduce_in_pieces
-from bagua_core.bucket_ops.hierarchy import hierarchical, resolve_group
-from bagua_core.communication import ReduceOp
-from bagua_core.communication.common import record
-from bagua_core.communication.communicator import BaguaCommunicator
-from bagua_core.communication.host_staging import irecv, isend
-from bagua_core.exceptions import BaguaConfigError
+from bagua_core.lifecycle.bucket_ops.centralized import start_allreduce_in_pieces
+from bagua_core.lifecycle.bucket_ops.hierarchy import hierarchical, resolve_group
+from bagua_core.runtime.communication import ReduceOp
+from bagua_core.runtime.communication.common import record
+from bagua_core.runtime.communication.communicator import BaguaCommunicator
+from bagua_core.runtime.communication.host_staging import irecv, isend
+from bagua_core.runtime.exceptions import BaguaConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bagua_core.bucket import BaguaBucket
-    from bagua_core.process_group import BaguaProcessGroup
+    from bagua_core.lifecycle.bucket import BaguaBucket
+    from bagua_core.runtime.process_group import BaguaProcessGroup
 
 __all__ = ["PEER_SELECTION_MODES", "DecentralizedSynchronousOp", "check_peers", "peer_count", "shift_one_peer"]
 

@@ -24,11 +24,11 @@ from pydantic import field_validator
 
 from bagua_algorithms.decentralized.common import WeightCommunicatingImpl, check_positive_int, is_communication_step
 from bagua_algorithms.decentralized.low_precision_op import LowPrecisionDecentralizedOp
-from bagua_core.algorithm import Algorithm, AlgorithmConfig
-from bagua_core.capabilities import Capabilities
-from bagua_core.bucket import BaguaBucket
+from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig
+from bagua_core.lifecycle.capabilities import Capabilities
+from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.codecs import check_codec_name
-from bagua_core.exceptions import BaguaError
+from bagua_core.runtime.exceptions import BaguaError
 
 _REPLICAS = ("weight", "left_peer_weight", "right_peer_weight")
 

@@ -10,7 +10,7 @@ neighbour's), all starting at the bucket's initial weights. Run after the optimi
 
 Communicated: ``C(z)``, the MinMaxUInt8 compression of the whole bucket (one min/max), about
 ``numel`` bytes to each of the two neighbours (one message stream when they are the same rank).
-Pipelined (``bagua_core.bucket_ops.pipeline``, the core's exchange engine, which bytegrad's uses
+Pipelined (``bagua_core.lifecycle.bucket_ops.pipeline``, the core's exchange engine, which bytegrad's uses
 too): z and its min/max in one pass, then each segment of C(z) is quantised and sent while the next
 one is, and each received segment updates l, r, w and x in one pass while later ones travel. Hierarchical: the weights are
 averaged inside the node (reduce to the leader) first, the ring runs among the node leaders, and
@@ -29,17 +29,17 @@ from typing import TYPE_CHECKING
 import torch
 from torch.autograd.graph import increment_version
 
-from bagua_core import env
-from bagua_core.bucket_ops.pipeline import exchange_round, post_receives, segments, wait_all
+from bagua_core.runtime import env
+from bagua_core.lifecycle.bucket_ops.pipeline import exchange_round, post_receives, segments, wait_all
 from bagua_core.codecs import DEFAULT_CODEC, Codec, check_codec_name, get_codec
-from bagua_core.bucket_ops.hierarchy import hierarchical, resolve_group
-from bagua_core.communication.common import record
-from bagua_core.communication.communicator import BaguaCommunicator
-from bagua_core.communication.host_staging import irecv, isend
+from bagua_core.lifecycle.bucket_ops.hierarchy import hierarchical, resolve_group
+from bagua_core.runtime.communication.common import record
+from bagua_core.runtime.communication.communicator import BaguaCommunicator
+from bagua_core.runtime.communication.host_staging import irecv, isend
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bagua_core.bucket import BaguaBucket
-    from bagua_core.process_group import BaguaProcessGroup
+    from bagua_core.lifecycle.bucket import BaguaBucket
+    from bagua_core.runtime.process_group import BaguaProcessGroup
 
 __all__ = ["LowPrecisionDecentralizedOp"]
 

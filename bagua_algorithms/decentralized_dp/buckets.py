@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from bagua_core.communication import stats
+from bagua_core.runtime.communication import stats
 
 from bagua_algorithms.decentralized_dp.topology import Edge, mix_inplace
 

@@ -29,9 +29,9 @@ import torch.distributed as dist
 
 from bagua_algorithms.decentralized_dp.buckets import ParamBucket
 from bagua_algorithms.decentralized_dp.topology import Topology
-from bagua_core import env
-from bagua_core.communication import stats
-from bagua_core.exceptions import BaguaConfigError, BaguaError, RankMismatchError
+from bagua_core.runtime import env
+from bagua_core.runtime.communication import stats
+from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError, RankMismatchError
 
 __all__ = ["DecentralizedEngine", "NamedParams", "OptimFn", "SchedulerFn", "validate_engine_options"]
 

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from bagua_algorithms.decentralized_dp.topology import Edge, mix_inplace
-from bagua_core.communication import stats
+from bagua_core.runtime.communication import stats
 
 __all__ = ["AccumAdam", "AccumAdamW", "DecentralizedOptimizer"]
 

@@ -39,11 +39,11 @@ from bagua_algorithms.decentralized_dp.buckets import ParamBucket
 from bagua_algorithms.decentralized_dp.engine import DecentralizedEngine, OptimFn, SchedulerFn
 from bagua_algorithms.decentralized_dp.optim_fns import optim_fn_like
 from bagua_algorithms.decentralized_dp.topology import Topology, get_topology, topology_registry
-from bagua_core import failure
-from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
-from bagua_core.bucket import BaguaBucket
-from bagua_core.capabilities import Capabilities
-from bagua_core.exceptions import BaguaConfigError, BaguaError
+from bagua_core.runtime import failure
+from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
+from bagua_core.lifecycle.bucket import BaguaBucket
+from bagua_core.lifecycle.capabilities import Capabilities
+from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError
 from bagua_core.plugins import hookimpl
 
 __all__ = ["DecentralizedDPAlgorithm", "DecentralizedDPAlgorithmImpl", "DecentralizedDPConfig"]

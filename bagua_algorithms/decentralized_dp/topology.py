@@ -23,8 +23,8 @@ from typing import Any, ClassVar
 import torch
 import torch.distributed as dist
 
-from bagua_core import env
-from bagua_core.exceptions import BaguaConfigError
+from bagua_core.runtime import env
+from bagua_core.runtime.exceptions import BaguaConfigError
 from bagua_core.plugins import NamedRegistry
 
 __all__ = ["Edge", "Topology", "get_topology", "mix_inplace", "topology_names", "topology_registry"]
@@ -64,7 +64,7 @@ class Topology(abc.ABC):
     """Base of every topology. Subclasses set ``name`` and implement :meth:`rounds`.
 
     Construction is local and deterministic: :meth:`check_world_size` and the partition check raise
-    :class:`~bagua_core.exceptions.BaguaConfigError` identically on every rank. :meth:`build_groups` is
+    :class:`~bagua_core.runtime.exceptions.BaguaConfigError` identically on every rank. :meth:`build_groups` is
     collective (every rank creates the same torch groups in the same order).
     """
 

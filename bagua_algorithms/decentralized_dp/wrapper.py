@@ -38,11 +38,11 @@ from bagua_algorithms.decentralized_dp.plugin import (
     DecentralizedDPAlgorithmImpl,
     DecentralizedDPConfig,
 )
-from bagua_core import env
-from bagua_core.agreement import Prepared, agree_or_raise
-from bagua_core.communication import stats
+from bagua_core.runtime import env
+from bagua_core.runtime.agreement import Prepared, agree_or_raise
+from bagua_core.runtime.communication import stats
 from bagua_core.module.initial_sync import model_signature
-from bagua_core.process_group import get_default_group_or_none, init_process_group
+from bagua_core.runtime.process_group import get_default_group_or_none, init_process_group
 
 __all__ = ["DecentralizedDataParallel"]
 
@@ -146,7 +146,7 @@ class DecentralizedDataParallel(torch.nn.Module):
         return [b.scheduler for b in self.engine.buckets or ()]
 
     def bagua_checkpoint_state(self) -> dict[str, Any]:
-        """What ``bagua_core.checkpoint.save_checkpoint`` keeps beyond the parameters: the engine's step and
+        """What ``bagua_core.checkpoints.checkpoint.save_checkpoint`` keeps beyond the parameters: the engine's step and
         per-bucket optimizer and LR scheduler states (the rounds in flight are mixed in first). Every
         rank keeps its own (the ranks' parameters differ)."""
         return {"algorithm": type(self).__name__, "per_rank": True, "exact": True, "train_step_counter": self.engine.step,

@@ -37,10 +37,10 @@ from bagua_algorithms.diloco.config import DiLoCoConfig
 from bagua_algorithms.diloco.exchange import FragmentExchange
 from bagua_algorithms.diloco.fragments import Schedule, gather_flat, scatter_flat, split_fragments
 from bagua_algorithms.diloco.state import restore, state_of
-from bagua_core import env
-from bagua_core.algorithm import Algorithm, AlgorithmImpl
-from bagua_core.capabilities import Capabilities
-from bagua_core.bucket import BaguaBucket
+from bagua_core.runtime import env
+from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmImpl
+from bagua_core.lifecycle.capabilities import Capabilities
+from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.codecs import get_codec
 
 __all__ = ["DiLoCoAlgorithm", "DiLoCoAlgorithmImpl"]
@@ -173,7 +173,7 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
             if fragment not in self.landed:
                 self.exchanges[fragment].wait()  # nothing left in flight on the group
 
-    # --- checkpoints (bagua_core.checkpoint) ---------------------------------------------------------
+    # --- checkpoints (bagua_core.checkpoints.checkpoint) ---------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return state_of(self)
 

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from bagua_core.codecs import Codec
-from bagua_core.communication.common import record
+from bagua_core.runtime.communication.common import record
 
 __all__ = ["FragmentExchange"]
 

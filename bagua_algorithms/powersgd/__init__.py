@@ -8,7 +8,7 @@ Example::
 from __future__ import annotations
 
 from bagua_algorithms.powersgd.algorithm import PowerSGDAlgorithm, PowerSGDAlgorithmImpl, PowerSGDConfig
-from bagua_core.algorithm import Algorithm
+from bagua_core.lifecycle.algorithm import Algorithm
 from bagua_core.plugins import hookimpl
 
 __all__ = ["PowerSGDAlgorithm", "PowerSGDAlgorithmImpl", "PowerSGDConfig", "bagua_register_algorithms"]

@@ -26,10 +26,10 @@ import torch
 from pydantic import Field, StrictInt
 
 from bagua_algorithms.powersgd.low_rank import PowerSGDOp
-from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
-from bagua_core.capabilities import Capabilities
-from bagua_core.bucket import BaguaBucket
-from bagua_core.exceptions import BaguaError
+from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
+from bagua_core.lifecycle.capabilities import Capabilities
+from bagua_core.lifecycle.bucket import BaguaBucket
+from bagua_core.runtime.exceptions import BaguaError
 
 __all__ = ["PowerSGDConfig", "PowerSGDAlgorithm", "PowerSGDAlgorithmImpl"]
 
@@ -81,7 +81,7 @@ class PowerSGDAlgorithmImpl(AlgorithmImpl):
 
         return hook
 
-    # --- checkpoints (bagua_core.checkpoint) ---------------------------------------------------------
+    # --- checkpoints (bagua_core.checkpoints.checkpoint) ---------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The step counter, the RNG and every bucket's error and Q: resuming continues bit for bit."""
         kind, keys, pos, has_gauss, cached = self.rng.get_state()

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
-from bagua_core.communication import ReduceOp, allreduce_inplace, allreduce_inplace_start
+from bagua_core.runtime.communication import ReduceOp, allreduce_inplace, allreduce_inplace_start
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bagua_core.bucket import BaguaBucket
+    from bagua_core.lifecycle.bucket import BaguaBucket
 
 __all__ = ["PowerSGDOp", "PowerSGDOptions", "PowerSGDProgress", "orthogonalise_", "should_compress"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from bagua_algorithms.q_adam.algorithm import QAdamAlgorithm, QAdamAlgorithmImpl, QAdamConfig
 from bagua_algorithms.q_adam.optimizer import QAdamOptimizer
-from bagua_core.algorithm import Algorithm
+from bagua_core.lifecycle.algorithm import Algorithm
 from bagua_core.plugins import hookimpl
 
 __all__ = ["QAdamAlgorithm", "QAdamAlgorithmImpl", "QAdamConfig", "QAdamOptimizer"]

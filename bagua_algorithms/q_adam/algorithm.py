@@ -25,11 +25,11 @@ import torch
 from bagua_algorithms.q_adam.optimizer import QAdamOptimizer
 from pydantic import field_validator
 
-from bagua_core.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
-from bagua_core.capabilities import Capabilities
-from bagua_core.bucket import BaguaBucket
+from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
+from bagua_core.lifecycle.capabilities import Capabilities
+from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.codecs import check_codec_name
-from bagua_core.exceptions import BaguaConfigError
+from bagua_core.runtime.exceptions import BaguaConfigError
 from bagua_core.module.nonfinite import has_nonfinite
 
 __all__ = ["QAdamAlgorithm", "QAdamAlgorithmImpl", "QAdamConfig"]

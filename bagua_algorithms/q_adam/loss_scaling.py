@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from bagua_core.exceptions import BaguaError
+from bagua_core.runtime.exceptions import BaguaError
 
 __all__ = ["LossScaling", "unscale_gradients"]
 

@@ -9,7 +9,7 @@ Per step, with ``g = grad + weight_decay * p``:
   qadam algorithm on the communication thread, which then averages m compressed, or here when no
   algorithm took that over);
 - update: ``p -= lr / (1 - b1^step) * m / (sqrt(v) / sqrt(1 - b2^step) + eps)``; after warmup in one
-  fused pass (``bagua_core.native.adam_update``: torch's operations in order, the square root
+  fused pass (``bagua_core.runtime.native.adam_update``: torch's operations in order, the square root
   correctly rounded).
 
 Caution (inherent to freezing v): a weight whose gradient is exactly zero through the whole warmup
@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from bagua_algorithms.q_adam.loss_scaling import LossScaling, unscale_gradients
-from bagua_core import native
+from bagua_core.runtime import native
 
 __all__ = ["QAdamOptimizer"]
 

@@ -21,7 +21,7 @@ def default_group(process_group: Any = None) -> Any:
 
     if not bagua_core.is_initialized():
         return None
-    from bagua_core.process_group import get_default_group
+    from bagua_core.runtime.process_group import get_default_group
 
     return get_default_group()
 

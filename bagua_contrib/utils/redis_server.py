@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from bagua_core.exceptions import BaguaError
+from bagua_core.runtime.exceptions import BaguaError
 
 __all__ = ["LocalRedisServer", "acquire_local_server", "start_redis_server_cli", "state_dir"]
 

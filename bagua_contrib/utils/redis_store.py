@@ -103,7 +103,7 @@ class RedisStore(ClusterStore):
             if not addresses:
                 raise ValueError("hosts must name at least one redis server, or be None to spawn one")
             if not cluster_mode:
-                from bagua_core.env import get_node_rank
+                from bagua_core.runtime.env import get_node_rank
 
                 addresses = [addresses[get_node_rank() % len(addresses)]]
             shards = [RedisShard(host, port) for host, port in addresses]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 
-from bagua_core.exceptions import BaguaError
+from bagua_core.runtime.exceptions import BaguaError
 
 __all__ = ["ClusterStore", "Store", "StoreUnavailableError"]
 

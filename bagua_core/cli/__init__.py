@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bagua_core.exceptions import BaguaError
+from bagua_core.runtime.exceptions import BaguaError
 
 __all__ = ["main"]
 

@@ -25,7 +25,7 @@ from types import ModuleType
 
 from pydantic import BaseModel
 
-from bagua_core.exceptions import BaguaConfigError
+from bagua_core.runtime.exceptions import BaguaConfigError
 
 __all__ = ["JOB_GROUP", "find_job", "job_config_tables"]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from bagua_core.cli import worker_logs
 from bagua_core.cli.jobs import find_job, job_config_tables
-from bagua_core.config import algorithm_config_of, validate_config_file
+from bagua_core.selection.config import algorithm_config_of, validate_config_file
 
 __all__ = ["run_command", "train_command", "extract_config"]
 

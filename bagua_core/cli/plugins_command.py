@@ -11,12 +11,12 @@ from typing import Any
 
 from pydantic_core import PydanticUndefined
 
-from bagua_core.capabilities import Capabilities
+from bagua_core.lifecycle.capabilities import Capabilities
 from bagua_core.codecs import describe_codecs
 from bagua_core.cli.jobs import job_config_tables
-from bagua_core.config import validate_config_file
+from bagua_core.selection.config import validate_config_file
 from bagua_core.plugins import algorithm_registry, registration_hooks
-from bagua_core.single_node import HIERARCHICAL_NOTE, defaults_to_hierarchical
+from bagua_core.selection.single_node import HIERARCHICAL_NOTE, defaults_to_hierarchical
 
 __all__ = ["plugins_command", "check_config_command", "describe_algorithms"]
 

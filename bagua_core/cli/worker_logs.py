@@ -2,7 +2,7 @@
 before bagua's failure handling could record it (an import error, a missing script, a bad argument).
 
 torchrun's agent records a worker's error in its error file only when the worker itself writes one
-(``@record``, or ``bagua_core.failure`` once ``init_process_group`` ran); otherwise it knows only the exit
+(``@record``, or ``bagua_core.runtime.failure`` once ``init_process_group`` ran); otherwise it knows only the exit
 code. ``TailingLogsSpecs`` (the ``torchrun.logs_specs`` entry point ``bagua``, which ``bagua run`` selects
 when no ``--redirects``/``--tee``/``--logs-specs`` is given) keeps torchrun's layout but makes each
 worker's stderr a pipe (a FIFO where torchrun would write ``stderr.log``). A thread per worker copies

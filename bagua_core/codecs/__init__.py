@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from bagua_core.codecs.base import Codec
 from bagua_core.codecs.rowwise import RowwiseCodec
-from bagua_core.exceptions import PluginError
+from bagua_core.runtime.exceptions import PluginError
 
 __all__ = ["Codec", "RowwiseCodec", "DEFAULT_CODEC", "get_codec", "codec_names", "check_codec_name", "describe_codecs"]
 

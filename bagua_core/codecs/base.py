@@ -42,8 +42,8 @@ from typing import ClassVar
 
 import torch
 
-from bagua_core import native
-from bagua_core.native.layout import check_input, check_nonfinite, check_output
+from bagua_core.runtime import native
+from bagua_core.runtime.native.layout import check_input, check_nonfinite, check_output
 
 __all__ = ["Codec"]
 

@@ -1,7 +1,7 @@
 """What ``with_bagua`` compares across ranks before its first collective.
 
 Everything that decides which collectives a rank issues, or what their results mean: the algorithm's
-name and canonical options (:meth:`~bagua_core.algorithm.Algorithm.canonical_options`, whatever the
+name and canonical options (:meth:`~bagua_core.lifecycle.algorithm.Algorithm.canonical_options`, whatever the
 plugin), ``do_flatten``, the bucket size, the communicator and process-group backend, the non-finite
 policy, the autotune settings, the group's membership, the optimizers' types and the checkpoint the
 ranks resumed from. The model's tensors are compared beside them (``model_signature``). The native
@@ -22,9 +22,9 @@ from typing import Any
 
 import torch
 
-from bagua_core import env
-from bagua_core.algorithm import Algorithm
-from bagua_core.autotune import AutotuneConfig
+from bagua_core.runtime import env
+from bagua_core.lifecycle.algorithm import Algorithm
+from bagua_core.selection.autotune import AutotuneConfig
 
 __all__ = ["algorithm_source", "wrap_settings"]
 

@@ -8,20 +8,20 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from bagua_core.agreement import Prepared
-from bagua_core.capabilities import capabilities_of
-from bagua_core.config import resolve_algorithm
+from bagua_core.runtime.agreement import Prepared
+from bagua_core.lifecycle.capabilities import capabilities_of
+from bagua_core.selection.config import resolve_algorithm
 from bagua_core.module import hooks
 from bagua_core.module.agreed_settings import algorithm_source, wrap_settings
 from bagua_core.module.backend import ModuleBackend, register_module
-from bagua_core.module.resume import apply_resumed_state, checkpoint_state, load_checkpoint_state
+from bagua_core.checkpoints.resume import apply_resumed_state, checkpoint_state, load_checkpoint_state
 from bagua_core.module.initial_sync import (
     agree_or_raise,
     broadcast_optimizer_state,
     broadcast_tensors,
     model_signature,
 )
-from bagua_core.process_group import get_default_group
+from bagua_core.runtime.process_group import get_default_group
 
 __all__ = ["BaguaModule", "with_bagua"]
 
@@ -29,7 +29,7 @@ __all__ = ["BaguaModule", "with_bagua"]
 class BaguaModule:
     """Methods installed on ``torch.nn.Module``. After ``with_bagua`` a module has the seed's attributes
     ``bagua_optimizers``, ``bagua_algorithm`` (the reified impl), ``bagua_capabilities`` (what the
-    algorithm declares, ``bagua_core.capabilities``), ``process_group``,
+    algorithm declares, ``bagua_core.lifecycle.capabilities``), ``process_group``,
     ``bagua_module_name``, ``bagua_train_step_counter`` and ``bagua_buckets``."""
 
     def with_bagua(
@@ -95,7 +95,7 @@ class BaguaModule:
         return self
 
     def bagua_checkpoint_state(self: torch.nn.Module) -> dict[str, Any] | None:
-        """What ``save_checkpoint`` keeps beyond the state dicts (``bagua_core.module.resume``); None
+        """What ``save_checkpoint`` keeps beyond the state dicts (``bagua_core.checkpoints.resume``); None
         when the module is not wrapped."""
         return checkpoint_state(self)
 

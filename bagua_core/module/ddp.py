@@ -24,9 +24,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from bagua_core.config import resolve_algorithm
-from bagua_core.exceptions import BaguaConfigError
-from bagua_core.process_group import BaguaProcessGroup, get_default_group
+from bagua_core.selection.config import resolve_algorithm
+from bagua_core.runtime.exceptions import BaguaConfigError
+from bagua_core.runtime.process_group import BaguaProcessGroup, get_default_group
 
 __all__ = ["DistributedDataParallel", "to_bagua_process_group"]
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import torch
 
-from bagua_core import env
-from bagua_core.algorithm import group_tensors
-from bagua_core.autotune import on_train_step as _autotune_on_train_step
-from bagua_core.failure import call_guarded
-from bagua_core.failure.record import state as failure_state
+from bagua_core.runtime import env
+from bagua_core.lifecycle.algorithm import group_tensors
+from bagua_core.selection.autotune import on_train_step as _autotune_on_train_step
+from bagua_core.runtime.failure import call_guarded
+from bagua_core.runtime.failure.record import state as failure_state
 from bagua_core.module.nonfinite import agree_on_nonfinite_gradients
 from bagua_core.module.scheduler import BucketScheduler
 from bagua_core.module.unused_params import agree_on_used_parameters

@@ -1,7 +1,7 @@
 """What ``with_bagua`` does before any algorithm runs: agree across ranks, then broadcast from rank 0.
 
 Every rank prepares locally (resolves the algorithm, reads its environment, describes its model), then
-one ``all_gather_object`` (:func:`bagua_core.agreement.agree_or_raise`) tells each rank whether the
+one ``all_gather_object`` (:func:`bagua_core.runtime.agreement.agree_or_raise`) tells each rank whether the
 others succeeded and whether they decided the same. A failure or a difference anywhere is raised on
 every rank, so bad input never leaves the other ranks waiting in a collective.
 """
@@ -14,9 +14,9 @@ import torch
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-from bagua_core.agreement import agree_or_raise
-from bagua_core.communication import broadcast
-from bagua_core.communication.communicator import BaguaCommunicator
+from bagua_core.runtime.agreement import agree_or_raise
+from bagua_core.runtime.communication import broadcast
+from bagua_core.runtime.communication.communicator import BaguaCommunicator
 
 __all__ = ["agree_or_raise", "broadcast_tensors", "broadcast_optimizer_state", "model_signature"]
 

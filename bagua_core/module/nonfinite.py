@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from bagua_core.communication import ReduceOp, allreduce_inplace
+from bagua_core.runtime.communication import ReduceOp, allreduce_inplace
 
 __all__ = ["agree_on_nonfinite_gradients", "has_nonfinite"]
 

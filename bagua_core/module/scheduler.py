@@ -6,8 +6,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bagua_core.bucket import BaguaBucket
-    from bagua_core.communication.worker import CommunicationWorker
+    from bagua_core.lifecycle.bucket import BaguaBucket
+    from bagua_core.runtime.communication.worker import CommunicationWorker
 
 __all__ = ["BucketScheduler"]
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from bagua_core.algorithm import group_tensors
-from bagua_core.communication import ReduceOp, allreduce_inplace
+from bagua_core.lifecycle.algorithm import group_tensors
+from bagua_core.runtime.communication import ReduceOp, allreduce_inplace
 from bagua_core.module.scheduler import BucketScheduler
 
 __all__ = ["agree_on_used_parameters"]

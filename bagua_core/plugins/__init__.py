@@ -10,7 +10,7 @@ in your ``pyproject.toml``::
 
 and in ``my_package/local_sgd.py``::
 
-    from bagua_core.algorithm import Algorithm, AlgorithmConfig
+    from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig
     from bagua_core.plugins import hookimpl
 
     class LocalSGDAlgorithm(Algorithm):

@@ -10,8 +10,8 @@ Each registration hook returns a list of classes; every class declares its ``nam
 refuses a missing or duplicate name and names both providers of a duplicate.
 
 Only the hooks whose contract lives in the core are specified here: algorithms
-(:mod:`bagua_core.algorithm`), codecs (:mod:`bagua_core.codecs`) and the bucket operations behind
-``BaguaBucket``'s documented ``append_*_op`` methods (:mod:`bagua_core.bucket_ops.registry`). A plugin package whose contract
+(:mod:`bagua_core.lifecycle.algorithm`), codecs (:mod:`bagua_core.codecs`) and the bucket operations behind
+``BaguaBucket``'s documented ``append_*_op`` methods (:mod:`bagua_core.lifecycle.bucket_ops.registry`). A plugin package whose contract
 lives in the package brings its own specs through :func:`bagua_add_hookspecs`, like pytest's
 ``pytest_addhooks`` (the communication topologies and the cache stores are specified this way, by
 their packages; docs/plugins.md lists every spec).
@@ -47,11 +47,11 @@ def bagua_add_hookspecs(plugin_manager: pluggy.PluginManager) -> None:
 
 @hookspec
 def bagua_register_algorithms() -> list[type]:
-    """Return the :class:`~bagua_core.algorithm.Algorithm` subclasses this plugin provides.
+    """Return the :class:`~bagua_core.lifecycle.algorithm.Algorithm` subclasses this plugin provides.
 
     Fires once, when the algorithm registry is first built (the first ``with_bagua``, ``bagua plugins``
     or config load). Each class sets ``name`` (the name users select it by) and ``Config`` (a pydantic
-    model deriving from :class:`~bagua_core.algorithm.AlgorithmConfig` with ``name: Literal[...]``).
+    model deriving from :class:`~bagua_core.lifecycle.algorithm.AlgorithmConfig` with ``name: Literal[...]``).
     """
 
 
@@ -73,5 +73,5 @@ def bagua_register_bucket_ops() -> list[type]:
     ``append_low_precision_decentralized_synchronous_op``, ``append_asynchronous_model_average_op``, or
     ``append_centralized_synchronous_op`` with a ``compression`` codec): the method looks up the class whose
     ``name`` is its own name and calls ``cls.append_to(bucket, **the_method_arguments)``, which appends the
-    operation to the bucket and returns what the method documents (:mod:`bagua_core.bucket_ops.registry`).
+    operation to the bucket and returns what the method documents (:mod:`bagua_core.lifecycle.bucket_ops.registry`).
     """

@@ -14,7 +14,7 @@ import threading
 
 import pluggy
 
-from bagua_core.exceptions import DuplicateNameError, PluginLoadError
+from bagua_core.runtime.exceptions import DuplicateNameError, PluginLoadError
 from bagua_core.plugins import hookspecs
 
 __all__ = ["BaguaPluginManager", "get_plugin_manager", "reset_plugin_manager", "disabled_plugin_names", "autoload_enabled"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Generic, TypeVar
 
-from bagua_core.exceptions import DuplicateNameError, PluginError, UnknownNameError
+from bagua_core.runtime.exceptions import DuplicateNameError, PluginError, UnknownNameError
 from bagua_core.plugins.manager import get_plugin_manager
 
 __all__ = ["NamedRegistry", "algorithm_registry", "bucket_op_registry", "codec_registry", "registration_hooks",

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import torch
 
-from bagua_core.native import compressed_size, cuda, fallback
+from bagua_core.runtime.native import compressed_size, cuda, fallback
 
 __all__ = ["measure", "main"]
 

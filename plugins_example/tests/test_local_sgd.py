@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bagua_core.config import algorithm_config_of
-from bagua_core.exceptions import BaguaConfigError
+from bagua_core.selection.config import algorithm_config_of
+from bagua_core.runtime.exceptions import BaguaConfigError
 from bagua_core.plugins import algorithm_registry
 
 HERE = Path(__file__).resolve().parent

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from bagua_core.communication.autograd import ReduceOp, all_reduce, torch_reduce_op_to_bagua
+from bagua_core.runtime.communication.autograd import ReduceOp, all_reduce, torch_reduce_op_to_bagua
 
 __all__ = ["ReduceOp", "all_reduce", "torch_reduce_op_to_bagua"]

@@ -1,0 +1,304 @@
+"""``Algorithm`` (a declaration: its validated config) and ``AlgorithmImpl`` (the lifecycle hooks).
+
+What the core calls, in order, when a module is wrapped (see DESIGN.md):
+broadcast from rank 0 -> ``init_tensors`` -> ``tensors_to_buckets`` -> ``init_operations`` per bucket;
+per-parameter ``init_backward_hook``; ``init_bucket_ready_hook`` as each bucket is launched (in
+bucket order, on the training thread); ``init_post_backward_hook`` at the end of backward;
+``init_post_optimizer_step_hook`` after ``optimizer.step``; before every forward the step counter
+is increased, ``need_reset`` asked (True redoes tensors/buckets/operations), then
+``init_forward_pre_hook``.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable, Sequence
+
+import torch
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from bagua_core.runtime import env
+from bagua_core.lifecycle.bucket import BaguaBucket
+from bagua_core.lifecycle.capabilities import NOT_DECLARED, Capabilities
+from bagua_core.runtime.exceptions import format_validation_error
+from bagua_core.lifecycle.hook_parameters import adapt_hooks
+from bagua_core.runtime.exceptions import BaguaConfigError
+from bagua_core.plugins import algorithm_registry
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bagua_core.runtime.process_group import BaguaProcessGroup
+
+__all__ = ["AlgorithmConfig", "Algorithm", "AlgorithmImpl", "group_tensors", "split_into_buckets"]
+
+
+class AlgorithmConfig(BaseModel):
+    """Base of every algorithm's options. Subclasses set ``name: Literal["their_name"] = "their_name"``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    name: str
+    """The registered name of the algorithm."""
+
+
+class Algorithm(abc.ABC):
+    """A declaration of an algorithm: its name, what it can do (``capabilities``, see
+    ``bagua_core.lifecycle.capabilities``) and validated options; ``reify`` builds the impl."""
+
+    name: ClassVar[str] = ""
+    Config: ClassVar[type[AlgorithmConfig]] = AlgorithmConfig
+    capabilities: ClassVar[Capabilities] = NOT_DECLARED
+    """What the core, the CLI, Lightning, autotune and ``algorithm="auto"`` need to know (class level)."""
+
+    def __init__(self, **options: Any) -> None:
+        try:
+            self.config = self.Config(name=self.name, **options)
+        except ValidationError as exc:
+            raise BaguaConfigError(format_validation_error(exc, f"options for algorithm {self.name!r}")) from None
+
+    def __getattr__(self, item: str) -> Any:
+        config = self.__dict__.get("config")
+        if config is not None and item in type(config).model_fields:
+            return getattr(config, item)
+        if item == "config":  # an algorithm written for the original sets plain attributes, no config
+            return AlgorithmConfig(name=self.name or type(self).__name__)
+        raise AttributeError(f"{type(self).__name__} has no attribute {item!r}")
+
+    @classmethod
+    def init(cls, name: str, **kwargs: Any) -> Algorithm:
+        """The registered algorithm ``name`` built with ``kwargs`` (the original's helper).
+
+        Example::
+
+            >>> Algorithm.init("gradient_allreduce", hierarchical=True)
+            GradientAllReduceAlgorithm(hierarchical=True, average=True)
+        """
+        return algorithm_registry.get(name)(**kwargs)
+
+    @classmethod
+    def from_config(cls, config: AlgorithmConfig, optimizers: Sequence[torch.optim.Optimizer] = ()) -> Algorithm:
+        """Build the algorithm from a validated config. ``optimizers`` are those given to ``with_bagua``
+        (an algorithm that needs its own optimizer, like qadam, finds it there)."""
+        return cls(**config.model_dump(exclude={"name"}))
+
+    @classmethod
+    def build_optimizer(cls, params: Any, *, lr: float | None = None, steps_per_epoch: int = 1) -> torch.optim.Optimizer:
+        """The optimizer this algorithm needs (``capabilities.builds_optimizer``) over ``params``, with
+        learning rate ``lr`` (None: the algorithm's default) for a job of ``steps_per_epoch`` steps per
+        epoch; pass it to ``with_bagua``. Raises ``BaguaConfigError`` for an algorithm that does not
+        build one (any optimizer works with it).
+
+        Example::
+
+            >>> algorithm = algorithm_registry.get(name)
+            >>> if algorithm.capabilities.builds_optimizer:
+            ...     optimizer = algorithm.build_optimizer(model.parameters(), lr=0.005, steps_per_epoch=100)
+        """
+        raise BaguaConfigError(f"algorithm {cls.name!r} builds no optimizer of its own: use any torch optimizer")
+
+    def canonical_options(self) -> dict[str, Any]:
+        """Every validated option in a canonical form (JSON types where possible), less ``name``: what
+        ``with_bagua`` compares across ranks before the first collective. An algorithm whose behaviour
+        depends on more than its config (qadam: its optimizer's warmup) adds those values here."""
+        try:
+            return self.config.model_dump(mode="json", exclude={"name"})
+        except Exception:  # a plugin's option without a JSON form: compare the Python values
+            return self.config.model_dump(exclude={"name"})
+
+    @abc.abstractmethod
+    def reify(self, process_group: BaguaProcessGroup) -> AlgorithmImpl:
+        """Create the implementation bound to ``process_group``."""
+
+    def __repr__(self) -> str:
+        if "config" not in self.__dict__:
+            return f"{type(self).__name__}()"
+        options = ", ".join(f"{k}={v!r}" for k, v in self.config.model_dump(exclude={"name"}).items())
+        return f"{type(self).__name__}({options})"
+
+
+def group_tensors(tensors: Sequence[torch.Tensor], bucket_size: int) -> list[list[torch.Tensor]]:
+    """The core's bucketing suggestion: ``tensors`` in order, in groups of about ``bucket_size`` bytes (a
+    new group also starts where the dtype or device of the effective tensors changes). The core hands
+    it to ``AlgorithmImpl.tensors_to_buckets``."""
+    groups: list[list[torch.Tensor]] = []
+    current: list[torch.Tensor] = []
+    current_bytes = 0
+    for tensor in tensors:
+        effective = tensor.bagua_getter_closure()
+        if current:
+            first = current[0].bagua_getter_closure()
+            if first.dtype != effective.dtype or first.device != effective.device:
+                groups.append(current)
+                current, current_bytes = [], 0
+        current.append(tensor)
+        current_bytes += effective.numel() * effective.element_size()
+        if current_bytes >= bucket_size:
+            groups.append(current)
+            current, current_bytes = [], 0
+    if current:
+        groups.append(current)
+    return groups
+
+
+def split_into_buckets(
+    tensors: Sequence[torch.Tensor], bucket_size: int, do_flatten: bool, name_prefix: str = "bucket", alignment: int = 1
+) -> list[BaguaBucket]:
+    """One bucket per group of :func:`group_tensors`."""
+    return [
+        BaguaBucket(group, f"{name_prefix}_{i}", do_flatten, alignment)
+        for i, group in enumerate(group_tensors(tensors, bucket_size))
+    ]
+
+
+def _grad_of(param: torch.Tensor) -> torch.Tensor:
+    return param.grad
+
+
+def _set_grad(param: torch.Tensor, value: torch.Tensor) -> None:
+    param.grad = value
+
+
+class AlgorithmImpl:
+    """The hooks of an algorithm. The defaults implement plain bucketed gradient communication.
+
+    Every hook receives ``bagua_module`` (the name the original's API documents): the wrapped module,
+    with ``bagua_build_params()``, ``bagua_module_name``, ``bagua_buckets``, ``bagua_optimizers``,
+    ``bagua_train_step_counter``, ``process_group`` and ``_bagua_backend.wait_pending_comm_ops()``. A keyword
+    call may also name it ``bagua_ddp`` (the original's 0.9 API pages), in this class and every subclass,
+    whichever name the subclass writes (:mod:`bagua_core.lifecycle.hook_parameters`)."""
+
+    weights_differ_across_ranks: ClassVar[bool] = False
+    """Older, impl-level form of ``Capabilities.weights_differ_across_ranks`` (declare it on the
+    ``Algorithm``); counts for an algorithm declaring no capabilities (``bagua_core.lifecycle.capabilities.capabilities_of``)."""
+    exact_resume: ClassVar[bool] = True
+    """Older, impl-level form of ``Capabilities.exact_resume`` (for an algorithm declaring no capabilities)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        adapt_hooks(cls)
+
+    def __init__(self, process_group: BaguaProcessGroup) -> None:
+        self.process_group = process_group
+
+    def _older_form_capabilities(self) -> dict[str, bool]:
+        """What this impl declares in the older, impl-level form, as ``Capabilities`` fields: the class
+        attributes above and ``supports_autotune`` where a subclass changes them, and an overridden
+        :meth:`communicates_after_optimizer_step` (``bagua_core.lifecycle.capabilities.capabilities_of`` folds
+        them in for an algorithm that declares no capabilities)."""
+        cls, older = type(self), {}
+        for field in ("weights_differ_across_ranks", "exact_resume"):
+            if getattr(cls, field) != getattr(AlgorithmImpl, field):
+                older[field] = bool(getattr(cls, field))
+        if hasattr(cls, "supports_autotune"):
+            older["tunable_bucket_size"] = bool(cls.supports_autotune)
+        if cls.communicates_after_optimizer_step is not AlgorithmImpl.communicates_after_optimizer_step:
+            older["communicates_after_optimizer_step"] = True
+        return older
+
+    def need_reset(self) -> bool:
+        """Asked before every forward; True rebuilds tensors, buckets and operations."""
+        return False
+
+    def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
+        """The tensors to communicate: ``bagua_module.bagua_build_params()`` in reverse registration
+        order, effective tensor ``.grad``."""
+        tensors = []
+        for name, param in reversed(bagua_module.bagua_build_params()):
+            param.bagua_ensure_grad()
+            tensors.append(
+                param.ensure_bagua_tensor(name, bagua_module.bagua_module_name, _grad_of, _set_grad)
+            )
+        return tensors
+
+    def bucket_size_bytes(self) -> int:
+        """The size of the groups the core suggests: ``self.bucket_size`` when set (autotune sets it),
+        else ``BAGUA_DEFAULT_BUCKET_SIZE``."""
+        return getattr(self, "bucket_size", None) or env.get_default_bucket_size()
+
+    def tensors_to_buckets(self, tensors: list[list[torch.Tensor]], do_flatten: bool) -> list[BaguaBucket]:
+        """Turn the core's suggestion (``tensors`` grouped into lists of about the bucket size, see
+        :func:`group_tensors`) into buckets: one per group, as suggested."""
+        return [BaguaBucket(group, f"bucket_{i}", do_flatten) for i, group in enumerate(tensors)]
+
+    def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
+        """Append the bucket's communication operations (none by default)."""
+        bucket.clear_ops()
+
+    def init_forward_pre_hook(self, bagua_module: torch.nn.Module) -> Callable[[Any], None]:
+        def hook(inputs: Any) -> None:
+            return None
+
+        return hook
+
+    def init_backward_hook(self, bagua_module: torch.nn.Module) -> Callable[[str, torch.nn.Parameter], None]:
+        """Called with each parameter once its gradient is accumulated: mark it ready."""
+
+        def hook(parameter_name: str, parameter: torch.nn.Parameter) -> None:
+            if parameter.is_bagua_tensor() and parameter._bagua_bucket is not None:
+                parameter.bagua_mark_communication_ready()
+
+        return hook
+
+    def init_bucket_ready_hook(self, bagua_module: torch.nn.Module) -> Callable[[BaguaBucket], None] | None:
+        """Return ``hook(bucket)`` to run when a bucket is launched, or None (the default: nothing).
+
+        The extension point for work that belongs inside backward, per bucket, on the training thread,
+        e.g. stepping a per-bucket optimizer as soon as the bucket's gradients are ready. The hook is
+        called once per bucket per backward, strictly in bucket order (bucket i after buckets 0..i-1), on
+        the thread that marked the bucket's last tensor ready (autograd's thread during backward; the
+        training thread for buckets launched at the end of backward by ``bagua_wait_for_communication``),
+        before the bucket's operations are handed to the communication thread, so its effects are what
+        the operations see. A bucket without operations only runs the hook. Keep collectives out of it
+        unless every rank issues them in the same order (buckets are launched in the same order on
+        every rank). Rebuilt with the buckets (``need_reset``).
+
+        Example::
+
+            >>> def init_bucket_ready_hook(self, bagua_module):
+            ...     return lambda bucket: self.bucket_optimizers[bucket.name].step()
+        """
+        return None
+
+    def init_post_backward_hook(self, bagua_module: torch.nn.Module) -> Callable[[], None]:
+        """Runs at the end of backward: by default launches what is left and waits for it."""
+
+        def hook() -> None:
+            bagua_module.bagua_wait_for_communication()
+
+        return hook
+
+    def init_post_optimizer_step_hook(self, bagua_module: torch.nn.Module) -> Callable[[torch.optim.Optimizer], None]:
+        def hook(optimizer: torch.optim.Optimizer) -> None:
+            return None
+
+        return hook
+
+    def state_dict(self) -> dict[str, Any]:
+        """What this rank needs, beyond the model and its optimizers, to resume exactly (replicas,
+        per-bucket optimizers, step counts of the algorithm's own: tensors, numbers, strings, lists and
+        dicts of them). ``save_checkpoint`` calls it after the step, before taking the model's state dict,
+        and saves it per rank when it is not empty. Default: no state."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (once the module is wrapped and its buckets built:
+        ``load_checkpoint`` on the wrapped module, or ``with_bagua`` after ``load_checkpoint``)."""
+        if state:
+            raise BaguaConfigError(f"{type(self).__name__} keeps no state, but the checkpoint holds algorithm state "
+                                   f"with keys {sorted(state)}")
+
+    def communicates_after_optimizer_step(self, bagua_module: torch.nn.Module) -> bool:
+        """Whether this step's optimizer step is followed by collectives (issued by the post-step hook).
+        Asked at the end of every backward, only for an algorithm declaring
+        ``Capabilities.communicates_after_optimizer_step`` (or whose impl overrides this method); when
+        True, the ranks agree whether any rank's gradients hold inf/NaN and, if so, every rank's
+        gradients get a NaN (``bagua_core.module.nonfinite``), so a ``GradScaler`` skips the step, and
+        with it the post-step collectives, on every rank. Default: every step (as declared)."""
+        return True
+
+    def shutdown(self, bagua_module: torch.nn.Module) -> None:
+        """Release what the impl started (threads, groups) when the module is re-wrapped or closed."""
+        return None
+
+
+adapt_hooks(AlgorithmImpl)  # __init_subclass__ covers the subclasses

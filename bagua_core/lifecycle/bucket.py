@@ -1,0 +1,353 @@
+"""``BaguaBucket``: tensors communicated together, optionally flattened into one buffer.
+
+A bucket runs its operations, in the order they were appended, once every one of its tensors is
+marked ready; the module launches buckets strictly in registration order on the process group's
+communication thread, so communication overlaps the rest of backward.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from collections.abc import Callable
+
+import torch
+
+from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp
+from bagua_core.lifecycle.bucket_ops.registry import append_provided_op
+from bagua_core.runtime.communication import streams
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bagua_core.runtime.process_group import BaguaProcessGroup
+
+__all__ = ["BaguaBucket"]
+
+BucketOp = Callable[["BaguaBucket"], None]
+
+
+class BaguaBucket:
+    """Example::
+
+    >>> bucket = BaguaBucket([p1, p2], "bucket_0", flatten=True)
+    >>> bucket.append_centralized_synchronous_op(hierarchical=False, average=True)
+    """
+
+    BIND_MAX_MEAN_BYTES = 64 * 1024
+    """:meth:`bind_unset_views` binds only buckets whose tensors average at most this size: for larger
+    tensors zeroing the slot and accumulating into it costs more than autograd's fresh gradient and
+    one copy (measured on the 21M MLP: +1 ms a step); for small ones the per-tensor copies cost more."""
+
+    def __init__(self, tensors: list[torch.Tensor], name: str, flatten: bool, alignment: int = 1) -> None:
+        if not tensors:
+            raise ValueError(f"bucket {name!r} needs at least one tensor")
+        if not isinstance(alignment, int) or alignment < 1:
+            raise ValueError(f"alignment must be a positive integer, got {alignment!r}")
+        for tensor in tensors:
+            if not tensor.is_bagua_tensor():
+                raise ValueError(f"bucket {name!r}: every tensor must be a bagua tensor (call ensure_bagua_tensor)")
+        self.tensors = list(tensors)
+        self.name = name
+        self.flatten = flatten
+        self.alignment = alignment
+        self._ops: list[BucketOp] = []
+        self._deferred: list[Callable[[], None]] = []
+        self._deferring = False
+        self._ready: set[int] = set()
+        self._ready_events = streams.ReadyEvents()  # CUDA: the producing streams' events
+        self._done_event: torch.cuda.Event | None = None  # CUDA: the last execution's completion
+        self.on_ready: Callable[[BaguaBucket], None] | None = None
+        self.process_group: BaguaProcessGroup | None = None
+        self.backend_bucket = self  # the original's ops take ``bucket.backend_bucket``: here the bucket itself
+        self.bagua_module_name = getattr(tensors[0], "bagua_module_name", None)
+        effective = [t.bagua_getter_closure() for t in self.tensors]
+        self.dtype, self.device = effective[0].dtype, effective[0].device
+        for tensor in effective:
+            if flatten and (tensor.dtype != self.dtype or tensor.device != self.device):
+                raise ValueError(
+                    f"bucket {name!r} cannot be flattened: it mixes {self.dtype}/{self.device} with "
+                    f"{tensor.dtype}/{tensor.device}"
+                )
+        self.numels = [t.numel() for t in effective]
+        self.offsets = [sum(self.numels[:i]) for i in range(len(self.numels))]
+        total = sum(self.numels)
+        self.padded_numel = -(-total // alignment) * alignment
+        self.padding = self.padded_numel - total
+        self._buffer: torch.Tensor | None = None
+        for tensor in self.tensors:
+            tensor._bagua_bucket = self
+        self._index = {id(tensor): i for i, tensor in enumerate(self.tensors)}
+        self._views: list[torch.Tensor] = []  # per tensor: its slot of the buffer, in its shape
+        if flatten:
+            self._buffer = torch.zeros(self.padded_numel, dtype=self.dtype, device=self.device)
+            for tensor, offset in zip(self.tensors, self.offsets):
+                tensor.bagua_set_storage(self._buffer.untyped_storage(), offset)
+            self._views = [self._slot(i).view(e.shape) for i, e in enumerate(effective)]
+        self._binds_views = flatten and self.bytes() <= self.BIND_MAX_MEAN_BYTES * len(self.tensors)
+
+    # --- layout -----------------------------------------------------------------------------
+    def _slot(self, index: int) -> torch.Tensor:
+        assert self._buffer is not None
+        offset, numel = self.offsets[index], self.numels[index]
+        return self._buffer[offset : offset + numel]
+
+    @property
+    def buffer(self) -> torch.Tensor | None:
+        """The contiguous buffer of a flattened bucket (padding included), None when not flattened."""
+        return self._buffer
+
+    def check_flatten(self) -> bool:
+        """True when every effective tensor is a contiguous view at its place in the bucket buffer."""
+        if self._buffer is None:
+            return False
+        base = self._buffer.data_ptr()
+        itemsize = self._buffer.element_size()
+        for tensor, offset, view in zip(self.tensors, self.offsets, self._views):
+            effective = tensor.bagua_getter_closure()
+            if effective is view:  # the common case: the slot itself
+                continue
+            if effective is None or not effective.is_contiguous():
+                return False
+            if effective.data_ptr() != base + offset * itemsize:
+                return False
+        return True
+
+    def flattened_tensor(self) -> torch.Tensor:
+        """A new contiguous tensor holding a copy of the effective tensors (and padding) in order, as
+        the original's (algorithms create their replicas with it); it does not require grad. The
+        flattened bucket's own storage is :attr:`buffer`."""
+        with torch.no_grad():
+            if self.check_flatten():
+                return self._buffer.clone()
+            pieces = [t.bagua_getter_closure().reshape(-1) for t in self.tensors]
+            if self.padding:
+                pieces.append(torch.zeros(self.padding, dtype=self.dtype, device=self.device))
+            return torch.cat(pieces)
+
+    def flattened_view(self) -> torch.Tensor:
+        """:attr:`buffer` itself when the effective tensors are views of it (writing it writes them), else
+        a new tensor as :meth:`flattened_tensor` (hand it to :meth:`write_back`). For operations that
+        work on the bucket's values in place."""
+        return self._buffer if self.check_flatten() else self.flattened_tensor()
+
+    def write_back(self, flat: torch.Tensor) -> None:
+        """Copy ``flat`` (laid out as :meth:`flattened_tensor`) into the effective tensors, unless it is
+        the bucket's own buffer and the tensors are already views of it."""
+        if self._buffer is not None and flat.data_ptr() == self._buffer.data_ptr() and self.check_flatten():
+            return
+        with torch.no_grad():
+            for tensor, offset, numel in zip(self.tensors, self.offsets, self.numels):
+                effective = tensor.bagua_getter_closure()
+                effective.copy_(flat[offset : offset + numel].view_as(effective))
+
+    def restore_view(self, tensor: torch.Tensor) -> None:
+        """Put ``tensor``'s effective tensor back into its slot of the buffer if it was replaced (an
+        optimizer's ``zero_grad(set_to_none=True)`` followed by backward does that)."""
+        if self._buffer is None:
+            return
+        # runs for every parameter of every step: the common cases return after a few attribute reads
+        index = self._index[id(tensor)]
+        view = self._views[index]
+        effective = tensor.bagua_getter_closure()
+        if effective is view:
+            return
+        if effective is not None and effective.data_ptr() == view.data_ptr() and effective.is_contiguous():
+            return
+        if effective is None:
+            view.zero_()
+        elif effective.requires_grad:
+            with torch.no_grad():
+                view.copy_(effective.reshape(view.shape))
+        else:  # no autograd context or reshape when not needed: each costs several microseconds
+            view.copy_(effective if effective.shape == view.shape else effective.reshape(view.shape))
+        tensor.bagua_setter_closure(view)
+
+    def bind_unset_views(self) -> None:
+        """Give every effective tensor that is None (a gradient after ``zero_grad(set_to_none=True)``)
+        its zeroed slot of the buffer, before backward: autograd then accumulates into the slot and
+        :meth:`restore_view` has nothing to copy. Runs before every training forward; buckets of
+        large tensors are left to :meth:`restore_view` (see ``BIND_MAX_MEAN_BYTES``)."""
+        if not self._binds_views:
+            return
+        unset = [i for i, tensor in enumerate(self.tensors) if tensor.bagua_getter_closure() is None]
+        if not unset:
+            return
+        with torch.no_grad():
+            if len(unset) == len(self.tensors):
+                self._buffer.zero_()
+            else:
+                for i in unset:
+                    self._views[i].zero_()
+        for i in unset:
+            self.tensors[i].bagua_setter_closure(self._views[i])
+
+    def bytes(self) -> int:
+        """Size of the bucket's data in bytes (padding included)."""
+        return self.padded_numel * self.dtype.itemsize
+
+    # --- readiness and execution ----------------------------------------------------------------
+    def mark_ready(self, tensor: torch.Tensor, synchronize: bool = True) -> None:
+        """``tensor``'s effective tensor is ready. On CUDA, with ``synchronize``, the current stream is
+        noted, and an event recorded on it when the bucket is ready orders the bucket's communication
+        after the work that produced the tensor (:mod:`bagua_core.runtime.communication.streams`)."""
+        self.restore_view(tensor)
+        cuda = self.device.type == "cuda"
+        if synchronize and cuda:
+            self._ready_events.note(self.device)
+        self._ready.add(id(tensor))
+        if self.is_ready():
+            if cuda:
+                self._ready_events.record()
+            if self.on_ready is not None:
+                self.on_ready(self)
+
+    def is_ready(self) -> bool:
+        return len(self._ready) == len(self.tensors)
+
+    def reset_ready(self) -> None:
+        self._ready.clear()
+
+    def pending_tensors(self) -> list[torch.Tensor]:
+        return [t for t in self.tensors if id(t) not in self._ready]
+
+    def execute_ops(self, deferrable: bool = False) -> None:
+        """Run the operations in order (on the communication thread). With ``deferrable`` (the
+        module's scheduler) the last operation may leave its communication in flight: it hands the
+        rest to :meth:`defer`, and :meth:`complete_deferred` finishes it (at the end of backward)."""
+        self._deferring = deferrable
+        try:
+            with streams.run_on(self._communication_stream(), self._ready_events) as done:
+                self._done_event = done
+                for op in self._ops:
+                    op(self)
+        finally:
+            self._deferring = False
+
+    def _communication_stream(self) -> torch.cuda.Stream | None:
+        """CUDA buckets communicate on their process group worker's stream for the device."""
+        if self.device.type != "cuda":
+            return None
+        if self.process_group is None:
+            return torch.cuda.current_stream(self.device)
+        return self.process_group.worker.cuda_stream(self.device)
+
+    def wait_communication(self) -> None:
+        """Order the calling thread's current CUDA stream after the last execution of the operations
+        (nothing to do on CPU, where the operations have returned)."""
+        streams.wait_for(self._done_event)
+
+    def may_defer(self, op: BucketOp) -> bool:
+        """Whether ``op``, now running, may finish later: it is the bucket's last operation and the
+        caller of :meth:`execute_ops` completes deferred work before the results are used."""
+        return self._deferring and bool(self._ops) and self._ops[-1] is op
+
+    def defer(self, finish: Callable[[], None]) -> None:
+        """Register what completes an operation left in flight (see :meth:`may_defer`)."""
+        self._deferred.append(finish)
+
+    def complete_deferred(self) -> None:
+        """Run what the operations deferred, in order; the bucket's results are final afterwards."""
+        pending, self._deferred = self._deferred, []
+        for finish in pending:
+            finish()
+
+    # --- operations ---------------------------------------------------------------------------
+    def has_ops(self) -> bool:
+        """Whether the bucket has operations to run."""
+        return bool(self._ops)
+
+    def clear_ops(self) -> BaguaBucket:
+        self._ops.clear()
+        return self
+
+    def append_op(self, op: BucketOp) -> BaguaBucket:
+        """Append any callable ``op(bucket)``; it runs on the communication thread."""
+        self._ops.append(op)
+        return self
+
+    def append_python_op(self, python_function: Callable[[str], None], group: BaguaProcessGroup | None = None) -> BaguaBucket:
+        """Append ``python_function(bucket_name)`` to the bucket's operations."""
+        return self.append_op(lambda bucket: python_function(bucket.name))
+
+    def append_centralized_synchronous_op(
+        self,
+        hierarchical: bool = False,
+        average: bool = True,
+        scattergather: bool = False,
+        compression: str | None = None,
+        group: BaguaProcessGroup | None = None,
+    ) -> BaguaBucket:
+        """Append an allreduce of the bucket over ``group`` (the module's group by default).
+
+        ``hierarchical``: reduce inside each node, allreduce among node leaders, broadcast inside the
+        node. ``scattergather``: reduce-scatter then allgather. ``compression="MinMaxUInt8"`` (or any
+        installed codec's name, ``bagua_core.codecs``): the bytegrad exchange (compressed alltoall +
+        allgather), provided by the plugin registering this method's name
+        (:mod:`bagua_core.lifecycle.bucket_ops.registry`)."""
+        if compression is not None:
+            self._append_provided(BaguaBucket.append_centralized_synchronous_op, hierarchical=hierarchical,
+                                  average=average, scattergather=scattergather, compression=compression, group=group)
+            return self
+        return self.append_op(CentralizedSynchronousOp(group, hierarchical, average, scattergather))
+
+    def append_decentralized_synchronous_op(
+        self,
+        peer_weight: torch.Tensor,
+        hierarchical: bool = True,
+        peer_selection_mode: str = "all",
+        group: BaguaProcessGroup | None = None,
+    ):
+        """Append a decentralized weight-averaging op and return it. It is not in place: the bucket's
+        weights are copied into ``peer_weight`` (a tensor of the bucket's total size, owned by the
+        algorithm: ``bucket.flattened_tensor().ensure_bagua_tensor("peer_weight")``) and averaged there
+        with the peers; ``op.copy_back_peer_weight(bucket)`` writes the result back. ``peer_selection_mode``:
+        ``"all"`` or ``"shift_one"`` (one partner that changes every execution, or every round given to
+        ``op.take_snapshot(bucket, round)``). Provided by the plugin registering this method's name
+        (built in: ``bagua_algorithms.decentralized.full_precision_op``)."""
+        return self._append_provided(BaguaBucket.append_decentralized_synchronous_op, peer_weight=peer_weight,
+                                     hierarchical=hierarchical, peer_selection_mode=peer_selection_mode, group=group)
+
+    def append_low_precision_decentralized_synchronous_op(
+        self,
+        weight: torch.Tensor,
+        left_peer_weight: torch.Tensor,
+        right_peer_weight: torch.Tensor,
+        hierarchical: bool = True,
+        compression: str = "MinMaxUInt8",
+        group: BaguaProcessGroup | None = None,
+    ):
+        """Append a low-precision decentralized op over the replicas the algorithm owns: ``weight`` (this
+        rank's model as its neighbours know it), ``left_peer_weight`` and ``right_peer_weight`` (the ring
+        neighbours'), each a tensor of the bucket's total size starting at the initial weights
+        (``bucket.flattened_tensor().ensure_bagua_tensor(...)``); the op updates them in place. Returns
+        the op. Provided by the plugin registering this method's name (built in:
+        ``bagua_algorithms.decentralized.low_precision_op``)."""
+        return self._append_provided(BaguaBucket.append_low_precision_decentralized_synchronous_op, weight=weight,
+                                     left_peer_weight=left_peer_weight, right_peer_weight=right_peer_weight,
+                                     hierarchical=hierarchical, compression=compression, group=group)
+
+    def append_asynchronous_model_average_op(
+        self,
+        peer_selection_mode: str,
+        group: BaguaProcessGroup | None = None,
+        *,
+        averager=None,
+        sync_interval_ms: int = 500,
+    ):
+        """Append an asynchronous model average op and return it: a background thread averages the
+        bucket's weights with every rank of ``group`` (``peer_selection_mode="all"``) every
+        ``sync_interval_ms`` while training runs; nothing runs when the bucket is marked ready. Hold
+        ``op.lock_weight()`` / ``op.unlock_weight()`` around what reads or writes the weights; start it
+        with ``op.start()``, stop it (collectively) with ``op.abort()``. ``averager``: an op returned
+        before, to which this bucket is added (one thread and one communicator for several buckets);
+        creating a new op is collective over the whole job. Provided by the plugin registering this
+        method's name (built in: ``bagua_algorithms.async_model_average.averager``)."""
+        return self._append_provided(BaguaBucket.append_asynchronous_model_average_op,
+                                     peer_selection_mode=peer_selection_mode, group=group, averager=averager,
+                                     sync_interval_ms=sync_interval_ms)
+
+    def _append_provided(self, method: Callable, **arguments):
+        # the kind is the documented method's own name, so the core spells out no algorithm's name
+        return append_provided_op(self, method.__name__, **arguments)
+
+    def __repr__(self) -> str:
+        return f"BaguaBucket({self.name!r}, tensors={len(self.tensors)}, bytes={self.bytes()}, flatten={self.flatten})"
+

@@ -1,0 +1,127 @@
+"""What an algorithm declares about itself, so the core, the CLI, Lightning, autotune and ``auto`` ask
+instead of knowing algorithms by name.
+
+Every :class:`~bagua_core.lifecycle.algorithm.Algorithm` class carries one ``capabilities`` (class level: readable
+without building or reifying the algorithm). Nothing here is communicated; :func:`capabilities_of`
+is what the core reads for a wrapped module: the declaration's; for an algorithm declaring none (one
+written for the original), what its impl declares in the older form: ``weights_differ_across_ranks``
+/ ``exact_resume`` / ``supports_autotune`` class attributes, an ``abort``/``resume`` pair, an
+overridden ``communicates_after_optimizer_step``.
+
+Example::
+
+    >>> from bagua_core import Algorithm, Capabilities
+    >>> class MyAlgorithm(Algorithm):
+    ...     name = "mine"
+    ...     capabilities = Capabilities(tunable_bucket_size=True, keeps_optimizer_semantics=True,
+    ...                                 relative_bytes=0.5)
+    >>> MyAlgorithm.capabilities.keeps_optimizer_semantics
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from bagua_core.runtime.exceptions import BaguaConfigError
+
+__all__ = ["Capabilities", "NOT_DECLARED", "capabilities_of", "auto_candidate"]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """The typed declaration of an algorithm (``Algorithm.capabilities``). Defaults describe a plain,
+    synchronous gradient-communicating algorithm that claims nothing special."""
+
+    communicates: Literal["gradients", "weights", "momentum", "nothing"] = "gradients"
+    """What the bucket operations exchange: gradients (before the optimizer step), weights (after it or
+    in the background), the optimizer's momentum, or nothing."""
+    tunable_bucket_size: bool = False
+    """Autotune may rebuild the buckets with other sizes (and flip a boolean ``hierarchical`` on the
+    impl) between steps: the buckets hold no state of their own across steps."""
+    builds_optimizer: bool = False
+    """The algorithm needs an optimizer of its own kind among those given to ``with_bagua``; a job
+    builds it with ``Algorithm.build_optimizer(params, lr=..., steps_per_epoch=...)``."""
+    background_work: bool = False
+    """The impl runs communication in the background; it has ``abort(module)`` (collective: stop it,
+    returns once every rank aborted; call before destroying the process group) and
+    ``resume(module)`` (restart it)."""
+    steps_optimizer_in_backward: bool = False
+    """The optimizers are stepped inside backward by the algorithm: ``optimizer.step()`` is then a
+    no-op that accepts no closure (Lightning runs the closure first)."""
+    communicates_after_optimizer_step: bool = False
+    """The impl may issue collectives after the optimizer step; which steps do is asked each step from
+    ``AlgorithmImpl.communicates_after_optimizer_step`` (non-finite gradients are then agreed first)."""
+    weights_differ_across_ranks: bool = False
+    """The ranks' weights (and optimizer states) differ while training: checkpoints keep every rank's
+    own, and resuming does not overwrite them with rank 0's."""
+    exact_resume: bool = True
+    """Resuming from a checkpoint continues exactly as an uninterrupted run (False: depends on timing)."""
+    keeps_optimizer_semantics: bool = False
+    """Every step, the optimizer sees the ranks' averaged gradient (up to compression error) and the
+    ranks' weights stay equal: a drop-in for plain allreduce, so ``algorithm="auto"`` may choose it."""
+    relative_bytes: float | None = 1.0
+    """Bytes handed to collectives per step relative to a plain allreduce of the gradients in their
+    dtype, with the default options (None: depends on the options or on timing)."""
+
+    def __post_init__(self) -> None:
+        if self.communicates not in ("gradients", "weights", "momentum", "nothing"):
+            raise BaguaConfigError(f"Capabilities.communicates must be gradients, weights, momentum or nothing, "
+                                   f"got {self.communicates!r}")
+        if self.relative_bytes is not None and not self.relative_bytes >= 0:
+            raise BaguaConfigError(f"Capabilities.relative_bytes must be >= 0 or None, got {self.relative_bytes!r}")
+
+
+NOT_DECLARED = Capabilities()
+"""The ``capabilities`` of the ``Algorithm`` base class: an algorithm whose class (or a base between it
+and ``Algorithm``) sets none has declared nothing, and what its impl says in the older form counts."""
+
+
+class _Declaration(Protocol):
+    """An ``Algorithm`` (class or instance), as far as this module reads it. The algorithm layer sits
+    above this module: it is described here, not imported."""
+
+    name: str
+    capabilities: Capabilities
+
+
+class _Impl(Protocol):
+    """An ``AlgorithmImpl``, as far as this module reads it."""
+
+    def _older_form_capabilities(self) -> dict[str, bool]: ...
+
+
+def auto_candidate(algorithm: type[_Declaration]) -> bool:
+    """Whether ``algorithm="auto"`` may choose ``algorithm`` with its default options: it keeps the
+    optimizer's semantics and needs nothing special (no optimizer of its own, no stepping inside
+    backward, no background work, equal weights on every rank)."""
+    caps = algorithm.capabilities
+    return (caps.keeps_optimizer_semantics and not caps.builds_optimizer and not caps.steps_optimizer_in_backward
+            and not caps.background_work and not caps.weights_differ_across_ranks)
+
+
+def capabilities_of(declaration: _Declaration, impl: _Impl | None = None) -> Capabilities:
+    """The capabilities of ``declaration`` (an ``Algorithm`` instance). For an algorithm class that
+    declares none of its own (written for the original, or before capabilities existed), what its
+    ``impl`` declares in the older impl-level form (``AlgorithmImpl._older_form_capabilities``) is
+    folded in. Raises ``BaguaConfigError`` when the algorithm declares background work but its impl has
+    no ``abort``/``resume``."""
+    declared = type(declaration).capabilities
+    declared = None if declared is NOT_DECLARED else declared
+    caps: Capabilities = declared or Capabilities()
+    if impl is None:
+        return caps
+    has_controls = callable(getattr(impl, "abort", None)) and callable(getattr(impl, "resume", None))
+    if caps.background_work and not has_controls:
+        raise BaguaConfigError(f"algorithm {declaration.name!r} declares background_work, but its impl "
+                               f"{type(impl).__name__} has no abort(module) and resume(module)")
+    if declared is not None:
+        return caps  # the declaration is authoritative
+
+    older = getattr(impl, "_older_form_capabilities", None)  # an impl not derived from AlgorithmImpl has none
+    legacy: dict[str, Any] = older() if older is not None else {}
+    if has_controls:
+        legacy["background_work"] = True
+    return dataclasses.replace(caps, **legacy) if legacy else caps

@@ -1,0 +1,81 @@
+"""Uncaught exceptions: the last place a rank's failure is reported before its process exits.
+
+``sys.excepthook`` and ``threading.excepthook`` are chained (the previous hooks still run): an
+uncaught exception is reported to the job (so the peers' errors name this rank and the cause), a
+collective error that is the consequence of a peer's failure is explained on stderr (``bagua: rank 1
+failed first (...)``), and under torchelastic (``bagua run``) the exception is written to the
+worker's error file, so the launcher's summary shows it as the root cause.
+
+Example::
+
+    >>> install()          # init_process_group does this
+    >>> uninstall()        # destroy_process_group
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from types import TracebackType
+from typing import Any
+
+from bagua_core.runtime.failure.record import state
+from bagua_core.runtime.failure.translate import translate
+
+__all__ = ["install", "uninstall"]
+
+_previous: dict[str, Any] = {}
+
+
+def _handle(exc: BaseException | None, where: str) -> None:
+    if exc is None or not state.started or isinstance(exc, SystemExit):
+        return
+    try:
+        translated = translate(exc, where)
+        if translated is not exc:
+            print(f"bagua: {translated}", file=sys.stderr, flush=True)
+        _write_elastic_error_file(translated)
+    except Exception:  # never hide the original traceback
+        pass
+
+
+def _write_elastic_error_file(exc: BaseException) -> None:
+    """The format of torchelastic's ``ErrorHandler.record_exception``, with this exception's traceback."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path or os.path.exists(path):  # not under torchelastic, or @record already wrote it
+        return
+    callstack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    data = {"message": {"message": f"{type(exc).__name__}: {exc}",
+                        "extraInfo": {"py_callstack": callstack, "timestamp": str(int(time.time()))}}}
+    with open(path, "w") as fh:
+        json.dump(data, fh)
+
+
+def _excepthook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+    _handle(exc, "an uncaught exception in the main thread")
+    _previous["sys"](exc_type, exc, tb)
+
+
+def _threading_excepthook(args: threading.ExceptHookArgs) -> None:
+    name = args.thread.name if args.thread is not None else "a thread"
+    _handle(args.exc_value, f"an uncaught exception in thread {name!r}")
+    _previous["threading"](args)
+
+
+def install() -> None:
+    if "sys" not in _previous:
+        _previous["sys"], sys.excepthook = sys.excepthook, _excepthook
+        _previous["threading"], threading.excepthook = threading.excepthook, _threading_excepthook
+
+
+def uninstall() -> None:
+    if "sys" in _previous:
+        if sys.excepthook is _excepthook:
+            sys.excepthook = _previous["sys"]
+        if threading.excepthook is _threading_excepthook:
+            threading.excepthook = _previous["threading"]
+        _previous.clear()

@@ -1,0 +1,410 @@
+"""Process groups: ``init_process_group``, ``new_group``, ``BaguaProcessGroup``, ``from_torch_group``.
+
+Node membership is found by exchanging each rank's node key (``BAGUA_NODE_ID``, else torchrun's
+``GROUP_RANK``, else the host name) when the default group starts, so intra-node and inter-node
+communicators are right however the ranks are spread over hosts.
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime
+import gc
+import logging
+import os
+import weakref
+from collections.abc import Iterator, MutableMapping
+
+import torch
+import torch.distributed as dist
+
+from bagua_core.runtime import env, failure
+from bagua_core.runtime.communication import small_allreduce
+from bagua_core.runtime.communication.communicator import BaguaCommunicator
+from bagua_core.runtime.communication.worker import CommunicationWorker
+from bagua_core.runtime.exceptions import BaguaError, NotInitializedError, RepeatedInitializationError
+
+__all__ = [
+    "BaguaProcessGroup",
+    "init_process_group",
+    "is_initialized",
+    "new_group",
+    "from_torch_group",
+    "get_default_group",
+    "destroy_process_group",
+    "choose_backend",
+    "rank_not_in_group",
+    "torch_to_bagua_pg_map",
+]
+
+logger = logging.getLogger(__name__)
+_CREATE = object()  # BaguaProcessGroup creates its torch process group
+_default_group: BaguaProcessGroup | None = None
+_node_keys: list[str] = []  # node key of every global rank
+_group_count = 0
+_all_groups: weakref.WeakSet = weakref.WeakSet()  # every BaguaProcessGroup, released by destroy_process_group
+
+
+class BaguaProcessGroup:
+    """A set of global ranks with its global, intra-node and inter-node communicators.
+
+    Creating one is collective: every process of the job must create the same groups in the same
+    order (torch's ``new_group`` requires it).
+    """
+
+    def __init__(self, ranks: list[int], stream: object, group_name: str, torch_group: object = _CREATE) -> None:
+        """``ranks``: global ranks of the members; ``stream``: the CUDA stream of the group's
+        communication (kept for the original's API; None on CPU); ``group_name``: its name.
+        ``torch_group``: the torch process group connecting the members (None on non-members); by
+        default one is created, which is collective over the whole job."""
+        self.ranks = sorted(ranks)
+        self.name = self.group_name = group_name
+        self.stream = stream
+        me = dist.get_rank()
+        if torch_group is _CREATE:
+            torch_group = dist.group.WORLD if len(self.ranks) == dist.get_world_size() else _new_torch_group(self.ranks)
+            torch_group = torch_group if me in self.ranks else None
+        self.torch_group = torch_group
+        name = group_name
+        nodes: dict[str, list[int]] = {}
+        for rank in self.ranks:
+            nodes.setdefault(_node_keys[rank], []).append(rank)
+        self.node_ranks = list(nodes.values())  # ordered by each node's lowest rank
+        self.leaders = [members[0] for members in self.node_ranks]
+        self._global = BaguaCommunicator(torch_group, self.ranks, f"{name}/global")
+        self._intra = None
+        for members in self.node_ranks:
+            group = torch_group if len(members) == len(self.ranks) else _new_torch_group(members)
+            if me in members:
+                self._intra = BaguaCommunicator(group, members, f"{name}/intra")
+        inter_group = torch_group if len(self.leaders) == len(self.ranks) else _new_torch_group(self.leaders)
+        self._inter = BaguaCommunicator(inter_group if me in self.leaders else None, self.leaders, f"{name}/inter")
+        self.worker = CommunicationWorker(name)
+        _all_groups.add(self)
+
+    def release(self, wait: bool = True) -> None:
+        """Stop the communication thread and drop the torch process groups, so they are destroyed
+        with torch.distributed's and not at interpreter exit (where their threads may still run).
+        ``wait=False`` (after a failure) does not wait for the thread, which may be blocked in a
+        collective its peers will never join."""
+        self.worker.shutdown(wait=wait)
+        for comm in (self._global, self._intra, self._inter):
+            if comm is not None:
+                comm.release()
+
+    # seed API -------------------------------------------------------------------------------
+    def get_global_communicator(self) -> BaguaCommunicator:
+        return self._global
+
+    def get_intra_node_communicator(self) -> BaguaCommunicator:
+        if self._intra is None:
+            return BaguaCommunicator(None, self.node_ranks[0], f"{self.name}/intra")  # non-member view
+        return self._intra
+
+    def get_inter_node_communicator(self) -> BaguaCommunicator:
+        """Communicator among the node leaders (the lowest rank of each node); rank() is -1 elsewhere."""
+        return self._inter
+
+    # facts about this process -----------------------------------------------------------------
+    @property
+    def global_rank(self) -> int:
+        return dist.get_rank()
+
+    @property
+    def world_size(self) -> int:
+        return len(self.ranks)
+
+    @property
+    def local_rank(self) -> int:
+        return self.get_intra_node_communicator().rank()
+
+    @property
+    def local_size(self) -> int:
+        return self.get_intra_node_communicator().nranks()
+
+    @property
+    def node_rank(self) -> int:
+        return next(i for i, members in enumerate(self.node_ranks) if dist.get_rank() in members)
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.node_ranks)
+
+    def __repr__(self) -> str:
+        return f"BaguaProcessGroup({self.name!r}, ranks={self.ranks}, nodes={self.node_ranks})"
+
+
+def _new_torch_group(ranks: list[int]) -> dist.ProcessGroup:
+    return dist.new_group(ranks, timeout=datetime.timedelta(seconds=env.get_comm_timeout_s()))
+
+
+def _next_name() -> str:
+    global _group_count
+    _group_count += 1
+    return f"pg{_group_count}"
+
+
+def is_initialized() -> bool:
+    """Whether ``init_process_group`` has run in this process."""
+    return _default_group is not None
+
+
+def get_default_group_or_none() -> BaguaProcessGroup | None:
+    return _default_group
+
+
+env.set_membership_source(get_default_group_or_none)  # env is below this module: it is told, it does not import
+
+
+def get_default_group() -> BaguaProcessGroup:
+    if _default_group is None:
+        raise NotInitializedError("bagua is not initialized: call bagua_core.init_process_group() first")
+    return _default_group
+
+
+def _elastic_attempt_store() -> dist.Store | None:
+    """Under torchelastic, the agent's store with a prefix of this restart attempt's own.
+
+    The workers of every attempt share the agent's store and nothing removes a previous attempt's
+    keys, so a restarted worker could read a dead peer's address and fail to connect; the prefix keeps
+    the attempts apart. ``None`` outside torchelastic (``env://`` is used)."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    store = dist.TCPStore(
+        env.get_master_addr(), env.get_master_port(), env.get_world_size(), is_master=False,
+        timeout=datetime.timedelta(seconds=env.get_comm_timeout_s()),
+    )
+    return dist.PrefixStore(f"/bagua/attempt_{attempt}", store)
+
+
+def init_process_group(store: dist.Store | None = None) -> BaguaProcessGroup:
+    """Start the default process group from the torchrun variables: gloo on CPU; with CUDA, NCCL for
+    CUDA tensors and gloo for CPU tensors (see :func:`choose_backend`).
+
+    ``store`` replaces the ``MASTER_ADDR``/``MASTER_PORT`` rendezvous. If torch.distributed is already
+    initialized (by Lightning, say) its default group is used. ``BAGUA_BACKEND`` overrides the backend;
+    ``BAGUA_COMMUNICATOR=nccl`` runs the collectives on CUDA tensors through bagua's native NCCL
+    communicator (an error here, on every rank, says why when it is unavailable).
+
+    Example::
+
+        >>> import bagua_core as bagua
+        >>> bagua.init_process_group()      # in a script started by `bagua run --nproc_per_node 2 ...`
+        >>> bagua.get_rank(), bagua.get_world_size()
+    """
+    global _default_group, _node_keys
+    if _default_group is not None:
+        raise RepeatedInitializationError(
+            "bagua's process group is already initialized; init_process_group() must be called once per process"
+        )
+    if env.get_communicator_backend() == "nccl":  # fail before any rendezvous, on every rank
+        from bagua_core.runtime import native
+
+        if not native.has_nccl:
+            raise BaguaError(
+                f"BAGUA_COMMUNICATOR=nccl, but bagua's NCCL communicator is unavailable: "
+                f"{native.nccl_unavailable_reason}; unset BAGUA_COMMUNICATOR to use torch.distributed"
+            )
+    if not dist.is_initialized():
+        backend, device_index, note = choose_backend()
+        if device_index is not None:
+            torch.cuda.set_device(device_index)
+        if note and env.get_rank() == 0:
+            logger.warning("bagua: %s", note)
+        timeout = datetime.timedelta(seconds=env.get_comm_timeout_s())
+        if store is None:
+            store = _elastic_attempt_store()
+        if store is not None:
+            dist.init_process_group(
+                backend, store=store, rank=env.get_rank(), world_size=env.get_world_size(), timeout=timeout
+            )
+        else:
+            dist.init_process_group(backend, init_method="env://", timeout=timeout)
+    facts: list[tuple | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(facts, (env.get_node_key(), os.environ.get("BAGUA_SMALL_ALLREDUCE_BYTES", ""),
+                                   failure.record.this_process()))
+    _node_keys = [str(fact[0]) for fact in facts]
+    _agree_small_allreduce_bytes([fact[1] for fact in facts])
+    _default_group = BaguaProcessGroup(list(range(dist.get_world_size())), None, "default", torch_group=dist.group.WORLD)
+    failure.start(dist.get_rank(), dist.get_world_size(), [tuple(fact[2]) for fact in facts])
+    atexit.register(_destroy_at_exit)
+    return _default_group
+
+
+def choose_backend() -> tuple[str, int | None, str]:
+    """The torch.distributed backend, the CUDA device this process uses (None: none), and a note for
+    the log when the choice is not the obvious one.
+
+    ``BAGUA_BACKEND`` wins. Otherwise, with CUDA and at least one GPU per local rank,
+    ``"cpu:gloo,cuda:nccl"``: collectives on CUDA tensors run on NCCL and the control collectives on
+    CPU tensors (flags, object gathers, autotune's decision) on gloo, in the same job. With more local
+    ranks than GPUs NCCL cannot run (it allows one rank per device), so the ranks share the GPUs over
+    gloo, whose collectives handle CUDA tensors (bagua stages point-to-point messages through the host).
+    Without CUDA, gloo.
+
+    Example::
+
+        >>> choose_backend()          # 8 local ranks, 8 GPUs, LOCAL_RANK=3
+        ('cpu:gloo,cuda:nccl', 3, '')
+    """
+    forced = os.environ.get("BAGUA_BACKEND", "").strip()
+    if not torch.cuda.is_available():
+        return forced or "gloo", None, ""
+    gpus, local_rank, local_size = torch.cuda.device_count(), env.get_local_rank(), env.get_local_size()
+    if forced:
+        uses_nccl = "nccl" in forced
+        if uses_nccl and local_rank >= gpus:
+            raise BaguaError(
+                f"BAGUA_BACKEND={forced} needs one GPU per local rank, but local rank {local_rank} of "
+                f"{local_size} has only {gpus} GPU(s); start at most {gpus} processes per node or use "
+                f"BAGUA_BACKEND=gloo"
+            )
+        return forced, local_rank % gpus, ""
+    if local_size <= gpus:
+        return "cpu:gloo,cuda:nccl", local_rank, ""
+    note = (
+        f"{local_size} local ranks share {gpus} GPU(s): NCCL allows one rank per device, so collectives "
+        f"run over gloo (CUDA tensors included); start at most {gpus} processes per node for NCCL"
+    )
+    return "gloo", local_rank % gpus, note
+
+
+def _agree_small_allreduce_bytes(raws: list[str]) -> None:
+    """Every rank checks every rank's ``BAGUA_SMALL_ALLREDUCE_BYTES``: a difference (which would pair
+    point-to-point messages with gloo's allreduce and hang) or a bad value raises on every rank."""
+    if len(set(raws)) > 1:
+        values = ", ".join(f"rank {rank}: {raw or '(unset)'}" for rank, raw in enumerate(raws))
+        raise BaguaError(f"BAGUA_SMALL_ALLREDUCE_BYTES must be the same on every rank, got {values}")
+    small_allreduce.threshold_bytes = env.get_small_allreduce_bytes(raws[0])
+
+
+def _destroy_at_exit() -> None:
+    if _default_group is not None:
+        destroy_process_group()
+
+
+def new_group(ranks: list[int] | None = None, stream: object = None) -> BaguaProcessGroup:
+    """A process group over ``ranks`` (all ranks when None). Collective: every rank must call it.
+    ``stream``: the CUDA stream of its communication (None: the default group's)."""
+    get_default_group()
+    world = dist.get_world_size()
+    if ranks is None:
+        ranks = list(range(world))
+    ranks = sorted(set(int(r) for r in ranks))
+    if not ranks or ranks[0] < 0 or ranks[-1] >= world:
+        raise ValueError(f"new_group ranks must be a non-empty subset of 0..{world - 1}, got {ranks}")
+    torch_group = dist.group.WORLD if len(ranks) == world else _new_torch_group(ranks)
+    stream = stream if stream is not None else get_default_group().stream
+    return BaguaProcessGroup(ranks, stream, _next_name(), torch_group=torch_group if dist.get_rank() in ranks else None)
+
+
+def from_torch_group(group: dist.ProcessGroup, stream: object = None) -> BaguaProcessGroup:
+    """Wrap an existing torch process group. Collective over the whole job (sub-groups are created)."""
+    get_default_group()
+    ranks = dist.get_process_group_ranks(group) if group is not dist.group.WORLD else list(range(dist.get_world_size()))
+    stream = stream if stream is not None else get_default_group().stream
+    return BaguaProcessGroup(ranks, stream, _next_name(), torch_group=group)
+
+
+def rank_not_in_group(group: BaguaProcessGroup | None = None) -> bool:
+    """Whether this process is outside ``group`` (the default group when None): collectives over it
+    return there without doing anything."""
+    group = group if group is not None else get_default_group()
+    return dist.get_rank() not in group.ranks
+
+
+class _PatchedGroups(MutableMapping):
+    """torch process group -> its bagua group, for the groups torch still knows: an entry leaves when
+    torch destroys its group (``torch.distributed.destroy_process_group()``), as the original's weak map
+    empties then. Checked on every access, so nothing waits for the garbage collector (the bagua group
+    holds the torch group, which a weak map would keep alive)."""
+
+    def __init__(self) -> None:
+        self._groups: dict[dist.ProcessGroup, BaguaProcessGroup] = {}
+
+    def _prune(self) -> None:
+        for group in [g for g in self._groups if not _torch_knows(g)]:
+            del self._groups[group]
+
+    def __getitem__(self, group: dist.ProcessGroup) -> BaguaProcessGroup:
+        self._prune()
+        return self._groups[group]
+
+    def __setitem__(self, group: dist.ProcessGroup, bagua_group: BaguaProcessGroup) -> None:
+        self._groups[group] = bagua_group
+
+    def __delitem__(self, group: dist.ProcessGroup) -> None:
+        del self._groups[group]
+
+    def __iter__(self) -> Iterator[dist.ProcessGroup]:
+        self._prune()
+        return iter(list(self._groups))
+
+    def __len__(self) -> int:
+        self._prune()
+        return len(self._groups)
+
+    def __contains__(self, group: object) -> bool:
+        self._prune()
+        return group in self._groups
+
+    def clear(self) -> None:
+        self._groups.clear()
+
+
+def _torch_knows(group: dist.ProcessGroup) -> bool:
+    if not dist.is_initialized():
+        return False
+    try:
+        dist.get_process_group_ranks(group)
+    except (KeyError, ValueError, RuntimeError):
+        return False
+    return True
+
+
+torch_to_bagua_pg_map: MutableMapping = _PatchedGroups()
+"""The bagua group of each torch process group patched by ``ProcessGroup.bagua_patch()`` and not yet
+destroyed by torch."""
+
+
+def _bagua_patch(self: dist.ProcessGroup, stream: object = None) -> dist.ProcessGroup:
+    """``torch_group.bagua_patch()``: make (once) the bagua group of this torch group, reachable as
+    ``torch_group.bagua_pg``; collective over the whole job the first time. Returns the torch group."""
+    if self not in torch_to_bagua_pg_map:
+        torch_to_bagua_pg_map[self] = from_torch_group(self, stream)
+    return self
+
+
+def _bagua_pg(self: dist.ProcessGroup) -> BaguaProcessGroup:
+    if self not in torch_to_bagua_pg_map:
+        raise BaguaError("this torch process group has no bagua group yet: call its bagua_patch() first")
+    return torch_to_bagua_pg_map[self]
+
+
+dist.ProcessGroup.bagua_patch = _bagua_patch
+dist.ProcessGroup.bagua_pg = property(_bagua_pg)
+dist.ProcessGroup.bagua_get_global_communicator = lambda self: _bagua_pg(self).get_global_communicator()
+dist.ProcessGroup.bagua_get_inter_node_communicator = lambda self: _bagua_pg(self).get_inter_node_communicator()
+dist.ProcessGroup.bagua_get_intra_node_communicator = lambda self: _bagua_pg(self).get_intra_node_communicator()
+
+
+def destroy_process_group() -> None:
+    """Stop the default group and torch.distributed (tests and clean shutdown). Also runs at exit.
+
+    Process groups kept alive by reference cycles (a wrapped module's hooks, DDP's reducer) are
+    collected here too: destroyed later, during interpreter finalization, their backend threads can
+    be killed while taking the GIL, which aborts the process ("terminate called without an active
+    exception") after all its work is done."""
+    global _default_group
+    failed = failure.record.state.failure is not None
+    failure.stop()  # after this rank's own failure: lingers until the peers learned it
+    for group in list(_all_groups):
+        group.release(wait=not failed)
+    _all_groups.clear()
+    torch_to_bagua_pg_map.clear()
+    _default_group = None
+    small_allreduce.threshold_bytes = 0
+    if dist.is_initialized():
+        dist.destroy_process_group()  # returns at once even with collectives in flight (after a failure)
+    gc.collect()
