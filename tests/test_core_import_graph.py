@@ -109,3 +109,33 @@ def test_the_check_lets_layers_import_downwards(tmp_path: pathlib.Path) -> None:
     })
     assert graph.circles() == []
     assert {e.target for e in graph.edges["planted.high"]} == {"planted.low"}  # os is not first-party
+
+
+# bagua_core's wings, lowest first: a module of a wing imports its own wing and the wings before it,
+# never one after it (each wing's __init__ says what lives there). Modules in no wing (the package's
+# own __init__, auto/ until it leaves the core) are not checked here.
+WINGS = ("runtime", "plugins", "codecs", "lifecycle", "checkpoints", "selection", "module", "cli")
+
+
+def _wing(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "bagua_core" and parts[1] in WINGS else None
+
+
+def test_the_core_wings_are_layers() -> None:
+    graph = ImportGraph(find_modules({"bagua_core": ROOT}))
+    found = []
+    for module, edges in sorted(graph.edges.items()):
+        own = _wing(module)
+        for edge in edges:
+            target = _wing(edge.target)
+            if own and target and WINGS.index(target) > WINGS.index(own):
+                path = graph.modules[module][0].relative_to(ROOT)
+                found.append(f"{path}:{edge.line}: the {own} wing imports {edge.target}, of the {target} wing above it")
+    assert not found, "bagua_core's wings import upwards:\n" + "\n".join(found)
+    assert {_wing(m) for m in graph.modules} >= set(WINGS), "a wing listed in WINGS is missing from bagua_core"
+
+
+def test_env_is_the_bottom() -> None:
+    graph = ImportGraph(find_modules({"bagua_core": ROOT}))
+    assert [e for e in graph.edges["bagua_core.runtime.env"] if e.target.startswith("bagua_core")] == []

@@ -1,5 +1,6 @@
 """Small tensor helpers the original exposed in ``bagua.torch_api.utils`` (flattening, a flattened
-collective call, a time-weighted running average).
+collective call, a time-weighted running average). Only code written for the original uses them, so
+they live in the compatibility package, not in the core.
 
 Example::
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from pydantic import ValidationError
 
 __all__ = [
@@ -96,9 +98,10 @@ class GroupAbortedError(JobFailureError):
 
 def format_validation_error(error: ValidationError, what: str, prefix: str = "", drop: int = 0,
                             allowed: Iterable[str] = ()) -> str:
-    """``invalid {what}:`` and one ``{prefix}field: message`` line per error. ``drop`` leading parts of
-    each location are left out (a discriminated union's tag); ``allowed`` field names are listed after
-    an unknown field, so the line says what to write instead."""
+    """A pydantic validation error as the message of a ``BaguaConfigError``: ``invalid {what}:`` and one
+    ``{prefix}field: message`` line per error. ``drop`` leading parts of each location are left out (a
+    discriminated union's tag); ``allowed`` field names are listed after an unknown field, so the line
+    says what to write instead."""
     allowed = sorted(allowed)
     lines = [f"invalid {what}:"]
     for item in error.errors():

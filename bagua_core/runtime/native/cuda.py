@@ -25,7 +25,9 @@ __all__ = [
     "unavailable_reason",
 ]
 
-LIBRARY_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_native_cuda.so")
+# bagua_core/_native_cuda.so: setup.py builds it at the top of the package, two levels above this file
+LIBRARY_PATH = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir,
+                                             "_native_cuda.so"))
 _loaded: tuple[Any, Any, str] | None = None  # (ffi, lib, reason)
 
 

@@ -23,7 +23,7 @@ def load_ffi(module: str) -> FFI:
         return importlib.import_module(f"bagua_core.{module}").ffi
     except ImportError:
         pass
-    native_dir = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "native")
+    native_dir = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, os.pardir, "native")  # the repository's native/
     header = os.path.join(native_dir, _HEADERS[module])
     if not os.path.isfile(header):
         raise ImportError(f"bagua_core.{module} is not built and {header} is not there; reinstall bagua")
