@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass, replace
 from collections.abc import Iterable, Sequence
 
-__all__ = ["Setting", "Fit", "Phase", "METHODS", "pattern", "predict", "fit", "relative_errors", "project"]
+__all__ = ["GPU_MESSAGE_OVERHEAD_S", "Setting", "Fit", "Phase", "METHODS", "pattern", "predict", "fit", "relative_errors", "project"]
 
 FP32 = 4
 CODEC_BYTES = 1.0 + 8 / 65536
@@ -192,13 +192,19 @@ def fit(points: Sequence[tuple[str, Setting, float]]) -> Fit:
     return best
 
 
+GPU_MESSAGE_OVERHEAD_S = 5e-6
+"""The per-message overhead assumed for GPU nodes (NCCL): the one fitted on the emulated hosts is gloo's
+on a shared 2-core machine and does not carry over."""
+
+
 def project(methods: Sequence[str], hosts: Sequence[int], rates_bps: Sequence[float], params: int,
-            compute_s: float, matrices: tuple[tuple[int, int], ...], f: Fit, delay_s: float = 25e-6,
-            ranks_per_host: int = 8) -> list[dict]:
+            compute_s: float, matrices: tuple[tuple[int, int], ...], delay_s: float = 25e-6,
+            ranks_per_host: int = 8, overhead_s: float = GPU_MESSAGE_OVERHEAD_S) -> list[dict]:
     """Predicted ms/step and speed-up over DDP for every (hosts, rate, method), GPU nodes of
-    ``ranks_per_host`` GPUs (a core, a GPU, per rank: no sharing; codec cost 0 on a GPU)."""
+    ``ranks_per_host`` GPUs (a GPU per rank: no sharing; codec work free on a GPU; ``overhead_s`` per
+    message)."""
     rows = []
-    gpu_fit = replace(f, gamma_s=0.0)
+    gpu_fit = Fit(overhead_s=overhead_s, gamma_s=0.0)
     for rate in rates_bps:
         for n in hosts:
             s = Setting(n, ranks_per_host, params, rate, compute_s, delay_s, None, matrices)

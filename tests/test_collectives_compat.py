@@ -52,3 +52,22 @@ def _gather_and_scatter_without_future_warning(rank: int) -> list[str]:
 
 def test_allgather_and_reduce_scatter_raise_no_future_warning() -> None:
     assert run_workers(_gather_and_scatter_without_future_warning, 2, timeout=120) == [[], []]
+
+
+def test_no_first_party_call_of_the_deprecated_names() -> None:
+    """torch 2.13 warns on every call of all_gather_into_tensor / reduce_scatter_tensor: first-party code
+    calls them only through bagua_core.runtime.communication.torch_compat (the one place that picks the name)."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    deprecated = {"all_gather_into_tensor", "reduce_scatter_tensor", "_all_gather_base", "_reduce_scatter_base"}
+    found = []
+    for package in ("bagua_core", "bagua_algorithms", "bagua_codecs", "bagua_contrib", "bagua_examples", "bagua"):
+        for path in sorted((root / package).rglob("*.py")):
+            if path.name == "torch_compat.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in deprecated:
+                    found.append(f"{path.relative_to(root)}:{node.lineno}: {node.func.attr}")
+    assert not found, "deprecated torch collectives called directly:\n" + "\n".join(found)

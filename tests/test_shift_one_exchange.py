@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-import bagua_core.lifecycle.bucket_ops.decentralized as decentralized
+import bagua_algorithms.decentralized.full_precision_op as decentralized
 
 
 class _Comm:

@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from bagua_core.codecs import Codec
 from bagua_core.runtime.communication.common import record
+from bagua_core.runtime.communication.torch_compat import all_gather_single
 
 __all__ = ["FragmentExchange"]
 
@@ -58,7 +59,7 @@ class FragmentExchange:
         self._gathered = torch.empty(self.nranks * encoded.numel(), dtype=torch.uint8, device=encoded.device)
         record("allgather", encoded)
         if self.nranks > 1:
-            self._work = dist.all_gather_into_tensor(self._gathered, encoded, group=self.group, async_op=True)
+            self._work = all_gather_single(self._gathered, encoded, group=self.group, async_op=True)
         else:
             self._gathered.copy_(encoded)
 

@@ -8,10 +8,8 @@ import torch.distributed as dist
 from bagua_core.runtime.communication.common import check_numel, flat, record, resolve_comm
 from bagua_core.runtime.communication.communicator import BaguaCommunicator
 from bagua_core.runtime.communication.host_staging import on_host
+from bagua_core.runtime.communication.torch_compat import all_gather_single
 
-# torch 2.13 deprecates all_gather_into_tensor (a FutureWarning on every call) for all_gather_single;
-# the torch versions bagua supports before that have only the former.
-_ALL_GATHER_SINGLE = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 __all__ = [
     "broadcast",
@@ -64,7 +62,7 @@ def allgather(send_tensor: torch.Tensor, recv_tensor: torch.Tensor, comm: BaguaC
     if nccl is not None:
         return nccl.allgather(send, out)
     with on_host(comm.torch_group, [_real(send)], [_real(out)]) as ([send_view], [out_view]):
-        _ALL_GATHER_SINGLE(out_view, send_view, group=comm.torch_group)
+        all_gather_single(out_view, send_view, group=comm.torch_group)
 
 
 def allgather_inplace(tensor: torch.Tensor, comm: BaguaCommunicator | None = None) -> None:

@@ -23,10 +23,7 @@ from bagua_core.runtime.communication.common import (
 from bagua_core.runtime.communication.communicator import BaguaCommunicator
 from bagua_core.runtime.communication.host_staging import on_host
 from bagua_core.runtime.communication.reduce_op import TORCH_OPS, ReduceOp, to_reduce_op
-
-# torch 2.13 deprecates reduce_scatter_tensor (a FutureWarning on every call) for reduce_scatter_single;
-# the torch versions bagua supports before that have only the former.
-_REDUCE_SCATTER_SINGLE = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+from bagua_core.runtime.communication.torch_compat import reduce_scatter_single
 
 __all__ = [
     "allreduce",
@@ -178,7 +175,7 @@ def reduce_scatter(
     out_view = torch.view_as_real(out) if out.is_complex() else out
     torch_op = TORCH_OPS[ReduceOp.SUM if op == ReduceOp.AVG else op]
     with on_host(comm.torch_group, [send_view.reshape(-1)], [out_view.view(-1)]) as ([inp], [outp]):
-        _REDUCE_SCATTER_SINGLE(outp, inp, op=torch_op, group=comm.torch_group)
+        reduce_scatter_single(outp, inp, op=torch_op, group=comm.torch_group)
     if op == ReduceOp.AVG:
         finish_average(out, n)
 

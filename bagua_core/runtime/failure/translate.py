@@ -36,7 +36,11 @@ from bagua_core.runtime import env
 from bagua_core.runtime.exceptions import CommunicationError, CommunicationTimeoutError, JobFailureError, PeerFailureError
 from bagua_core.runtime.failure.record import failure_error, first_failure, learn, raise_if_aborted, report, state
 
-__all__ = ["call_guarded", "guard", "is_communication_error", "lost_peers", "translate"]
+__all__ = ["PEER_RECORD_WAIT_S", "call_guarded", "guard", "is_communication_error", "lost_peers", "translate"]
+
+PEER_RECORD_WAIT_S = 2.0
+"""How long a rank whose collective failed waits for the failing peer's record before it names a lost
+connection instead."""
 
 _COMMUNICATION_MARKERS = ("gloo", "Gloo", "NCCL", "nccl", "Connection closed", "Connection reset", "Connection refused",
                           "Broken pipe", "Timed out", "timed out", "Timeout", "timeout", "ProcessGroup", "c10d",
@@ -111,7 +115,11 @@ def translate(exc: BaseException, where: str) -> BaseException:
             state.pending_error = exc  # the main thread raises it at its next bagua call
         return exc
     me = state.rank
-    peer = first_failure(of_peer=True, wait_s=0.5)  # a failing rank writes its record before its connections close
+    # A failing rank writes its record before its connections close, so a record is on its way: on a
+    # loaded machine the store (served by rank 0's process) can take over half a second to show it, and
+    # reading too early named a lost connection instead of the peer's error. Only a rank that died
+    # without a record (kill -9) costs the whole wait.
+    peer = first_failure(of_peer=True, wait_s=PEER_RECORD_WAIT_S)
     error: JobFailureError
     if peer is not None:
         learn(peer)
