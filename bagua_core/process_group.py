@@ -174,7 +174,7 @@ def _elastic_attempt_store() -> dist.Store | None:
     return dist.PrefixStore(f"/bagua/attempt_{attempt}", store)
 
 
-def init_process_group(store: dist.Store | None = None) -> BaguaProcessGroup:
+def init_process_group(store: dist.Store | None = None, fault_tolerant: object = None) -> BaguaProcessGroup:
     """Start the default process group from the torchrun variables: gloo on CPU; with CUDA, NCCL for
     CUDA tensors and gloo for CPU tensors (see :func:`choose_backend`).
 
@@ -183,6 +183,11 @@ def init_process_group(store: dist.Store | None = None) -> BaguaProcessGroup:
     ``BAGUA_COMMUNICATOR=nccl`` runs the collectives on CUDA tensors through bagua's native NCCL
     communicator (an error here, on every rank, says why when it is unavailable).
 
+    ``fault_tolerant``: None follows ``BAGUA_FAULT_TOLERANT`` (set by ``bagua run --fault-tolerant``); True,
+    a dict of options (``min_replicas``, ``timeout_s``, ``quorum_timeout_s``, ``lighthouse``, ``replica_id``)
+    or ``bagua_core.fault_tolerance.FaultTolerantOptions`` make this process a replica of a fault-tolerant job
+    (``docs/fault_tolerance.md``): the default group is then the replica's own.
+
     Example::
 
         >>> import bagua_core as bagua
@@ -190,6 +195,9 @@ def init_process_group(store: dist.Store | None = None) -> BaguaProcessGroup:
         >>> bagua.get_rank(), bagua.get_world_size()
     """
     global _default_group, _node_keys
+    from bagua_core import fault_tolerance
+
+    ft_options = fault_tolerance.resolve_options(fault_tolerant)  # a bad option fails before any rendezvous
     if _default_group is not None:
         raise RepeatedInitializationError(
             "bagua's process group is already initialized; init_process_group() must be called once per process"
@@ -225,6 +233,8 @@ def init_process_group(store: dist.Store | None = None) -> BaguaProcessGroup:
     _default_group = BaguaProcessGroup(list(range(dist.get_world_size())), None, "default", torch_group=dist.group.WORLD)
     failure.start(dist.get_rank(), dist.get_world_size(), [tuple(fact[2]) for fact in facts])
     atexit.register(_destroy_at_exit)
+    if ft_options is not None:
+        fault_tolerance.start(ft_options)
     return _default_group
 
 

@@ -93,6 +93,9 @@ class BaguaModule:
         if resumed is not None:  # a checkpoint loaded before wrapping: counter and algorithm state
             del self._bagua_resumed
             apply_resumed_state(self, resumed)
+        from bagua_core import fault_tolerance
+
+        fault_tolerance.attach(self)  # fault-tolerant mode: the step transaction (else nothing)
         return self
 
     def bagua_checkpoint_state(self: torch.nn.Module) -> dict[str, Any] | None:

@@ -1,0 +1,93 @@
+"""One replica of a fault-tolerant job, for tests/test_fault_tolerant*.py (run as a script).
+
+Trains a tiny MLP on a seeded synthetic data set read through ``QuorumSampler`` and appends one JSON line
+per step to ``--log``: the manager's committed step, whether it committed, the quorum's size and this
+replica's rank in it, a hash of the weights after the step, the pid. ``--die-at`` / ``--hang-at`` make
+it fail in the middle of that step (after forward, before backward: its peers are in the exchange).
+It stops after ``--steps`` committed steps or when the file ``--stop`` exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+import time
+
+import torch
+
+import bagua_core as bagua
+from bagua_core.fault_tolerance import QuorumSampler, current_runtime
+
+
+def weights_hash(model: torch.nn.Module) -> str:
+    digest = hashlib.sha256()
+    for tensor in model.state_dict().values():
+        digest.update(tensor.detach().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--algorithm", default='{"name": "gradient_allreduce"}')
+    parser.add_argument("--hidden", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--stop", default="")
+    parser.add_argument("--log", required=True)
+    parser.add_argument("--die-at", type=int, default=-1, help="SIGKILL itself in the middle of this step")
+    parser.add_argument("--hang-at", type=int, default=-1, help="hang (sleep) in the middle of this step")
+    parser.add_argument("--step-delay", type=float, default=0.0)
+    args = parser.parse_args()
+
+    bagua.init_process_group()
+    runtime = current_runtime()
+    assert runtime is not None, "started without BAGUA_FAULT_TOLERANT=1"
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, args.hidden), torch.nn.ReLU(), torch.nn.Linear(args.hidden, 2))
+    algorithm = json.loads(args.algorithm)
+    from bagua_core.plugins import algorithm_registry
+
+    declared = algorithm_registry.get(algorithm["name"])
+    if declared.capabilities.builds_optimizer:
+        optimizer = declared.build_optimizer(model.parameters(), lr=0.01, steps_per_epoch=2)
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    model = model.with_bagua([optimizer], algorithm)
+
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(4096, 8, generator=generator)
+    y = (x[:, 0] > 0).long()
+    sampler = QuorumSampler(len(x), batch_size=8, seed=0)
+    step_in_process = 0
+    with open(args.log, "a") as log:
+        while runtime.manager.current_step() < args.steps and not (args.stop and os.path.exists(args.stop)):
+            indices = sampler.next_indices(model)
+            if indices is None:
+                sampler.set_epoch(sampler.epoch + 1)
+                continue
+            step_in_process += 1
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x[indices]), y[indices])
+            if step_in_process == args.die_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            if step_in_process == args.hang_at:
+                time.sleep(3600)
+            loss.backward()
+            optimizer.step()
+            group = runtime.group
+            log.write(json.dumps({
+                "step": runtime.manager.current_step(), "committed": bool(runtime.decision),
+                "quorum": group.managed.size(), "rank": group.managed.rank(), "hash": weights_hash(model),
+                "loss": float(loss), "pid": os.getpid(), "t": time.time(), "healed": runtime.stats["healed"],
+                "counter": model.bagua_train_step_counter,
+            }) + "\n")
+            log.flush()
+            if args.step_delay:
+                time.sleep(args.step_delay)
+    bagua.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
