@@ -25,6 +25,7 @@ _ENV = {  # option -> environment variable (set by `bagua run --fault-tolerant`)
     "timeout_s": "BAGUA_FT_TIMEOUT_S",
     "quorum_timeout_s": "BAGUA_FT_QUORUM_TIMEOUT_S",
     "replica_id": "BAGUA_FT_REPLICA_ID",
+    "hang_timeout_s": "BAGUA_FT_HANG_TIMEOUT_S",
 }
 
 
@@ -48,6 +49,9 @@ class FaultTolerantOptions:
     (a hung replica is then left out of the next quorum). ``BAGUA_FT_TIMEOUT_S``."""
     quorum_timeout_s: float = 120.0
     """How long a replica waits for a quorum of ``min_replicas`` before it raises (``BAGUA_FT_QUORUM_TIMEOUT_S``)."""
+    hang_timeout_s: float = 300.0
+    """A step still running this long after its quorum formed means this replica hung: it leaves the job
+    (exit code 75) so the others go on; its launcher restarts it (``BAGUA_FT_HANG_TIMEOUT_S``)."""
     replica_id: str = ""
     """A name for this replica in the logs (torchft makes it unique); default: ``replica_<pid>``."""
 
@@ -55,7 +59,7 @@ class FaultTolerantOptions:
         if not isinstance(self.min_replicas, int) or self.min_replicas < 1:
             raise BaguaConfigError(f"fault-tolerant option min_replicas must be a positive integer, got "
                                    f"{self.min_replicas!r}")
-        for name in ("timeout_s", "quorum_timeout_s"):
+        for name in ("timeout_s", "quorum_timeout_s", "hang_timeout_s"):
             value = getattr(self, name)
             if not value > 0:
                 raise BaguaConfigError(f"fault-tolerant option {name} must be > 0 seconds, got {value!r}")

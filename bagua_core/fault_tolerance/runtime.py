@@ -29,6 +29,7 @@ import torch.distributed as dist
 
 from bagua_core.exceptions import BaguaConfigError
 from bagua_core.fault_tolerance import state as ft_state
+from bagua_core.fault_tolerance.hang import HangWatchdog
 from bagua_core.fault_tolerance.managed_group import ManagedGroup
 from bagua_core.fault_tolerance.options import FaultTolerantOptions
 from bagua_core.fault_tolerance.quorum_group import QuorumGroup
@@ -75,6 +76,8 @@ class FaultTolerantRuntime:
         self.stats = {"committed": 0, "discarded": 0, "quorums": 0, "healed": 0, "first_commit_s": None}
         self._started = time.monotonic()
         self._hook_handle = None
+        self._open_since: float | None = None
+        self.watchdog = HangWatchdog(options.hang_timeout_s, lambda: self._open_since, lambda: options.replica_id)
 
     # --- wiring -------------------------------------------------------------------------------------
     def attach(self, module: torch.nn.Module) -> None:
@@ -128,6 +131,7 @@ class FaultTolerantRuntime:
             ("weights", "optimizer", "algorithm_state", "step")
         self._saved = ft_state.capture(module, parts)
         self._saved["data_position"] = self.data_position
+        self._open_since = time.monotonic()
 
     def _on_new_quorum(self, module: torch.nn.Module) -> None:
         from bagua_core.module import hooks
@@ -185,8 +189,12 @@ class FaultTolerantRuntime:
             self.manager.report_error(error)
         return bool(self.manager.should_commit())
 
+    def end_without_step(self) -> None:
+        """The step's quorum was joined but nothing is trained in it (the epoch ended)."""
+        self.step_open, self._open_since = False, None
+
     def _close(self, module: torch.nn.Module) -> None:
-        self.step_open = False
+        self.step_open, self._open_since = False, None
         if self.decision:
             self.stats["committed"] += 1
             self.data_position += self._batch_samples * self.manager.num_participants()
@@ -235,6 +243,7 @@ class FaultTolerantRuntime:
         return self.data_position, rank, size
 
     def shutdown(self) -> None:
+        self.watchdog.stop()
         if self.group is not None:
             self.group.managed.unregister()
         self.manager.shutdown(wait=False)

@@ -57,7 +57,7 @@ class QuorumSampler:
             runtime.data_epoch, runtime.data_position = self.epoch, 0
         start, rank, size = runtime.shard(self.batch_size)
         if start + size * self.batch_size > self.dataset_size:
-            runtime.step_open = False  # nothing is trained in this quorum; the epoch is over
+            runtime.end_without_step()  # nothing is trained in this quorum; the epoch is over
             return None
         begin = start + rank * self.batch_size
         return self._order[begin:begin + self.batch_size]
