@@ -4,22 +4,26 @@ Trains a tiny MLP on a seeded synthetic data set read through ``QuorumSampler`` 
 per step to ``--log``: the manager's committed step, whether it committed, the quorum's size and this
 replica's rank in it, a hash of the weights after the step, the pid. ``--die-at`` / ``--hang-at`` make
 it fail in the middle of that step (after forward, before backward: its peers are in the exchange).
-It stops after ``--steps`` committed steps or when the file ``--stop`` exists.
+It stops after ``--steps`` committed steps or when the file ``--stop`` exists. Under ``bagua run
+--fault-tolerant`` ``{replica}`` in ``--log`` is the replica's id and ``--only-replica`` picks the one to fail.
 """
 
 from __future__ import annotations
 
-import argparse
-import hashlib
-import json
-import os
-import signal
 import time
 
-import torch
+STARTED = time.time()  # before the heavy imports: a restart's time to its first commit counts them
 
-import bagua_core as bagua
-from bagua_core.fault_tolerance import QuorumSampler, current_runtime
+import argparse  # noqa: E402
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+
+import torch  # noqa: E402
+
+import bagua_core as bagua  # noqa: E402
+from bagua_core.fault_tolerance import QuorumSampler, current_runtime  # noqa: E402
 
 
 def weights_hash(model: torch.nn.Module) -> str:
@@ -39,7 +43,13 @@ def main() -> None:
     parser.add_argument("--die-at", type=int, default=-1, help="SIGKILL itself in the middle of this step")
     parser.add_argument("--hang-at", type=int, default=-1, help="hang (sleep) in the middle of this step")
     parser.add_argument("--step-delay", type=float, default=0.0)
+    parser.add_argument("--only-replica", default="", help="--die-at/--hang-at apply only to this BAGUA_FT_REPLICA_ID, "
+                        "and only to its first attempt under torchrun")
     args = parser.parse_args()
+    replica = os.environ.get("BAGUA_FT_REPLICA_ID", "")
+    args.log = args.log.replace("{replica}", replica)
+    if args.only_replica and (replica != args.only_replica or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0"):
+        args.die_at = args.hang_at = -1
 
     bagua.init_process_group()
     runtime = current_runtime()
@@ -80,8 +90,8 @@ def main() -> None:
             log.write(json.dumps({
                 "step": runtime.manager.current_step(), "committed": bool(runtime.decision),
                 "quorum": group.managed.size(), "rank": group.managed.rank(), "hash": weights_hash(model),
-                "loss": float(loss), "pid": os.getpid(), "t": time.time(), "healed": runtime.stats["healed"],
-                "counter": model.bagua_train_step_counter,
+                "loss": float(loss.detach()), "pid": os.getpid(), "t": time.time(), "healed": runtime.stats["healed"],
+                "counter": model.bagua_train_step_counter, "started": STARTED,
             }) + "\n")
             log.flush()
             if args.step_delay:

@@ -47,7 +47,7 @@ def _launch(torchrun_args: list[str]) -> int:
 
 
 def run_command(argv: list[str]) -> int:
-    """``bagua run [--config FILE] <torchrun options> script.py [script args]``.
+    """``bagua run [--config FILE] [--fault-tolerant ...] <torchrun options> script.py [script args]``.
 
     The config file is validated here, before any worker starts, and handed to the workers in
     ``BAGUA_CONFIG_FILE`` (``with_bagua(optimizers)`` with no algorithm reads it)."""
@@ -55,6 +55,11 @@ def run_command(argv: list[str]) -> int:
     if config is not None:
         algorithm_config_of(config)  # fail now, naming the file and field
         os.environ["BAGUA_CONFIG_FILE"] = os.path.abspath(config)
+    from bagua_core.cli.fault_tolerant import run_fault_tolerant, split_fault_tolerant_args
+
+    fault_tolerant, rest = split_fault_tolerant_args(rest)
+    if fault_tolerant is not None:  # one torchrun per replica (docs/fault_tolerance.md)
+        return run_fault_tolerant(fault_tolerant, rest)
     return _launch(rest)
 
 

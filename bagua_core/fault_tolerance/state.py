@@ -56,6 +56,8 @@ def capture(module: torch.nn.Module, parts: Iterable[str]) -> dict[str, Any]:
 def restore(module: torch.nn.Module, saved: dict[str, Any], algorithm: bool = True) -> None:
     """Put back what :func:`capture` took (``algorithm=False``: all but the impl's state, which the caller
     loads once the impl is rebuilt on the new quorum)."""
+    if "step" in saved:  # first: an impl's state may be relative to the step counter
+        module.bagua_train_step_counter = int(saved["step"])
     if "weights" in saved:
         with torch.no_grad():
             module.load_state_dict(copy_tree(saved["weights"]))
@@ -64,8 +66,6 @@ def restore(module: torch.nn.Module, saved: dict[str, Any], algorithm: bool = Tr
             opt.load_state_dict(copy_tree(state))
     if algorithm and "algorithm_state" in saved:
         module.bagua_algorithm.load_state_dict(copy_tree(saved["algorithm_state"]))
-    if "step" in saved:
-        module.bagua_train_step_counter = int(saved["step"])
 
 
 def fingerprint(module: torch.nn.Module) -> dict[str, Any]:
@@ -82,46 +82,53 @@ def fingerprint(module: torch.nn.Module) -> dict[str, Any]:
     return {
         "algorithm": declaration.name,
         "options": declaration.canonical_options(),
-        "model": [(name, list(t.shape), str(t.dtype)) for name, t in tensors],
+        "model": {name: {"shape": list(t.shape), "dtype": str(t.dtype)} for name, t in tensors},
         "optimizers": optimizers,
     }
 
 
-def _first_difference(mine: Any, theirs: Any, path: str) -> str | None:
+def _first_difference(mine: Any, theirs: Any, path: tuple = ()) -> tuple | None:
+    """The path (keys and indices) of the first place where the two trees differ; a list of plain values
+    (a shape) counts as one value."""
     if isinstance(mine, dict) and isinstance(theirs, dict):
         for key in list(mine) + [k for k in theirs if k not in mine]:
             if key not in mine or key not in theirs:
-                return f"{path}.{key}"
-            found = _first_difference(mine[key], theirs[key], f"{path}.{key}")
-            if found:
+                return (*path, key)
+            found = _first_difference(mine[key], theirs[key], (*path, key))
+            if found is not None:
                 return found
         return None
-    if isinstance(mine, list) and isinstance(theirs, list) and len(mine) == len(theirs):
+    nested = isinstance(mine, list) and any(isinstance(v, (dict, list)) for v in mine)
+    if nested and isinstance(theirs, list) and len(mine) == len(theirs):
         for i, (a, b) in enumerate(zip(mine, theirs)):
-            found = _first_difference(a, b, f"{path}[{i}]")
-            if found:
+            found = _first_difference(a, b, (*path, i))
+            if found is not None:
                 return found
         return None
     return None if mine == theirs else path
 
 
-def _at(tree: Any, path: str) -> Any:
+def _at(tree: Any, path: tuple) -> Any:
     value = tree
-    for part in path.replace("[", ".[").split(".")[1:]:
+    for part in path:
         try:
-            value = value[int(part[1:-1])] if part.startswith("[") else value[part]
+            value = value[part]
         except (KeyError, IndexError, TypeError):
             return "(absent)"
     return value
 
 
+def _name(path: tuple) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(path))
+
+
 def check_joiner(mine: dict[str, Any], quorum: dict[str, Any]) -> None:
     """Raise ``BaguaConfigError`` naming the first field where this joiner's fingerprint differs from the
     quorum's (the replica it heals from); the quorum goes on without it."""
-    path = _first_difference(mine, quorum, "")
+    path = _first_difference(mine, quorum)
     if path is None:
         return
-    field = path.lstrip(".")
+    field = _name(path)
     raise BaguaConfigError(
         f"fault-tolerant mode: this replica is refused by the quorum: {field} differs: quorum "
         f"{_at(quorum, path)!r}, this replica {_at(mine, path)!r}; start it with the same algorithm, options and "

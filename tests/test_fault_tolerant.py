@@ -1,0 +1,180 @@
+"""Fault-tolerant mode, the parts that need no replicas: options, declarations, the joiner check, the step
+copy, the quorum sampler, the managed group's error handling, the CLI's arguments; and, with one replica,
+the refusal of an algorithm that declares no fault tolerance (the fault matrix is in
+test_fault_tolerant_matrix.py)."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from bagua_core.capabilities import FaultTolerance
+from bagua_core.exceptions import BaguaConfigError
+from bagua_core.fault_tolerance import FaultTolerantOptions, QuorumSampler, resolve_options
+from bagua_core.fault_tolerance import state as ft_state
+from bagua_core.plugins import algorithm_registry
+
+DECLARED = {"gradient_allreduce", "bytegrad", "powersgd", "qadam", "diloco"}
+
+
+def test_capability_rejects_unknown_parts() -> None:
+    with pytest.raises(BaguaConfigError, match="heals may hold"):
+        FaultTolerance(heals=("weights", "gossip"))
+    with pytest.raises(BaguaConfigError, match="commit must be"):
+        FaultTolerance(commit="whenever")  # type: ignore[arg-type]
+
+
+def test_declarations() -> None:
+    for name in algorithm_registry.names():
+        declared = algorithm_registry.get(name).capabilities.fault_tolerance
+        assert (declared is not None) == (name in DECLARED), name
+    assert algorithm_registry.get("gradient_allreduce").capabilities.fault_tolerance.commit == "before_optimizer_step"
+    assert algorithm_registry.get("powersgd").capabilities.fault_tolerance.commit == "after_step"
+    assert "algorithm_state" in algorithm_registry.get("diloco").capabilities.fault_tolerance.heals
+
+
+def test_options_from_env_and_errors(monkeypatch) -> None:
+    env = {"BAGUA_FAULT_TOLERANT": "1", "TORCHFT_LIGHTHOUSE": "http://h:1", "BAGUA_FT_MIN_REPLICAS": "2",
+           "BAGUA_FT_TIMEOUT_S": "7.5"}
+    options = FaultTolerantOptions.from_env(env, hang_timeout_s=9)
+    assert (options.lighthouse, options.min_replicas, options.timeout_s, options.hang_timeout_s) == \
+        ("http://h:1", 2, 7.5, 9)
+    with pytest.raises(BaguaConfigError, match="BAGUA_FT_TIMEOUT_S='soon'"):
+        FaultTolerantOptions.from_env({**env, "BAGUA_FT_TIMEOUT_S": "soon"})
+    with pytest.raises(BaguaConfigError, match="needs a lighthouse"):
+        FaultTolerantOptions.from_env({})
+    with pytest.raises(BaguaConfigError, match="min_replicas must be a positive integer"):
+        FaultTolerantOptions.from_env(env, min_replicas=0)
+    with pytest.raises(BaguaConfigError, match="unknown fault-tolerant option"):
+        FaultTolerantOptions.from_env(env, min_replica=2)
+    monkeypatch.delenv("BAGUA_FAULT_TOLERANT", raising=False)
+    assert resolve_options(None) is None  # fail-fast stays the default
+    assert resolve_options(False) is None
+    with pytest.raises(BaguaConfigError, match="takes None, a bool"):
+        resolve_options("yes")
+
+
+def test_joiner_check_names_the_field() -> None:
+    quorum = {"algorithm": "bytegrad", "options": {"average": True, "compression": "MinMaxUInt8"},
+              "model": {"0.weight": {"shape": [4, 8], "dtype": "torch.float32"}}, "optimizers": []}
+    ft_state.check_joiner(quorum, dict(quorum))
+    with pytest.raises(BaguaConfigError, match=r"options\.compression differs: quorum 'MinMaxUInt8', this replica "
+                                               r"'MinMaxUInt4'"):
+        ft_state.check_joiner({**quorum, "options": {"average": True, "compression": "MinMaxUInt4"}}, quorum)
+    with pytest.raises(BaguaConfigError, match=r"model\.0\.weight\.shape differs: quorum \[4, 8\], this replica \[5, 8\]"):
+        ft_state.check_joiner({**quorum, "model": {"0.weight": {"shape": [5, 8], "dtype": "torch.float32"}}}, quorum)
+    with pytest.raises(BaguaConfigError, match=r"model\.1\.bias differs: quorum '\(absent\)'"):
+        ft_state.check_joiner({**quorum, "model": {**quorum["model"], "1.bias": {"shape": [2], "dtype": "x"}}}, quorum)
+    with pytest.raises(BaguaConfigError, match="algorithm differs"):
+        ft_state.check_joiner({**quorum, "algorithm": "gradient_allreduce"}, quorum)
+
+
+def test_capture_and_restore_round_trip() -> None:
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(4, 3)).sum().backward()
+    optimizer.step()
+    impl_state = {"q": torch.ones(2)}
+    model.bagua_optimizers = [optimizer]
+    model.bagua_train_step_counter = 5
+    model.bagua_algorithm = types.SimpleNamespace(state_dict=lambda: impl_state,
+                                                  load_state_dict=lambda s: impl_state.update(s))
+    saved = ft_state.capture(model, ("weights", "optimizer", "algorithm_state", "step"))
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer.step()  # the step that fails
+    impl_state["q"].add_(1)  # captured tensors are copies: this must not leak into `saved`
+    model.bagua_train_step_counter = 6
+    ft_state.restore(model, saved)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert torch.equal(impl_state["q"], torch.ones(2)) and model.bagua_train_step_counter == 5
+    momentum = optimizer.state_dict()["state"][0]["momentum_buffer"]
+    assert torch.equal(momentum, saved["optimizer"][0]["state"][0]["momentum_buffer"])
+
+
+def test_quorum_sampler_follows_the_quorum(monkeypatch) -> None:
+    runtime = types.SimpleNamespace(data_epoch=0, data_position=0, rank=0, size=3)
+    runtime.shard = lambda batch: (runtime.data_position, runtime.rank, runtime.size)
+    runtime.end_without_step = lambda: None
+    import bagua_core.fault_tolerance as ft
+
+    monkeypatch.setattr(ft, "_runtime", runtime)
+    sampler = QuorumSampler(20, batch_size=2, seed=3)
+    seen = []
+    for rank in range(3):  # one step of a quorum of 3: disjoint slices
+        runtime.rank = rank
+        seen += sampler.next_indices(None).tolist()
+    runtime.data_position += 6  # committed
+    runtime.size, runtime.rank = 2, 1  # a replica left: the next step's shards come from a quorum of 2
+    seen += sampler.next_indices(None).tolist()
+    runtime.rank = 0
+    seen += sampler.next_indices(None).tolist()
+    assert sorted(seen) == sorted(set(seen)) and len(seen) == 10
+    assert seen[6:10] == sampler._order[8:10].tolist() + sampler._order[6:8].tolist()
+    runtime.data_position = 18  # 2 left: too few for a step of 2 replicas of 2
+    assert sampler.next_indices(None) is None
+
+
+class _FailingInner:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def allreduce(self, *args):
+        self.calls += 1
+        raise RuntimeError("Connection closed by peer")
+
+
+def test_managed_group_reports_errors_instead_of_raising() -> None:
+    from bagua_core.fault_tolerance.managed_group import VIRTUAL_RANK_BASE, ManagedGroup
+
+    started = not dist.is_initialized()
+    if started:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        errors: list[Exception] = []
+        inner = _FailingInner()
+        group = ManagedGroup(inner, 1, 3, "test_quorum", errors.append)
+        assert group.ranks == [VIRTUAL_RANK_BASE, dist.get_rank(), VIRTUAL_RANK_BASE + 2]
+        group.register()
+        try:
+            assert dist.get_backend(group) == "gloo"
+            assert dist.get_group_rank(group, dist.get_rank()) == 1
+            tensor = torch.ones(3)
+            dist.all_reduce(tensor, group=group)  # the peer is gone: completes, reported, not raised
+            dist.all_reduce(tensor, group=group)  # nothing more runs in this quorum
+        finally:
+            group.unregister()
+        assert len(errors) == 1 and inner.calls == 1 and torch.equal(tensor, torch.ones(3))
+        assert group not in dist.distributed_c10d._world.pg_map
+    finally:
+        if started:
+            dist.destroy_process_group()
+
+
+def test_cli_splits_fault_tolerant_options() -> None:
+    from bagua_core.cli.fault_tolerant import split_fault_tolerant_args
+
+    options, rest = split_fault_tolerant_args(["--fault-tolerant", "--replicas", "3", "--max-restarts=2",
+                                               "--min-replicas=2", "train.py", "--replicas", "9"])
+    assert (options.replicas, options.min_replicas) == (3, 2)
+    assert rest == ["--max-restarts=2", "train.py", "--replicas", "9"]  # the script's own arguments stay
+    assert split_fault_tolerant_args(["--nnodes=1", "train.py"]) == (None, ["--nnodes=1", "train.py"])
+    with pytest.raises(ValueError, match="one rank per replica"):
+        split_fault_tolerant_args(["--fault-tolerant", "--nproc_per_node", "2", "train.py"])
+
+
+@pytest.mark.timeout(200, func_only=True)
+def test_undeclared_algorithm_is_refused(tmp_path) -> None:
+    from tests.fault_tolerant_job import Job
+
+    job = Job(tmp_path)
+    try:
+        job.start("x", "--algorithm", '{"name": "decentralized"}')
+        assert job.wait_exit("x", 150) != 0
+        output = job.output("x")
+        assert "algorithm 'decentralized' cannot run in fault-tolerant mode" in output, output[-3000:]
+        assert "Capabilities.fault_tolerance" in output and "gradient_allreduce" in output
+    finally:
+        job.close()
