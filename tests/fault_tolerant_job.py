@@ -50,7 +50,7 @@ class Job:
                "BAGUA_FT_HANG_TIMEOUT_S": str(HANG_TIMEOUT_S),
                "OMP_NUM_THREADS": "1", "RUST_LOG": "warn"}
         out = open(self.tmp / f"{name}.out", "ab")
-        proc = subprocess.Popen([sys.executable, str(REPLICA), "--log", str(self.log_path(name)), "--steps",
+        proc = subprocess.Popen([sys.executable, str(REPLICA), "--records", str(self.log_path(name)), "--steps",
                                  str(steps), "--stop", str(self.stop_file), "--step-delay", str(step_delay_s), *args], env=env, stdout=out,
                                 stderr=subprocess.STDOUT)
         self.procs[name] = proc

@@ -1,11 +1,11 @@
 """One replica of a fault-tolerant job, for tests/test_fault_tolerant*.py (run as a script).
 
 Trains a tiny MLP on a seeded synthetic data set read through ``QuorumSampler`` and appends one JSON line
-per step to ``--log``: the manager's committed step, whether it committed, the quorum's size and this
+per step to ``--records``: the manager's committed step, whether it committed, the quorum's size and this
 replica's rank in it, a hash of the weights after the step, the pid. ``--die-at`` / ``--hang-at`` make
 it fail in the middle of that step (after forward, before backward: its peers are in the exchange).
 It stops after ``--steps`` committed steps or when the file ``--stop`` exists. Under ``bagua run
---fault-tolerant`` ``{replica}`` in ``--log`` is the replica's id and ``--only-replica`` picks the one to fail.
+--fault-tolerant`` ``{replica}`` in ``--records`` is the replica's id and ``--only-replica`` picks the one to fail.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=16)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--stop", default="")
-    parser.add_argument("--log", required=True)
+    parser.add_argument("--records", required=True)
     parser.add_argument("--die-at", type=int, default=-1, help="SIGKILL itself in the middle of this step")
     parser.add_argument("--hang-at", type=int, default=-1, help="hang (sleep) in the middle of this step")
     parser.add_argument("--step-delay", type=float, default=0.0)
@@ -47,7 +47,7 @@ def main() -> None:
                         "and only to its first attempt under torchrun")
     args = parser.parse_args()
     replica = os.environ.get("BAGUA_FT_REPLICA_ID", "")
-    args.log = args.log.replace("{replica}", replica)
+    args.records = args.records.replace("{replica}", replica)
     if args.only_replica and (replica != args.only_replica or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0"):
         args.die_at = args.hang_at = -1
 
@@ -71,7 +71,7 @@ def main() -> None:
     y = (x[:, 0] > 0).long()
     sampler = QuorumSampler(len(x), batch_size=8, seed=0)
     step_in_process = 0
-    with open(args.log, "a") as log:
+    with open(args.records, "a") as log:
         while runtime.manager.current_step() < args.steps and not (args.stop and os.path.exists(args.stop)):
             indices = sampler.next_indices(model)
             if indices is None:

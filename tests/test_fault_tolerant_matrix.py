@@ -157,3 +157,40 @@ def test_joiner_with_different_options_refused(job: Job, algorithm: str) -> None
     job.stop()
     assert job.wait_exit("a", GAP_S) == 0, job.output("a")[-2000:]
     _check_healthy(job, "a")
+
+
+@pytest.mark.timeout(400, func_only=True)
+def test_bagua_run_restarts_only_the_failed_replica(tmp_path) -> None:
+    """``bagua run --fault-tolerant --replicas 2 --max-restarts 1``: replica_1 is killed mid-step; torchrun
+    restarts it alone, it heals from replica_0 and trains on; replica_0 is one process throughout."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from tests.fault_tolerant_job import REPLICA
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = tmp_path / "{replica}.log"
+    command = [sys.executable, "-m", "bagua_core.cli", "run", "--fault-tolerant", "--replicas", "2",
+               "--lighthouse-port", str(port), "--ft-timeout", str(TIMEOUT_S), "--ft-join-timeout-ms", "1500",
+               "--max-restarts", "1", str(REPLICA), "--records", str(log), "--steps", "150", "--step-delay", "0.05",
+               "--die-at", "10", "--only-replica", "replica_1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "RUST_LOG": "warn"}
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=360)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"bagua run --fault-tolerant hung past 360 s: {str(exc.stdout)[-3000:]}") from None
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    job = Job.__new__(Job)  # only its log readers
+    job.tmp = tmp_path
+    healthy = job.records("replica_0")
+    assert len(_pids(healthy)) == 1, "replica_0 was restarted"
+    assert any(r["quorum"] == 1 for r in healthy if r["committed"]), "replica_0 never trained alone"
+    attempts = _pids(job.records("replica_1"))
+    assert len(attempts) == 2, f"replica_1 ran in {len(attempts)} processes, expected the killed one and its restart"
+    again = job.committed("replica_1", pid=attempts[1])
+    assert again and again[0]["healed"] == 1 and again[-1]["step"] == 150, again[:1] + again[-1:]
+    _check_identical(job, "replica_0", "replica_1", pid=attempts[1])
