@@ -41,20 +41,28 @@ class Job:
         self.procs: dict[str, subprocess.Popen] = {}
         self.stop_file = tmp / "stop"
 
-    def start(self, name: str, *args: str, steps: int = 100_000, step_delay_s: float = 0.02) -> subprocess.Popen:
-        """Start replica ``name``; it trains until :meth:`stop` (or ``steps``), pausing ``step_delay_s`` after
-        each step so that a replica alone does not run far ahead of one that is still starting."""
-        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "RANK": "0",
-               "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "TORCHFT_LIGHTHOUSE": self.address,
-               "BAGUA_FAULT_TOLERANT": "1", "BAGUA_FT_TIMEOUT_S": str(TIMEOUT_S), "BAGUA_FT_REPLICA_ID": name,
-               "BAGUA_FT_HANG_TIMEOUT_S": str(HANG_TIMEOUT_S),
-               "OMP_NUM_THREADS": "1", "RUST_LOG": "warn"}
-        out = open(self.tmp / f"{name}.out", "ab")
-        proc = subprocess.Popen([sys.executable, str(REPLICA), "--records", str(self.log_path(name)), "--steps",
-                                 str(steps), "--stop", str(self.stop_file), "--step-delay", str(step_delay_s), *args], env=env, stdout=out,
-                                stderr=subprocess.STDOUT)
-        self.procs[name] = proc
-        return proc
+    def start(self, name: str, *args: str, steps: int = 100_000, step_delay_s: float = 0.02,
+              ranks: int = 1) -> list[subprocess.Popen]:
+        """Start replica ``name`` with ``ranks`` ranks (processes ``name`` or ``name.<rank>``); it trains until
+        :meth:`stop` (or ``steps``), pausing ``step_delay_s`` after each step so that a replica alone does
+        not run far ahead of one that is still starting."""
+        port = str(_free_port())
+        started = []
+        for rank in range(ranks):
+            process = name if ranks == 1 else f"{name}.{rank}"
+            env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "RANK": str(rank),
+                   "WORLD_SIZE": str(ranks), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(ranks),
+                   "TORCHFT_LIGHTHOUSE": self.address, "BAGUA_FAULT_TOLERANT": "1",
+                   "BAGUA_FT_TIMEOUT_S": str(TIMEOUT_S), "BAGUA_FT_REPLICA_ID": name,
+                   "BAGUA_FT_HANG_TIMEOUT_S": str(HANG_TIMEOUT_S), "BAGUA_COMM_TIMEOUT_S": "30",
+                   "OMP_NUM_THREADS": "1", "RUST_LOG": "warn"}
+            out = open(self.tmp / f"{process}.out", "ab")
+            proc = subprocess.Popen([sys.executable, str(REPLICA), "--records", str(self.log_path(process)), "--steps",
+                                     str(steps), "--stop", str(self.stop_file), "--step-delay", str(step_delay_s),
+                                     *args], env=env, stdout=out, stderr=subprocess.STDOUT)
+            self.procs[process] = proc
+            started.append(proc)
+        return started
 
     def log_path(self, name: str) -> Path:
         return self.tmp / f"{name}.log"

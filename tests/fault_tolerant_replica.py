@@ -45,10 +45,13 @@ def main() -> None:
     parser.add_argument("--step-delay", type=float, default=0.0)
     parser.add_argument("--only-replica", default="", help="--die-at/--hang-at apply only to this BAGUA_FT_REPLICA_ID, "
                         "and only to its first attempt under torchrun")
+    parser.add_argument("--only-rank", type=int, default=-1, help="--die-at/--hang-at apply only to this RANK")
     args = parser.parse_args()
     replica = os.environ.get("BAGUA_FT_REPLICA_ID", "")
     args.records = args.records.replace("{replica}", replica)
     if args.only_replica and (replica != args.only_replica or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0"):
+        args.die_at = args.hang_at = -1
+    if args.only_rank >= 0 and int(os.environ.get("RANK", "0")) != args.only_rank:
         args.die_at = args.hang_at = -1
 
     bagua.init_process_group()
@@ -89,7 +92,7 @@ def main() -> None:
             group = runtime.group
             log.write(json.dumps({
                 "step": runtime.manager.current_step(), "committed": bool(runtime.decision),
-                "quorum": group.managed.size(), "rank": group.managed.rank(), "hash": weights_hash(model),
+                "quorum": group.num_nodes, "rank": group.replica_rank, "local_rank": bagua.get_rank(), "hash": weights_hash(model),
                 "loss": float(loss.detach()), "pid": os.getpid(), "t": time.time(), "healed": runtime.stats["healed"],
                 "counter": model.bagua_train_step_counter, "started": STARTED,
             }) + "\n")

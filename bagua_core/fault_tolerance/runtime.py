@@ -43,16 +43,13 @@ class FaultTolerantRuntime:
     """One replica's side of fault-tolerant training (module doc). Built by ``init_process_group``."""
 
     def __init__(self, options: FaultTolerantOptions) -> None:
-        from torchft import Manager, ProcessGroupGloo
+        from torchft import Manager
 
-        if dist.get_world_size() != 1:
-            raise BaguaConfigError(
-                f"fault-tolerant mode runs one rank per replica in this version, but this replica's torchrun started "
-                f"{dist.get_world_size()} ranks: start each replica with --nproc_per_node=1 (one replica per rank)"
-            )
+        from bagua_core.fault_tolerance.replica_groups import ReplicaGroups
+
         self.options = options
         timeout = timedelta(seconds=options.timeout_s)
-        self.ft_group = ProcessGroupGloo(timeout=timeout)
+        self.ft_group = ReplicaGroups(timeout=timeout)
         self.manager = Manager(
             pg=self.ft_group, load_state_dict=self._load_healed, state_dict=self._healing_state,
             min_replica_size=options.min_replicas, use_async_quorum=False, timeout=timeout,
@@ -139,17 +136,29 @@ class FaultTolerantRuntime:
         self.quorum_id = self.manager._quorum_id
         self.stats["quorums"] += 1
         rank, size = self.manager.participating_rank(), self.manager.num_participants()
-        inner = getattr(self.ft_group, "_pg", None)
-        managed = ManagedGroup(inner, rank if rank is not None else 0, max(size, 1), f"bagua_ft_quorum{self.quorum_id}",
-                               self.manager.report_error)
-        if inner is None or rank is None or self.manager.errored() is not None:
-            managed.fail(RuntimeError(f"quorum {self.quorum_id} could not be configured: {self.manager.errored()}"))
+        per_replica, local = dist.get_world_size(), dist.get_rank()
+        replica, replicas = (rank if rank is not None else 0), max(size, 1)
+        everyone = ManagedGroup(self.ft_group.everyone_inner(), replica * per_replica + local, replicas * per_replica,
+                                f"bagua_ft_quorum{self.quorum_id}", self.manager.report_error)
+        leaders = None
+        if per_replica > 1 and local == 0:
+            leaders = ManagedGroup(self.ft_group.same_rank_inner(), replica, replicas,
+                                   f"bagua_ft_quorum{self.quorum_id}_leaders", self.manager.report_error)
+        if rank is None or self.manager.errored() is not None or everyone._inner is None or \
+                (leaders is not None and leaders._inner is None):
+            reason = RuntimeError(f"quorum {self.quorum_id} could not be configured: {self.manager.errored()}")
+            for managed in (everyone, leaders):
+                if managed is not None:
+                    managed.fail(reason)
         old = self.group
         if old is not None:
-            old.managed.unregister()
+            for managed in old.managed_groups:
+                managed.unregister()
             old.release(wait=False)
-        managed.register()
-        self.group = QuorumGroup(managed, managed.rank(), managed.size(), self.quorum_id)
+        for managed in (everyone, leaders):
+            if managed is not None:
+                managed.register()
+        self.group = QuorumGroup(everyone, leaders, replica, replicas, per_replica, self.quorum_id)
         carried = self._healed_algorithm_state
         if carried is None:
             carried = ft_state.copy_tree(module.bagua_algorithm.state_dict())
@@ -161,7 +170,7 @@ class FaultTolerantRuntime:
         if carried:
             module.bagua_algorithm.load_state_dict(carried)
         logger.info("bagua: replica %s joined quorum %s as replica %s of %s (step %s)", self.options.replica_id,
-                    self.quorum_id, managed.rank(), managed.size(), self.manager.current_step())
+                    self.quorum_id, replica, replicas, self.manager.current_step())
 
     def _step(self, optimizer: torch.optim.Optimizer, original: Any, args: tuple, kwargs: dict) -> Any:
         if not self.step_open:  # a step outside a training forward: not a transaction
@@ -184,9 +193,9 @@ class FaultTolerantRuntime:
         return result
 
     def _should_commit(self) -> bool:
-        error = self.group.managed.error if self.group is not None else None
-        if error is not None and self.manager.errored() is None:
-            self.manager.report_error(error)
+        for managed in self.group.managed_groups if self.group is not None else ():
+            if managed.error is not None and self.manager.errored() is None:
+                self.manager.report_error(managed.error)
         return bool(self.manager.should_commit())
 
     def end_without_step(self) -> None:
@@ -245,5 +254,6 @@ class FaultTolerantRuntime:
     def shutdown(self) -> None:
         self.watchdog.stop()
         if self.group is not None:
-            self.group.managed.unregister()
+            for managed in self.group.managed_groups:
+                managed.unregister()
         self.manager.shutdown(wait=False)
