@@ -161,8 +161,10 @@ def test_cli_splits_fault_tolerant_options() -> None:
     assert (options.replicas, options.min_replicas) == (3, 2)
     assert rest == ["--max-restarts=2", "train.py", "--replicas", "9"]  # the script's own arguments stay
     assert split_fault_tolerant_args(["--nnodes=1", "train.py"]) == (None, ["--nnodes=1", "train.py"])
-    with pytest.raises(ValueError, match="one rank per replica"):
-        split_fault_tolerant_args(["--fault-tolerant", "--nproc_per_node", "2", "train.py"])
+    options, rest = split_fault_tolerant_args(["--fault-tolerant", "--nproc_per_node", "2", "train.py"])
+    assert rest == ["--nproc_per_node", "2", "train.py"]  # a replica of two ranks
+    with pytest.raises(ValueError, match="--replicas must be >= 0"):
+        split_fault_tolerant_args(["--fault-tolerant", "--min-replicas", "0", "train.py"])
 
 
 @pytest.mark.timeout(200, func_only=True)

@@ -1,7 +1,7 @@
 """``bagua run --fault-tolerant``: replicas that train on when one fails (``docs/fault_tolerance.md``).
 
-Each replica is its own torchrun (one rank per replica in this version), so torchrun's ``--max-restarts``
-restarts only the failed replica's workers; the others never stop. The command starts a torchft
+Each replica is its own torchrun (one rank, or ``--nproc_per_node`` ranks: a node's), so torchrun's
+``--max-restarts`` restarts only the failed replica's workers; the others never stop. The command starts a torchft
 lighthouse (or joins ``--lighthouse``), starts ``--replicas`` replicas on this host, hands them the options
 in the environment (``BAGUA_FAULT_TOLERANT=1``, ``TORCHFT_LIGHTHOUSE``, ``BAGUA_FT_*``), and returns 0 when
 every replica finished, else the first failing replica's exit status.
@@ -65,13 +65,6 @@ def split_fault_tolerant_args(argv: list[str]) -> tuple[argparse.Namespace | Non
     if options.replicas < 0 or options.min_replicas < 1:
         raise ValueError(f"--replicas must be >= 0 and --min-replicas >= 1, got {options.replicas}, "
                          f"{options.min_replicas}")
-    for i, token in enumerate(rest):
-        name, _, value = token.partition("=")
-        if name in ("--nproc_per_node", "--nproc-per-node"):
-            value = value or (rest[i + 1] if i + 1 < len(rest) else "")
-            if value != "1":
-                raise ValueError(f"bagua run --fault-tolerant starts one rank per replica in this version, got "
-                                 f"{name} {value}: leave it out and use --replicas N")
     return options, rest + tail
 
 
@@ -103,8 +96,9 @@ def run_fault_tolerant(options: argparse.Namespace, torchrun_args: list[str]) ->
     try:
         for index in range(options.replicas):
             replica_env = {**env, "BAGUA_FT_REPLICA_ID": env.get("BAGUA_FT_REPLICA_ID_PREFIX", "replica_") + str(index)}
-            command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
-                       *torchrun_args]
+            per_replica = [] if any(t.split("=")[0] in ("--nproc_per_node", "--nproc-per-node") for t in torchrun_args) \
+                else ["--nproc_per_node=1"]  # a replica is one rank unless told otherwise
+            command = [sys.executable, "-m", "torch.distributed.run", "--standalone", *per_replica, *torchrun_args]
             replicas.append(subprocess.Popen(command, env=replica_env))
         status = 0
         while replicas:

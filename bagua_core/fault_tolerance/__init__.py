@@ -1,6 +1,6 @@
 """Fault-tolerant mode, on torchft: a replica fails, the others train on, a replacement heals from a live peer.
 
-Replicas (one rank each in this version) are each started by their own torchrun; a torchft lighthouse
+Replicas (one rank, or the ranks of a node) are each started by their own torchrun; a torchft lighthouse
 forms a quorum every step; between replicas the algorithms' collectives run on torchft's managed,
 reconfigurable gloo group. Each step is a transaction: a step during which a participant failed is
 committed nowhere. A script opts in with ``init_process_group(fault_tolerant=True)`` (or
@@ -10,8 +10,9 @@ runtime, refusing an algorithm that declares no ``Capabilities.fault_tolerance``
 The pieces: :mod:`.options` (what a replica needs), :mod:`.managed_group` (the quorum's group as torch
 sees it, errors reported instead of raised), :mod:`.quorum_group` (the ``BaguaProcessGroup`` the
 algorithm is reified on), :mod:`.state` (the transaction's copy, healing, the joiner check),
-:mod:`.runtime` (the Manager and the transaction), :mod:`.sampler` (the data shard following the quorum),
-:mod:`.lighthouse` (starting one). Without it, fail-fast stays the default.
+:mod:`.replica_groups` (the groups torchft reconfigures per quorum), :mod:`.runtime` (the Manager and the
+transaction), :mod:`.sampler` (the data shard following the quorum), :mod:`.hang` (a replica whose step
+hangs leaves). ``bagua run --fault-tolerant`` (``bagua_core/cli/fault_tolerant.py``) starts the lighthouse. Without it, fail-fast stays the default.
 
 Example (each replica: ``bagua run --fault-tolerant --nproc_per_node=1 train.py``)::
 
