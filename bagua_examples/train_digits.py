@@ -146,10 +146,17 @@ def parse_args(argv: list[str] | None) -> tuple[TrainingConfig, Any, argparse.Na
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     cfg, algorithm, args = parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    bagua.init_process_group()
+    bagua.init_process_group()  # a replica of a fault-tolerant job under `bagua train --fault-tolerant`
     rank = bagua.get_rank()
     try:
-        summary = train(cfg, algorithm)
+        from bagua_core.fault_tolerance import current_runtime
+
+        if current_runtime() is not None:  # the shard follows each step's quorum
+            from bagua_examples.train_digits_ft import train_fault_tolerant
+
+            summary = train_fault_tolerant(cfg, algorithm)
+        else:
+            summary = train(cfg, algorithm)
     finally:
         bagua.destroy_process_group()
     if rank == 0:
@@ -160,6 +167,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"{summary['samples_per_s']:.0f} samples/s, "
             f"{summary['bytes_communicated_per_rank'] / 1e6:.2f} MB handed to collectives per worker"
         )
+        if summary.get("fault_tolerance"):
+            print("fault-tolerant: " + ", ".join(f"{k} {v}" for k, v in summary["fault_tolerance"].items()))
         if summary["auto"]:
             auto = summary["auto"]
             times = ", ".join(f"{n} {t * 1e3:.2f} ms" for n, t in auto["step_time_s"].items())

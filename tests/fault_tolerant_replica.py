@@ -78,7 +78,6 @@ def main() -> None:
         while runtime.manager.current_step() < args.steps and not (args.stop and os.path.exists(args.stop)):
             indices = sampler.next_indices(model)
             if indices is None:
-                sampler.set_epoch(sampler.epoch + 1)
                 continue
             step_in_process += 1
             optimizer.zero_grad()

@@ -95,9 +95,9 @@ def test_capture_and_restore_round_trip() -> None:
 
 
 def test_quorum_sampler_follows_the_quorum(monkeypatch) -> None:
-    runtime = types.SimpleNamespace(data_epoch=0, data_position=0, rank=0, size=3)
+    runtime = types.SimpleNamespace(data_epoch=0, data_position=0, rank=0, size=3, ended=0)
     runtime.shard = lambda batch: (runtime.data_position, runtime.rank, runtime.size)
-    runtime.end_without_step = lambda: None
+    runtime.end_without_step = lambda: setattr(runtime, "ended", runtime.ended + 1)
     import bagua_core.fault_tolerance as ft
 
     monkeypatch.setattr(ft, "_runtime", runtime)
@@ -112,9 +112,11 @@ def test_quorum_sampler_follows_the_quorum(monkeypatch) -> None:
     runtime.rank = 0
     seen += sampler.next_indices(None).tolist()
     assert sorted(seen) == sorted(set(seen)) and len(seen) == 10
-    assert seen[6:10] == sampler._order[8:10].tolist() + sampler._order[6:8].tolist()
-    runtime.data_position = 18  # 2 left: too few for a step of 2 replicas of 2
+    assert seen[6:10] == sampler.order(0)[8:10].tolist() + sampler.order(0)[6:8].tolist()
+    runtime.data_position = 18  # 2 samples left: too few for a step of 2 replicas of 2
     assert sampler.next_indices(None) is None
+    assert (sampler.epoch, runtime.data_position, runtime.ended) == (1, 0, 1)  # every replica moves on alike
+    assert not torch.equal(sampler.order(1), sampler.order(0))
 
 
 class _FailingInner:
@@ -180,3 +182,38 @@ def test_undeclared_algorithm_is_refused(tmp_path) -> None:
         assert "Capabilities.fault_tolerance" in output and "gradient_allreduce" in output
     finally:
         job.close()
+
+
+@pytest.mark.timeout(300, func_only=True)
+def test_main_job_fault_tolerant(tmp_path) -> None:
+    """``bagua train --fault-tolerant --replicas 2``: the main job's shard follows the quorum; both replicas
+    commit the same steps, read each sample once per epoch and end with the same weights (same accuracy)."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    summary = tmp_path / "summary.json"
+    command = [sys.executable, "-m", "bagua_core.cli", "train", "--fault-tolerant", "--replicas", "2",
+               "--lighthouse-port", str(port), "--ft-join-timeout-ms", "1500", "--epochs", "2", "--no-progress",
+               "--algorithm", "gradient_allreduce", "--summary-json", str(summary)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "RUST_LOG": "warn"}
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"bagua train --fault-tolerant hung past 240 s: {str(exc.stdout)[-3000:]}") from None
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    lines = [line for line in output.splitlines() if line.startswith("gradient_allreduce on 2 workers")]
+    assert len(lines) == 2, output[-3000:]  # each replica's rank 0 prints its summary
+    assert lines[0].split("test accuracy")[1].split(",")[0] == lines[1].split("test accuracy")[1].split(",")[0]
+    result = json.loads(summary.read_text())
+    from bagua_examples.digits import load_digits
+
+    per_epoch = len(load_digits()[1]) // (2 * 32)  # two replicas of one rank, 32 samples each per step
+    assert result["fault_tolerance"]["committed"] == 2 * per_epoch, result
+    assert result["test_accuracy"] > 0.5, result

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-__all__ = ["split_fault_tolerant_args", "run_fault_tolerant"]
+__all__ = ["split_fault_tolerant_args", "parse_fault_tolerant_options", "run_fault_tolerant"]
 
 _FLAGS = ("--fault-tolerant", "--replicas", "--lighthouse", "--lighthouse-port", "--min-replicas", "--ft-timeout",
           "--ft-hang-timeout", "--ft-join-timeout-ms")
@@ -66,6 +66,18 @@ def split_fault_tolerant_args(argv: list[str]) -> tuple[argparse.Namespace | Non
         raise ValueError(f"--replicas must be >= 0 and --min-replicas >= 1, got {options.replicas}, "
                          f"{options.min_replicas}")
     return options, rest + tail
+
+
+def parse_fault_tolerant_options(argv: list[str]) -> tuple[argparse.Namespace | None, list[str]]:
+    """``bagua train``'s form: the fault-tolerant options anywhere in ``argv`` (there is no script), and the
+    rest; None when ``--fault-tolerant`` is absent."""
+    if "--fault-tolerant" not in argv:
+        return None, argv
+    options, rest = _parser().parse_known_args(argv)
+    if options.replicas < 0 or options.min_replicas < 1:
+        raise ValueError(f"--replicas must be >= 0 and --min-replicas >= 1, got {options.replicas}, "
+                         f"{options.min_replicas}")
+    return options, rest
 
 
 def _start_lighthouse(options: argparse.Namespace) -> tuple[subprocess.Popen, str]:

@@ -65,18 +65,28 @@ def run_command(argv: list[str]) -> int:
 
 def train_command(argv: list[str]) -> int:
     """``bagua train [--nproc N] [--algorithm NAME | --config FILE] [training options]``: the main job
-    (the ``bagua.jobs`` entry point ``train``, see ``bagua_core.cli.jobs``)."""
+    (the ``bagua.jobs`` entry point ``train``, see ``bagua_core.cli.jobs``). With ``--fault-tolerant
+    [--replicas K ...]``: K replicas of N ranks (default 1) on torchft (``docs/fault_tolerance.md``)."""
     parser = argparse.ArgumentParser(prog="bagua train", add_help=False)
-    parser.add_argument("--nproc", type=int, default=2)
+    parser.add_argument("--nproc", type=int, default=None)
     parser.add_argument("-h", "--help", action="store_true")
     known, worker_args = parser.parse_known_args(argv)
+    from bagua_core.cli.fault_tolerant import parse_fault_tolerant_options
+
+    fault_tolerant, worker_args = parse_fault_tolerant_options(worker_args)
     job_module, job = find_job("train")
     if known.help:
-        print("usage: bagua train [--nproc N] [worker options]\n\n--nproc N  local worker processes (default 2)\n")
+        print("usage: bagua train [--nproc N] [--fault-tolerant [--replicas K] ...] [worker options]\n\n--nproc N  "
+              "local worker processes (default 2; with --fault-tolerant: ranks per replica, default 1)\n")
         job.parse_args(["--help"])
         return 0
-    if known.nproc < 1:
+    if known.nproc is not None and known.nproc < 1:
         raise ValueError(f"--nproc must be a positive integer, got {known.nproc}")
     cfg, algorithm, _ = job.parse_args(worker_args)  # validate options and config before starting workers
     algorithm_config_of(algorithm)
-    return _launch(["--standalone", f"--nproc_per_node={known.nproc}", "-m", job_module, *worker_args])
+    if fault_tolerant is not None:  # --replicas replicas of --nproc ranks each (default 1)
+        from bagua_core.cli.fault_tolerant import run_fault_tolerant
+
+        return run_fault_tolerant(fault_tolerant, [f"--nproc_per_node={known.nproc or 1}", "-m", job_module,
+                                                   *worker_args])
+    return _launch(["--standalone", f"--nproc_per_node={known.nproc or 2}", "-m", job_module, *worker_args])

@@ -19,7 +19,9 @@ Example (each replica: ``bagua run --fault-tolerant --nproc_per_node=1 train.py`
     >>> bagua.init_process_group(fault_tolerant={"min_replicas": 2, "timeout_s": 10})
     >>> model = model.with_bagua([optimizer], "gradient_allreduce")
     >>> sampler = QuorumSampler(len(data), batch_size=32)
-    >>> while (indices := sampler.next_indices(model)) is not None:
+    >>> while sampler.epoch < epochs:
+    ...     if (indices := sampler.next_indices(model)) is None:
+    ...         continue                                  # the quorum's epoch ended
     ...     optimizer.zero_grad(); loss(model(x[indices]), y[indices]).backward(); optimizer.step()
 """
 

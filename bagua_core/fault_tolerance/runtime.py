@@ -206,7 +206,7 @@ class FaultTolerantRuntime:
         self.step_open, self._open_since = False, None
         if self.decision:
             self.stats["committed"] += 1
-            self.data_position += self._batch_samples * self.manager.num_participants()
+            self.data_position += self._batch_samples * self.group.world_size
             if self.stats["first_commit_s"] is None:
                 self.stats["first_commit_s"] = time.monotonic() - self._started
             return
