@@ -49,11 +49,15 @@ class FaultTolerance:
     ``commit``: where a step's transaction is decided: ``before_optimizer_step`` (nothing the step
     changes outside the gradients before that point, so a failed step is discarded by not stepping) or
     ``after_step`` (the step changes state while it communicates: the runtime keeps a copy of
-    weights, optimizer and algorithm state and restores it on every survivor when the step fails)."""
+    weights, optimizer and algorithm state and restores it on every survivor when the step fails).
+    ``unsupported``: option values refused in that mode (below)."""
 
     heals: tuple[str, ...] = HEALABLE
     rederives: tuple[str, ...] = ()
     commit: Literal["before_optimizer_step", "after_step"] = "after_step"
+    unsupported: tuple[tuple[str, Any, str], ...] = ()
+    """``(option, value, why)``: option values that cannot survive a change of membership; the algorithm is
+    refused with them in fault-tolerant mode, naming the option and why."""
 
     def __post_init__(self) -> None:
         unknown = [h for h in self.heals if h not in HEALABLE]

@@ -17,7 +17,7 @@ from bagua_core.fault_tolerance import FaultTolerantOptions, QuorumSampler, reso
 from bagua_core.fault_tolerance import state as ft_state
 from bagua_core.plugins import algorithm_registry
 
-DECLARED = {"gradient_allreduce", "bytegrad", "powersgd", "qadam", "diloco"}
+DECLARED = {"gradient_allreduce", "bytegrad", "powersgd", "qadam", "diloco", "decentralized"}
 
 
 def test_capability_rejects_unknown_parts() -> None:
@@ -170,16 +170,21 @@ def test_cli_splits_fault_tolerant_options() -> None:
 
 
 @pytest.mark.timeout(200, func_only=True)
-def test_undeclared_algorithm_is_refused(tmp_path) -> None:
+def test_undeclared_algorithm_and_unsupported_option_are_refused(tmp_path) -> None:
     from tests.fault_tolerant_job import Job
 
     job = Job(tmp_path)
     try:
-        job.start("x", "--algorithm", '{"name": "decentralized"}')
+        job.start("x", "--algorithm", '{"name": "low_precision_decentralized"}')
+        job.start("y", "--algorithm", '{"name": "decentralized", "peer_selection_mode": "shift_one"}')
         assert job.wait_exit("x", 150) != 0
+        assert job.wait_exit("y", 150) != 0
         output = job.output("x")
-        assert "algorithm 'decentralized' cannot run in fault-tolerant mode" in output, output[-3000:]
+        assert "algorithm 'low_precision_decentralized' cannot run in fault-tolerant mode" in output, output[-3000:]
         assert "Capabilities.fault_tolerance" in output and "gradient_allreduce" in output
+        output = job.output("y")
+        assert "algorithm 'decentralized' with peer_selection_mode='shift_one' cannot run in fault-tolerant mode: " \
+               "its pairs need an even number of replicas" in output, output[-3000:]
     finally:
         job.close()
 

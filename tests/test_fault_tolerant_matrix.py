@@ -23,6 +23,7 @@ ALGORITHMS = {  # options, a different option for the refused joiner, the field 
                  "options.matrix_approximation_rank"),
     "qadam": ({"name": "qadam"}, {"hierarchical": False}, "options.hierarchical"),
     "diloco": ({"name": "diloco", "inner_steps": 3}, {"inner_steps": 4}, "options.inner_steps"),
+    "decentralized": ({"name": "decentralized"}, {"communication_interval": 2}, "options.communication_interval"),
 }
 SYNCHRONOUS = {"gradient_allreduce", "bytegrad", "powersgd", "qadam"}
 """Replicas' weights are equal after every committed step (diloco's differ between its syncs)."""

@@ -93,6 +93,12 @@ class FaultTolerantRuntime:
                 f"quorum, where a step commits); fault-tolerant algorithms: {', '.join(able)}; or run without "
                 f"--fault-tolerant"
             )
+        declaration = module._bagua_algorithm_declaration
+        options = declaration.canonical_options()
+        for option, value, why in policy.unsupported:
+            if options.get(option) == value:
+                raise BaguaConfigError(f"algorithm {declaration.name!r} with {option}={value!r} cannot run in "
+                                       f"fault-tolerant mode: {why}")
         if self.module is not None and self.module is not module and self._hook_handle is not None:
             self._hook_handle.remove()
         self.module = module
