@@ -16,13 +16,15 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
 
 __all__ = ["split_fault_tolerant_args", "parse_fault_tolerant_options", "run_fault_tolerant"]
 
-_FLAGS = ("--fault-tolerant", "--replicas", "--lighthouse", "--lighthouse-port", "--min-replicas", "--ft-timeout",
+_FLAGS = ("--fault-tolerant", "--replicas", "--lighthouse", "--lighthouse-port", "--lighthouse-host", "--min-replicas",
+          "--ft-timeout",
           "--ft-hang-timeout", "--ft-join-timeout-ms")
 
 
@@ -32,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--replicas", type=int, default=1, help="replicas to start on this host (each its own torchrun)")
     parser.add_argument("--lighthouse", default="", help="join this lighthouse (http://host:port) instead of starting one")
     parser.add_argument("--lighthouse-port", type=int, default=29510, help="port of the lighthouse started here")
+    parser.add_argument("--lighthouse-host", default=socket.gethostname(),
+                        help="the name other hosts reach the lighthouse started here by (default: this host's name)")
     parser.add_argument("--min-replicas", type=int, default=1, help="a step commits only with this many replicas")
     parser.add_argument("--ft-timeout", type=float, default=None, help="BAGUA_FT_TIMEOUT_S: collective/commit timeout")
     parser.add_argument("--ft-hang-timeout", type=float, default=None, help="BAGUA_FT_HANG_TIMEOUT_S")
@@ -87,7 +91,7 @@ def _start_lighthouse(options: argparse.Namespace) -> tuple[subprocess.Popen, st
                          "(pip install -e '.[ft]' or bash setup.sh)")
     proc = subprocess.Popen([binary, "--min_replicas", str(options.min_replicas), "--bind",
                              f"[::]:{options.lighthouse_port}", "--join_timeout_ms", str(options.ft_join_timeout_ms)])
-    return proc, f"http://{os.environ.get('BAGUA_FT_LIGHTHOUSE_HOST', '127.0.0.1')}:{options.lighthouse_port}"
+    return proc, f"http://{options.lighthouse_host}:{options.lighthouse_port}"
 
 
 def run_fault_tolerant(options: argparse.Namespace, torchrun_args: list[str]) -> int:
