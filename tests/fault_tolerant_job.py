@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 REPLICA = Path(__file__).with_name("fault_tolerant_replica.py")
+PLUGIN_SOURCE = Path(__file__).resolve().parents[1] / "plugins_example"
+"""The example plugin package's source: replicas import it first, so local_sgd is this checkout's."""
 TIMEOUT_S = 4.0
 """BAGUA_FT_TIMEOUT_S of the replicas: a collective with a dead or hung peer fails after this."""
 JOIN_TIMEOUT_MS = 1500
@@ -55,7 +57,8 @@ class Job:
                    "TORCHFT_LIGHTHOUSE": self.address, "BAGUA_FAULT_TOLERANT": "1",
                    "BAGUA_FT_TIMEOUT_S": str(TIMEOUT_S), "BAGUA_FT_REPLICA_ID": name,
                    "BAGUA_FT_HANG_TIMEOUT_S": str(HANG_TIMEOUT_S), "BAGUA_COMM_TIMEOUT_S": "30",
-                   "OMP_NUM_THREADS": "1", "RUST_LOG": "warn"}
+                   "OMP_NUM_THREADS": "1", "RUST_LOG": "warn",
+                   "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGIN_SOURCE), os.environ.get("PYTHONPATH")]))}
             out = open(self.tmp / f"{process}.out", "ab")
             proc = subprocess.Popen([sys.executable, str(REPLICA), "--records", str(self.log_path(process)), "--steps",
                                      str(steps), "--stop", str(self.stop_file), "--step-delay", str(step_delay_s),

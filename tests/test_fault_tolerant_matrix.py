@@ -1,4 +1,5 @@
-"""The fault matrix of fault-tolerant mode: every fault-tolerant algorithm x {kill -9 a replica mid-step,
+"""The fault matrix of fault-tolerant mode: every fault-tolerant algorithm (local_sgd: the example plugin
+package's source, through the plugin API) x {kill -9 a replica mid-step,
 a hung replica with a short timeout, a replica joining late, a killed replica restarted, a joiner with
 different options}. The healthy replica is never restarted (one pid throughout), never waits past the
 timeout plus a margin between commits, and stays finite; after healing, replicas of the synchronous
@@ -24,6 +25,7 @@ ALGORITHMS = {  # options, a different option for the refused joiner, the field 
     "qadam": ({"name": "qadam"}, {"hierarchical": False}, "options.hierarchical"),
     "diloco": ({"name": "diloco", "inner_steps": 3}, {"inner_steps": 4}, "options.inner_steps"),
     "decentralized": ({"name": "decentralized"}, {"communication_interval": 2}, "options.communication_interval"),
+    "local_sgd": ({"name": "local_sgd", "sync_every": 2}, {"sync_every": 3}, "options.sync_every"),
 }
 SYNCHRONOUS = {"gradient_allreduce", "bytegrad", "powersgd", "qadam"}
 """Replicas' weights are equal after every committed step (diloco's differ between its syncs)."""
