@@ -191,6 +191,7 @@ def test_undeclared_algorithm_and_unsupported_option_are_refused(tmp_path) -> No
         job.close()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300, func_only=True)
 def test_main_job_fault_tolerant(tmp_path) -> None:
     """``bagua train --fault-tolerant --replicas 2``: the main job's shard follows the quorum; both replicas

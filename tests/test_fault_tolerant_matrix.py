@@ -162,6 +162,7 @@ def test_joiner_with_different_options_refused(job: Job, algorithm: str) -> None
     _check_healthy(job, "a")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400, func_only=True)
 def test_bagua_run_restarts_only_the_failed_replica(tmp_path) -> None:
     """``bagua run --fault-tolerant --replicas 2 --max-restarts 1``: replica_1 is killed mid-step; torchrun
