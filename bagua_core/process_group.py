@@ -184,7 +184,8 @@ def init_process_group(store: dist.Store | None = None, fault_tolerant: object =
     communicator (an error here, on every rank, says why when it is unavailable).
 
     ``fault_tolerant``: None follows ``BAGUA_FAULT_TOLERANT`` (set by ``bagua run --fault-tolerant``); True,
-    a dict of options (``min_replicas``, ``timeout_s``, ``quorum_timeout_s``, ``lighthouse``, ``replica_id``)
+    a dict of options (``min_replicas``, ``timeout_s``, ``quorum_timeout_s``, ``hang_timeout_s``, ``lighthouse``,
+    ``replica_id``)
     or ``bagua_core.fault_tolerance.FaultTolerantOptions`` make this process a replica of a fault-tolerant job
     (``docs/fault_tolerance.md``): the default group is then the replica's own.
 
