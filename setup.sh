@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set up bagua from a clone: torch first, the CPU build where there is no GPU (a plain install from PyPI
 # would pull the multi-GB CUDA build; tools/choose_torch.py decides and says why, BAGUA_TORCH_INDEX forces
-# an index), redis-server for the cache tests, then bagua with its test extras (this compiles native/),
-# then the example third-party plugin package (a real, non-editable install).
+# an index), redis-server for the cache tests, then bagua with its test, lightning and ft (torchft, for
+# fault-tolerant mode) extras (this compiles native/), then the example third-party plugin package (a real,
+# non-editable install).
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -19,7 +20,7 @@ if ! command -v redis-server >/dev/null 2>&1; then
     echo "setup.sh: redis-server not found; install it (e.g. apt-get install redis-server) for the cache tests" >&2
   fi
 fi
-"$PY" -m pip install -e ".[test,lightning]"
+"$PY" -m pip install -e ".[test,lightning,ft]"
 if [ -f plugins_example/pyproject.toml ]; then
   "$PY" -m pip install ./plugins_example
 fi

@@ -18,7 +18,7 @@ from typing import Literal
 import torch
 
 from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
-from bagua_core.lifecycle.capabilities import Capabilities
+from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
 from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.plugins import hookimpl
 
@@ -55,7 +55,10 @@ class GradientAllReduceAlgorithm(Algorithm):
     name = "gradient_allreduce"
     Config = GradientAllReduceConfig
     capabilities = Capabilities(communicates="gradients", tunable_bucket_size=True, keeps_optimizer_semantics=True,
-                                relative_bytes=1.0)
+                                relative_bytes=1.0,
+                                fault_tolerance=FaultTolerance(
+                                    heals=("weights", "optimizer", "step"), commit="before_optimizer_step",
+                                    rederives=("averaging denominator", "hierarchy (a replica is a node)")))
 
     def __init__(self, hierarchical: bool = False, average: bool = True) -> None:
         super().__init__(hierarchical=hierarchical, average=average)

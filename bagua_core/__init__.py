@@ -19,7 +19,7 @@ from __future__ import annotations
 from bagua_core.lifecycle import tensor as _tensor  # noqa: F401  (adds the bagua_* methods to torch.Tensor)
 from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
 from bagua_core.lifecycle.bucket import BaguaBucket
-from bagua_core.lifecycle.capabilities import Capabilities
+from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
 from bagua_core.runtime.communication import (
     BaguaCommunicator,
     ReduceOp,
@@ -76,6 +76,7 @@ __all__ = [
     "AlgorithmImpl",
     "BaguaBucket",
     "Capabilities",
+    "FaultTolerance",
     "BaguaCommunicator",
     "BaguaModule",
     "BaguaProcessGroup",

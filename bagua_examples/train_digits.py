@@ -27,36 +27,14 @@ from bagua_core.runtime.exceptions import BaguaConfigError
 from bagua_core.plugins import algorithm_registry
 from bagua_core.selection.single_node import on_one_node, one_node_note
 from bagua_examples.digits import DigitsMLP, load_digits
-from bagua_examples.training_config import DEFAULT_LR, TrainingConfig
+from bagua_examples.run_settings import make_optimizer, resolve_device
+from bagua_examples.training_config import TrainingConfig
 
 __all__ = ["train", "main", "parse_args", "CONFIG_TABLES"]
 
 # the tables of a config file this job reads besides the algorithm's: `bagua check-config` validates them
 # through the bagua.jobs entry point (bagua_core.cli.jobs.job_config_tables)
 CONFIG_TABLES = {"training": TrainingConfig}
-
-
-def _make_optimizer(
-    model: torch.nn.Module, cfg: TrainingConfig, algorithm: type[bagua.Algorithm], steps_per_epoch: int
-) -> torch.optim.Optimizer:
-    if algorithm.capabilities.builds_optimizer:  # it needs an optimizer of its own kind
-        return algorithm.build_optimizer(model.parameters(), lr=cfg.lr, steps_per_epoch=steps_per_epoch)
-    lr = cfg.lr if cfg.lr is not None else DEFAULT_LR[cfg.optimizer]
-    if cfg.optimizer == "adam":
-        return torch.optim.Adam(model.parameters(), lr=lr)
-    return torch.optim.SGD(model.parameters(), lr=lr, momentum=cfg.momentum)
-
-
-def resolve_device(choice: str) -> torch.device:
-    """The device of ``--device``: ``auto`` is CUDA when every local rank has a GPU of its own.
-    Call after ``init_process_group`` (which selected this rank's GPU)."""
-    if choice == "cuda" and not torch.cuda.is_available():
-        raise bagua.BaguaError("--device cuda, but torch sees no CUDA device here; use --device cpu or auto")
-    if choice == "cpu" or not torch.cuda.is_available():
-        return torch.device("cpu")
-    if choice == "auto" and torch.cuda.device_count() < bagua.get_local_size():
-        return torch.device("cpu")
-    return torch.device("cuda", torch.cuda.current_device())
 
 
 def _mean_over_ranks(value: float) -> float:
@@ -76,7 +54,7 @@ def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
     name = config.name
     shard = torch.arange(rank, len(train_y), world, device=device)  # disjoint shards of equal size (+-1)
     steps_per_epoch = len(train_y) // world // cfg.batch_size  # equal on every rank
-    optimizer = _make_optimizer(model, cfg, algorithm_class_of(name), steps_per_epoch)
+    optimizer = make_optimizer(model, cfg, algorithm_class_of(name), steps_per_epoch)
     model = model.with_bagua([optimizer], algorithm)
     stats.reset()
     bar = tqdm.tqdm(total=cfg.epochs * steps_per_epoch, disable=rank != 0 or not cfg.progress,
@@ -181,16 +159,25 @@ def format_summary(summary: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     cfg, algorithm, args = parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    bagua.init_process_group()
+    bagua.init_process_group()  # a replica of a fault-tolerant job under `bagua train --fault-tolerant`
     rank = bagua.get_rank()
     try:
-        summary = train(cfg, algorithm)
+        from bagua_core.fault_tolerance import current_runtime
+
+        if current_runtime() is not None:  # the shard follows each step's quorum
+            from bagua_examples.train_digits_ft import train_fault_tolerant
+
+            summary = train_fault_tolerant(cfg, algorithm)
+        else:
+            summary = train(cfg, algorithm)
     finally:
         bagua.destroy_process_group()
     if rank == 0:
         print("\n" + format_summary(summary))
         if summary["note"]:
             print(summary["note"])
+        if summary.get("fault_tolerance"):
+            print("fault-tolerant: " + ", ".join(f"{k} {v}" for k, v in summary["fault_tolerance"].items()))
         if summary["auto"]:
             auto = summary["auto"]
             times = ", ".join(f"{n} {t * 1e3:.2f} ms" for n, t in auto["step_time_s"].items())

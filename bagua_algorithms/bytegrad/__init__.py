@@ -28,7 +28,7 @@ from bagua_algorithms.bytegrad.compressed import CompressedAllReduceOp
 from bagua_algorithms.gradient_allreduce import GradientAllReduceAlgorithmImpl
 
 from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig
-from bagua_core.lifecycle.capabilities import Capabilities
+from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
 from bagua_core.codecs import check_codec_name
 from bagua_core.plugins import hookimpl
 
@@ -63,7 +63,11 @@ class ByteGradAlgorithm(Algorithm):
     name = "bytegrad"
     Config = ByteGradConfig
     capabilities = Capabilities(communicates="gradients", tunable_bucket_size=True, keeps_optimizer_semantics=True,
-                                relative_bytes=0.25)
+                                relative_bytes=0.25,
+                                fault_tolerance=FaultTolerance(
+                                    heals=("weights", "optimizer", "step"), commit="before_optimizer_step",
+                                    rederives=("chunking by world size", "averaging denominator",
+                                               "hierarchy (a replica is a node)")))
     """MinMaxUInt8 (the default codec): a byte per fp32 value plus a min/max per chunk, about a quarter."""
 
     def __init__(self, hierarchical: bool = True, average: bool = True, compression: str = "MinMaxUInt8") -> None:

@@ -25,7 +25,7 @@ from pydantic import field_validator
 from bagua_algorithms.decentralized.common import WeightCommunicatingImpl, check_positive_int, is_communication_step
 from bagua_algorithms.decentralized.full_precision_op import DecentralizedSynchronousOp, check_peers
 from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig
-from bagua_core.lifecycle.capabilities import Capabilities
+from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
 from bagua_core.lifecycle.bucket import BaguaBucket
 
 __all__ = ["DecentralizedAlgorithm", "DecentralizedAlgorithmImpl", "DecentralizedConfig"]
@@ -105,7 +105,14 @@ class DecentralizedAlgorithm(Algorithm):
 
     name = "decentralized"
     Config = DecentralizedConfig
-    capabilities = Capabilities(communicates="weights", weights_differ_across_ranks=True, relative_bytes=1.0)
+    capabilities = Capabilities(communicates="weights", weights_differ_across_ranks=True, relative_bytes=1.0,
+                                fault_tolerance=FaultTolerance(
+                                    heals=("weights", "optimizer", "algorithm_state", "step"), commit="after_step",
+                                    rederives=("peers (all: the quorum's replicas)", "averaging denominator",
+                                               "hierarchy (a replica is a node)"),
+                                    unsupported=(("peer_selection_mode", "shift_one",
+                                                  "its pairs need an even number of replicas, which a change of "
+                                                  "membership does not keep; use peer_selection_mode='all'"),)))
     """Weights averaged with the peers (all: an allreduce of the weights; shift_one: one exchange)."""
 
     def __init__(self, hierarchical: bool = True, peer_selection_mode: str = "all", communication_interval: int = 1) -> None:

@@ -39,9 +39,10 @@ from bagua_algorithms.diloco.fragments import Schedule, gather_flat, scatter_fla
 from bagua_algorithms.diloco.state import restore, state_of
 from bagua_core.runtime import env
 from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmImpl
-from bagua_core.lifecycle.capabilities import Capabilities
+from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
 from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.codecs import get_codec
+from bagua_core.fault_tolerance.quorum_group import QuorumGroup
 
 __all__ = ["DiLoCoAlgorithm", "DiLoCoAlgorithmImpl"]
 
@@ -53,7 +54,9 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         self.codec = get_codec(config.compression) if config.compression else None
         self.nranks = len(process_group.ranks)
         timeout = datetime.timedelta(seconds=env.get_comm_timeout_s())
-        self.group = dist.new_group(process_group.ranks, timeout=timeout)  # collective
+        # fault-tolerant mode: the quorum's managed group is the only one between replicas (no new group)
+        self.group = process_group.managed if isinstance(process_group, QuorumGroup) else \
+            dist.new_group(process_group.ranks, timeout=timeout)  # collective
         self.schedule = Schedule(config.inner_steps, config.fragment_count, config.overlap)
         self._module: torch.nn.Module | None = None
         self._inner_phase: bool | None = None
@@ -186,7 +189,10 @@ class DiLoCoAlgorithm(Algorithm):
 
     name = "diloco"
     Config = DiLoCoConfig
-    capabilities = Capabilities(communicates="weights", weights_differ_across_ranks=True, relative_bytes=None)
+    capabilities = Capabilities(communicates="weights", weights_differ_across_ranks=True, relative_bytes=None,
+                                fault_tolerance=FaultTolerance(
+                                    heals=("weights", "optimizer", "algorithm_state", "step"), commit="after_step",
+                                    rederives=("averaging denominator",)))
     """Pseudo-gradients of the weights every ``inner_steps`` steps: ~1/H of allreduce's bytes."""
 
     def reify(self, process_group: Any) -> DiLoCoAlgorithmImpl:

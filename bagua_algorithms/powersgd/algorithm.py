@@ -27,7 +27,7 @@ from pydantic import Field, StrictInt
 
 from bagua_algorithms.powersgd.low_rank import PowerSGDOp
 from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
-from bagua_core.lifecycle.capabilities import Capabilities
+from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
 from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.runtime.exceptions import BaguaError
 
@@ -107,7 +107,9 @@ class PowerSGDAlgorithm(Algorithm):
 
     name = "powersgd"
     Config = PowerSGDConfig
-    capabilities = Capabilities(communicates="gradients", relative_bytes=None)
+    capabilities = Capabilities(communicates="gradients", relative_bytes=None, fault_tolerance=FaultTolerance(
+        heals=("weights", "optimizer", "algorithm_state", "step"), commit="after_step",
+        rederives=("averaging denominator",)))
     """Not an ``auto`` candidate: the optimizer sees a low-rank approximation with error feedback (more
     than a codec's rounding), the first ``start_iter`` steps are plain allreduce, and the buckets keep
     residuals across steps (no bucket-size tuning). The bytes depend on the rank and the shapes."""

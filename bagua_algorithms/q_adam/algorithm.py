@@ -26,7 +26,7 @@ from bagua_algorithms.q_adam.optimizer import QAdamOptimizer
 from pydantic import field_validator
 
 from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
-from bagua_core.lifecycle.capabilities import Capabilities
+from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
 from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.codecs import check_codec_name
 from bagua_core.runtime.exceptions import BaguaConfigError
@@ -117,7 +117,11 @@ class QAdamAlgorithm(Algorithm):
     name = "qadam"
     Config = QAdamConfig
     capabilities = Capabilities(communicates="momentum", tunable_bucket_size=True, builds_optimizer=True,
-                                relative_bytes=0.25)
+                                relative_bytes=0.25,
+                                fault_tolerance=FaultTolerance(
+                                    heals=("weights", "optimizer", "step"), commit="after_step",
+                                    rederives=("chunking by world size", "averaging denominator",
+                                               "hierarchy (a replica is a node)")))
     """Full-precision gradients during warmup, then the momentum compressed to a byte per value."""
 
     def __init__(self, q_adam_optimizer: QAdamOptimizer, hierarchical: bool = True,

@@ -1,6 +1,7 @@
 """The ``bagua`` command.
 
   bagua run [--config FILE] [torchrun options] script.py [args]   launch workers with torch's launcher
+  bagua run --fault-tolerant [--replicas K] [--min-replicas N] ...  replicas that train on when one fails
   bagua train [--nproc N] [--algorithm NAME | --config FILE] ...  the main job: digits on N local workers
   bagua plugins [--json]                                           installed algorithms, options, defaults
   bagua check-config FILE                                          validate a config file

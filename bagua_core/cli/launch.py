@@ -108,7 +108,7 @@ def _print_run_help() -> None:
 
 
 def run_command(argv: list[str]) -> int:
-    """``bagua run [--config FILE] <torchrun options> script.py [script args]``.
+    """``bagua run [--config FILE] [--fault-tolerant ...] <torchrun options> script.py [script args]``.
 
     The config file is validated here, before any worker starts, and handed to the workers in
     ``BAGUA_CONFIG_FILE`` (``with_bagua(optimizers)`` with no algorithm reads it)."""
@@ -119,28 +119,43 @@ def run_command(argv: list[str]) -> int:
     if config is not None:
         validate_config_file(config, job_config_tables())  # fail now, naming the file, the table and the field
         os.environ["BAGUA_CONFIG_FILE"] = os.path.abspath(config)
+    from bagua_core.cli.fault_tolerant import run_fault_tolerant, split_fault_tolerant_args
+
+    fault_tolerant, rest = split_fault_tolerant_args(rest)
+    if fault_tolerant is not None:  # one torchrun per replica (docs/fault_tolerance.md)
+        return run_fault_tolerant(fault_tolerant, rest)
     return _launch(rest)
 
 
 def train_command(argv: list[str]) -> int:
     """``bagua train [--nproc N] [--algorithm NAME | --config FILE] [training options]``: the main job
-    (the ``bagua.jobs`` entry point ``train``, see ``bagua_core.cli.jobs``)."""
+    (the ``bagua.jobs`` entry point ``train``, see ``bagua_core.cli.jobs``). With ``--fault-tolerant
+    [--replicas K ...]``: K replicas of N ranks (default 1) on torchft (``docs/fault_tolerance.md``)."""
     parser = argparse.ArgumentParser(prog="bagua train", add_help=False)
-    parser.add_argument("--nproc", type=int, default=2)
+    parser.add_argument("--nproc", type=int, default=None)
     parser.add_argument("-h", "--help", action="store_true")
     known, worker_args = parser.parse_known_args(argv)
+    from bagua_core.cli.fault_tolerant import parse_fault_tolerant_options
+
+    fault_tolerant, worker_args = parse_fault_tolerant_options(worker_args)
     job_module, job = find_job("train")
     # the job's usage line says `bagua train` (a job written before the prog= keyword gets its own name)
     prog = {"prog": "bagua train [--nproc N]"} if "prog" in inspect.signature(job.parse_args).parameters else {}
     if known.help:
-        print("bagua train: the main job on N local workers.\n  --nproc N  local worker processes (default 2)\n")
+        print("usage: bagua train [--nproc N] [--fault-tolerant [--replicas K] ...] [worker options]\n\n--nproc N  "
+              "local worker processes (default 2; with --fault-tolerant: ranks per replica, default 1)\n")
         try:
             job.parse_args(["--help"], **prog)
         except SystemExit:  # argparse exits after printing the help
             pass
         return 0
-    if known.nproc < 1:
+    if known.nproc is not None and known.nproc < 1:
         raise ValueError(f"--nproc must be a positive integer, got {known.nproc}")
     cfg, algorithm, _ = job.parse_args(worker_args, **prog)  # validate options and config before starting workers
     algorithm_config_of(algorithm)
-    return _launch(["--standalone", f"--nproc_per_node={known.nproc}", "-m", job_module, *worker_args])
+    if fault_tolerant is not None:  # --replicas replicas of --nproc ranks each (default 1)
+        from bagua_core.cli.fault_tolerant import run_fault_tolerant
+
+        return run_fault_tolerant(fault_tolerant, [f"--nproc_per_node={known.nproc or 1}", "-m", job_module,
+                                                   *worker_args])
+    return _launch(["--standalone", f"--nproc_per_node={known.nproc or 2}", "-m", job_module, *worker_args])

@@ -58,7 +58,10 @@ def _describe_capabilities(caps: dict[str, Any]) -> str:
     defaults = dataclasses.asdict(Capabilities())
     flags = [k for k, v in caps.items() if isinstance(v, bool) and v != defaults[k]]
     shown = [f"communicates {caps['communicates']}", f"relative_bytes {caps['relative_bytes']}"]
-    return ", ".join(shown + [k if caps[k] else f"not {k}" for k in flags])
+    ft = caps.get("fault_tolerance")
+    tolerance = [f"fault-tolerant (heals {'/'.join(ft['heals'])}, commits {ft['commit'].replace('_', ' ')})"
+                 if ft else "not fault-tolerant"]
+    return ", ".join(shown + [k if caps[k] else f"not {k}" for k in flags] + tolerance)
 
 
 def _names(registry) -> list[dict[str, str]]:

@@ -27,7 +27,42 @@ from typing import Any, Literal, Protocol
 
 from bagua_core.runtime.exceptions import BaguaConfigError
 
-__all__ = ["Capabilities", "NOT_DECLARED", "capabilities_of", "auto_candidate"]
+__all__ = ["Capabilities", "FaultTolerance", "NOT_DECLARED", "auto_candidate", "capabilities_of"]
+
+
+HEALABLE = ("weights", "optimizer", "algorithm_state", "step")
+"""What a joiner can take from a live peer in fault-tolerant mode (``FaultTolerance.heals``)."""
+
+
+@dataclass(frozen=True)
+class FaultTolerance:
+    """How an algorithm survives a change of membership in fault-tolerant mode (``bagua_core.fault_tolerance``).
+
+    ``heals``: what a joiner takes from a live peer (a subset of ``weights``, ``optimizer``,
+    ``algorithm_state`` — the impl's ``state_dict`` — and ``step``). ``rederives``: what depends on the
+    participants and is derived again from each step's quorum (free text for the docs and ``bagua
+    plugins``, e.g. ``"chunking by world size"``, ``"averaging denominator"``): the runtime re-reifies
+    the algorithm on each new quorum's group, so whatever its impl derives from the group is re-derived.
+    ``commit``: where a step's transaction is decided: ``before_optimizer_step`` (nothing the step
+    changes outside the gradients before that point, so a failed step is discarded by not stepping) or
+    ``after_step`` (the step changes state while it communicates: the runtime keeps a copy of
+    weights, optimizer and algorithm state and restores it on every survivor when the step fails).
+    ``unsupported``: option values refused in that mode (below)."""
+
+    heals: tuple[str, ...] = HEALABLE
+    rederives: tuple[str, ...] = ()
+    commit: Literal["before_optimizer_step", "after_step"] = "after_step"
+    unsupported: tuple[tuple[str, Any, str], ...] = ()
+    """``(option, value, why)``: option values that cannot survive a change of membership; the algorithm is
+    refused with them in fault-tolerant mode, naming the option and why."""
+
+    def __post_init__(self) -> None:
+        unknown = [h for h in self.heals if h not in HEALABLE]
+        if unknown:
+            raise BaguaConfigError(f"FaultTolerance.heals may hold {', '.join(HEALABLE)}; got {unknown}")
+        if self.commit not in ("before_optimizer_step", "after_step"):
+            raise BaguaConfigError(f"FaultTolerance.commit must be before_optimizer_step or after_step, "
+                                   f"got {self.commit!r}")
 
 
 @dataclass(frozen=True)
@@ -65,6 +100,10 @@ class Capabilities:
     relative_bytes: float | None = 1.0
     """Bytes handed to collectives per step relative to a plain allreduce of the gradients in their
     dtype, with the default options (None: depends on the options or on timing)."""
+    fault_tolerance: FaultTolerance | None = None
+    """How the algorithm survives a change of membership in fault-tolerant mode (what a joiner heals
+    from a live peer, what is re-derived from each quorum, where a step commits); None: the algorithm is
+    refused in that mode."""
 
     def __post_init__(self) -> None:
         if self.communicates not in ("gradients", "weights", "momentum", "nothing"):

@@ -11,6 +11,7 @@ import torch
 from bagua_core.runtime.agreement import Prepared
 from bagua_core.lifecycle.capabilities import capabilities_of
 from bagua_core.selection.config import resolve_algorithm
+from bagua_core import fault_tolerance
 from bagua_core.module import hooks
 from bagua_core.module.agreed_settings import algorithm_source, wrap_settings
 from bagua_core.module.backend import ModuleBackend, register_module
@@ -92,6 +93,7 @@ class BaguaModule:
         if resumed is not None:  # a checkpoint loaded before wrapping: counter and algorithm state
             del self._bagua_resumed
             apply_resumed_state(self, resumed)
+        fault_tolerance.attach(self)  # fault-tolerant mode: the step transaction (else nothing)
         return self
 
     def bagua_checkpoint_state(self: torch.nn.Module) -> dict[str, Any] | None:

@@ -13,7 +13,7 @@ import gc
 import logging
 import os
 import weakref
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 
 import torch
 import torch.distributed as dist
@@ -178,7 +178,26 @@ def _elastic_attempt_store() -> dist.Store | None:
     return dist.PrefixStore(f"/bagua/attempt_{attempt}", store)
 
 
-def init_process_group(store: dist.Store | None = None) -> BaguaProcessGroup:
+_fault_tolerance: tuple[Callable[[object], object], Callable[[object], object]] | None = None
+
+
+def set_fault_tolerance(resolve_options: Callable[[object], object], start: Callable[[object], object]) -> None:
+    """Called by ``bagua_core.fault_tolerance`` (above this wing) when it is imported: how
+    :func:`init_process_group` turns its ``fault_tolerant`` argument into options and starts a replica."""
+    global _fault_tolerance
+    _fault_tolerance = (resolve_options, start)
+
+
+def _fault_tolerance_options(fault_tolerant: object) -> object:
+    if _fault_tolerance is None:
+        if fault_tolerant:
+            raise BaguaError("fault-tolerant mode needs bagua_core.fault_tolerance: import bagua_core (not only "
+                             "bagua_core.runtime) before init_process_group(fault_tolerant=...)")
+        return None
+    return _fault_tolerance[0](fault_tolerant)
+
+
+def init_process_group(store: dist.Store | None = None, fault_tolerant: object = None) -> BaguaProcessGroup:
     """Start the default process group from the torchrun variables: gloo on CPU; with CUDA, NCCL for
     CUDA tensors and gloo for CPU tensors (see :func:`choose_backend`).
 
@@ -187,6 +206,12 @@ def init_process_group(store: dist.Store | None = None) -> BaguaProcessGroup:
     ``BAGUA_COMMUNICATOR=nccl`` runs the collectives on CUDA tensors through bagua's native NCCL
     communicator (an error here, on every rank, says why when it is unavailable).
 
+    ``fault_tolerant``: None follows ``BAGUA_FAULT_TOLERANT`` (set by ``bagua run --fault-tolerant``); True,
+    a dict of options (``min_replicas``, ``timeout_s``, ``quorum_timeout_s``, ``hang_timeout_s``, ``lighthouse``,
+    ``replica_id``)
+    or ``bagua_core.fault_tolerance.FaultTolerantOptions`` make this process a replica of a fault-tolerant job
+    (``docs/fault_tolerance.md``): the default group is then the replica's own.
+
     Example::
 
         >>> import bagua_core as bagua
@@ -194,6 +219,7 @@ def init_process_group(store: dist.Store | None = None) -> BaguaProcessGroup:
         >>> bagua.get_rank(), bagua.get_world_size()
     """
     global _default_group, _node_keys
+    ft_options = _fault_tolerance_options(fault_tolerant)  # a bad option fails before any rendezvous
     if _default_group is not None:
         raise RepeatedInitializationError(
             "bagua's process group is already initialized; init_process_group() must be called once per process"
@@ -229,6 +255,8 @@ def init_process_group(store: dist.Store | None = None) -> BaguaProcessGroup:
     _default_group = BaguaProcessGroup(list(range(dist.get_world_size())), None, "default", torch_group=dist.group.WORLD)
     failure.start(dist.get_rank(), dist.get_world_size(), [tuple(fact[2]) for fact in facts])
     atexit.register(_destroy_at_exit)
+    if ft_options is not None:
+        _fault_tolerance[1](ft_options)
     return _default_group
 
 

@@ -24,7 +24,8 @@ import torch
 from pydantic import Field, StrictInt, field_validator
 
 from bagua_core import (
-    Algorithm, AlgorithmConfig, AlgorithmImpl, BaguaBucket, Capabilities, ReduceOp, allreduce_inplace,
+    Algorithm, AlgorithmConfig, AlgorithmImpl, BaguaBucket, Capabilities, FaultTolerance, ReduceOp,
+    allreduce_inplace,
 )
 
 __all__ = ["LocalSGDConfig", "LocalSGDAlgorithm", "LocalSGDAlgorithmImpl"]
@@ -132,7 +133,10 @@ class LocalSGDAlgorithm(Algorithm):
     name = "local_sgd"
     Config = LocalSGDConfig
     capabilities = Capabilities(communicates="weights", weights_differ_across_ranks=True,
-                                communicates_after_optimizer_step=True, relative_bytes=0.25)
+                                communicates_after_optimizer_step=True, relative_bytes=0.25,
+                                fault_tolerance=FaultTolerance(heals=("weights", "optimizer", "step"),
+                                                               commit="after_step",
+                                                               rederives=("averaging denominator",)))
     """Weights averaged after every ``sync_every``-th step: 1/sync_every of allreduce's bytes (default 4)."""
 
     def __init__(self, sync_every: int = 4, warmup_steps: int = 0) -> None:

@@ -1,0 +1,137 @@
+"""``bagua run --fault-tolerant``: replicas that train on when one fails (``docs/fault_tolerance.md``).
+
+Each replica is its own torchrun (one rank, or ``--nproc_per_node`` ranks: a node's), so torchrun's
+``--max-restarts`` restarts only the failed replica's workers; the others never stop. The command starts a torchft
+lighthouse (or joins ``--lighthouse``), starts ``--replicas`` replicas on this host, hands them the options
+in the environment (``BAGUA_FAULT_TOLERANT=1``, ``TORCHFT_LIGHTHOUSE``, ``BAGUA_FT_*``), and returns 0 when
+every replica finished, else the first failing replica's exit status.
+
+Example (two replicas here; a third host joins with ``--lighthouse http://this-host:29510``)::
+
+    bagua run --fault-tolerant --replicas 2 --min-replicas 1 --max-restarts 3 train.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+__all__ = ["split_fault_tolerant_args", "parse_fault_tolerant_options", "run_fault_tolerant"]
+
+_FLAGS = ("--fault-tolerant", "--replicas", "--lighthouse", "--lighthouse-port", "--lighthouse-host", "--min-replicas",
+          "--ft-timeout",
+          "--ft-hang-timeout", "--ft-join-timeout-ms")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bagua run --fault-tolerant", add_help=False)
+    parser.add_argument("--fault-tolerant", action="store_true")
+    parser.add_argument("--replicas", type=int, default=1, help="replicas to start on this host (each its own torchrun)")
+    parser.add_argument("--lighthouse", default="", help="join this lighthouse (http://host:port) instead of starting one")
+    parser.add_argument("--lighthouse-port", type=int, default=29510, help="port of the lighthouse started here")
+    parser.add_argument("--lighthouse-host", default=socket.gethostname(),
+                        help="the name other hosts reach the lighthouse started here by (default: this host's name)")
+    parser.add_argument("--min-replicas", type=int, default=1, help="a step commits only with this many replicas")
+    parser.add_argument("--ft-timeout", type=float, default=None, help="BAGUA_FT_TIMEOUT_S: collective/commit timeout")
+    parser.add_argument("--ft-hang-timeout", type=float, default=None, help="BAGUA_FT_HANG_TIMEOUT_S")
+    parser.add_argument("--ft-join-timeout-ms", type=int, default=5000,
+                        help="how long the lighthouse waits for heartbeating stragglers before forming a quorum")
+    return parser
+
+
+def split_fault_tolerant_args(argv: list[str]) -> tuple[argparse.Namespace | None, list[str]]:
+    """The fault-tolerant options among the launcher options (before the script), and the rest for torchrun;
+    None when ``--fault-tolerant`` is absent."""
+    end = next((i for i, t in enumerate(argv) if t.endswith(".py") or t in ("-m", "--module", "--")), len(argv))
+    head, tail = argv[:end], argv[end:]
+    if "--fault-tolerant" not in head:
+        return None, argv
+    ours: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(head):
+        token = head[i]
+        name = token.split("=", 1)[0]
+        if name in _FLAGS:
+            ours.append(token)
+            if "=" not in token and name != "--fault-tolerant" and i + 1 < len(head):
+                ours.append(head[i + 1])
+                i += 1
+        else:
+            rest.append(token)
+        i += 1
+    options = _parser().parse_args(ours)
+    if options.replicas < 0 or options.min_replicas < 1:
+        raise ValueError(f"--replicas must be >= 0 and --min-replicas >= 1, got {options.replicas}, "
+                         f"{options.min_replicas}")
+    return options, rest + tail
+
+
+def parse_fault_tolerant_options(argv: list[str]) -> tuple[argparse.Namespace | None, list[str]]:
+    """``bagua train``'s form: the fault-tolerant options anywhere in ``argv`` (there is no script), and the
+    rest; None when ``--fault-tolerant`` is absent."""
+    if "--fault-tolerant" not in argv:
+        return None, argv
+    options, rest = _parser().parse_known_args(argv)
+    if options.replicas < 0 or options.min_replicas < 1:
+        raise ValueError(f"--replicas must be >= 0 and --min-replicas >= 1, got {options.replicas}, "
+                         f"{options.min_replicas}")
+    return options, rest
+
+
+def _start_lighthouse(options: argparse.Namespace) -> tuple[subprocess.Popen, str]:
+    binary = shutil.which("torchft_lighthouse")
+    if binary is None:
+        raise ValueError("torchft_lighthouse was not found: install the fault-tolerant extra "
+                         "(pip install -e '.[ft]' or bash setup.sh)")
+    proc = subprocess.Popen([binary, "--min_replicas", str(options.min_replicas), "--bind",
+                             f"[::]:{options.lighthouse_port}", "--join_timeout_ms", str(options.ft_join_timeout_ms)])
+    return proc, f"http://{options.lighthouse_host}:{options.lighthouse_port}"
+
+
+def run_fault_tolerant(options: argparse.Namespace, torchrun_args: list[str]) -> int:
+    """Start (or join) the lighthouse and ``options.replicas`` replicas; wait for them (module doc)."""
+    lighthouse_proc = None
+    address = options.lighthouse
+    if not address:
+        lighthouse_proc, address = _start_lighthouse(options)
+        print(f"bagua: lighthouse at {address} (other hosts join with --lighthouse {address})", flush=True)
+    env = {**os.environ, "BAGUA_FAULT_TOLERANT": "1", "TORCHFT_LIGHTHOUSE": address,
+           "BAGUA_FT_MIN_REPLICAS": str(options.min_replicas)}
+    env.setdefault("OMP_NUM_THREADS", "1")
+    if options.ft_timeout is not None:
+        env["BAGUA_FT_TIMEOUT_S"] = str(options.ft_timeout)
+    if options.ft_hang_timeout is not None:
+        env["BAGUA_FT_HANG_TIMEOUT_S"] = str(options.ft_hang_timeout)
+    replicas = []
+    try:
+        for index in range(options.replicas):
+            replica_env = {**env, "BAGUA_FT_REPLICA_ID": env.get("BAGUA_FT_REPLICA_ID_PREFIX", "replica_") + str(index)}
+            per_replica = [] if any(t.split("=")[0] in ("--nproc_per_node", "--nproc-per-node") for t in torchrun_args) \
+                else ["--nproc_per_node=1"]  # a replica is one rank unless told otherwise
+            command = [sys.executable, "-m", "torch.distributed.run", "--standalone", *per_replica, *torchrun_args]
+            replicas.append(subprocess.Popen(command, env=replica_env))
+        status = 0
+        while replicas:
+            for proc in list(replicas):
+                code = proc.poll()
+                if code is None:
+                    continue
+                replicas.remove(proc)
+                if code != 0 and status == 0:  # this replica is out of restarts; the others go on
+                    print(f"bagua: a replica exited with status {code} (out of restarts); the others train on",
+                          flush=True)
+                    status = code
+            time.sleep(0.2)
+        return status
+    finally:
+        for proc in replicas:
+            proc.kill()
+        if lighthouse_proc is not None:
+            lighthouse_proc.terminate()
+            lighthouse_proc.wait(timeout=10)

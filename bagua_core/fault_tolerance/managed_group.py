@@ -1,0 +1,137 @@
+"""The torch process group the algorithms' collectives use between replicas in fault-tolerant mode.
+
+torchft's ``ProcessGroupGloo`` is reconfigured by the ``Manager`` whenever the quorum changes: it then
+holds a fresh gloo group over the quorum's replicas. :class:`ManagedGroup` wraps that gloo group for one
+quorum so that bagua's unchanged collectives (``torch.distributed`` calls with ``group=``) run on it:
+
+- it is registered in torch's group tables with *virtual* global ranks: this process keeps its own rank
+  (``dist.get_rank()``, its rank inside its replica) and replica ``j`` of the quorum is
+  ``VIRTUAL_RANK_BASE + j``, so ``get_group_rank`` and ``BaguaCommunicator`` find every member;
+- an error (a peer killed, a timeout) never escapes: it is handed to ``on_error`` (the Manager's
+  ``report_error``, which makes ``should_commit`` refuse the step) and the operation completes with its
+  buffers as they are; every later operation of the same quorum completes at once, so a step whose
+  participant failed runs to its end quickly and is then committed nowhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["ManagedGroup", "VIRTUAL_RANK_BASE", "virtual_ranks"]
+
+VIRTUAL_RANK_BASE = 1 << 20
+"""Global rank given to replica ``j`` of the quorum (other than this one) in torch's group tables."""
+
+_FORWARDED = ("allreduce", "allreduce_coalesced", "broadcast", "allgather", "all_gather_single", "alltoall",
+              "all_to_all_single", "reduce", "gather", "scatter", "reduce_scatter", "reduce_scatter_single", "send",
+              "recv", "barrier", "alltoall_base", "_allgather_base", "_reduce_scatter_base")
+
+
+def virtual_ranks(replica_rank: int, replica_world_size: int) -> list[int]:
+    """The global ranks of the quorum's members in replica-rank order (this process: its own rank)."""
+    me = dist.get_rank()
+    return [me if j == replica_rank else VIRTUAL_RANK_BASE + j for j in range(replica_world_size)]
+
+
+class _DoneWork(dist._Work):
+    """A completed operation (after an error: its buffers hold whatever they held)."""
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+    def is_success(self) -> bool:
+        return True
+
+    def exception(self) -> Any:
+        return None
+
+    def get_future(self) -> torch.futures.Future:
+        future: torch.futures.Future = torch.futures.Future()
+        future.set_result([])
+        return future
+
+
+class _SwallowingWork(_DoneWork):
+    def __init__(self, work: Any, group: ManagedGroup) -> None:
+        super().__init__()
+        self._work, self._group = work, group
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        if self._work is None:
+            return True
+        work, self._work = self._work, None
+        try:
+            work.wait()
+        except Exception as exc:  # a peer died or hung: the step fails, this thread goes on
+            self._group.fail(exc)
+        return True
+
+    def is_completed(self) -> bool:
+        return self._work is None or self._work.is_completed()
+
+
+class ManagedGroup(dist.ProcessGroup):
+    """One quorum's gloo group among the replicas, errors reported instead of raised (module doc)."""
+
+    def __init__(self, inner: dist.ProcessGroup, replica_rank: int, replica_world_size: int, name: str,
+                 on_error: Callable[[Exception], None]) -> None:
+        super().__init__(replica_rank, replica_world_size)
+        self._inner = inner
+        self._name = name
+        self._on_error = on_error
+        self.error: Exception | None = None
+        """The first error of an operation of this quorum (then nothing more runs on it)."""
+        self.ranks = virtual_ranks(replica_rank, replica_world_size)
+        for method in _FORWARDED:
+            setattr(self, method, self._forwarder(method))
+
+    def fail(self, exc: Exception) -> None:
+        if self.error is None:
+            self.error = exc
+            self._on_error(exc)
+
+    def _forwarder(self, method: str) -> Callable[..., dist._Work]:
+        def run(*args: Any) -> dist._Work:
+            if self.error is not None:
+                return _DoneWork()
+            try:
+                return _SwallowingWork(getattr(self._inner, method)(*args), self)
+            except Exception as exc:
+                self.fail(exc)
+                return _DoneWork()
+
+        return run
+
+    def _get_backend(self, device: Any) -> Any:
+        return self._inner._get_backend(device)
+
+    def getBackendName(self) -> str:  # noqa: N802 (torch's name)
+        return "gloo"
+
+    @property
+    def group_name(self) -> str:  # type: ignore[override]
+        return self._name
+
+    def register(self) -> None:
+        """Enter this group in torch's tables (backend, name, global -> group ranks)."""
+        world = dist.distributed_c10d._world
+        world.pg_map[self] = ("gloo", None)
+        world.pg_names[self] = self._name
+        world.pg_group_ranks[self] = {rank: j for j, rank in enumerate(self.ranks)}
+
+    def unregister(self) -> None:
+        """Remove this group from torch's tables (before the next quorum's, and before shutdown)."""
+        world = dist.distributed_c10d._world
+        for table in (world.pg_map, world.pg_names, world.pg_group_ranks):
+            table.pop(self, None)
+
+    def __repr__(self) -> str:
+        return f"ManagedGroup({self._name!r}, rank={self.rank()}, size={self.size()})"

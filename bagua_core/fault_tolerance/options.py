@@ -1,0 +1,92 @@
+"""The options of fault-tolerant mode, from ``init_process_group(fault_tolerant=...)`` or the environment
+that ``bagua run --fault-tolerant`` sets for its workers.
+
+Example::
+
+    >>> FaultTolerantOptions.from_env({"BAGUA_FAULT_TOLERANT": "1", "TORCHFT_LIGHTHOUSE": "http://h:29510"})
+    FaultTolerantOptions(lighthouse='http://h:29510', min_replicas=1, timeout_s=30.0, quorum_timeout_s=120.0, ...)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from bagua_core.runtime.exceptions import BaguaConfigError
+
+__all__ = ["FaultTolerantOptions", "ENV_FLAG", "enabled_by_env"]
+
+ENV_FLAG = "BAGUA_FAULT_TOLERANT"
+_ENV = {  # option -> environment variable (set by `bagua run --fault-tolerant`)
+    "lighthouse": "TORCHFT_LIGHTHOUSE",
+    "min_replicas": "BAGUA_FT_MIN_REPLICAS",
+    "timeout_s": "BAGUA_FT_TIMEOUT_S",
+    "quorum_timeout_s": "BAGUA_FT_QUORUM_TIMEOUT_S",
+    "replica_id": "BAGUA_FT_REPLICA_ID",
+    "hang_timeout_s": "BAGUA_FT_HANG_TIMEOUT_S",
+}
+
+
+def enabled_by_env(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``BAGUA_FAULT_TOLERANT`` asks for fault-tolerant mode (``1``/``true``/``yes``)."""
+    value = (environ if environ is not None else os.environ).get(ENV_FLAG, "")
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class FaultTolerantOptions:
+    """What a replica needs to take part in fault-tolerant training."""
+
+    lighthouse: str = ""
+    """Address of the torchft lighthouse (``http://host:port``); ``bagua run --fault-tolerant`` starts one or
+    joins ``--lighthouse``. Environment: ``TORCHFT_LIGHTHOUSE``."""
+    min_replicas: int = 1
+    """A step commits only with at least this many replicas in its quorum (``BAGUA_FT_MIN_REPLICAS``)."""
+    timeout_s: float = 30.0
+    """A collective between replicas, a commit decision or a state transfer that takes longer fails the step
+    (a hung replica is then left out of the next quorum). ``BAGUA_FT_TIMEOUT_S``."""
+    quorum_timeout_s: float = 120.0
+    """How long a replica waits for a quorum of ``min_replicas`` before it raises (``BAGUA_FT_QUORUM_TIMEOUT_S``)."""
+    hang_timeout_s: float = 300.0
+    """A step still running this long after its quorum formed means this replica hung: it leaves the job
+    (exit code 75) so the others go on; its launcher restarts it (``BAGUA_FT_HANG_TIMEOUT_S``)."""
+    replica_id: str = ""
+    """A name for this replica in the logs (torchft makes it unique); default: ``replica_<pid>``."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.min_replicas, int) or self.min_replicas < 1:
+            raise BaguaConfigError(f"fault-tolerant option min_replicas must be a positive integer, got "
+                                   f"{self.min_replicas!r}")
+        for name in ("timeout_s", "quorum_timeout_s", "hang_timeout_s"):
+            value = getattr(self, name)
+            if not value > 0:
+                raise BaguaConfigError(f"fault-tolerant option {name} must be > 0 seconds, got {value!r}")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> FaultTolerantOptions:
+        """The options from the environment, then ``overrides`` (the arguments given in code win)."""
+        environ = environ if environ is not None else os.environ
+        values: dict[str, Any] = {}
+        for field, var in _ENV.items():
+            raw = environ.get(var, "").strip()
+            if not raw:
+                continue
+            try:
+                values[field] = int(raw) if field == "min_replicas" else float(raw) if field.endswith("_s") else raw
+            except ValueError:
+                raise BaguaConfigError(f"environment variable {var}={raw!r} is not a number (fault-tolerant option "
+                                       f"{field})") from None
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        unknown = sorted(set(values) - set(_ENV))
+        if unknown:
+            raise BaguaConfigError(f"unknown fault-tolerant option(s) {unknown}; valid: {sorted(_ENV)}")
+        options = cls(**values)
+        if not options.lighthouse:
+            raise BaguaConfigError("fault-tolerant mode needs a lighthouse: start the job with `bagua run "
+                                   "--fault-tolerant` (it starts one), or set TORCHFT_LIGHTHOUSE=http://host:port, or pass "
+                                   "init_process_group(fault_tolerant={'lighthouse': ...})")
+        if not options.replica_id:
+            options = replace(options, replica_id=f"replica_{os.getpid()}")
+        return options

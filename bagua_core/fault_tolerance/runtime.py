@@ -1,0 +1,263 @@
+"""The per-replica runtime of fault-tolerant mode: torchft's ``Manager`` and the step transaction.
+
+Each training step of a wrapped module is a transaction:
+
+1. before the first forward of the step (a forward pre-hook that runs before bagua's own), the replica
+   asks the lighthouse for the step's quorum (``Manager.start_quorum``); a joiner is checked against the
+   quorum and healed from a live peer there (:mod:`~bagua_core.fault_tolerance.state`); when the quorum
+   changed, the algorithm is reified again on the new quorum's group
+   (:class:`~bagua_core.fault_tolerance.quorum_group.QuorumGroup`) with its state carried over, so what it
+   derives from the participants is derived from this quorum;
+2. the collectives between replicas run on the quorum's managed group, which reports an error to the
+   Manager instead of raising (:mod:`~bagua_core.fault_tolerance.managed_group`);
+3. ``optimizer.step()`` asks ``Manager.should_commit``: where the algorithm declares
+   ``commit="before_optimizer_step"`` before stepping (a failed step is simply not stepped), else after
+   the step and its post-step communication, restoring the copy taken at 1. when the step failed. The
+   step counter and the algorithm's state are restored on every survivor alike, so a failed step is
+   committed nowhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from bagua_core.runtime.exceptions import BaguaConfigError
+from bagua_core.fault_tolerance import state as ft_state
+from bagua_core.fault_tolerance.hang import HangWatchdog
+from bagua_core.fault_tolerance.managed_group import ManagedGroup
+from bagua_core.fault_tolerance.options import FaultTolerantOptions
+from bagua_core.fault_tolerance.quorum_group import QuorumGroup
+
+__all__ = ["FaultTolerantRuntime"]
+
+logger = logging.getLogger("bagua.fault_tolerance")
+
+
+class FaultTolerantRuntime:
+    """One replica's side of fault-tolerant training (module doc). Built by ``init_process_group``."""
+
+    def __init__(self, options: FaultTolerantOptions) -> None:
+        from torchft import Manager
+
+        from bagua_core.fault_tolerance.replica_groups import ReplicaGroups
+
+        self.options = options
+        timeout = timedelta(seconds=options.timeout_s)
+        self.ft_group = ReplicaGroups(timeout=timeout)
+        self.manager = Manager(
+            pg=self.ft_group, load_state_dict=self._load_healed, state_dict=self._healing_state,
+            min_replica_size=options.min_replicas, use_async_quorum=False, timeout=timeout,
+            quorum_timeout=timedelta(seconds=options.quorum_timeout_s), connect_timeout=timeout,
+            rank=dist.get_rank(), world_size=dist.get_world_size(), lighthouse_addr=options.lighthouse,
+            replica_id=options.replica_id, init_sync=True,
+        )
+        self.module: torch.nn.Module | None = None
+        self.group: QuorumGroup | None = None
+        self.quorum_id: int | None = None
+        self.fingerprint: dict[str, Any] = {}
+        self.step_open = False
+        self.decision: bool | None = None
+        self._stepped: set[int] = set()
+        self._saved: dict[str, Any] = {}
+        self._healed_algorithm_state: dict[str, Any] | None = None
+        self.data_position = 0
+        """Samples of the epoch consumed by committed steps (``QuorumSampler``; healed with the state)."""
+        self._batch_samples = 0
+        self.data_epoch = 0
+        self.stats = {"committed": 0, "discarded": 0, "quorums": 0, "healed": 0, "first_commit_s": None}
+        self._started = time.monotonic()
+        self._hook_handle = None
+        self._open_since: float | None = None
+        self.watchdog = HangWatchdog(options.hang_timeout_s, lambda: self._open_since, lambda: options.replica_id)
+
+    # --- wiring -------------------------------------------------------------------------------------
+    def attach(self, module: torch.nn.Module) -> None:
+        """Make ``module`` (just wrapped by ``with_bagua``) train under the step transaction. Raises
+        ``BaguaConfigError`` for an algorithm that declares no fault tolerance."""
+        policy = module.bagua_capabilities.fault_tolerance
+        if policy is None:
+            from bagua_core.plugins import algorithm_registry
+
+            able = sorted(name for name in algorithm_registry.names()
+                          if algorithm_registry.get(name).capabilities.fault_tolerance is not None)
+            name = module._bagua_algorithm_declaration.name
+            raise BaguaConfigError(
+                f"algorithm {name!r} cannot run in fault-tolerant mode: it declares no "
+                f"Capabilities.fault_tolerance (what a joiner heals from a live peer, what it re-derives from each "
+                f"quorum, where a step commits); fault-tolerant algorithms: {', '.join(able)}; or run without "
+                f"--fault-tolerant"
+            )
+        declaration = module._bagua_algorithm_declaration
+        options = declaration.canonical_options()
+        for option, value, why in policy.unsupported:
+            if options.get(option) == value:
+                raise BaguaConfigError(f"algorithm {declaration.name!r} with {option}={value!r} cannot run in "
+                                       f"fault-tolerant mode: {why}")
+        if self.module is not None and self.module is not module and self._hook_handle is not None:
+            self._hook_handle.remove()
+        self.module = module
+        self.policy = policy
+        self.fingerprint = ft_state.fingerprint(module)
+        self.quorum_id = None  # the next step reifies the algorithm on its quorum
+        self._hook_handle = module.register_forward_pre_hook(self._forward_pre_hook, prepend=True)
+        for optimizer in module.bagua_optimizers:
+            self._wrap_step(optimizer)
+
+    def _wrap_step(self, optimizer: torch.optim.Optimizer) -> None:
+        original = optimizer.__dict__.get("_bagua_ft_original_step") or optimizer.step
+        optimizer._bagua_ft_original_step = original
+
+        def step(*args: Any, **kwargs: Any) -> Any:
+            return self._step(optimizer, original, args, kwargs)
+
+        optimizer.step = step
+
+    def _forward_pre_hook(self, module: torch.nn.Module, inputs: Any) -> None:
+        if module.training and torch.is_grad_enabled() and not self.step_open:
+            self.begin_step(module)
+
+    # --- the transaction ----------------------------------------------------------------------------
+    def begin_step(self, module: torch.nn.Module) -> None:
+        """Join the step's quorum (healing if behind), re-derive on a new quorum, keep what a failure
+        would have to restore."""
+        self.step_open, self.decision, self._stepped = True, None, set()
+        self.manager.start_quorum()
+        if self.manager._quorum_id != self.quorum_id:
+            self._on_new_quorum(module)
+        parts = ("algorithm_state", "step") if self.policy.commit == "before_optimizer_step" else \
+            ("weights", "optimizer", "algorithm_state", "step")
+        self._saved = ft_state.capture(module, parts)
+        self._saved["data_position"] = self.data_position
+        self._open_since = time.monotonic()
+
+    def _on_new_quorum(self, module: torch.nn.Module) -> None:
+        self.quorum_id = self.manager._quorum_id
+        self.stats["quorums"] += 1
+        rank, size = self.manager.participating_rank(), self.manager.num_participants()
+        per_replica, local = dist.get_world_size(), dist.get_rank()
+        replica, replicas = (rank if rank is not None else 0), max(size, 1)
+        everyone = ManagedGroup(self.ft_group.everyone_inner(), replica * per_replica + local, replicas * per_replica,
+                                f"bagua_ft_quorum{self.quorum_id}", self.manager.report_error)
+        leaders = None
+        if per_replica > 1 and local == 0:
+            leaders = ManagedGroup(self.ft_group.same_rank_inner(), replica, replicas,
+                                   f"bagua_ft_quorum{self.quorum_id}_leaders", self.manager.report_error)
+        if rank is None or self.manager.errored() is not None or everyone._inner is None or \
+                (leaders is not None and leaders._inner is None):
+            reason = RuntimeError(f"quorum {self.quorum_id} could not be configured: {self.manager.errored()}")
+            for managed in (everyone, leaders):
+                if managed is not None:
+                    managed.fail(reason)
+        old = self.group
+        if old is not None:
+            for managed in old.managed_groups:
+                managed.unregister()
+            old.release(wait=False)
+        for managed in (everyone, leaders):
+            if managed is not None:
+                managed.register()
+        self.group = QuorumGroup(everyone, leaders, replica, replicas, per_replica, self.quorum_id)
+        carried = self._healed_algorithm_state
+        if carried is None:
+            carried = ft_state.copy_tree(module.bagua_algorithm.state_dict())
+        self._healed_algorithm_state = None
+        module.bagua_algorithm.shutdown(module)
+        module.process_group = self.group
+        module.bagua_algorithm = module._bagua_algorithm_declaration.reify(self.group)
+        module.bagua_reset()  # steps 2-4 of the lifecycle on the new group
+        if carried:
+            module.bagua_algorithm.load_state_dict(carried)
+        logger.info("bagua: replica %s joined quorum %s as replica %s of %s (step %s)", self.options.replica_id,
+                    self.quorum_id, replica, replicas, self.manager.current_step())
+
+    def _step(self, optimizer: torch.optim.Optimizer, original: Any, args: tuple, kwargs: dict) -> Any:
+        if not self.step_open:  # a step outside a training forward: not a transaction
+            return original(*args, **kwargs)
+        module = self.module
+        self._stepped.add(id(optimizer))
+        last = len(self._stepped) >= len(module.bagua_optimizers)
+        result = None
+        if self.policy.commit == "before_optimizer_step":
+            if self.decision is None:
+                self.decision = self._should_commit()
+            if self.decision:
+                result = original(*args, **kwargs)
+        else:
+            result = original(*args, **kwargs)
+            if last:
+                self.decision = self._should_commit()
+        if last:
+            self._close(module)
+        return result
+
+    def _should_commit(self) -> bool:
+        for managed in self.group.managed_groups if self.group is not None else ():
+            if managed.error is not None and self.manager.errored() is None:
+                self.manager.report_error(managed.error)
+        return bool(self.manager.should_commit())
+
+    def end_without_step(self) -> None:
+        """The step's quorum was joined but nothing is trained in it (the epoch ended)."""
+        self.step_open, self._open_since = False, None
+
+    def _close(self, module: torch.nn.Module) -> None:
+        self.step_open, self._open_since = False, None
+        if self.decision:
+            self.stats["committed"] += 1
+            self.data_position += self._batch_samples * self.group.world_size
+            if self.stats["first_commit_s"] is None:
+                self.stats["first_commit_s"] = time.monotonic() - self._started
+            return
+        self.stats["discarded"] += 1
+        ft_state.restore(module, self._saved)
+        self.data_position = self._saved["data_position"]
+        logger.warning("bagua: step discarded on replica %s (a participant failed: %s); quorum is formed again",
+                       self.options.replica_id, self.manager.errored())
+        self.quorum_id = None  # the next step reconfigures even if the lighthouse kept the quorum id
+
+    # --- healing ------------------------------------------------------------------------------------
+    def _healing_state(self) -> dict[str, Any]:
+        """Sent to a joiner by a live peer (at the start of a step, before anything of it changed)."""
+        module = self.module
+        if module is None:
+            return {"fingerprint": {}}
+        saved = ft_state.capture(module, self.policy.heals)
+        return {"fingerprint": self.fingerprint, "state": saved, "data_position": self.data_position,
+                "data_epoch": self.data_epoch}
+
+    def _load_healed(self, healed: dict[str, Any]) -> None:
+        module = self.module
+        ft_state.check_joiner(self.fingerprint, healed["fingerprint"])
+        saved = healed["state"]
+        ft_state.restore(module, saved, algorithm=False)
+        self._healed_algorithm_state = saved.get("algorithm_state")
+        self.data_position = int(healed.get("data_position", 0))
+        self.data_epoch = int(healed.get("data_epoch", 0))
+        self.quorum_id = None  # rebuild the algorithm on this quorum and load the healed state into it
+        self.stats["healed"] += 1
+        logger.info("bagua: replica %s healed from a live peer at step %s", self.options.replica_id,
+                    self.manager.current_step())
+
+    # --- data ---------------------------------------------------------------------------------------
+    def shard(self, batch_size: int) -> tuple[int, int, int]:
+        """``(start, replica_rank, replicas)`` for this step's batch: the step reads samples
+        ``start + replica_rank * batch_size`` onward of the epoch's order (``QuorumSampler``)."""
+        if not self.step_open:  # the quorum decides the shard: join it before the batch is read
+            self.begin_step(self.module)
+        self._batch_samples = batch_size
+        rank = self.group.managed.rank() if self.group is not None else 0
+        size = self.group.managed.size() if self.group is not None else 1
+        return self.data_position, rank, size
+
+    def shutdown(self) -> None:
+        self.watchdog.stop()
+        if self.group is not None:
+            for managed in self.group.managed_groups:
+                managed.unregister()
+        self.manager.shutdown(wait=False)

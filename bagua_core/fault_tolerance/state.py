@@ -1,0 +1,136 @@
+"""What a step's transaction keeps and what a joiner takes from a live peer.
+
+:func:`capture` copies (tensors cloned: the copy must not move while the model trains on) the parts an
+algorithm declares in ``Capabilities.fault_tolerance.heals``: ``weights`` (the module's state dict),
+``optimizer`` (every optimizer's state dict), ``algorithm_state`` (the impl's ``state_dict``) and
+``step`` (the module's step counter). :func:`restore` puts them back. :func:`fingerprint` is what a
+joiner must share with the quorum (algorithm, options, model) and :func:`check_joiner` compares it,
+naming the first field that differs.
+
+Example::
+
+    >>> saved = capture(module, ("weights", "optimizer", "algorithm_state", "step"))
+    >>> restore(module, saved)        # the module is back where it was
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from bagua_core.runtime.exceptions import BaguaConfigError
+
+__all__ = ["capture", "restore", "fingerprint", "check_joiner", "copy_tree"]
+
+
+def copy_tree(value: Any) -> Any:
+    """``value`` with every tensor cloned (dicts, lists and tuples copied, other leaves shared)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return {k: copy_tree(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [copy_tree(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(copy_tree(v) for v in value)
+    return value
+
+
+def capture(module: torch.nn.Module, parts: Iterable[str]) -> dict[str, Any]:
+    """A copy of ``parts`` of ``module``'s training state (module doc)."""
+    parts = set(parts)
+    saved: dict[str, Any] = {}
+    if "weights" in parts:
+        saved["weights"] = copy_tree(module.state_dict())
+    if "optimizer" in parts:
+        saved["optimizer"] = [copy_tree(opt.state_dict()) for opt in module.bagua_optimizers]
+    if "algorithm_state" in parts:
+        saved["algorithm_state"] = copy_tree(module.bagua_algorithm.state_dict())
+    if "step" in parts:
+        saved["step"] = int(module.bagua_train_step_counter)
+    return saved
+
+
+def restore(module: torch.nn.Module, saved: dict[str, Any], algorithm: bool = True) -> None:
+    """Put back what :func:`capture` took (``algorithm=False``: all but the impl's state, which the caller
+    loads once the impl is rebuilt on the new quorum)."""
+    if "step" in saved:  # first: an impl's state may be relative to the step counter
+        module.bagua_train_step_counter = int(saved["step"])
+    if "weights" in saved:
+        with torch.no_grad():
+            module.load_state_dict(copy_tree(saved["weights"]))
+    if "optimizer" in saved:
+        for opt, state in zip(module.bagua_optimizers, saved["optimizer"]):
+            opt.load_state_dict(copy_tree(state))
+    if algorithm and "algorithm_state" in saved:
+        module.bagua_algorithm.load_state_dict(copy_tree(saved["algorithm_state"]))
+
+
+def fingerprint(module: torch.nn.Module) -> dict[str, Any]:
+    """What every replica of a quorum must share: the algorithm's name and options, the model's tensors
+    (names, shapes, dtypes) and the optimizers' kinds and hyperparameters."""
+    declaration = module._bagua_algorithm_declaration
+    tensors = module.bagua_named_parameters() + module.bagua_named_buffers()
+    optimizers = [
+        {"kind": type(opt).__name__,
+         "hyperparameters": [{k: v for k, v in group.items() if k != "params" and isinstance(v, (int, float, str, bool))}
+                             for group in opt.param_groups]}
+        for opt in module.bagua_optimizers
+    ]
+    return {
+        "algorithm": declaration.name,
+        "options": declaration.canonical_options(),
+        "model": {name: {"shape": list(t.shape), "dtype": str(t.dtype)} for name, t in tensors},
+        "optimizers": optimizers,
+    }
+
+
+def _first_difference(mine: Any, theirs: Any, path: tuple = ()) -> tuple | None:
+    """The path (keys and indices) of the first place where the two trees differ; a list of plain values
+    (a shape) counts as one value."""
+    if isinstance(mine, dict) and isinstance(theirs, dict):
+        for key in list(mine) + [k for k in theirs if k not in mine]:
+            if key not in mine or key not in theirs:
+                return (*path, key)
+            found = _first_difference(mine[key], theirs[key], (*path, key))
+            if found is not None:
+                return found
+        return None
+    nested = isinstance(mine, list) and any(isinstance(v, (dict, list)) for v in mine)
+    if nested and isinstance(theirs, list) and len(mine) == len(theirs):
+        for i, (a, b) in enumerate(zip(mine, theirs)):
+            found = _first_difference(a, b, (*path, i))
+            if found is not None:
+                return found
+        return None
+    return None if mine == theirs else path
+
+
+def _at(tree: Any, path: tuple) -> Any:
+    value = tree
+    for part in path:
+        try:
+            value = value[part]
+        except (KeyError, IndexError, TypeError):
+            return "(absent)"
+    return value
+
+
+def _name(path: tuple) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(path))
+
+
+def check_joiner(mine: dict[str, Any], quorum: dict[str, Any]) -> None:
+    """Raise ``BaguaConfigError`` naming the first field where this joiner's fingerprint differs from the
+    quorum's (the replica it heals from); the quorum goes on without it."""
+    path = _first_difference(mine, quorum)
+    if path is None:
+        return
+    field = _name(path)
+    raise BaguaConfigError(
+        f"fault-tolerant mode: this replica is refused by the quorum: {field} differs: quorum "
+        f"{_at(quorum, path)!r}, this replica {_at(mine, path)!r}; start it with the same algorithm, options and "
+        f"model as the running replicas"
+    )

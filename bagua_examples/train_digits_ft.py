@@ -1,0 +1,66 @@
+"""The main job in fault-tolerant mode (``bagua train --fault-tolerant``): the same model and data as
+``train_digits``, the batches drawn by ``QuorumSampler`` so that each step's shard follows the quorum (a
+failed replica's share of the epoch is read by the survivors), each step committed or discarded on every
+replica. The summary adds what the mode did: steps committed and discarded, quorums, heals."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import tqdm
+
+import bagua_core as bagua
+from bagua_core.runtime.communication import stats
+from bagua_core.selection.config import algorithm_class_of, algorithm_config_of
+from bagua_core.fault_tolerance import QuorumSampler, current_runtime
+from bagua_examples.digits import DigitsMLP, load_digits
+from bagua_examples.run_settings import make_optimizer, resolve_device
+from bagua_examples.training_config import TrainingConfig
+
+__all__ = ["train_fault_tolerant"]
+
+
+def train_fault_tolerant(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
+    """Train this replica until the quorum's epoch reaches ``cfg.epochs``; return its summary."""
+    runtime = current_runtime()
+    device = resolve_device(cfg.device)
+    train_x, train_y, test_x, test_y = (t.to(device) for t in load_digits(seed=cfg.seed))
+    torch.manual_seed(cfg.seed)
+    model = DigitsMLP(cfg.hidden).to(device)
+    name = algorithm_config_of(algorithm).name
+    steps_per_epoch = len(train_y) // cfg.batch_size  # of one replica alone (qadam's warmup is set from it)
+    optimizer = make_optimizer(model, cfg, algorithm_class_of(name), steps_per_epoch)
+    model = model.with_bagua([optimizer], algorithm)
+    sampler = QuorumSampler(len(train_y), cfg.batch_size, seed=cfg.seed)
+    stats.reset()
+    bar = tqdm.tqdm(disable=bagua.get_rank() != 0 or not cfg.progress, desc=f"{name} (fault-tolerant)", unit="step")
+    started = time.perf_counter()
+    loss_value, samples = float("nan"), 0
+    while sampler.epoch < cfg.epochs:
+        idx = sampler.next_indices(model)
+        if idx is None:
+            continue
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(train_x[idx.to(device)]), train_y[idx.to(device)])
+        loss.backward()
+        optimizer.step()
+        if runtime.decision:
+            loss_value, samples = loss.item(), samples + len(idx)
+        bar.update(1)
+        bar.set_postfix(epoch=sampler.epoch + 1, loss=f"{loss_value:.4f}", replicas=runtime.group.num_nodes)
+    elapsed = time.perf_counter() - started
+    bar.close()
+    model.eval()
+    with torch.no_grad():
+        accuracy = (model(test_x).argmax(1) == test_y).float().mean().item()
+    summary = {
+        "algorithm": name, "auto": None, "world_size": runtime.group.world_size, "device": device.type,
+        "epochs": cfg.epochs, "final_loss": loss_value, "test_accuracy": accuracy,
+        "samples_per_s": samples / max(elapsed, 1e-9), "bytes_communicated_per_rank": stats.total_bytes(),
+        "seconds": elapsed, "fault_tolerance": dict(runtime.stats),
+    }
+    model.bagua_shutdown()
+    return summary

@@ -1,0 +1,105 @@
+"""One replica of a fault-tolerant job, for tests/test_fault_tolerant*.py (run as a script).
+
+Trains a tiny MLP on a seeded synthetic data set read through ``QuorumSampler`` and appends one JSON line
+per step to ``--records``: the manager's committed step, whether it committed, the quorum's size and this
+replica's rank in it, a hash of the weights after the step, the pid. ``--die-at`` / ``--hang-at`` make
+it fail in the middle of that step (after forward, before backward: its peers are in the exchange).
+It stops after ``--steps`` committed steps or when the file ``--stop`` exists. Under ``bagua run
+--fault-tolerant`` ``{replica}`` in ``--records`` is the replica's id and ``--only-replica`` picks the one to fail.
+"""
+
+from __future__ import annotations
+
+import time
+
+STARTED = time.time()  # before the heavy imports: a restart's time to its first commit counts them
+
+import argparse  # noqa: E402
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+
+import torch  # noqa: E402
+
+import bagua_core as bagua  # noqa: E402
+from bagua_core.fault_tolerance import QuorumSampler, current_runtime  # noqa: E402
+
+
+def weights_hash(model: torch.nn.Module) -> str:
+    digest = hashlib.sha256()
+    for tensor in model.state_dict().values():
+        digest.update(tensor.detach().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--algorithm", default='{"name": "gradient_allreduce"}')
+    parser.add_argument("--hidden", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--stop", default="")
+    parser.add_argument("--records", required=True)
+    parser.add_argument("--die-at", type=int, default=-1, help="SIGKILL itself in the middle of this step")
+    parser.add_argument("--hang-at", type=int, default=-1, help="hang (sleep) in the middle of this step")
+    parser.add_argument("--step-delay", type=float, default=0.0)
+    parser.add_argument("--only-replica", default="", help="--die-at/--hang-at apply only to this BAGUA_FT_REPLICA_ID, "
+                        "and only to its first attempt under torchrun")
+    parser.add_argument("--only-rank", type=int, default=-1, help="--die-at/--hang-at apply only to this RANK")
+    args = parser.parse_args()
+    replica = os.environ.get("BAGUA_FT_REPLICA_ID", "")
+    args.records = args.records.replace("{replica}", replica)
+    if args.only_replica and (replica != args.only_replica or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0"):
+        args.die_at = args.hang_at = -1
+    if args.only_rank >= 0 and int(os.environ.get("RANK", "0")) != args.only_rank:
+        args.die_at = args.hang_at = -1
+
+    bagua.init_process_group()
+    runtime = current_runtime()
+    assert runtime is not None, "started without BAGUA_FAULT_TOLERANT=1"
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, args.hidden), torch.nn.ReLU(), torch.nn.Linear(args.hidden, 2))
+    algorithm = json.loads(args.algorithm)
+    from bagua_core.plugins import algorithm_registry
+
+    declared = algorithm_registry.get(algorithm["name"])
+    if declared.capabilities.builds_optimizer:
+        optimizer = declared.build_optimizer(model.parameters(), lr=0.01, steps_per_epoch=2)
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    model = model.with_bagua([optimizer], algorithm)
+
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(4096, 8, generator=generator)
+    y = (x[:, 0] > 0).long()
+    sampler = QuorumSampler(len(x), batch_size=8, seed=0)
+    step_in_process = 0
+    with open(args.records, "a") as log:
+        while runtime.manager.current_step() < args.steps and not (args.stop and os.path.exists(args.stop)):
+            indices = sampler.next_indices(model)
+            if indices is None:
+                continue
+            step_in_process += 1
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x[indices]), y[indices])
+            if step_in_process == args.die_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            if step_in_process == args.hang_at:
+                time.sleep(3600)
+            loss.backward()
+            optimizer.step()
+            group = runtime.group
+            log.write(json.dumps({
+                "step": runtime.manager.current_step(), "committed": bool(runtime.decision),
+                "quorum": group.num_nodes, "rank": group.replica_rank, "local_rank": bagua.get_rank(), "hash": weights_hash(model),
+                "loss": float(loss.detach()), "pid": os.getpid(), "t": time.time(), "healed": runtime.stats["healed"],
+                "counter": model.bagua_train_step_counter, "started": STARTED,
+            }) + "\n")
+            log.flush()
+            if args.step_delay:
+                time.sleep(args.step_delay)
+    bagua.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

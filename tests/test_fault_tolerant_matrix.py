@@ -1,0 +1,233 @@
+"""The fault matrix of fault-tolerant mode: every fault-tolerant algorithm (local_sgd: the example plugin
+package's source, through the plugin API) x {kill -9 a replica mid-step,
+a hung replica with a short timeout, a replica joining late, a killed replica restarted, a joiner with
+different options}. The healthy replica is never restarted (one pid throughout), never waits past the
+timeout plus a margin between commits, and stays finite; after healing, replicas of the synchronous
+algorithms are bit-identical at every step they both committed; the restarted replica trains on.
+
+gradient_allreduce runs in the default selection; the other algorithms are marked ``slow``."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from bagua_core.fault_tolerance.hang import HUNG_EXIT_CODE
+from tests.fault_tolerant_job import HANG_TIMEOUT_S, HEARTBEAT_TIMEOUT_MS, JOIN_TIMEOUT_MS, TIMEOUT_S, Job
+
+ALGORITHMS = {  # options, a different option for the refused joiner, the field it is named by
+    "gradient_allreduce": ({"name": "gradient_allreduce"}, {"average": False}, "options.average"),
+    "bytegrad": ({"name": "bytegrad"}, {"compression": "MinMaxUInt4"}, "options.compression"),
+    "powersgd": ({"name": "powersgd", "start_iter": 2}, {"matrix_approximation_rank": 2},
+                 "options.matrix_approximation_rank"),
+    "qadam": ({"name": "qadam"}, {"hierarchical": False}, "options.hierarchical"),
+    "diloco": ({"name": "diloco", "inner_steps": 3}, {"inner_steps": 4}, "options.inner_steps"),
+    "decentralized": ({"name": "decentralized"}, {"communication_interval": 2}, "options.communication_interval"),
+    "local_sgd": ({"name": "local_sgd", "sync_every": 2}, {"sync_every": 3}, "options.sync_every"),
+}
+SYNCHRONOUS = {"gradient_allreduce", "bytegrad", "powersgd", "qadam"}
+"""Replicas' weights are equal after every committed step (diloco's differ between its syncs)."""
+START_S = 150.0
+"""Deadline for a replica's first commits (imports and the first quorum on a loaded 2-core machine)."""
+GAP_S = max(TIMEOUT_S, HANG_TIMEOUT_S) + (JOIN_TIMEOUT_MS + HEARTBEAT_TIMEOUT_MS) / 1000 + 25.0
+"""The longest a healthy replica may go between two commits: the collective's timeout or the hung replica
+leaving, the lighthouse dropping the failed replica, and a margin for a loaded machine."""
+
+PARAMS = [pytest.param(name, marks=() if name == "gradient_allreduce" else pytest.mark.slow) for name in ALGORITHMS]
+
+
+def _args(name: str, different: bool = False) -> list[str]:
+    options, changed, _ = ALGORITHMS[name]
+    return ["--algorithm", json.dumps({**options, **changed} if different else options)]
+
+
+@pytest.fixture
+def job(tmp_path):
+    job = Job(tmp_path)
+    try:
+        yield job
+    finally:
+        job.close()
+
+
+def _check_healthy(job: Job, name: str) -> list[dict]:
+    records = job.records(name)
+    assert len({r["pid"] for r in records}) == 1, f"healthy replica {name!r} was restarted"
+    assert all(math.isfinite(r["loss"]) for r in records), f"replica {name!r} diverged: {records}"
+    times = [r["t"] for r in records if r["committed"]]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert max(gaps, default=0) <= GAP_S, f"healthy replica {name!r} waited {max(gaps):.1f} s between commits"
+    return records
+
+
+def _check_identical(job: Job, first: str, second: str, pid: int | None = None) -> int:
+    mine = {r["step"]: r["hash"] for r in job.committed(first, quorum=2)}
+    theirs = {r["step"]: r["hash"] for r in job.committed(second, pid=pid, quorum=2)}
+    common = sorted(set(mine) & set(theirs))
+    assert common, f"replicas {first!r} and {second!r} committed no step together"
+    differ = [s for s in common if mine[s] != theirs[s]]
+    assert not differ, f"replicas {first!r} and {second!r} differ after steps {differ} (of {common})"
+    return len(common)
+
+
+def _pids(records: list[dict]) -> list[int]:
+    return list(dict.fromkeys(r["pid"] for r in records))
+
+
+@pytest.mark.timeout(300, func_only=True)
+@pytest.mark.parametrize("algorithm", PARAMS)
+def test_kill_replica_mid_step(job: Job, algorithm: str) -> None:
+    job.start("a", *_args(algorithm))
+    job.start("b", *_args(algorithm), "--die-at", "4")
+    assert job.wait_exit("b", START_S) == -9
+    job.wait_for("committed 3 steps alone after b was killed", lambda: len(job.committed("a", quorum=1)) >= 3,
+                 GAP_S * 3, "a")
+    job.stop()
+    assert job.wait_exit("a", GAP_S) == 0, job.output("a")[-2000:]
+    records = _check_healthy(job, "a")
+    assert any(r["quorum"] == 2 and r["committed"] for r in records), "a and b never trained together"
+
+
+@pytest.mark.timeout(300, func_only=True)
+@pytest.mark.parametrize("algorithm", PARAMS)
+def test_hung_replica_short_timeout(job: Job, algorithm: str) -> None:
+    job.start("a", *_args(algorithm))
+    job.start("b", *_args(algorithm), "--hang-at", "4")
+    job.wait_for("committed with b", lambda: len(job.committed("a", quorum=2)) >= 2, START_S, "a")
+    assert job.wait_exit("b", GAP_S) == HUNG_EXIT_CODE, job.output("b")[-2000:]
+    assert "hung: its step has not finished" in job.output("b")
+    job.wait_for("committed 3 steps without the hung b", lambda: len(job.committed("a", quorum=1)) >= 3,
+                 GAP_S * 3, "a")
+    job.stop()
+    assert job.wait_exit("a", GAP_S) == 0, job.output("a")[-2000:]
+    _check_healthy(job, "a")
+
+
+@pytest.mark.timeout(300, func_only=True)
+@pytest.mark.parametrize("algorithm", PARAMS)
+def test_replica_joining_late(job: Job, algorithm: str) -> None:
+    job.start("a", *_args(algorithm))
+    job.wait_for("committed 3 steps alone", lambda: len(job.committed("a")) >= 3, START_S, "a")
+    job.start("c", *_args(algorithm))
+    job.wait_for("committed 3 steps after joining", lambda: len(job.committed("c", quorum=2)) >= 3, START_S, "c")
+    job.stop()
+    assert job.wait_exit("a", GAP_S) == 0, job.output("a")[-2000:]
+    assert job.wait_exit("c", GAP_S) == 0, job.output("c")[-2000:]
+    _check_healthy(job, "a")
+    late = job.committed("c")
+    assert late[0]["step"] > 3 and late[0]["healed"] == 1, f"the late joiner did not heal from a: {late[:2]}"
+    if algorithm in SYNCHRONOUS:
+        _check_identical(job, "a", "c")
+
+
+@pytest.mark.timeout(300, func_only=True)
+@pytest.mark.parametrize("algorithm", PARAMS)
+def test_killed_replica_restarted(job: Job, algorithm: str) -> None:
+    job.start("a", *_args(algorithm))
+    job.start("b", *_args(algorithm), "--die-at", "3")
+    assert job.wait_exit("b", START_S) == -9
+    job.wait_for("committed alone after b was killed", lambda: len(job.committed("a", quorum=1)) >= 1, GAP_S * 2, "a")
+    first = _pids(job.records("b"))
+    job.start("b", *_args(algorithm))
+    restarted = lambda: [p for p in _pids(job.records("b")) if p not in first]  # noqa: E731
+    job.wait_for("trained 3 steps after its restart",
+                 lambda: bool(restarted()) and len(job.committed("b", pid=restarted()[0], quorum=2)) >= 3, START_S, "b")
+    job.stop()
+    assert job.wait_exit("a", GAP_S) == 0, job.output("a")[-2000:]
+    assert job.wait_exit("b", GAP_S) == 0, job.output("b")[-2000:]
+    _check_healthy(job, "a")
+    again = job.committed("b", pid=restarted()[0])
+    assert again[0]["healed"] == 1 and again[0]["step"] > 3, f"the restarted replica did not heal: {again[:2]}"
+    if algorithm in SYNCHRONOUS:
+        _check_identical(job, "a", "b", pid=restarted()[0])
+
+
+@pytest.mark.timeout(300, func_only=True)
+@pytest.mark.parametrize("algorithm", PARAMS)
+def test_joiner_with_different_options_refused(job: Job, algorithm: str) -> None:
+    job.start("a", *_args(algorithm))
+    job.wait_for("committed 2 steps alone", lambda: len(job.committed("a")) >= 2, START_S, "a")
+    job.start("d", *_args(algorithm, different=True))
+    code = job.wait_exit("d", START_S)
+    output = job.output("d")
+    field = ALGORITHMS[algorithm][2]
+    assert code != 0 and "refused by the quorum" in output and f"{field} differs" in output, output[-3000:]
+    before = len(job.committed("a"))
+    job.wait_for("committed 2 steps after the refused joiner left", lambda: len(job.committed("a")) >= before + 2,
+                 GAP_S * 2, "a")
+    job.stop()
+    assert job.wait_exit("a", GAP_S) == 0, job.output("a")[-2000:]
+    _check_healthy(job, "a")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400, func_only=True)
+def test_bagua_run_restarts_only_the_failed_replica(tmp_path) -> None:
+    """``bagua run --fault-tolerant --replicas 2 --max-restarts 1``: replica_1 is killed mid-step; torchrun
+    restarts it alone, it heals from replica_0 and trains on; replica_0 is one process throughout."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from tests.fault_tolerant_job import REPLICA
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = tmp_path / "{replica}.log"
+    command = [sys.executable, "-m", "bagua_core.cli", "run", "--fault-tolerant", "--replicas", "2",
+               "--lighthouse-port", str(port), "--ft-timeout", str(TIMEOUT_S), "--ft-join-timeout-ms", "1500",
+               "--max-restarts", "1", str(REPLICA), "--records", str(log), "--steps", "150", "--step-delay", "0.05",
+               "--die-at", "10", "--only-replica", "replica_1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "RUST_LOG": "warn"}
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=360)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"bagua run --fault-tolerant hung past 360 s: {str(exc.stdout)[-3000:]}") from None
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    job = Job.__new__(Job)  # only its log readers
+    job.tmp = tmp_path
+    healthy = job.records("replica_0")
+    assert len(_pids(healthy)) == 1, "replica_0 was restarted"
+    # (whether replica_0 commits steps alone depends on how fast torchrun restarts replica_1: the lighthouse
+    # drops the killed one after its heartbeat timeout; test_kill_replica_mid_step covers training alone)
+    assert all(math.isfinite(r["loss"]) for r in healthy)
+    attempts = _pids(job.records("replica_1"))
+    assert len(attempts) == 2, f"replica_1 ran in {len(attempts)} processes, expected the killed one and its restart"
+    again = job.committed("replica_1", pid=attempts[1])
+    assert again and again[0]["healed"] == 1 and again[-1]["step"] == 150, again[:1] + again[-1:]
+    _check_identical(job, "replica_0", "replica_1", pid=attempts[1])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(500, func_only=True)
+@pytest.mark.parametrize("algorithm", ["gradient_allreduce", "bytegrad"])
+def test_replicas_of_two_ranks_kill_and_restart(job: Job, algorithm: str) -> None:
+    """A replica is the ranks of one torchrun (here two): one of b's ranks is killed, b's other rank stops
+    (fail-fast inside the replica), a trains on alone; b restarted heals rank by rank from a, and every
+    rank of both replicas is bit-identical from then on."""
+    job.start("a", *_args(algorithm), ranks=2)
+    job.start("b", *_args(algorithm), "--die-at", "4", "--only-rank", "1", ranks=2)
+    assert job.wait_exit("b.1", START_S) == -9
+    assert job.wait_exit("b.0", GAP_S * 2) != 0, "b's other rank went on without its replica"
+    job.wait_for("committed 3 steps without b", lambda: len(job.committed("a.0", quorum=1)) >= 3, GAP_S * 3, "a.0")
+    first = _pids(job.records("b.0")) + _pids(job.records("b.1"))
+    job.start("b", *_args(algorithm), ranks=2)
+    for rank in ("b.0", "b.1"):
+        restarted = lambda rank=rank: [p for p in _pids(job.records(rank)) if p not in first]  # noqa: E731
+        job.wait_for("trained 3 steps after the restart",
+                     lambda: bool(restarted()) and len(job.committed(rank, pid=restarted()[0], quorum=2)) >= 3,
+                     START_S, rank)
+    job.stop()
+    for rank in ("a.0", "a.1", "b.0", "b.1"):
+        assert job.wait_exit(rank, GAP_S) == 0, job.output(rank)[-2000:]
+    _check_healthy(job, "a.0")
+    _check_healthy(job, "a.1")
+    new = [p for p in _pids(job.records("b.0")) if p not in first][0]
+    assert job.committed("b.0", pid=new)[0]["healed"] == 1
+    _check_identical(job, "a.0", "a.1")
+    _check_identical(job, "a.0", "b.0", pid=new)
+    _check_identical(job, "a.1", "b.1", pid=[p for p in _pids(job.records("b.1")) if p not in first][0])
