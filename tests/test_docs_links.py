@@ -97,6 +97,14 @@ def link_problem(document: Path, target: str) -> str | None:
     return None
 
 
+def web_link_problem(target: str) -> str | None:
+    """A link to a web page leaves the repository too (the reader may be offline, the page may move): name
+    the package or tool in the text instead, and bring what the reader needs into the repository."""
+    if target.startswith("mailto:"):
+        return None
+    return f"link to the web page {target!r}; the documents link only inside the repository: name it in the text"
+
+
 def text_path_problem(document: Path, path: str) -> str | None:
     """What is wrong with a path written in the text of ``document`` (not a link), or None."""
     if path.startswith("/"):
@@ -114,7 +122,8 @@ def problems_of(document: Path) -> list[str]:
     rel = document.relative_to(REPO)
     problems: list[str] = []
     for number, line in enumerate(document.read_text(encoding="utf-8").splitlines(), 1):
-        found = [link_problem(document, m.group(1)) for m in LINK.finditer(line) if not URL.match(m.group(1))]
+        found = [web_link_problem(m.group(1)) if URL.match(m.group(1)) else link_problem(document, m.group(1))
+                 for m in LINK.finditer(line)]
         found += [text_path_problem(document, m.group(1)) for m in TEXT_PATH.finditer(LINK.sub(" ", line))]
         problems += [f"{rel}:{number}: {problem}" for problem in found if problem]
     return problems
@@ -141,16 +150,17 @@ def test_the_checker_catches_what_it_must(tmp_path: Path, monkeypatch: pytest.Mo
     (tmp_path / "docs" / "guide.md").write_text("# Guide\n\n## Step one\n")
     document = tmp_path / "README.md"
     document.write_text(
-        "fine: [guide](docs/guide.md#step-one), [web](https://example.org/x), ``/tmp/ckpt``\n"
+        "fine: [guide](docs/guide.md#step-one), https://example.org/x named in the text, ``/tmp/ckpt``\n"
         "[out](../outside/DESIGN.md)\n"
         "the card is in `../outside/DESIGN.md`\n"
         "[gone](docs/missing.md)\n"
         "[anchor](docs/guide.md#step-two)\n"
         "[abs](/etc/passwd) and /work/outside/bench/netns.sh\n"
+        "[web](https://example.org/x)\n"
     )
     problems = problems_of(document)
     lines = sorted(int(p.split(":")[1]) for p in problems)
-    assert lines == [2, 3, 4, 5, 6, 6], problems
+    assert lines == [2, 3, 4, 5, 6, 6, 7], problems
     assert all(p.startswith("README.md:") for p in problems), problems
 
 
