@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         bagua.destroy_process_group()
     if rank == 0:
         print("\n" + format_summary(summary))
-        if summary["note"]:
+        if summary.get("note"):  # the fault-tolerant job's summary has none
             print(summary["note"])
         if summary.get("fault_tolerance"):
             print("fault-tolerant: " + ", ".join(f"{k} {v}" for k, v in summary["fault_tolerance"].items()))

@@ -100,9 +100,9 @@ def test_quorum_sampler_follows_the_quorum(monkeypatch) -> None:
     runtime = types.SimpleNamespace(data_epoch=0, data_position=0, rank=0, size=3, ended=0)
     runtime.shard = lambda batch: (runtime.data_position, runtime.rank, runtime.size)
     runtime.end_without_step = lambda: setattr(runtime, "ended", runtime.ended + 1)
-    import bagua_core.fault_tolerance as ft
+    import bagua_core.fault_tolerance.current as current
 
-    monkeypatch.setattr(ft, "_runtime", runtime)
+    monkeypatch.setattr(current, "_runtime", runtime)
     sampler = QuorumSampler(20, batch_size=2, seed=3)
     seen = []
     for rank in range(3):  # one step of a quorum of 3: disjoint slices
