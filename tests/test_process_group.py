@@ -152,3 +152,19 @@ def test_torch_to_bagua_pg_map_empties_when_torch_destroys_its_groups() -> None:
         assert out["patched"] and out["bagua_pg_ranks"] == [0, 1]
         assert out["both"] == 2
         assert out["after_destroy"] == 0 and out["listed"] == []
+
+
+def test_fault_tolerant_options_agreed_by_every_rank_of_a_replica() -> None:
+    """A replica's ranks compare their fault-tolerant mode and options (gathered by init_process_group
+    with the other facts): a difference raises on every rank, naming the field and each rank's value."""
+    from bagua_core.fault_tolerance import FaultTolerantOptions
+    from bagua_core.runtime.exceptions import BaguaError
+    from bagua_core.runtime.process_group import _agree_fault_tolerance
+
+    same = dict(vars(FaultTolerantOptions(lighthouse="http://h:29510", min_replicas=2)))
+    _agree_fault_tolerance([same, dict(same)])
+    _agree_fault_tolerance([None, None])
+    with pytest.raises(BaguaError, match=r"'min_replicas' differs .* rank 0: 2, rank 1: 3"):
+        _agree_fault_tolerance([same, {**same, "min_replicas": 3}])
+    with pytest.raises(BaguaError, match=r"all be fault-tolerant or all fail-fast, got rank 0: fault-tolerant, rank 1: fail-fast"):
+        _agree_fault_tolerance([same, None])

@@ -248,10 +248,12 @@ def init_process_group(store: dist.Store | None = None, fault_tolerant: object =
         else:
             dist.init_process_group(backend, init_method="env://", timeout=timeout)
     facts: list[tuple | None] = [None] * dist.get_world_size()
+    ft_fields = None if ft_options is None else dict(vars(ft_options))
     dist.all_gather_object(facts, (env.get_node_key(), os.environ.get("BAGUA_SMALL_ALLREDUCE_BYTES", ""),
-                                   failure.record.this_process()))
+                                   failure.record.this_process(), ft_fields))
     _node_keys = [str(fact[0]) for fact in facts]
     _agree_small_allreduce_bytes([fact[1] for fact in facts])
+    _agree_fault_tolerance([fact[3] for fact in facts])
     _default_group = BaguaProcessGroup(list(range(dist.get_world_size())), None, "default", torch_group=dist.group.WORLD)
     failure.start(dist.get_rank(), dist.get_world_size(), [tuple(fact[2]) for fact in facts])
     atexit.register(_destroy_at_exit)
@@ -305,6 +307,21 @@ def _agree_small_allreduce_bytes(raws: list[str]) -> None:
         values = ", ".join(f"rank {rank}: {raw or '(unset)'}" for rank, raw in enumerate(raws))
         raise BaguaError(f"BAGUA_SMALL_ALLREDUCE_BYTES must be the same on every rank, got {values}")
     small_allreduce.threshold_bytes = env.get_small_allreduce_bytes(raws[0])
+
+
+def _agree_fault_tolerance(options: list[dict | None]) -> None:
+    """Every rank of a replica (the default group) must run in the same mode with the same fault-tolerant
+    options: a rank that joins the quorum while its peer does not would leave the other waiting. A
+    difference raises on every rank, naming the field and each rank's value."""
+    if all(o == options[0] for o in options):
+        return
+    if any(o is None for o in options):
+        modes = ", ".join(f"rank {r}: {'fault-tolerant' if o is not None else 'fail-fast'}" for r, o in enumerate(options))
+        raise BaguaError(f"the ranks of one replica must all be fault-tolerant or all fail-fast, got {modes} "
+                         "(BAGUA_FAULT_TOLERANT, or init_process_group(fault_tolerant=...))")
+    field = next(k for k in options[0] if any(o[k] != options[0][k] for o in options))
+    values = ", ".join(f"rank {r}: {o[field]!r}" for r, o in enumerate(options))
+    raise BaguaError(f"fault-tolerant option '{field}' differs between the ranks of one replica: {values}")
 
 
 def _destroy_at_exit() -> None:
