@@ -92,3 +92,29 @@ def test_bucket_errors() -> None:
         BaguaBucket([a], "x", flatten=False, alignment=0)
     with pytest.raises(ValueError, match="unknown codec 'zip'; available: .*MinMaxUInt8"):
         BaguaBucket([a], "x", flatten=False).append_centralized_synchronous_op(compression="zip")
+
+
+def test_flattened_bucket_keeps_channels_last_gradients_in_their_layout() -> None:
+    """A channels_last parameter's gradient slot has the parameter's strides (as DDP's bucket views do), so
+    autograd accumulates into the slot without a layout copy; the flat order, write-back and restoring a
+    replaced gradient all follow that layout."""
+    conv = torch.nn.Conv2d(3, 4, 3).to(memory_format=torch.channels_last)
+    weight = _grad_tensor(conv.weight, "w")
+    bias = _grad_tensor(conv.bias, "b")
+    bucket = BaguaBucket([weight, bias], "b0", flatten=True)
+    assert conv.weight.grad.stride() == conv.weight.stride() != torch.empty(conv.weight.shape).stride()
+    assert bucket.check_flatten()
+    conv.weight.grad = None  # zero_grad(set_to_none=True)
+    bucket.bind_unset_views()
+    x = torch.randn(2, 3, 6, 6).to(memory_format=torch.channels_last)
+    conv(x).square().sum().backward()
+    assert bucket.check_flatten(), "the backward's gradient left the slot (a layout copy)"
+    expected = [conv.weight.grad.clone(), conv.bias.grad.clone()]
+    flat = bucket.flattened_tensor()
+    assert torch.equal(flat, bucket.buffer)
+    assert torch.equal(bucket.slot_of(flat, 0), expected[0]) and bucket.slot_of(flat, 0).stride() == conv.weight.stride()
+    bucket.write_back(flat * 3)  # a copy laid out as the buffer goes back to the right elements
+    assert torch.equal(conv.weight.grad, expected[0] * 3) and torch.equal(conv.bias.grad, expected[1] * 3)
+    conv.weight.grad = expected[0].contiguous()  # replaced by a tensor in another layout
+    bucket.restore_view(weight)
+    assert bucket.check_flatten() and torch.equal(conv.weight.grad, expected[0])

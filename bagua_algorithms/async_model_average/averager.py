@@ -67,9 +67,8 @@ def _add_to_bucket(bucket: BaguaBucket, delta: torch.Tensor) -> None:
         if bucket.check_flatten():
             bucket.buffer[: delta.numel()].add_(delta)
             return
-        for tensor, offset, numel in zip(bucket.tensors, bucket.offsets, bucket.numels):
-            effective = tensor.bagua_getter_closure()
-            effective.add_(delta[offset : offset + numel].view_as(effective))
+        for index, tensor in enumerate(bucket.tensors):
+            tensor.bagua_getter_closure().add_(bucket.slot_of(delta, index))
 
 
 class AsyncModelAverager:

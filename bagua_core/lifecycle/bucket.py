@@ -67,6 +67,7 @@ class BaguaBucket:
                     f"{tensor.dtype}/{tensor.device}"
                 )
         self.numels = [t.numel() for t in effective]
+        self._shapes = [tuple(t.shape) for t in effective]
         self.offsets = [sum(self.numels[:i]) for i in range(len(self.numels))]
         total = sum(self.numels)
         self.padded_numel = -(-total // alignment) * alignment
@@ -75,12 +76,16 @@ class BaguaBucket:
         for tensor in self.tensors:
             tensor._bagua_bucket = self
         self._index = {id(tensor): i for i, tensor in enumerate(self.tensors)}
-        self._views: list[torch.Tensor] = []  # per tensor: its slot of the buffer, in its shape
+        self._views: list[torch.Tensor] = []  # per tensor: its slot of the buffer, in its shape and layout
+        # A flattened bucket keeps each tensor's memory layout (channels_last stays channels_last, as DDP's
+        # bucket views do): a gradient slot laid out unlike its parameter makes autograd copy it every step.
+        self.strides: list[tuple[int, ...]] = [_dense_strides(e) for e in effective] if flatten else \
+            [_contiguous_strides(e.shape) for e in effective]
         if flatten:
             self._buffer = torch.zeros(self.padded_numel, dtype=self.dtype, device=self.device)
             for tensor, offset in zip(self.tensors, self.offsets):
                 tensor.bagua_set_storage(self._buffer.untyped_storage(), offset)
-            self._views = [self._slot(i).view(e.shape) for i, e in enumerate(effective)]
+            self._views = [self.slot_of(self._buffer, i) for i in range(len(effective))]
         self._binds_views = flatten and self.bytes() <= self.BIND_MAX_MEAN_BYTES * len(self.tensors)
 
     # --- layout -----------------------------------------------------------------------------
@@ -89,13 +94,19 @@ class BaguaBucket:
         offset, numel = self.offsets[index], self.numels[index]
         return self._buffer[offset : offset + numel]
 
+    def slot_of(self, flat: torch.Tensor, index: int) -> torch.Tensor:
+        """Tensor ``index``'s place in ``flat`` (laid out as :attr:`buffer` / :meth:`flattened_tensor`), as a
+        view in the tensor's shape and memory layout."""
+        piece = flat[self.offsets[index] : self.offsets[index] + self.numels[index]]
+        return piece.as_strided(self._shapes[index], self.strides[index])
+
     @property
     def buffer(self) -> torch.Tensor | None:
         """The contiguous buffer of a flattened bucket (padding included), None when not flattened."""
         return self._buffer
 
     def check_flatten(self) -> bool:
-        """True when every effective tensor is a contiguous view at its place in the bucket buffer."""
+        """True when every effective tensor is a view of its place in the bucket buffer, in its slot's layout."""
         if self._buffer is None:
             return False
         base = self._buffer.data_ptr()
@@ -104,7 +115,7 @@ class BaguaBucket:
             effective = tensor.bagua_getter_closure()
             if effective is view:  # the common case: the slot itself
                 continue
-            if effective is None or not effective.is_contiguous():
+            if effective is None or effective.stride() != view.stride() or effective.shape != view.shape:
                 return False
             if effective.data_ptr() != base + offset * itemsize:
                 return False
@@ -117,10 +128,15 @@ class BaguaBucket:
         with torch.no_grad():
             if self.check_flatten():
                 return self._buffer.clone()
-            pieces = [t.bagua_getter_closure().reshape(-1) for t in self.tensors]
-            if self.padding:
-                pieces.append(torch.zeros(self.padding, dtype=self.dtype, device=self.device))
-            return torch.cat(pieces)
+            if self._buffer is None:
+                pieces = [t.bagua_getter_closure().reshape(-1) for t in self.tensors]
+                if self.padding:
+                    pieces.append(torch.zeros(self.padding, dtype=self.dtype, device=self.device))
+                return torch.cat(pieces)
+            flat = torch.zeros(self.padded_numel, dtype=self.dtype, device=self.device)
+            for index, tensor in enumerate(self.tensors):
+                self.slot_of(flat, index).copy_(tensor.bagua_getter_closure())
+            return flat
 
     def flattened_view(self) -> torch.Tensor:
         """:attr:`buffer` itself when the effective tensors are views of it (writing it writes them), else
@@ -134,9 +150,8 @@ class BaguaBucket:
         if self._buffer is not None and flat.data_ptr() == self._buffer.data_ptr() and self.check_flatten():
             return
         with torch.no_grad():
-            for tensor, offset, numel in zip(self.tensors, self.offsets, self.numels):
-                effective = tensor.bagua_getter_closure()
-                effective.copy_(flat[offset : offset + numel].view_as(effective))
+            for index, tensor in enumerate(self.tensors):
+                tensor.bagua_getter_closure().copy_(self.slot_of(flat, index))
 
     def restore_view(self, tensor: torch.Tensor) -> None:
         """Put ``tensor``'s effective tensor back into its slot of the buffer if it was replaced (an
@@ -149,7 +164,7 @@ class BaguaBucket:
         effective = tensor.bagua_getter_closure()
         if effective is view:
             return
-        if effective is not None and effective.data_ptr() == view.data_ptr() and effective.is_contiguous():
+        if effective is not None and effective.data_ptr() == view.data_ptr() and effective.stride() == view.stride():
             return
         if effective is None:
             view.zero_()
@@ -351,3 +366,23 @@ class BaguaBucket:
     def __repr__(self) -> str:
         return f"BaguaBucket({self.name!r}, tensors={len(self.tensors)}, bytes={self.bytes()}, flatten={self.flatten})"
 
+
+def _contiguous_strides(shape: torch.Size) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def _dense_strides(tensor: torch.Tensor) -> tuple[int, ...]:
+    """``tensor``'s strides when they cover its elements without gaps or overlaps (contiguous,
+    channels_last, any permutation), else the contiguous strides of its shape."""
+    expected = 1
+    for dim in sorted(range(tensor.dim()), key=lambda d: tensor.stride(d)):
+        if tensor.size(dim) == 1:
+            continue
+        if tensor.stride(dim) != expected:
+            return _contiguous_strides(tensor.shape)
+        expected *= tensor.size(dim)
+    return tuple(tensor.stride())
