@@ -102,6 +102,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--chunks", type=int, default=8, help="chunks of the codecs' encode/decode (a rank count)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: run this on a machine with a GPU")
     codecs = args.codecs or codec_names()
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "native_cuda": cuda.available(),
               "sizes": {}}
