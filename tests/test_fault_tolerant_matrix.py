@@ -25,6 +25,10 @@ ALGORITHMS = {  # options, a different option for the refused joiner, the field 
     "qadam": ({"name": "qadam"}, {"hierarchical": False}, "options.hierarchical"),
     "diloco": ({"name": "diloco", "inner_steps": 3}, {"inner_steps": 4}, "options.inner_steps"),
     "decentralized": ({"name": "decentralized"}, {"communication_interval": 2}, "options.communication_interval"),
+    "decentralized_shift_one": ({"name": "decentralized", "peer_selection_mode": "shift_one"}, {"hierarchical": False},
+                                "options.hierarchical"),
+    "low_precision_decentralized": ({"name": "low_precision_decentralized"}, {"compression": "MinMaxUInt4"},
+                                    "options.compression"),
     "local_sgd": ({"name": "local_sgd", "sync_every": 2}, {"sync_every": 3}, "options.sync_every"),
 }
 SYNCHRONOUS = {"gradient_allreduce", "bytegrad", "powersgd", "qadam"}
