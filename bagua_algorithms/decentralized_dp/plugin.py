@@ -8,6 +8,10 @@ applies a second update; ``model.bagua_shutdown()`` or re-wrapping restores it. 
 :class:`DecentralizedDataParallel` (each bucket's parameters, in their dtype, async SUM over the
 step's edge). ``model.no_sync()`` accumulates gradients without stepping.
 
+Fault-tolerant mode: reified on each quorum's group, the topology is built for the quorum's size
+(``Topology.any_world_size``), the edges sum on the quorum's group and each step's rounds are mixed in
+before the step ends; the engine's state (topology step, bucket optimizers) is healed and restored.
+
 Mixed precision: pass the ``torch.amp.GradScaler`` to the algorithm
 (``DecentralizedDPAlgorithm(..., scaler=scaler)``) and keep the usual loop
 (``scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()``): each bucket's optimizer is
