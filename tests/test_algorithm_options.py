@@ -18,7 +18,6 @@ from tests.models import SmallNet
 WRAP_CASES = [  # (algorithm given to with_bagua, text the error must contain)
     ({"name": "decentralized", "communication_interval": -1}, "communication_interval must be a positive integer, got -1"),
     ({"name": "decentralized", "peer_selection_mode": "ring"}, "peer_selection_mode"),
-    ({"name": "decentralized", "peer_selection_mode": "shift_one", "hierarchical": False}, "even number"),
     ({"name": "low_precision_decentralized", "communication_interval": 0}, "must be a positive integer, got 0"),
     ({"name": "bytegrad", "average": "maybe"}, "average"),
     ({"name": "async", "sync_interval_ms": 0}, "sync_interval_ms must be a positive integer, got 0"),
@@ -53,19 +52,6 @@ def test_bad_options_raise_on_every_rank(tmp_path) -> None:
     for rank, messages in enumerate(results):
         for message, text in zip(messages, expected):
             assert message != "no error" and text in message, (rank, message, text)
-
-
-def _shift_one_odd_nodes(rank: int) -> str:
-    model = SmallNet(seed=rank)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    with pytest.raises(BaguaConfigError, match="needs an even number of them, got 3 nodes") as info:
-        model.with_bagua([optimizer], DecentralizedAlgorithm(hierarchical=True, peer_selection_mode="shift_one"))
-    model.with_bagua([optimizer], DecentralizedAlgorithm(hierarchical=False, peer_selection_mode="shift_one"))
-    return str(info.value)
-
-
-def test_shift_one_needs_an_even_number_of_nodes() -> None:
-    run_workers(_shift_one_odd_nodes, 6, local_size=2, timeout=120)
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,11 @@ STEPS = 7
 
 
 def _reference_peer(r: int, n: int, s: int) -> int:
-    """The shift_one partner, transcribed from DESIGN.md."""
+    """The shift_one partner, transcribed from DESIGN.md (even n); odd n: paired as among n + 1 peers, the
+    one paired with the missing peer n has no partner (itself)."""
+    if n % 2:
+        peer = _reference_peer(r, n + 1, s)
+        return r if peer == n else peer
     if r < n // 2:
         return ((s + r) % ((n + 1) // 2)) + n // 2
     return (r - n // 2 - s) % (n // 2)
@@ -90,6 +94,20 @@ def test_shift_one_peers_pair_up() -> None:
             assert all(peers[peers[r]] == r and peers[r] != r for r in range(n))
 
 
+def test_shift_one_odd_peers_leave_one_out_in_turn() -> None:
+    for n in (1, 3, 5, 7):
+        alone_over_a_period = []
+        for s in range(2 * n):
+            peers = [shift_one_peer(r, n, s) for r in range(n)]
+            assert peers == [_reference_peer(r, n, s) for r in range(n)]
+            assert all(peers[peers[r]] == r for r in range(n))  # a matching (a rank alone is its own partner)
+            alone = [r for r in range(n) if peers[r] == r]
+            assert len(alone) == 1, (n, s, peers)
+            alone_over_a_period += alone
+        # the one without a partner rotates through the lower half, so nobody is left out for long
+        assert set(alone_over_a_period) == set(range((n + 1) // 2)), (n, alone_over_a_period)
+
+
 @pytest.mark.parametrize(
     "world_size,local_size,cases",
     [
@@ -99,6 +117,9 @@ def test_shift_one_peers_pair_up() -> None:
                 ("shift_one", 1, True, True), ("shift_one", 2, True, False)]),
         (4, 2, [("shift_one", 1, False, True), ("all", 3, False, True), ("shift_one", 2, False, False),
                 ("all", 1, True, True), ("shift_one", 1, True, True), ("shift_one", 2, True, False)]),
+        # an odd number of peers: one per round has no partner and keeps its weights
+        (3, 1, [("shift_one", 1, False, True), ("shift_one", 2, False, False), ("shift_one", 1, True, True)]),
+        (6, 2, [("shift_one", 1, True, True)]),  # three nodes
     ],
 )
 def test_equals_reference(world_size: int, local_size: int, cases: list[tuple]) -> None:

@@ -110,3 +110,50 @@ def test_single_rank_edge_mixes_nothing() -> None:
     y = torch.tensor([1.0, 3.0])  # three ranks, w = 1/2: x/2 + (sum - x)/4
     mix_inplace(y, torch.tensor([6.0, 6.0]), Edge((0, 1, 2), 0.5))
     assert torch.allclose(y, torch.tensor([1.75, 2.25]))
+
+
+# --- fault-tolerant mode: the topology is derived from each quorum's size ------------------------------
+BUILTINS = ("complete", "ring", "one-peer-exp", "alternating-exp-ring")
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+def test_any_size_partitions_every_quorum_and_keeps_the_valid_sizes(name: str) -> None:
+    for local in (1, 2, 4):
+        for world in range(local, 17, local):
+            derived = get_topology(name, world, local, any_size=True)  # never refused: a quorum may be any size
+            for step in range(derived.period):
+                assert sorted(r for e in derived.edges(step) for r in e.ranks) == list(range(world))
+                assert all(e.size > 1 or e.weight == 1.0 for e in derived.edges(step))  # alone: keeps its own
+            try:
+                own = get_topology(name, world, local)
+            except BaguaConfigError:
+                continue
+            assert [derived.edges(s) for s in range(derived.period)] == [own.edges(s) for s in range(own.period)]
+
+
+def test_any_size_rules_at_odd_quorums() -> None:
+    ring = get_topology("ring", 3, 3, any_size=True)
+    assert [[e.ranks for e in ring.edges(s)] for s in range(2)] == [[(0, 1), (2,)], [(0,), (1, 2)]]
+    assert [[e.ranks for e in get_topology("ring", 1, 1, any_size=True).edges(s)] for s in range(2)] == [[(0,)]] * 2
+    exp = get_topology("one-peer-exp", 3, 3, any_size=True)
+    assert [[e.ranks for e in exp.edges(s)] for s in range(2)] == [[(0, 1), (2,)], [(0, 2), (1,)]]
+    nodes = get_topology("alternating-exp-ring", 6, 2, any_size=True)  # three nodes of two: node 2 unpaired at first
+    assert Edge((4, 5), 0.5) in nodes.edges(0) and Edge((4, 5), 0.5) in nodes.edges(1)
+    assert Edge((0, 1, 4, 5), 0.25) in nodes.edges(2)
+
+
+def test_a_topology_not_declaring_any_size_is_refused_at_a_quorum_it_cannot_build() -> None:
+    class EvenOnly(Topology):
+        name = "test-even-only"
+
+        def check_world_size(self) -> None:
+            if self.world_size % 2:
+                raise BaguaConfigError(f"test-even-only needs an even number of ranks, got {self.world_size}")
+
+        def rounds(self):
+            return [[((i, i + 1), 0.5) for i in range(0, self.world_size, 2)]]
+
+    assert EvenOnly(4, any_size=True).period == 1
+    with pytest.raises(BaguaConfigError, match="got 3; fault-tolerant mode derives the topology from each quorum "
+                                               r"\(3 ranks now\), and EvenOnly does not declare any_world_size"):
+        EvenOnly(3, any_size=True)

@@ -1,7 +1,6 @@
 """Fault-tolerant mode, the parts that need no replicas: options, declarations, the joiner check, the step
-copy, the quorum sampler, the managed group's error handling, the CLI's arguments; and, with one replica,
-the refusal of an algorithm that declares no fault tolerance (the fault matrix is in
-test_fault_tolerant_matrix.py)."""
+copy, the quorum sampler, the managed group's error handling, the CLI's arguments, the refusal of an algorithm that declares no
+fault tolerance or an unsupported option (the fault matrix is in test_fault_tolerant_matrix.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +16,8 @@ from bagua_core.fault_tolerance import FaultTolerantOptions, QuorumSampler, reso
 from bagua_core.fault_tolerance import state as ft_state
 from bagua_core.plugins import algorithm_registry
 
-DECLARED = {"gradient_allreduce", "bytegrad", "powersgd", "qadam", "diloco", "decentralized"}
+DECLARED = {"gradient_allreduce", "bytegrad", "powersgd", "qadam", "diloco", "decentralized", "low_precision_decentralized",
+            "decentralized_dp"}
 
 
 def test_capability_rejects_unknown_parts() -> None:
@@ -171,24 +171,30 @@ def test_cli_splits_fault_tolerant_options() -> None:
         split_fault_tolerant_args(["--fault-tolerant", "--min-replicas", "0", "train.py"])
 
 
-@pytest.mark.timeout(200, func_only=True)
-def test_undeclared_algorithm_and_unsupported_option_are_refused(tmp_path) -> None:
-    from tests.fault_tolerant_job import Job
+def _attach_error(fault_tolerance: FaultTolerance | None, options: dict) -> str:
+    """What ``FaultTolerantRuntime.attach`` raises for a module wrapped with an algorithm declaring
+    ``fault_tolerance`` and given ``options`` (the check runs before anything needs a quorum)."""
+    from bagua_core.fault_tolerance.runtime import FaultTolerantRuntime
+    from bagua_core.lifecycle.capabilities import Capabilities
 
-    job = Job(tmp_path)
-    try:
-        job.start("x", "--algorithm", '{"name": "low_precision_decentralized"}')
-        job.start("y", "--algorithm", '{"name": "decentralized", "peer_selection_mode": "shift_one"}')
-        assert job.wait_exit("x", 150) != 0
-        assert job.wait_exit("y", 150) != 0
-        output = job.output("x")
-        assert "algorithm 'low_precision_decentralized' cannot run in fault-tolerant mode" in output, output[-3000:]
-        assert "Capabilities.fault_tolerance" in output and "gradient_allreduce" in output
-        output = job.output("y")
-        assert "algorithm 'decentralized' with peer_selection_mode='shift_one' cannot run in fault-tolerant mode: " \
-               "its pairs need an even number of replicas" in output, output[-3000:]
-    finally:
-        job.close()
+    runtime = FaultTolerantRuntime.__new__(FaultTolerantRuntime)  # no Manager: attach refuses first
+    runtime.module, runtime._hook_handle = None, None
+    declaration = types.SimpleNamespace(name="ft_probe", canonical_options=lambda: dict(options))
+    module = types.SimpleNamespace(bagua_capabilities=Capabilities(fault_tolerance=fault_tolerance),
+                                   _bagua_algorithm_declaration=declaration)
+    with pytest.raises(BaguaConfigError) as info:
+        runtime.attach(module)  # type: ignore[arg-type]
+    return str(info.value)
+
+
+def test_undeclared_algorithm_and_unsupported_option_are_refused() -> None:
+    message = _attach_error(None, {})
+    assert "algorithm 'ft_probe' cannot run in fault-tolerant mode" in message
+    assert "Capabilities.fault_tolerance" in message and "gradient_allreduce" in message and "decentralized" in message
+    refusing = FaultTolerance(unsupported=(("mode", "fast", "it cannot follow a change of membership"),))
+    message = _attach_error(refusing, {"mode": "fast"})
+    assert message == ("algorithm 'ft_probe' with mode='fast' cannot run in fault-tolerant mode: it cannot follow "
+                       "a change of membership")
 
 
 @pytest.mark.slow

@@ -25,10 +25,19 @@ ALGORITHMS = {  # options, a different option for the refused joiner, the field 
     "qadam": ({"name": "qadam"}, {"hierarchical": False}, "options.hierarchical"),
     "diloco": ({"name": "diloco", "inner_steps": 3}, {"inner_steps": 4}, "options.inner_steps"),
     "decentralized": ({"name": "decentralized"}, {"communication_interval": 2}, "options.communication_interval"),
+    "decentralized_shift_one": ({"name": "decentralized", "peer_selection_mode": "shift_one"}, {"hierarchical": False},
+                                "options.hierarchical"),
+    "low_precision_decentralized": ({"name": "low_precision_decentralized"}, {"compression": "MinMaxUInt4"},
+                                    "options.compression"),
+    "decentralized_dp": ({"name": "decentralized_dp", "topology": "complete"}, {"grad_clip_norm": 1.0},
+                         "options.grad_clip_norm"),
+    "decentralized_dp_ring": ({"name": "decentralized_dp", "topology": "ring"}, {"topology": "one-peer-exp"},
+                              "options.topology"),
     "local_sgd": ({"name": "local_sgd", "sync_every": 2}, {"sync_every": 3}, "options.sync_every"),
 }
-SYNCHRONOUS = {"gradient_allreduce", "bytegrad", "powersgd", "qadam"}
-"""Replicas' weights are equal after every committed step (diloco's differ between its syncs)."""
+SYNCHRONOUS = {"gradient_allreduce", "bytegrad", "powersgd", "qadam", "decentralized_dp", "decentralized_dp_ring"}
+"""Replicas' weights are equal after every committed step (diloco's differ between its syncs; decentralized_dp's
+two replicas average exactly at the end of every step, on the complete and on the ring topology alike)."""
 START_S = 150.0
 """Deadline for a replica's first commits (imports and the first quorum on a loaded 2-core machine)."""
 GAP_S = max(TIMEOUT_S, HANG_TIMEOUT_S) + (JOIN_TIMEOUT_MS + HEARTBEAT_TIMEOUT_MS) / 1000 + 25.0

@@ -131,3 +131,37 @@ def _prepared_equals_unprepared(rank: int) -> None:
 def test_difference_computed_ahead_changes_nothing() -> None:
     """The post-step hook computes bucket k+1's difference while bucket k is exchanged: same bits."""
     run_workers(_prepared_equals_unprepared, 3)
+
+
+def _resynchronized(rank: int) -> None:
+    """What fault-tolerant mode runs on a new quorum: the weights averaged over every rank, the replicas
+    w, l, r restarted from the average (as the algorithm starts), so the ring goes on from there."""
+    from bagua_algorithms.decentralized import LowPrecisionDecentralizedOp
+
+    model = SmallNet(seed=0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model = model.with_bagua([optimizer], LowPrecisionDecentralizedAlgorithm(hierarchical=False))
+    for t in range(2):  # the ranks' weights and replicas drift apart
+        optimizer.zero_grad()
+        F.cross_entropy(model(batch(rank, t)[0]), batch(rank, t)[1]).backward()
+        optimizer.step()
+    before = _flat(model)
+    everyone = [torch.empty_like(before) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, before)
+    assert not torch.equal(everyone[0], everyone[1])
+    for bucket in model.bagua_buckets:
+        for op in bucket._ops:
+            if isinstance(op, LowPrecisionDecentralizedOp):
+                op.resynchronize(bucket)
+    after = _flat(model)
+    torch.testing.assert_close(after, sum(everyone) / len(everyone), rtol=1e-6, atol=1e-7)
+    dist.all_gather(everyone, after)
+    assert all(torch.equal(everyone[0], other) for other in everyone)  # every rank the same weights
+    for bucket in model.bagua_buckets:
+        op = next(op for op in bucket._ops if isinstance(op, LowPrecisionDecentralizedOp))
+        for replica in (op.weight, op.left_peer_weight, op.right_peer_weight):
+            assert torch.equal(replica, bucket.flattened_view().detach().float().reshape(-1))
+
+
+def test_resynchronize_averages_and_restarts_the_replicas() -> None:
+    run_workers(_resynchronized, 3, timeout=120)

@@ -4,7 +4,7 @@ All parameters are in ONE bucket whose effective tensors are the weights. On com
 (``t % communication_interval == 0``, t = train step - 1) the forward pre-hook snapshots the weights
 and the communication thread averages the snapshot with the round's peers (round
 ``s = t // communication_interval``): ``"all"`` averages over every rank, ``"shift_one"`` with one
-partner that shifts every round. After backward the averaged weights overwrite the parameters and
+partner that shifts every round (an odd number of peers: one of them keeps its weights that round). After backward the averaged weights overwrite the parameters and
 the optimizer then applies the gradient computed at the old weights:
 ``x_{t+1} = avg(x_t) - lr * g(x_t)``. Communicated: the weights, in their dtype. Hierarchical:
 averaged inside the node first, the peers are the nodes, broadcast inside the node last.
@@ -36,7 +36,8 @@ class DecentralizedConfig(AlgorithmConfig):
     hierarchical: bool = True
     """Average inside each node first; the peers are then the nodes."""
     peer_selection_mode: Literal["all", "shift_one"] = "all"
-    """"all": average with every peer; "shift_one": with one partner that changes every round (even peers)."""
+    """"all": average with every peer; "shift_one": with one partner that changes every round (an odd number of
+    peers: one of them, in turn, has no partner in a round and keeps its weights)."""
     communication_interval: int = 1
     """Communicate every this many training steps (steps t with t % communication_interval == 0)."""
 
@@ -108,11 +109,9 @@ class DecentralizedAlgorithm(Algorithm):
     capabilities = Capabilities(communicates="weights", weights_differ_across_ranks=True, relative_bytes=1.0,
                                 fault_tolerance=FaultTolerance(
                                     heals=("weights", "optimizer", "algorithm_state", "step"), commit="after_step",
-                                    rederives=("peers (all: the quorum's replicas)", "averaging denominator",
-                                               "hierarchy (a replica is a node)"),
-                                    unsupported=(("peer_selection_mode", "shift_one",
-                                                  "its pairs need an even number of replicas, which a change of "
-                                                  "membership does not keep; use peer_selection_mode='all'"),)))
+                                    rederives=("peers (all: the quorum's replicas; shift_one: the pairs among the "
+                                               "quorum's replicas, one without a partner per round when odd)",
+                                               "averaging denominator", "hierarchy (a replica is a node)")))
     """Weights averaged with the peers (all: an allreduce of the weights; shift_one: one exchange)."""
 
     def __init__(self, hierarchical: bool = True, peer_selection_mode: str = "all", communication_interval: int = 1) -> None:

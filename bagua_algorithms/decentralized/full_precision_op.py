@@ -3,8 +3,9 @@
 Communicated: a copy of the bucket's weights, in their own dtype, taken when the weights were
 sent (the forward pre-hook of a communication step). ``"all"``: an allreduce (AVG) over every
 peer, in pieces of the default bucket size that are all in flight at once, so round trips do not
-add up on a high-latency link. ``"shift_one"`` (an even number of peers): each peer exchanges its weights with one partner
-that shifts every communication round ``s`` (see :func:`shift_one_peer`) and the pair is averaged.
+add up on a high-latency link. ``"shift_one"``: each peer exchanges its weights with one partner
+that shifts every communication round ``s`` (see :func:`shift_one_peer`) and the pair is averaged; with an
+odd number of peers one of them has no partner in a round and keeps its weights.
 The result is left in ``op.peer_weight``; :meth:`DecentralizedSynchronousOp.copy_back_peer_weight`
 writes it into the bucket. Run by the module's scheduler, the exchange stays in flight after the op
 returns and is completed when the module waits for its communication (at the end of backward), as
@@ -46,11 +47,20 @@ PEER_SELECTION_MODES = ("all", "shift_one")
 
 
 def shift_one_peer(rank: int, nranks: int, round_index: int) -> int:
-    """The partner of ``rank`` in round ``round_index`` of ``shift_one`` (``nranks`` even)."""
-    half = nranks // 2
+    """The partner of ``rank`` in round ``round_index`` of ``shift_one``; ``rank`` itself when it has none.
+
+    Even ``nranks``: the lower half ``r`` pairs with ``(s + r) % (n/2) + n/2`` of the upper half, a perfect
+    matching that shifts every round. Odd ``nranks``: the same pairing among ``nranks + 1`` peers, the last of
+    which does not exist; the lower-half rank paired with it has no partner that round and keeps its own
+    weights (each lower-half rank in turn, once every ``(nranks + 1) / 2`` rounds). The mixing stays doubly
+    stochastic (the peers' average is preserved) and even ``nranks`` pair exactly as before."""
+    n = nranks + nranks % 2
+    half = n // 2
     if rank < half:
-        return ((round_index + rank) % ((nranks + 1) // 2)) + half
-    return (rank - half - round_index) % half
+        peer = ((round_index + rank) % half) + half
+    else:
+        peer = (rank - half - round_index) % half
+    return rank if peer >= nranks else peer
 
 
 def peer_count(group: BaguaProcessGroup, hierarchical: bool) -> int:
@@ -59,19 +69,11 @@ def peer_count(group: BaguaProcessGroup, hierarchical: bool) -> int:
 
 
 def check_peers(group: BaguaProcessGroup, hierarchical: bool, peer_selection_mode: str) -> None:
-    """Raise (identically on every rank) when ``peer_selection_mode`` cannot pair the peers: shift_one
-    needs an even number of them, or exactly one (one node with ``hierarchical``: the intra-node
-    average is the whole step, exact)."""
+    """Raise (identically on every rank) for an unknown ``peer_selection_mode``. Any number of peers
+    pairs: with an odd number one peer per round has no partner (:func:`shift_one_peer`), which is also
+    what lets fault-tolerant mode derive the pairs from any quorum."""
     if peer_selection_mode not in PEER_SELECTION_MODES:
         raise BaguaConfigError(f"peer_selection_mode must be one of {PEER_SELECTION_MODES}, got {peer_selection_mode!r}")
-    peers = peer_count(group, hierarchical)
-    # one peer (one node, hierarchical): no partner among nodes, the step is the intra-node average
-    if peer_selection_mode == "shift_one" and peers % 2 and peers > 1:
-        what = f"{peers} nodes (hierarchical=True)" if hierarchical else f"{peers} ranks"
-        raise BaguaConfigError(
-            f"peer_selection_mode='shift_one' pairs peers and needs an even number of them, got {what}; "
-            "use peer_selection_mode='all' or an even number of " + ("nodes" if hierarchical else "ranks")
-        )
 
 
 def _done() -> None:
@@ -89,7 +91,10 @@ def _start_average_with_peers(tensor: torch.Tensor, comm: BaguaCommunicator, mod
         return _done
     if mode == "all":
         return start_allreduce_in_pieces(tensor, ReduceOp.AVG, comm)
-    peer = comm.global_rank(shift_one_peer(comm.rank(), n, round_index))
+    partner = shift_one_peer(comm.rank(), n, round_index)
+    if partner == comm.rank():  # an odd number of peers: no partner this round, the weights stay
+        return _done
+    peer = comm.global_rank(partner)
     # The receive is posted first: gloo sends only once the partner announced its receive, and the
     # announcement is written to the same socket after whatever this rank is already sending. Posted
     # second, it waited behind our whole message, so the two directions of the full-duplex link took

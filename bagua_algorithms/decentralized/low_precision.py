@@ -8,6 +8,8 @@ stepped weights x become ``w + D(C(x + l/3 + r/3 - 5/3 w))`` (see
 copy of each bucket (uint8 payload plus its fp32 min/max) to each ring neighbour. The training thread
 computes each bucket's difference pass while the communication thread exchanges the buckets before
 it. Hierarchical: averaged inside the node first, the ring runs among the node leaders, broadcast inside the node.
+Fault-tolerant mode: the ring is the quorum's replicas, so the first step on every new quorum averages the
+weights over the quorum and restarts ``w``, ``l``, ``r`` from the average (the way the algorithm starts).
 
 Example::
 
@@ -22,10 +24,15 @@ from typing import Literal
 import torch
 from pydantic import field_validator
 
-from bagua_algorithms.decentralized.common import WeightCommunicatingImpl, check_positive_int, is_communication_step
+from bagua_algorithms.decentralized.common import (
+    WeightCommunicatingImpl,
+    check_positive_int,
+    is_communication_step,
+    on_a_quorum,
+)
 from bagua_algorithms.decentralized.low_precision_op import LowPrecisionDecentralizedOp
 from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig
-from bagua_core.lifecycle.capabilities import Capabilities
+from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
 from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.codecs import check_codec_name
 from bagua_core.runtime.exceptions import BaguaError
@@ -63,6 +70,8 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
         self.communication_interval = communication_interval
         self._stepped = 0
         self._module: torch.nn.Module | None = None
+        self._resynchronize = on_a_quorum(process_group)
+        """Fault-tolerant mode: this impl was reified on a new quorum; its first step re-derives the replicas."""
 
     def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
         self._module = bagua_module  # its buckets hold the replicas (state_dict)
@@ -79,6 +88,10 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
     def init_forward_pre_hook(self, bagua_module: torch.nn.Module) -> Callable:
         def hook(inputs) -> None:
             self._stepped = 0
+            if self._resynchronize:  # the first step on a new quorum: average, restart the replicas
+                self._resynchronize = False
+                for bucket, op in self._replica_ops():
+                    op.resynchronize(bucket)
 
         return hook
 
@@ -137,8 +150,16 @@ class LowPrecisionDecentralizedAlgorithm(Algorithm):
     name = "low_precision_decentralized"
     Config = LowPrecisionDecentralizedConfig
     capabilities = Capabilities(communicates="weights", weights_differ_across_ranks=True,
-                                communicates_after_optimizer_step=True, relative_bytes=0.5)
-    """Compressed weight differences to the two ring neighbours (a byte per value each way)."""
+                                communicates_after_optimizer_step=True, relative_bytes=0.5,
+                                fault_tolerance=FaultTolerance(
+                                    heals=("weights", "optimizer", "step"), commit="after_step",
+                                    rederives=("ring neighbours (the quorum's replicas in quorum order)",
+                                               "the neighbour replicas w, l, r: on a new quorum every replica's "
+                                               "weights are averaged and the replicas restart from the average",
+                                               "hierarchy (a replica is a node)")))
+    """Compressed weight differences to the two ring neighbours (a byte per value each way). In
+    fault-tolerant mode the first step on each new quorum averages the weights over the quorum and
+    restarts ``w``, ``l``, ``r`` from them (:meth:`LowPrecisionDecentralizedOp.resynchronize`)."""
 
     def __init__(self, hierarchical: bool = True, communication_interval: int = 1,
                  compression: str = "MinMaxUInt8") -> None:

@@ -30,6 +30,7 @@ import torch
 from torch.autograd.graph import increment_version
 
 from bagua_core.runtime import env
+from bagua_core.runtime.communication import ReduceOp, allreduce_inplace
 from bagua_core.lifecycle.bucket_ops.pipeline import exchange_round, post_receives, segments, wait_all
 from bagua_core.codecs import DEFAULT_CODEC, Codec, check_codec_name, get_codec
 from bagua_core.lifecycle.bucket_ops.hierarchy import hierarchical, resolve_group
@@ -165,6 +166,24 @@ class LowPrecisionDecentralizedOp:
                 return
             self._difference(x)
             self._prepared = (flat, x)
+
+    def resynchronize(self, bucket: BaguaBucket) -> None:
+        """Average the bucket's weights over every rank of the group (an fp32 allreduce, exact up to
+        rounding) and restart the replicas ``w``, ``l`` and ``r`` from the result, as the algorithm starts
+        from equal weights. Fault-tolerant mode runs it on the first step of every new quorum: the ring
+        neighbours are other replicas then, and the replicas held of the old ones mean nothing to them."""
+        group = self._group(bucket)
+        self._prepared = None
+        with torch.no_grad():
+            flat, x = self._weights(bucket)
+            allreduce_inplace(x, op=ReduceOp.AVG, comm=group.get_global_communicator())
+            if x is flat and flat is bucket.buffer:
+                increment_version([tensor.bagua_getter_closure() for tensor in bucket.tensors])
+            else:
+                bucket.write_back(x.to(bucket.dtype))
+            settled = bucket.flattened_view().detach().float().reshape(-1)  # the weights as the model holds them
+            for replica in (self.weight, self.left_peer_weight, self.right_peer_weight):
+                replica.copy_(settled)
 
     def __call__(self, bucket: BaguaBucket) -> None:
         group = self._group(bucket)

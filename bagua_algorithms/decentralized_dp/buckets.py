@@ -21,10 +21,39 @@ import torch
 import torch.distributed as dist
 
 from bagua_core.runtime.communication import stats
+from bagua_core.runtime.communication.host_staging import irecv, isend
 
 from bagua_algorithms.decentralized_dp.topology import Edge, mix_inplace
 
-__all__ = ["ParamBucket"]
+__all__ = ["ParamBucket", "PeerSum"]
+
+
+class PeerSum:
+    """The SUM of ``buffer`` over ``edge`` by point-to-point messages on ``comm`` (whose ranks the edge's
+    are): each member sends its buffer to every other member and receives theirs; :meth:`wait` adds them
+    in rank order, so every member gets the same sum (as an allreduce does)."""
+
+    def __init__(self, buffer: torch.Tensor, edge: Edge, comm: Any) -> None:
+        self.buffer, self.me = buffer, comm.rank()
+        self.received = {r: torch.empty_like(buffer) for r in edge.ranks if r != self.me}
+        group = comm.torch_group
+        # receives first: gloo sends once the partner announced its receive (see full_precision_op)
+        self.works = [irecv(buf, comm.global_rank(r), group) for r, buf in self.received.items()]
+        for r in self.received:
+            stats.record("send", buffer.numel() * buffer.element_size())
+            self.works.append(isend(buffer, comm.global_rank(r), group))
+        self.ranks = edge.ranks
+
+    def wait(self) -> bool:
+        for work in self.works:
+            work.wait()
+        self.works = []
+        total = None
+        for r in self.ranks:  # rank order: the same sum on every member
+            part = self.buffer if r == self.me else self.received[r]
+            total = part.clone() if total is None else total.add_(part)
+        self.buffer.copy_(total)
+        return True
 
 def _is_dense(param: torch.Tensor) -> bool:
     """True for the layouts kept in the bucket buffer as they are: contiguous and channels-last."""
@@ -77,14 +106,20 @@ class ParamBucket:
             for param, offset, numel in zip(self.params, self.offsets, self.numels):
                 param.copy_(self.flat[offset : offset + numel].view(param.shape))
 
-    def launch(self, edge: Edge) -> None:
-        """Start the asynchronous SUM of the parameters over ``edge`` (nothing for a one-rank edge)."""
+    def launch(self, edge: Edge, comm: Any = None) -> None:
+        """Start the asynchronous SUM of the parameters over ``edge`` (nothing for a one-rank edge).
+        ``comm``: a communicator over every rank (fault-tolerant mode's quorum, where an edge has no group
+        of its own): the SUM runs on it, an allreduce when the edge is every rank, else point to point."""
         self.edge = edge
         if edge.size < 2:
             return
         self.comm_buffer.copy_(self.gather())
-        stats.record("allreduce", self.comm_buffer.numel() * self.comm_buffer.element_size())
-        self.work = dist.all_reduce(self.comm_buffer, op=dist.ReduceOp.SUM, group=edge.group, async_op=True)
+        if comm is not None and edge.size < comm.nranks():
+            self.work = PeerSum(self.comm_buffer, edge, comm)
+        else:
+            stats.record("allreduce", self.comm_buffer.numel() * self.comm_buffer.element_size())
+            group = comm.torch_group if comm is not None else edge.group
+            self.work = dist.all_reduce(self.comm_buffer, op=dist.ReduceOp.SUM, group=group, async_op=True)
         self.pending = True
 
     def settle(self) -> None:

@@ -56,19 +56,29 @@ class DecentralizedEngine:
     def __init__(self, named_params: NamedParams, optim_fn: OptimFn, topology: Topology,
                  lr_scheduler_fn: SchedulerFn | None = None, scaler: Any = None, grad_clip_norm: float = 0.0,
                  param_as_bucket_view: bool = True, bucket_size_in_mb: float = 25.0,
-                 update_scaler: bool = True) -> None:
+                 update_scaler: bool = True, quorum: Any = None) -> None:
         validate_engine_options(grad_clip_norm, bucket_size_in_mb)
         self.named_params = [(n, p) for n, p in named_params if p.requires_grad]
         self.optim_fn, self.lr_scheduler_fn, self.topology = optim_fn, lr_scheduler_fn, topology
         self.scaler, self.grad_clip_norm = scaler, float(grad_clip_norm)
         self.update_scaler = update_scaler  # False: the user's loop calls scaler.update() (with_bagua)
         self.as_view, self.bucket_bytes = param_as_bucket_view, int(bucket_size_in_mb * 1024 * 1024)
-        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self.quorum = quorum
+        """Fault-tolerant mode: the communicator over every rank of the quorum (None otherwise). The edges
+        then have no groups of their own and sum on it (``ParamBucket.launch``), and every round is mixed
+        in before the step ends (:meth:`end_step`): a step is a transaction, no round may outlive it."""
+        if quorum is not None:
+            self.rank, self.world_size = quorum.rank(), quorum.nranks()
+        else:
+            self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         if topology.world_size != self.world_size:
             raise BaguaConfigError(f"topology is for {topology.world_size} ranks, the job has {self.world_size}")
-        timeout = datetime.timedelta(seconds=env.get_comm_timeout_s())
-        self.world_group = dist.new_group(list(range(self.world_size)), timeout=timeout)
-        topology.build_groups()
+        if quorum is not None:
+            self.world_group = quorum.torch_group
+        else:
+            timeout = datetime.timedelta(seconds=env.get_comm_timeout_s())
+            self.world_group = dist.new_group(list(range(self.world_size)), timeout=timeout)
+            topology.build_groups()
         self._name_of = {id(p): n for n, p in self.named_params}
         self.trace: list[str] = []
         self.buckets: list[ParamBucket] | None = None
@@ -104,7 +114,12 @@ class DecentralizedEngine:
         self._seen.clear()
 
     def end_step(self) -> None:
-        """Every bucket stepped: update the scaler (when the engine owns it) and count the step."""
+        """Every bucket stepped: update the scaler (when the engine owns it) and count the step. On a
+        quorum, the rounds just started are waited for and mixed in now (the next forward sees the mixed
+        parameters: the gradient is taken at them, where the overlapping form takes it at the local ones)."""
+        if self.quorum is not None:
+            for bucket in self.buckets or ():
+                bucket.finish(self.adaptive_factor)
         if self.scaler is not None and self.update_scaler:
             self.scaler.update()
         self.step += 1
@@ -117,7 +132,13 @@ class DecentralizedEngine:
         traced = set(self.trace)
         order = self.trace + [n for n, _ in reversed(self.named_params) if n not in traced]
         gathered: list[Any] = [None] * self.world_size
-        dist.all_gather_object(gathered, order, group=self.world_group)
+        try:
+            dist.all_gather_object(gathered, order, group=self.world_group)
+        except Exception:
+            if getattr(self.world_group, "error", None) is None:
+                raise
+        if getattr(self.world_group, "error", None) is not None:
+            return order  # a quorum whose participant failed: this step is committed nowhere, compare next time
         for rank, other in enumerate(gathered):
             if other != order:
                 where = next((i for i, (a, b) in enumerate(zip(order, other)) if a != b), min(len(order), len(other)))
@@ -168,7 +189,7 @@ class DecentralizedEngine:
         hook = getattr(optimizer, "pre_average_hook", None)
         if hook is not None:
             hook(edge, edge.weight)
-        bucket.launch(edge)
+        bucket.launch(edge, self.quorum)
 
     # --- checkpoints ------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -236,7 +257,8 @@ class DecentralizedEngine:
                 dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.world_group)
                 flat.div_(self.world_size)
             else:
-                dist.broadcast(flat, src=0, group=self.world_group)
+                source = self.quorum.global_rank(0) if self.quorum is not None else 0
+                dist.broadcast(flat, src=source, group=self.world_group)
             offset = 0
             for tensor in members:
                 tensor.copy_(flat[offset : offset + tensor.numel()].view(tensor.shape))

@@ -8,6 +8,10 @@ applies a second update; ``model.bagua_shutdown()`` or re-wrapping restores it. 
 :class:`DecentralizedDataParallel` (each bucket's parameters, in their dtype, async SUM over the
 step's edge). ``model.no_sync()`` accumulates gradients without stepping.
 
+Fault-tolerant mode: reified on each quorum's group, the topology is built for the quorum's size
+(``Topology.any_world_size``), the edges sum on the quorum's group and each step's rounds are mixed in
+before the step ends; the engine's state (topology step, bucket optimizers) is healed and restored.
+
 Mixed precision: pass the ``torch.amp.GradScaler`` to the algorithm
 (``DecentralizedDPAlgorithm(..., scaler=scaler)``) and keep the usual loop
 (``scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()``): each bucket's optimizer is
@@ -34,6 +38,7 @@ import torch
 import torch.distributed as dist
 from pydantic import Field, field_validator
 
+from bagua_algorithms.decentralized.common import fault_tolerant_mode, on_a_quorum
 from bagua_algorithms.decentralized_dp import hookspecs
 from bagua_algorithms.decentralized_dp.buckets import ParamBucket
 from bagua_algorithms.decentralized_dp.engine import DecentralizedEngine, OptimFn, SchedulerFn
@@ -42,7 +47,7 @@ from bagua_algorithms.decentralized_dp.topology import Topology, get_topology, t
 from bagua_core.runtime import failure
 from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
 from bagua_core.lifecycle.bucket import BaguaBucket
-from bagua_core.lifecycle.capabilities import Capabilities
+from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
 from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError
 from bagua_core.plugins import hookimpl
 
@@ -116,18 +121,19 @@ class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
         return optimizer
 
     def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
+        quorum = self.process_group.get_global_communicator() if on_a_quorum(self.process_group) else None
         if self.engine is None and self.optim_fn is not None:
             self.engine = DecentralizedEngine(
                 bagua_module.bagua_named_parameters(), self.optim_fn, self.topology, self.lr_scheduler_fn,
                 self.scaler, self.config.grad_clip_norm, self.as_view, self.config.bucket_size_in_mb,
-                update_scaler=self.update_scaler,
+                update_scaler=self.update_scaler, quorum=quorum,
             )
         if self.engine is None:
             optimizer = self._user_optimizer(bagua_module)
             self.engine = DecentralizedEngine(
                 bagua_module.bagua_named_parameters(), optim_fn_like(optimizer), self.topology,
                 grad_clip_norm=self.config.grad_clip_norm, bucket_size_in_mb=self.config.bucket_size_in_mb,
-                scaler=self.scaler, update_scaler=False,
+                scaler=self.scaler, update_scaler=False, quorum=quorum,
             )
             optimizer.step = types.MethodType(_hooked_noop_step, optimizer)
             if self.scaler is not None:
@@ -220,8 +226,16 @@ class DecentralizedDPAlgorithm(Algorithm):
     name = "decentralized_dp"
     Config = DecentralizedDPConfig
     capabilities = Capabilities(communicates="weights", steps_optimizer_in_backward=True,
-                                weights_differ_across_ranks=True, relative_bytes=None)
-    """Gossip of weights over the topology: the bytes per step depend on it."""
+                                weights_differ_across_ranks=True, relative_bytes=None,
+                                fault_tolerance=FaultTolerance(
+                                    heals=("weights", "algorithm_state", "step"), commit="after_step",
+                                    rederives=("topology edges (from the quorum's size: ranks and replicas)",
+                                               "the order of the buckets (agreed again on each quorum)",
+                                               "mixing weights of each edge")))
+    """Gossip of weights over the topology: the bytes per step depend on it. In fault-tolerant mode the
+    topology is built for each quorum's size (``Topology.any_world_size``), the algorithm state (the
+    topology step and every bucket's optimizer and scheduler) is healed and restored with the step, and
+    each step's rounds are mixed in before it ends (no overlap with the next step)."""
 
     def __init__(self, topology: str = "complete", bucket_size_in_mb: float = 25.0, grad_clip_norm: float = 0.0,
                  sync_buffer_in_global_avg: bool = False,
@@ -237,9 +251,11 @@ class DecentralizedDPAlgorithm(Algorithm):
         return cls(**config.model_dump(exclude={"name"}), optimizers=optimizers)
 
     def reify(self, process_group: Any) -> DecentralizedDPAlgorithmImpl:
-        if process_group.world_size != dist.get_world_size():
+        quorum = on_a_quorum(process_group)  # fault-tolerant mode: the topology is derived from the quorum's size
+        if process_group.world_size != dist.get_world_size() and not quorum:
             raise BaguaConfigError("decentralized_dp runs on the whole job's process group, not a subgroup")
-        topology = get_topology(self.config.topology, process_group.world_size, process_group.local_size)
+        topology = get_topology(self.config.topology, process_group.world_size, process_group.local_size,
+                                any_size=quorum or fault_tolerant_mode())
         return DecentralizedDPAlgorithmImpl(process_group, self.config, topology, self.optimizers, self.scaler)
 
 

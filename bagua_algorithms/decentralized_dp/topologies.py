@@ -41,13 +41,20 @@ def _is_power_of_two(n: int) -> bool:
 
 class CompleteTopology(Topology):
     name = "complete"
+    any_world_size = True
 
     def rounds(self) -> list[Round]:
         return [[(range(self.world_size), 1.0 / self.world_size)]]
 
 
+def _alone(ranks: Sequence[int]) -> Round:
+    """Edges of one rank each: they mix nothing (``w = 1``)."""
+    return [((rank,), 1.0) for rank in ranks]
+
+
 class RingTopology(Topology):
     name = "ring"
+    any_world_size = True  # an odd size (a quorum): one rank per round has no partner
 
     def check_world_size(self) -> None:
         if self.world_size < 2 or self.world_size % 2:
@@ -55,13 +62,25 @@ class RingTopology(Topology):
 
     def rounds(self) -> list[Round]:
         n = self.world_size
-        forward = [((i, i + 1), 0.5) for i in range(0, n, 2)]
-        backward = [((i, (i - 1) % n), 0.5) for i in range(0, n, 2)]
+        if n % 2 == 0:
+            forward = [((i, i + 1), 0.5) for i in range(0, n, 2)]
+            backward = [((i, (i - 1) % n), 0.5) for i in range(0, n, 2)]
+            return [forward, backward]
+        # odd n (fault-tolerant mode): the path 0-1-...-(n-1), its even links then its odd ones; the
+        # rank at the end of the path without a link that round keeps its parameters
+        forward = [((i, i + 1), 0.5) for i in range(0, n - 1, 2)] + _alone([n - 1])
+        backward = _alone([0]) + [((i, i + 1), 0.5) for i in range(1, n - 1, 2)]
         return [forward, backward]
+
+
+def _exponent_rounds(count: int) -> int:
+    """Rounds of the exponential pairings of ``count`` members: ceil(log2(count)), at least one."""
+    return max(1, (count - 1).bit_length())
 
 
 class OnePeerExpTopology(Topology):
     name = "one-peer-exp"
+    any_world_size = True  # other sizes (a quorum): a rank whose partner j + 2^i does not exist sits out
 
     def check_world_size(self) -> None:
         if self.world_size < 2 or not _is_power_of_two(self.world_size):
@@ -71,14 +90,17 @@ class OnePeerExpTopology(Topology):
 
     def rounds(self) -> list[Round]:
         n = self.world_size
-        return [
-            [((j, j + (1 << i)), 0.5) for j in range(n) if not j & (1 << i)]
-            for i in range(n.bit_length() - 1)
-        ]
+        result: list[Round] = []
+        for i in range(_exponent_rounds(n)):
+            paired = [((j, j + (1 << i)), 0.5) for j in range(n) if not j & (1 << i) and j + (1 << i) < n]
+            members = {r for ranks, _ in paired for r in ranks}
+            result.append(paired + _alone([r for r in range(n) if r not in members]))
+        return result
 
 
 class AlternatingExpRingTopology(Topology):
     name = "alternating-exp-ring"
+    any_world_size = True  # other node counts (a quorum): an unpaired node averages inside itself
 
     def check_world_size(self) -> None:
         if self.num_nodes < 2 or not _is_power_of_two(self.num_nodes):
@@ -95,13 +117,15 @@ class AlternatingExpRingTopology(Topology):
 
         result: list[Round] = []
         counter = 0
-        for i in range(nodes.bit_length() - 1):
+        for i in range(_exponent_rounds(nodes)):
             first: Round = []
             second: Round = []
+            paired: set[int] = set()
             for j in range(nodes):
-                if j & (1 << i):
-                    continue
                 t = j + (1 << i)
+                if j & (1 << i) or t >= nodes:
+                    continue
+                paired |= {j, t}
                 pair = ([*node(j), *node(t)], 1.0 / size / 2.0)
                 inside = [(node(j), 1.0 / size), (node(t), 1.0 / size)]
                 if counter % 2 == 0:
@@ -111,7 +135,9 @@ class AlternatingExpRingTopology(Topology):
                     first.append(pair)
                     second += inside
                 counter += 1
-            result += [first, second]
+            # a node without a partner this period (not a power-of-two count: a quorum) averages inside itself
+            alone = [(node(j), 1.0 / size) for j in range(nodes) if j not in paired]
+            result += [first + alone, second + alone]
         return result
 
 

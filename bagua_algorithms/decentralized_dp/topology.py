@@ -69,8 +69,12 @@ class Topology(abc.ABC):
     """
 
     name: ClassVar[str] = ""
+    any_world_size: ClassVar[bool] = False
+    """True when :meth:`rounds` builds a valid partition for every world size (and every number of
+    nodes), coinciding with the topology's own where :meth:`check_world_size` accepts the size:
+    fault-tolerant mode then derives it from every quorum (``any_size=True``)."""
 
-    def __init__(self, world_size: int, local_world_size: int | None = None) -> None:
+    def __init__(self, world_size: int, local_world_size: int | None = None, *, any_size: bool = False) -> None:
         local_world_size = world_size if local_world_size is None else local_world_size
         if not isinstance(world_size, int) or world_size < 1:
             raise BaguaConfigError(f"world_size must be a positive integer, got {world_size!r}")
@@ -81,7 +85,19 @@ class Topology(abc.ABC):
         self.world_size = world_size
         self.local_world_size = local_world_size
         self.num_nodes = world_size // local_world_size
-        self.check_world_size()
+        self.any_size = any_size and self.any_world_size
+        """Built for a size its own check may refuse (fault-tolerant mode's quorum): see ``any_world_size``."""
+        if not self.any_size:
+            try:
+                self.check_world_size()
+            except BaguaConfigError as exc:
+                if not any_size:
+                    raise
+                raise BaguaConfigError(
+                    f"{exc}; fault-tolerant mode derives the topology from each quorum ({world_size} ranks now), "
+                    f"and {type(self).__name__} does not declare any_world_size: use a topology that does "
+                    f"(complete, ring, one-peer-exp, alternating-exp-ring)"
+                ) from None
         self._rounds = [tuple(Edge(tuple(sorted(r)), float(w)) for r, w in edges) for edges in self.rounds()]
         self._validate()
 
@@ -143,11 +159,13 @@ def topology_names() -> list[str]:
     return topology_registry.names()
 
 
-def get_topology(name: str, world_size: int, local_world_size: int | None = None) -> Topology:
-    """Build the registered topology ``name`` (validated, groups not yet created).
+def get_topology(name: str, world_size: int, local_world_size: int | None = None, *,
+                 any_size: bool = False) -> Topology:
+    """Build the registered topology ``name`` (validated, groups not yet created). ``any_size``: for a
+    size its own check may refuse, where the topology declares ``any_world_size`` (fault-tolerant mode).
 
     An unknown name raises an error listing the installed ones."""
     cls = topology_registry.get(name)
     if not (isinstance(cls, type) and issubclass(cls, Topology)):
         raise BaguaConfigError(f"topology {name!r} is provided by {cls!r}, which does not derive from Topology")
-    return cls(world_size, local_world_size)
+    return cls(world_size, local_world_size, any_size=any_size)

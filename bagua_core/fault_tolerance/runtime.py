@@ -110,12 +110,16 @@ class FaultTolerantRuntime:
             self._wrap_step(optimizer)
 
     def _wrap_step(self, optimizer: torch.optim.Optimizer) -> None:
-        original = optimizer.__dict__.get("_bagua_ft_original_step") or optimizer.step
-        optimizer._bagua_ft_original_step = original
+        """Make ``optimizer.step()`` close the step's transaction, over whatever step the optimizer has
+        now: its own, or one the algorithm installed (an algorithm stepping inside backward silences it;
+        re-reified on a new quorum it installs its step again, and this wraps the new one)."""
+        current = optimizer.step
+        original = getattr(current, "_bagua_ft_wraps", current)  # already wrapped: wrap what that wraps
 
         def step(*args: Any, **kwargs: Any) -> Any:
             return self._step(optimizer, original, args, kwargs)
 
+        step._bagua_ft_wraps = original  # type: ignore[attr-defined]
         optimizer.step = step
 
     def _forward_pre_hook(self, module: torch.nn.Module, inputs: Any) -> None:
@@ -171,6 +175,8 @@ class FaultTolerantRuntime:
         module.process_group = self.group
         module.bagua_algorithm = module._bagua_algorithm_declaration.reify(self.group)
         module.bagua_reset()  # steps 2-4 of the lifecycle on the new group
+        for optimizer in module.bagua_optimizers:  # the new impl may have installed its own step
+            self._wrap_step(optimizer)
         if carried:
             module.bagua_algorithm.load_state_dict(carried)
         logger.info("bagua: replica %s joined quorum %s as replica %s of %s (step %s)", self.options.replica_id,
