@@ -7,14 +7,19 @@ per-message overhead: all of a round's messages are in flight together), the val
 encodes and decodes, and whether the phase runs while forward/backward compute (decentralized's weights
 travel during the step) or after it. A step then costs
 
-    T = C_eff + codec + max(0, comm - overlap)     comm = sum over phases of bytes / B + rounds * d + messages * o
+    T = (C_eff + codec + max(0, comm - overlap)) / (1 - background)
+    comm = sum over phases of bytes / (B * e) + rounds * d + messages * o
 
 with ``C_eff`` the compute time of one rank (``compute_s``) times ``max(1, ranks / cores)`` (the ranks
 of every emulated host share this machine's cores; on real nodes ``cores`` is the number of ranks),
 ``codec`` = ``gamma`` seconds per value a rank processes beside its compute (encoded or decoded by a codec,
 multiplied by powersgd's low-rank factors, or copied through loopback by a hierarchical form's reduce and
-broadcast inside a host; 0 on a GPU), ``d`` the one-way delay, ``B`` the link rate. Only ``o``
-(per-message overhead) and ``gamma`` are fitted (:func:`fit`, a grid search minimising the root mean square
+broadcast inside a host; 0 on a GPU), ``d`` the one-way delay, ``B`` the link rate and ``e`` the share of
+its bytes that are payload (TCP over Ethernet at an MTU of 1500 carries 1448 bytes of payload in a
+1514-byte frame, and the emulated link's shaper counts frames: ``e`` = 0.956). ``background`` is the
+share of the cores taken by work that runs beside the step rather than in it (async's averaging
+thread: its messages' overhead and its values, once per averaging, each averaging taking its bytes'
+time plus the sync interval). Only ``o`` (per-message overhead, CPU time of a rank) and ``gamma`` are fitted (:func:`fit`, a grid search minimising the root mean square
 of the relative errors over the measured points); everything else is the setting or measured (the CPU
 time of one rank's step alone).
 
@@ -41,6 +46,10 @@ SEGMENT_VALUES = 512 * 1024
 BUCKET_BYTES = 10 * 1024 * 1024
 """bagua's default bucket size; gradient_allreduce and decentralized send a bucket in pieces of it."""
 DDP_BUCKET_BYTES = 25 * 1024 * 1024
+TCP_OVER_ETHERNET = 1448 / 1514
+"""Payload per byte on an Ethernet link at MTU 1500 (TCP with timestamps: 66 bytes of headers per 1448)."""
+ASYNC_INTERVAL_S = 0.1
+"""async's ``sync_interval_ms`` in the benchmarks (``benchmarks.methods.BENCH_OPTIONS``)."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +57,8 @@ class Setting:
     """One run: ``hosts`` nodes of ``ranks_per_host`` ranks; a model of ``params`` fp32 values (with
     ``matrices``: the (rows, cols) of each weight matrix, for powersgd); a link of ``link_bps`` bits/s per
     host and direction with ``delay_s`` one-way; ``compute_s`` one rank's forward+backward+step alone;
-    ``cores`` shared by every rank (None: a core, or GPU, per rank)."""
+    ``cores`` shared by every rank (None: a core, or GPU, per rank); ``wire_efficiency`` the payload per byte
+    the link carries (:data:`TCP_OVER_ETHERNET` on the emulated hosts)."""
 
     hosts: int
     ranks_per_host: int
@@ -58,6 +68,7 @@ class Setting:
     delay_s: float = 0.0
     cores: int | None = None
     matrices: tuple[tuple[int, int], ...] = ()
+    wire_efficiency: float = 1.0
 
     @property
     def ranks(self) -> int:
@@ -80,7 +91,9 @@ class Fit:
 class Phase:
     """Part of a step: ``host_bytes`` sent by one host's link, ``rounds`` one after another (latency),
     ``messages`` sent by a rank (overhead), ``codec_values`` processed on the CPU beside compute, ``overlaps``
-    compute (runs while the step computes), ``every`` steps (1: every step)."""
+    compute (runs while the step computes), ``every`` steps (1: every step); ``background_interval_s`` > 0:
+    runs beside the step on a thread of its own, again that long after each run completes (the step
+    waits for none of it, but its CPU shares the cores)."""
 
     host_bytes: float
     rounds: float
@@ -88,6 +101,7 @@ class Phase:
     codec_values: float = 0.0
     overlaps: bool = False
     every: int = 1
+    background_interval_s: float = 0.0
 
 
 def _pieces(nbytes: float, piece: float) -> int:
@@ -146,9 +160,13 @@ def pattern(method: str, s: Setting) -> list[Phase]:
         return [replace(_ring(p_values * FP32 + vectors, s.ranks, k), codec_values=5 * matrix_values),
                 _ring(q_values * FP32, s.ranks, k)]
     if method == "diloco":  # the pseudo-gradient averaged every inner_steps (4 in the benchmarks)
-        return [replace(_ring(size, s.ranks, k), every=4)]
-    if method == "async":  # averaged in the background: the step does not wait for it
-        return []
+        # one allreduce of the whole fragment; values: the pseudo-gradient gathered and subtracted, copied,
+        # reduced and divided, the outer Nesterov step (four passes), the result scattered (ten passes)
+        return [replace(_ring(size, s.ranks, k, piece=size), codec_values=10 * s.params, every=4)]
+    if method == "async":  # the weights averaged (one allreduce over every rank) beside the step
+        # values: the snapshot copied, the reduction's sums, the update x += sum / n - snapshot (two passes)
+        return [replace(_ring(size, s.ranks, k, piece=size), codec_values=4 * s.params,
+                        background_interval_s=ASYNC_INTERVAL_S)]
     raise ValueError(f"no message pattern for method {method!r}; known: {', '.join(METHODS)}")
 
 
@@ -160,16 +178,22 @@ def predict(method: str, s: Setting, f: Fit) -> float:
     """Seconds per step of ``method`` in setting ``s`` with the fitted constants ``f``."""
     share = max(1.0, s.ranks / s.cores) if s.cores else 1.0
     compute = s.compute_s * share
-    link_bytes_per_s = s.link_bps / 8
-    waited, overlapped, codec = 0.0, 0.0, 0.0
+    link_bytes_per_s = s.link_bps / 8 * s.wire_efficiency
+    waited, overlapped, codec, background = 0.0, 0.0, 0.0, 0.0
     for phase in pattern(method, s):
         comm = phase.host_bytes / link_bytes_per_s + phase.rounds * s.delay_s + phase.messages * f.overhead_s
+        if phase.background_interval_s:
+            # the CPU of one run (its messages' overhead, its values) on the shared cores, per second
+            cpu = (phase.messages * f.overhead_s + f.gamma_s * phase.codec_values) * share
+            background += cpu / (comm + phase.background_interval_s)
+            continue
         codec += f.gamma_s * phase.codec_values * share / phase.every
         if phase.overlaps:
             overlapped += comm / phase.every
         else:
             waited += comm / phase.every
-    return compute + codec + waited + max(0.0, overlapped - compute)
+    # the background's CPU slows the step by the share of the cores it takes (capped: it yields the GIL)
+    return (compute + codec + waited + max(0.0, overlapped - compute)) / (1.0 - min(background, 0.5))
 
 
 def relative_errors(points: Iterable[tuple[str, Setting, float]], f: Fit) -> list[float]:

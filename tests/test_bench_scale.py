@@ -63,6 +63,20 @@ def test_overlap_hides_weight_exchange_behind_compute_and_cores_are_shared() -> 
     assert predict("async", shared, Fit()) == pytest.approx(4 * 0.05)
 
 
+def test_payload_share_of_the_wire_and_work_beside_the_step() -> None:
+    # the link carries headers too: the bytes take 1/e as long (ddp's step is its bytes here)
+    plain, framed = setting(4, compute_s=0.0), setting(4, compute_s=0.0, wire_efficiency=cost_model.TCP_OVER_ETHERNET)
+    assert predict("ddp", framed, Fit()) == pytest.approx(predict("ddp", plain, Fit()) / cost_model.TCP_OVER_ETHERNET)
+    # async waits for none of its averaging, but its CPU (messages, values) shares the cores: the more
+    # ranks per core and the shorter its round, the slower the step; without cost it is the compute alone
+    constants = Fit(overhead_s=1e-3, gamma_s=1e-9)
+    alone, shared = predict("async", setting(8, cores=8), constants), predict("async", setting(8, 2, cores=2), constants)
+    assert 0.05 < alone < shared and shared > 8 * 0.05
+    assert predict("async", setting(8, 2, cores=2, link_bps=10e9), constants) > shared  # rounds come more often
+    # diloco's outer step processes the model on the CPU once every 4 steps
+    assert predict("diloco", setting(4), Fit(gamma_s=1e-9)) > predict("diloco", setting(4), Fit())
+
+
 def test_fit_recovers_planted_constants() -> None:
     truth = Fit(overhead_s=10 ** (13 / 8) * 1e-5, gamma_s=10 ** (8 / 8) * 1e-10)  # on the search grid
     points = [(m, setting(n, k, cores=2), predict(m, setting(n, k, cores=2), truth))

@@ -1,7 +1,7 @@
 """The pipelined low_precision_decentralized round gives exactly (bit for bit) the replicas and weights
 of the recipe of DESIGN.md computed with torch and the plain kernels from every rank's state: rings of
 2 (one neighbour) and 3, one and many segments, several rounds (one with the difference computed
-ahead), and a codec plugged into it."""
+ahead, one overlapped: the neighbours' messages added after the round returned), and a codec plugged into it."""
 
 from __future__ import annotations
 
@@ -53,6 +53,11 @@ def _exact(rank: int) -> None:
             if step == 1:  # the difference computed ahead (the algorithm's prepare), then the exchange
                 op._difference(x)
                 op._ring_step(x, comm, prepared=True)
+            elif step == 2:  # overlapped (the algorithm's): x and w final at once, l and r once finished
+                finish = op._ring_step(x, comm, defer=True)
+                assert finish is not None
+                assert torch.equal(x, expected[0]) and torch.equal(op.weight, expected[1]), (numel, segment_numel)
+                finish()
             else:
                 op._ring_step(x, comm)
             got = (x, op.weight, op.left_peer_weight, op.right_peer_weight)

@@ -7,7 +7,11 @@ stepped weights x become ``w + D(C(x + l/3 + r/3 - 5/3 w))`` (see
 ``bagua_algorithms.decentralized.low_precision_op``). Communicated: one MinMaxUInt8-compressed
 copy of each bucket (uint8 payload plus its fp32 min/max) to each ring neighbour. The training thread
 computes each bucket's difference pass while the communication thread exchanges the buckets before
-it. Hierarchical: averaged inside the node first, the ring runs among the node leaders, broadcast inside the node.
+it. The step returns once this rank's messages are sent and its weights updated (they depend on its own
+message only); the neighbours' messages, which update only the replicas ``l`` and ``r``, travel during the
+next step's forward and backward and are added before the next difference (same bits as waiting for
+them: ``low_precision_op``'s "Overlapped"). Hierarchical: averaged inside the node first, the ring runs
+among the node leaders, broadcast inside the node.
 Fault-tolerant mode: the ring is the quorum's replicas, so the first step on every new quorum averages the
 weights over the quorum and restarts ``w``, ``l``, ``r`` from the average (the way the algorithm starts).
 
@@ -35,6 +39,7 @@ from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig
 from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
 from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.codecs import check_codec_name
+from bagua_core.runtime.failure.record import state as failure_state
 from bagua_core.runtime.exceptions import BaguaError
 
 _REPLICAS = ("weight", "left_peer_weight", "right_peer_weight")
@@ -73,6 +78,10 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
         self._resynchronize = on_a_quorum(process_group)
         """Fault-tolerant mode: this impl was reified on a new quorum; its first step re-derives the replicas."""
 
+    def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
+        self.complete_exchanges()  # buckets are being rebuilt: the old ops' rounds must not stay in flight
+        return super().init_tensors(bagua_module)
+
     def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
         self._module = bagua_module  # its buckets hold the replicas (state_dict)
         bucket.clear_ops()
@@ -80,10 +89,30 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
         bucket._weight = bucket.flattened_tensor().float().ensure_bagua_tensor("weight", name)
         bucket._left_peer_weight = bucket.flattened_tensor().float().ensure_bagua_tensor("left_peer_weight", name)
         bucket._right_peer_weight = bucket.flattened_tensor().float().ensure_bagua_tensor("right_peer_weight", name)
-        bucket.append_low_precision_decentralized_synchronous_op(
+        op = bucket.append_low_precision_decentralized_synchronous_op(
             bucket._weight, bucket._left_peer_weight, bucket._right_peer_weight, self.hierarchical,
             compression=self.compression, group=self.process_group,
         )
+        # the neighbours' messages travel during the next forward and backward (complete_exchanges)
+        op.overlap = isinstance(op, LowPrecisionDecentralizedOp)
+
+    def _finish_in_background(self) -> bool:
+        """Queue every op's :meth:`~LowPrecisionDecentralizedOp.complete` on the communication thread (after
+        the bucket operations, as every collective: a failure there is the group's failure, raised on
+        every rank); False when there is no op."""
+        ops = [op for _, op in self._replica_ops()]
+        if ops:
+            worker = self._module.process_group.worker
+            for op in ops:
+                worker.submit(op.complete)
+        return bool(ops)
+
+    def complete_exchanges(self) -> None:
+        """Wait until the neighbours' messages of the last round are added into the replicas ``l`` and
+        ``r``: before the next difference reads them, before they are saved, and before the module is
+        unwrapped (so no message is left in flight)."""
+        if self._finish_in_background():
+            self._module.process_group.worker.synchronize()
 
     def init_forward_pre_hook(self, bagua_module: torch.nn.Module) -> Callable:
         def hook(inputs) -> None:
@@ -108,9 +137,11 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
     def state_dict(self) -> dict:
         """Every bucket's replicas: this rank's weights as its neighbours know them (``weight``) and its
         view of its left and right neighbours' (an exact resume needs all three)."""
+        self.complete_exchanges()
         return {bucket.name: {key: getattr(op, key).clone() for key in _REPLICAS} for bucket, op in self._replica_ops()}
 
     def load_state_dict(self, state: dict) -> None:
+        self.complete_exchanges()
         ops = {bucket.name: op for bucket, op in self._replica_ops()}
         if set(ops) != set(state) or any(state[n][k].shape != getattr(ops[n], k).shape for n in ops for k in _REPLICAS):
             raise BaguaError(
@@ -125,6 +156,10 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
     def communicates_after_optimizer_step(self, bagua_module: torch.nn.Module) -> bool:
         return is_communication_step(bagua_module, self.communication_interval)
 
+    def shutdown(self, bagua_module: torch.nn.Module) -> None:
+        if failure_state.failure is None:  # after a failure, what is in flight never completes
+            self.complete_exchanges()
+
     def init_post_optimizer_step_hook(self, bagua_module: torch.nn.Module) -> Callable:
         def hook(optimizer: torch.optim.Optimizer) -> None:
             # with several optimizers, communicate once all of them have stepped
@@ -133,6 +168,7 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
                 return
             if not is_communication_step(bagua_module, self.communication_interval):
                 return
+            self.complete_exchanges()  # the last round's l and r: this round's difference reads them
             for bucket in bagua_module.bagua_buckets:
                 for op in bucket._ops:  # the difference pass here, while the buckets before it are on the wire
                     if isinstance(op, LowPrecisionDecentralizedOp):
@@ -140,6 +176,9 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
                 for tensor in bucket.tensors:
                     tensor.bagua_mark_communication_ready()
             bagua_module.bagua_wait_for_communication()
+            # x and w are final; the neighbours' segments are added into l and r on the communication
+            # thread while the next forward and backward run (the next round waits for it)
+            self._finish_in_background()
 
         return hook
 

@@ -16,6 +16,16 @@ one is, and each received segment updates l, r, w and x in one pass while later 
 averaged inside the node (reduce to the leader) first, the ring runs among the node leaders, and
 the result is broadcast in the node.
 
+Overlapped (``overlap=True``, what the algorithm sets): the new weights ``x = w + D(C(z))`` depend on
+this rank's own ``C(z)`` only, and the neighbours' messages update only ``l`` and ``r``, which nothing
+reads before the next round's difference. So the round updates w and x from its own encoded segments
+as soon as they are sent and returns with the neighbours' segments still travelling;
+:meth:`LowPrecisionDecentralizedOp.complete` (the algorithm calls it before the next round's
+difference, and before the replicas are saved or the module is unwrapped) waits for them and adds
+them into l and r. Same operations on the same values as the fused update (``left += D(from_left)``,
+``right += D(from_right)``, ``w += D(own)``, ``x = w``), so the same bits; the next step's forward and
+backward run while the bytes are on the wire. A failed receive is then raised by the next round.
+
 Example::
 
     >>> w, l, r = (bucket.flattened_tensor() for _ in range(3))
@@ -24,6 +34,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -81,6 +92,10 @@ class LowPrecisionDecentralizedOp:
         self.right_peer_weight = right_peer_weight.detach().view(-1)
         self._buffers: tuple[torch.Tensor, ...] | None = None
         self._prepared: tuple[torch.Tensor, torch.Tensor] | None = None  # (flat, x) of a prepared round
+        self.overlap = False
+        """Leave the neighbours' messages in flight when the round returns (see the module docstring);
+        :meth:`complete` finishes them."""
+        self._in_flight: Callable[[], None] | None = None
 
     @classmethod
     def append_to(cls, bucket: BaguaBucket, weight: torch.Tensor, left_peer_weight: torch.Tensor,
@@ -107,7 +122,17 @@ class LowPrecisionDecentralizedOp:
         self.codec.lpd_difference(x, self.weight, self.left_peer_weight, self.right_peer_weight, z, stats)
         self.codec.encode_headers_with_stats(z, 1, sent, stats, nonfinite=env.get_nonfinite_policy())
 
-    def _ring_step(self, x: torch.Tensor, comm: BaguaCommunicator, prepared: bool = False) -> None:
+    def complete(self) -> None:
+        """Finish a round left in flight (``overlap``): wait for the neighbours' segments, add them into
+        ``left_peer_weight`` and ``right_peer_weight``, wait for this rank's sends. Nothing to do otherwise."""
+        finish, self._in_flight = self._in_flight, None
+        if finish is not None:
+            finish()
+
+    def _ring_step(self, x: torch.Tensor, comm: BaguaCommunicator, prepared: bool = False,
+                   defer: bool = False) -> Callable[[], None] | None:
+        """One round on ``x`` over ``comm``. ``defer`` (the pipelined CPU path only): x and w are final on
+        return and the returned function finishes l and r (None: nothing left in flight)."""
         w, left, right, codec = self.weight, self.left_peer_weight, self.right_peer_weight, self.codec
         numel, n, rank = x.numel(), comm.nranks(), comm.rank()
         z, sent, from_left, from_right = self._workspace(numel)
@@ -121,7 +146,7 @@ class LowPrecisionDecentralizedOp:
                 codec.encode(z, 1, out=sent, nonfinite=env.get_nonfinite_policy())
             from_left, from_right = _exchange_whole(sent, from_left, from_right, comm) if n > 1 else (sent, sent)
             codec.lpd_update(from_left, from_right, sent, w, left, right, x, 0, numel)
-            return
+            return None
         if n == 2:  # both neighbours are the same rank: one message stream serves both
             from_right = from_left
             peers = [((rank - 1) % n, from_left)]
@@ -134,12 +159,15 @@ class LowPrecisionDecentralizedOp:
             self._difference(x)
         for _ in peers:
             record("send", sent)
+        if defer:
+            return _send_and_defer(comm, segs, peers, received, codec, z, sent, w, left, right, x, from_left, from_right)
         sends = exchange_round(
             comm, segs, [(peer, lambda s: sent[s.lo : s.hi]) for peer, _ in peers], received,
             lambda s: codec.encode_range(z, 1, sent, s.begin, s.end),
             lambda s: codec.lpd_update(from_left, from_right, sent, w, left, right, x, s.begin, s.end), _TAG,
         )
         wait_all(sends)
+        return None
 
     def _group(self, bucket: BaguaBucket) -> BaguaProcessGroup:
         return resolve_group(self.group, bucket)
@@ -186,14 +214,19 @@ class LowPrecisionDecentralizedOp:
                 replica.copy_(settled)
 
     def __call__(self, bucket: BaguaBucket) -> None:
+        self.complete()  # the previous round, if its caller did not (its l and r are this round's input)
         group = self._group(bucket)
         prepared, self._prepared = self._prepared, None
+
+        def ring(comm: BaguaCommunicator) -> None:
+            self._in_flight = self._ring_step(x, comm, prepared is not None, defer=self.overlap)
+
         with torch.no_grad():
             flat, x = prepared if prepared is not None else self._weights(bucket)
             if not self.hierarchical:
-                self._ring_step(x, group.get_global_communicator(), prepared is not None)
+                ring(group.get_global_communicator())
             else:
-                hierarchical(x, group, lambda inter: self._ring_step(x, inter, prepared is not None))
+                hierarchical(x, group, ring)
             if x is flat and flat is bucket.buffer:  # the weights were written in place, behind autograd
                 increment_version([tensor.bagua_getter_closure() for tensor in bucket.tensors])
             else:
@@ -217,3 +250,30 @@ def _exchange_whole(sent: torch.Tensor, from_left: torch.Tensor, from_right: tor
         works.append(isend(sent, left, group))
     wait_all(works)
     return from_left, (from_right if n > 2 else from_left)
+
+
+def _send_and_defer(comm: BaguaCommunicator, segs: list, peers: list[tuple[int, torch.Tensor]], received: list,
+                    codec: Codec, z: torch.Tensor, sent: torch.Tensor, w: torch.Tensor, left: torch.Tensor,
+                    right: torch.Tensor, x: torch.Tensor, from_left: torch.Tensor,
+                    from_right: torch.Tensor) -> Callable[[], None]:
+    """Encode and send every segment of C(z) to ``peers``, then ``w += D(C(z))``, ``x = w`` (the sends
+    only read ``sent``); return what waits for the neighbours' segments and adds them into ``left`` and
+    ``right`` (the decode of the fused update, target by target: the same bits)."""
+    group = comm.torch_group
+    sends = []
+    for segment in segs:
+        codec.encode_range(z, 1, sent, segment.begin, segment.end)
+        sends += [isend(sent[segment.lo : segment.hi], comm.global_rank(peer), group, tag=_TAG + segment.index)
+                  for peer, _ in peers]
+    for segment in segs:
+        codec.decode(sent, 1, w, accumulate=True, begin=segment.begin, end=segment.end)
+        x[segment.begin : segment.end].copy_(w[segment.begin : segment.end])
+
+    def finish() -> None:
+        for segment, works in zip(segs, received):
+            wait_all(works)
+            codec.decode(from_left, 1, left, accumulate=True, begin=segment.begin, end=segment.end)
+            codec.decode(from_right, 1, right, accumulate=True, begin=segment.begin, end=segment.end)
+        wait_all(sends)
+
+    return finish
