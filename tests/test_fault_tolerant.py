@@ -231,3 +231,26 @@ def test_main_job_fault_tolerant(tmp_path) -> None:
     per_epoch = len(load_digits()[1]) // (2 * 32)  # two replicas of one rank, 32 samples each per step
     assert result["fault_tolerance"]["committed"] == 2 * per_epoch, result
     assert result["test_accuracy"] > 0.5, result
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300, func_only=True)
+def test_replicas_of_two_ranks_started_together_train_together(tmp_path) -> None:
+    """Two replicas of two ranks each at the same step: torchft gives local rank 0 and local rank 1 the
+    stores of different primaries, yet the group over all four ranks forms and every step commits with
+    both replicas, bit-identical (it never formed before the fix: every step timed out configuring it)."""
+    from tests.fault_tolerant_job import Job
+
+    job = Job(tmp_path)
+    try:
+        job.start("a", ranks=2)
+        job.start("b", ranks=2)
+        for rank in ("a.0", "a.1", "b.0", "b.1"):
+            job.wait_for("committed 3 steps with both replicas",
+                         lambda rank=rank: len(job.committed(rank, quorum=2)) >= 3, 150.0, rank)
+        mine = {r["step"]: r["hash"] for r in job.committed("a.0", quorum=2)}
+        theirs = {r["step"]: r["hash"] for r in job.committed("b.0", quorum=2)}
+        common = sorted(set(mine) & set(theirs))
+        assert common and all(mine[s] == theirs[s] for s in common), (mine, theirs)
+    finally:
+        job.close()

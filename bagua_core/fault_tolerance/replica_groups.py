@@ -4,8 +4,12 @@ torchft gives each rank of a replica a gloo group with the same rank of every ot
 "replicate" dimension). bagua's algorithms also need one group over every rank of every replica (their
 global communicator) when a replica has more than one rank: :class:`ReplicaGroups` is torchft's
 ``ProcessGroupGloo`` (what the Manager configures, heals through and checks) that configures a second
-one, over all ``replicas * ranks_per_replica`` ranks, in the same call, from the same quorum store
-(under its own prefix). With one rank per replica the two are the same group and only one is made.
+one, over all ``replicas * ranks_per_replica`` ranks, in the same call, under its own prefix. torchft
+hands each local rank the store of a *different* primary replica (local rank ``k`` gets the store of
+participant ``k % n`` among those at the quorum's step, to spread the load), so the group over every rank
+rendezvouses on the store local rank 0 was given, which is the same in every replica: local rank 0
+publishes its address in the replica's own store for the quorum, the other local ranks read it there.
+With one rank per replica the two are the same group and only one is made.
 
 Example::
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import torch.distributed as dist
 from torchft import ProcessGroupGloo
 
 __all__ = ["ReplicaGroups"]
@@ -29,6 +34,7 @@ class ReplicaGroups(ProcessGroupGloo):
 
     def __init__(self, timeout: timedelta) -> None:
         super().__init__(timeout=timeout)
+        self._store_timeout = timeout
         self._everyone = ProcessGroupGloo(timeout=timeout)
         self.ranks_per_replica = 1
 
@@ -40,9 +46,20 @@ class ReplicaGroups(ProcessGroupGloo):
         per_replica = group_world_size or 1
         self.ranks_per_replica = per_replica
         if per_replica > 1:  # torchft's address ends with this rank's own prefix: .../torchft/<quorum>/<group_rank>
-            base = store_addr.rsplit("/", 1)[0]
+            base = self._everyone_base(store_addr.rsplit("/", 1)[0], quorum_id, group_rank or 0)
             self._everyone.configure(f"{base}/bagua_everyone", replica_id, rank * per_replica + (group_rank or 0),
                                      world_size * per_replica, quorum_id)
+
+    def _everyone_base(self, own: str, quorum_id: int | None, group_rank: int) -> str:
+        """The quorum store prefix torchft gave local rank 0 (the same in every replica), published by it in
+        the replica's own store and read there by the replica's other ranks."""
+        store = dist.distributed_c10d._get_default_store()
+        key = f"bagua_ft/everyone_store/{quorum_id}"
+        if group_rank == 0:
+            store.set(key, own)
+            return own
+        store.wait([key], self._store_timeout)
+        return store.get(key).decode()
 
     def same_rank_inner(self) -> Any:
         """The current gloo group between this rank and the same rank of every replica (None: not configured)."""
