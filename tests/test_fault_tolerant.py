@@ -121,6 +121,18 @@ def test_quorum_sampler_follows_the_quorum(monkeypatch) -> None:
     assert not torch.equal(sampler.order(1), sampler.order(0))
 
 
+def test_auto_is_refused_naming_what_to_pass(monkeypatch) -> None:
+    import bagua_core.fault_tolerance.current as current
+    from bagua_algorithms.auto import AutoAlgorithm
+
+    auto = AutoAlgorithm(candidates=["bytegrad", "gradient_allreduce"])
+    monkeypatch.setattr(current, "_runtime", object())  # fault-tolerant mode
+    with pytest.raises(BaguaConfigError, match=r"algorithm 'auto' cannot run in fault-tolerant mode: .* one of its "
+                                               r"candidates that run in fault-tolerant mode: bytegrad, "
+                                               r"gradient_allreduce \(e\.g\. with_bagua\(\[optimizer\], 'bytegrad'\)"):
+        auto.reify(None)
+
+
 class _FailingInner:
     def __init__(self) -> None:
         self.calls = 0
