@@ -1,5 +1,6 @@
 """The fault matrix of fault-tolerant mode: every fault-tolerant algorithm (local_sgd: the example plugin
-package's source, through the plugin API) x {kill -9 a replica mid-step,
+package's source, through the plugin API) x {kill -9 a replica mid-step, kill -9 a replica inside a collective
+between replicas,
 a hung replica with a short timeout, a replica joining late, a killed replica restarted, a joiner with
 different options}. The healthy replica is never restarted (one pid throughout), never waits past the
 timeout plus a margin between commits, and stays finite; after healing, replicas of the synchronous
@@ -88,6 +89,29 @@ def test_kill_replica_mid_step(job: Job, algorithm: str) -> None:
     assert job.wait_exit("a", GAP_S) == 0, job.output("a")[-2000:]
     records = _check_healthy(job, "a")
     assert any(r["quorum"] == 2 and r["committed"] for r in records), "a and b never trained together"
+
+
+@pytest.mark.timeout(300, func_only=True)
+@pytest.mark.parametrize("algorithm", PARAMS)
+def test_kill_during_exchange(job: Job, algorithm: str) -> None:
+    """b is killed from inside a collective between the replicas (``--die-in-exchange``): a's exchange fails,
+    a commits nothing of that step (its weights and step are those of its last commit) and trains on alone."""
+    job.start("a", *_args(algorithm))
+    job.start("b", *_args(algorithm), "--die-in-exchange", "4")
+    assert job.wait_exit("b", START_S) == -9, job.output("b")[-2000:]
+    assert "dying inside collective" in job.output("b"), job.output("b")[-2000:]
+    job.wait_for("committed 3 steps alone after b was killed", lambda: len(job.committed("a", quorum=1)) >= 3,
+                 GAP_S * 3, "a")
+    job.stop()
+    assert job.wait_exit("a", GAP_S) == 0, job.output("a")[-2000:]
+    records = _check_healthy(job, "a")
+    assert any(r["quorum"] == 2 and r["committed"] for r in records), "a and b never trained together"
+    discarded = [i for i, r in enumerate(records) if not r["committed"]]
+    assert discarded, "a committed the step b was killed in"
+    for i in discarded:
+        last = next((r for r in reversed(records[:i]) if r["committed"]), None)
+        if last is not None:  # nothing of the discarded step stays: weights and step are the last commit's
+            assert (records[i]["hash"], records[i]["step"]) == (last["hash"], last["step"]), (records[i], last)
 
 
 @pytest.mark.timeout(300, func_only=True)
