@@ -17,7 +17,7 @@ from bagua_core.fault_tolerance import FaultTolerantOptions, QuorumSampler, reso
 from bagua_core.fault_tolerance import state as ft_state
 from bagua_core.plugins import algorithm_registry
 
-DECLARED = {"gradient_allreduce", "bytegrad", "powersgd", "qadam", "diloco", "decentralized"}
+DECLARED = {"gradient_allreduce", "bytegrad", "powersgd", "qadam", "diloco", "decentralized", "async"}
 
 
 def test_capability_rejects_unknown_parts() -> None:
@@ -131,6 +131,58 @@ def test_auto_is_refused_naming_what_to_pass(monkeypatch) -> None:
                                                r"candidates that run in fault-tolerant mode: bytegrad, "
                                                r"gradient_allreduce \(e\.g\. with_bagua\(\[optimizer\], 'bytegrad'\)"):
         auto.reify(None)
+
+
+class _PeerDiesInWeights:
+    """A quorum's gloo group whose peer agrees on the stop flag (1 element), then dies in the weights'
+    allreduce after part of it arrived (the buffer holds a partial sum)."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def allreduce(self, tensors, opts):
+        self.calls.append(tensors[0].numel())
+        if tensors[0].numel() == 1:
+            return types.SimpleNamespace(wait=lambda: True, is_completed=lambda: True)
+        tensors[0].add_(1000.0)  # garbage that must never reach the weights
+
+        def wait():
+            raise RuntimeError("Connection closed by peer")
+
+        return types.SimpleNamespace(wait=wait, is_completed=lambda: False)
+
+
+def test_async_round_that_fails_applies_nothing() -> None:
+    """Fault-tolerant async: a round whose weights' allreduce fails mid-way is dropped (the weights keep their
+    value), the failure is reported once, and the end-of-step stop raises it for the runtime."""
+    from bagua_algorithms.async_model_average.averager import AsyncModelAverager
+    from bagua_core.fault_tolerance.managed_group import ManagedGroup
+    from bagua_core.runtime.communication.communicator import BaguaCommunicator
+
+    started = not dist.is_initialized()
+    if started:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        errors: list[Exception] = []
+        inner = _PeerDiesInWeights()
+        group = ManagedGroup(inner, 0, 2, "test_async_quorum", errors.append)
+        group.register()
+        bucket = types.SimpleNamespace(buffer=torch.ones(4), device=torch.device("cpu"), check_flatten=lambda: True)
+        bucket.flattened_tensor = lambda: bucket.buffer.clone()
+        try:
+            averager = AsyncModelAverager([bucket], BaguaCommunicator(group, group.ranks, "test"), 10, step_bound=True)
+            averager.start()
+            averager._thread.join(10)
+            assert not averager.running
+            with pytest.raises(RuntimeError, match="nothing of it is applied: Connection closed by peer"):
+                averager.stop_for_step(timeout=10)
+        finally:
+            group.unregister()
+        assert inner.calls == [1, 4] and len(errors) == 1  # the flag, then the weights (which failed)
+        assert torch.equal(bucket.buffer, torch.ones(4))
+    finally:
+        if started:
+            dist.destroy_process_group()
 
 
 class _FailingInner:

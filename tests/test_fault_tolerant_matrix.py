@@ -25,6 +25,10 @@ ALGORITHMS = {  # options, a different option for the refused joiner, the field 
                  "options.matrix_approximation_rank"),
     "qadam": ({"name": "qadam"}, {"hierarchical": False}, "options.hierarchical"),
     "diloco": ({"name": "diloco", "inner_steps": 3}, {"inner_steps": 4}, "options.inner_steps"),
+    "diloco_streaming": ({"name": "diloco", "streaming": True, "inner_steps": 4, "fragments": 2}, {"fragments": 4},
+                         "options.fragments"),
+    "async": ({"name": "async", "sync_interval_ms": 20, "warmup_steps": 2}, {"sync_interval_ms": 40},
+              "options.sync_interval_ms"),
     "decentralized": ({"name": "decentralized"}, {"communication_interval": 2}, "options.communication_interval"),
     "local_sgd": ({"name": "local_sgd", "sync_every": 2}, {"sync_every": 3}, "options.sync_every"),
 }
