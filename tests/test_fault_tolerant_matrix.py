@@ -34,6 +34,9 @@ ALGORITHMS = {  # options, a different option for the refused joiner, the field 
 }
 SYNCHRONOUS = {"gradient_allreduce", "bytegrad", "powersgd", "qadam"}
 """Replicas' weights are equal after every committed step (diloco's differ between its syncs)."""
+EXCHANGE_OVERLAPS_STEP = {"diloco_streaming"}
+"""An exchange stays in flight into the next step: when its quorum changes before it is merged, every survivor
+sends its part again on the new quorum's group instead of discarding a step."""
 START_S = 150.0
 """Deadline for a replica's first commits (imports and the first quorum on a loaded 2-core machine)."""
 GAP_S = max(TIMEOUT_S, HANG_TIMEOUT_S) + (JOIN_TIMEOUT_MS + HEARTBEAT_TIMEOUT_MS) / 1000 + 25.0
@@ -111,7 +114,10 @@ def test_kill_during_exchange(job: Job, algorithm: str) -> None:
     records = _check_healthy(job, "a")
     assert any(r["quorum"] == 2 and r["committed"] for r in records), "a and b never trained together"
     discarded = [i for i, r in enumerate(records) if not r["committed"]]
-    assert discarded, "a committed the step b was killed in"
+    if algorithm in EXCHANGE_OVERLAPS_STEP and not discarded:  # b died in an exchange a had left in flight
+        assert "is sent again" in job.output("a"), "a merged an exchange b was killed in"
+    else:
+        assert discarded, "a committed the step b was killed in"
     for i in discarded:
         last = next((r for r in reversed(records[:i]) if r["committed"]), None)
         if last is not None:  # nothing of the discarded step stays: weights and step are the last commit's
