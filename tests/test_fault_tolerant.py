@@ -96,6 +96,19 @@ def test_capture_and_restore_round_trip() -> None:
     assert torch.equal(momentum, saved["optimizer"][0]["state"][0]["momentum_buffer"])
 
 
+def test_capture_copies_a_tensor_reached_twice_once() -> None:
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.bagua_optimizers, model.bagua_train_step_counter = [optimizer], 1
+    # an algorithm's state holding the parameters (as diloco's local copy), and fresh scalars of equal shape
+    model.bagua_algorithm = types.SimpleNamespace(state_dict=lambda: {
+        "local": [p.detach() for p in model.parameters()], "a": torch.tensor(1.0), "b": torch.tensor(2.0)})
+    saved = ft_state.capture(model, ("weights", "optimizer", "algorithm_state", "step"))
+    assert saved["algorithm_state"]["local"][0] is saved["weights"]["weight"]
+    assert saved["weights"]["weight"].data_ptr() != model.weight.data_ptr()
+    assert (float(saved["algorithm_state"]["a"]), float(saved["algorithm_state"]["b"])) == (1.0, 2.0)
+
+
 def test_quorum_sampler_follows_the_quorum(monkeypatch) -> None:
     runtime = types.SimpleNamespace(data_epoch=0, data_position=0, rank=0, size=3, ended=0)
     runtime.shard = lambda batch: (runtime.data_position, runtime.rank, runtime.size)
