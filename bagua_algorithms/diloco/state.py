@@ -3,7 +3,8 @@
 
 Saved: the outer state (every fragment's start weights and the outer optimizer), the residuals of error
 feedback, the outer gradients received or in flight (waited for here, merged at their step after the
-restart; in fault-tolerant mode not waited for: what this rank sent is kept and sent again on restore), the schedule position (train step, last inner step whose events ran), this rank's local
+restart; in fault-tolerant mode not waited for: what this rank sent is kept and sent again on restore),
+the schedule position (train step, last inner step whose events ran), this rank's local
 parameters and its inner optimizers (the dense checkpoint file holds rank 0's only). Restored, a run
 continues exactly as if it had not stopped.
 
