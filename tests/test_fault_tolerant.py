@@ -146,6 +146,44 @@ def test_auto_is_refused_naming_what_to_pass(monkeypatch) -> None:
         auto.reify(None)
 
 
+def test_runtime_quiesces_before_the_quorum_and_the_commit_decision() -> None:
+    """``AlgorithmImpl.quiesce`` runs before the quorum is joined (which may reconfigure the group) and before
+    ``should_commit``; its exception is reported as the step's failure, not raised."""
+    from bagua_core.fault_tolerance.runtime import FaultTolerantRuntime
+
+    calls: list[str] = []
+    failing = [False]
+
+    def quiesce(module) -> None:
+        calls.append("quiesce")
+        if failing[0]:
+            raise RuntimeError("round failed")
+
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.bagua_optimizers, model.bagua_train_step_counter = [optimizer], 1
+    model.bagua_algorithm = types.SimpleNamespace(state_dict=lambda: {}, load_state_dict=lambda s: None,
+                                                  quiesce=quiesce)
+    runtime = FaultTolerantRuntime.__new__(FaultTolerantRuntime)
+    runtime.options = types.SimpleNamespace(replica_id="r")
+    runtime.manager = types.SimpleNamespace(
+        start_quorum=lambda: calls.append("quorum"), _quorum_id=7, errored=lambda: None,
+        should_commit=lambda: calls.append("commit") or "error" not in calls[-2],
+        report_error=lambda exc: calls.append(f"error {exc}"))
+    runtime.quorum_id, runtime.module, runtime.policy = 7, model, FaultTolerance(commit="after_step")
+    runtime.group = types.SimpleNamespace(managed_groups=[], world_size=1)
+    runtime.stats = {"committed": 0, "discarded": 0, "first_commit_s": 1.0}
+    runtime.data_position, runtime._batch_samples, runtime.step_open = 0, 0, False
+    for fail in (False, True):
+        failing[0], calls[:] = fail, []
+        runtime.begin_step(model)
+        model(torch.randn(2, 3)).sum().backward()
+        runtime._step(optimizer, optimizer.step, (), {})
+        assert calls == ["quiesce", "quorum", "quiesce", "commit"] if not fail else \
+            ["quiesce", "error round failed", "quorum", "quiesce", "error round failed", "commit"], calls
+    assert runtime.stats["committed"] == 1 and runtime.stats["discarded"] == 1
+
+
 class _PeerDiesInWeights:
     """A quorum's gloo group whose peer agrees on the stop flag (1 element), then dies in the weights'
     allreduce after part of it arrived (the buffer holds a partial sum)."""
