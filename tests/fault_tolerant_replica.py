@@ -20,6 +20,7 @@ import hashlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
+import threading  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -55,8 +56,8 @@ class ExchangeKiller:
             def run_or_die(*args):
                 self.calls += 1
                 if self.step >= self.at and self.calls >= self.last_calls:
-                    print(f"dying inside collective {method} on {group!r}: call {self.calls} of step {self.step}",
-                          flush=True)
+                    print(f"dying inside collective {method} on {group!r}: call {self.calls} of step {self.step}, "
+                          f"thread {threading.current_thread().name}", flush=True)
                     os.kill(os.getpid(), signal.SIGKILL)
                 return run(*args)
 
