@@ -3,7 +3,8 @@
 Trains a tiny MLP on a seeded synthetic data set read through ``QuorumSampler`` and appends one JSON line
 per step to ``--records``: the manager's committed step, whether it committed, the quorum's size and this
 replica's rank in it, a hash of the weights after the step, the pid. ``--die-at`` / ``--hang-at`` make
-it fail in the middle of that step (after forward, before backward: its peers are in the exchange).
+it fail in the middle of that step (after forward, before backward: its peers are in the exchange);
+``--die-in-exchange`` kills it from inside a collective between replicas (:class:`ExchangeKiller`).
 It stops after ``--steps`` committed steps or when the file ``--stop`` exists. Under ``bagua run
 --fault-tolerant`` ``{replica}`` in ``--records`` is the replica's id and ``--only-replica`` picks the one to fail.
 """
@@ -19,6 +20,7 @@ import hashlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
+import threading  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -33,6 +35,42 @@ def weights_hash(model: torch.nn.Module) -> str:
     return digest.hexdigest()[:16]
 
 
+class ExchangeKiller:
+    """``--die-in-exchange N``: SIGKILL from inside the managed group's collective (between replicas) of the first
+    step >= N that issues any, at the call that was the last of the previous step with collectives (so the
+    earlier collectives of a step that has several, e.g. bytegrad's alltoall before its allgather, were sent;
+    the peers wait in the killed one). A collective of a background thread (async) counts for the step it
+    runs in. It prints a line naming the collective before it dies."""
+
+    def __init__(self, step: int) -> None:
+        from bagua_core.fault_tolerance.managed_group import ManagedGroup
+
+        self.at, self.step, self.calls, self.last_calls = step, 0, 0, 1
+        if step <= 0:
+            return
+        original = ManagedGroup._forwarder
+
+        def forwarder(group: ManagedGroup, method: str):
+            run = original(group, method)
+
+            def run_or_die(*args):
+                self.calls += 1
+                if self.step >= self.at and self.calls >= self.last_calls:
+                    print(f"dying inside collective {method} on {group!r}: call {self.calls} of step {self.step}, "
+                          f"thread {threading.current_thread().name}", flush=True)
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return run(*args)
+
+            return run_or_die
+
+        ManagedGroup._forwarder = forwarder
+
+    def begin(self, step: int) -> None:
+        if self.calls:
+            self.last_calls = self.calls
+        self.step, self.calls = step, 0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--algorithm", default='{"name": "gradient_allreduce"}')
@@ -42,6 +80,8 @@ def main() -> None:
     parser.add_argument("--records", required=True)
     parser.add_argument("--die-at", type=int, default=-1, help="SIGKILL itself in the middle of this step")
     parser.add_argument("--hang-at", type=int, default=-1, help="hang (sleep) in the middle of this step")
+    parser.add_argument("--die-in-exchange", type=int, default=-1,
+                        help="SIGKILL itself inside a collective between replicas at this step (ExchangeKiller)")
     parser.add_argument("--step-delay", type=float, default=0.0)
     parser.add_argument("--only-replica", default="", help="--die-at/--hang-at apply only to this BAGUA_FT_REPLICA_ID, "
                         "and only to its first attempt under torchrun")
@@ -50,9 +90,10 @@ def main() -> None:
     replica = os.environ.get("BAGUA_FT_REPLICA_ID", "")
     args.records = args.records.replace("{replica}", replica)
     if args.only_replica and (replica != args.only_replica or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0"):
-        args.die_at = args.hang_at = -1
+        args.die_at = args.hang_at = args.die_in_exchange = -1
     if args.only_rank >= 0 and int(os.environ.get("RANK", "0")) != args.only_rank:
-        args.die_at = args.hang_at = -1
+        args.die_at = args.hang_at = args.die_in_exchange = -1
+    killer = ExchangeKiller(args.die_in_exchange)
 
     bagua.init_process_group()
     runtime = current_runtime()
@@ -80,6 +121,7 @@ def main() -> None:
             if indices is None:
                 continue
             step_in_process += 1
+            killer.begin(step_in_process)
             optimizer.zero_grad()
             loss = torch.nn.functional.cross_entropy(model(x[indices]), y[indices])
             if step_in_process == args.die_at:

@@ -168,6 +168,42 @@ def test_checkpoint_resumes_exactly_with_an_exchange_in_flight(tmp_path) -> None
     run_workers(_resume, 2, str(tmp_path), options)
 
 
+def _redo_in_flight(rank: int, options: dict) -> None:
+    """Fault-tolerant mode's copy of the step (``state_of(wait=False)``) leaves the exchange in flight and keeps
+    what this rank sent; restoring it sends that again, and the run goes on exactly as without the restore."""
+    from bagua_algorithms.diloco.state import restore, state_of
+    from bagua_core.fault_tolerance.state import capture, copy_tree
+
+    model = Net()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    model = model.with_bagua([optimizer], {"name": "diloco", **options})
+    impl = model.bagua_algorithm
+    for t in range(1, 7):
+        _step(model, optimizer, rank, t, average_grads=False)
+    in_flight = [f for f in impl.pending if f not in impl.landed]
+    assert in_flight and impl.exchanges[in_flight[0]].in_flight
+    saved = capture(model, ("weights", "optimizer", "step"))
+    saved_state = copy_tree(state_of(impl, wait=False))
+    assert [f for f, _ in saved_state["sent"]] == in_flight
+    assert impl.exchanges[in_flight[0]].in_flight and not impl.landed  # the copy did not wait
+    for t in range(7, 11):
+        _step(model, optimizer, rank, t, average_grads=False)
+    expected = _params(model)
+    from bagua_core.fault_tolerance.state import restore as restore_module
+
+    restore_module(model, saved)
+    restore(impl, saved_state)  # the exchange is sent again on the group (every rank does, in order)
+    for t in range(7, 11):
+        _step(model, optimizer, rank, t, average_grads=False)
+    assert torch.equal(_params(model), expected)
+
+
+@pytest.mark.parametrize("compression", [None, "MinMaxUInt4"])
+def test_restore_sends_the_exchange_in_flight_again(compression: str | None) -> None:
+    options = {"streaming": True, "inner_steps": 4, "fragments": 2, "overlap_steps": 1, "compression": compression}
+    run_workers(_redo_in_flight, 2, options)
+
+
 @pytest.mark.parametrize("options, field", [
     ({"inner_steps": 0}, "inner_steps"),
     ({"outer_lr": -1.0}, "outer_lr"),

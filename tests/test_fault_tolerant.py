@@ -17,7 +17,7 @@ from bagua_core.fault_tolerance import state as ft_state
 from bagua_core.plugins import algorithm_registry
 
 DECLARED = {"gradient_allreduce", "bytegrad", "powersgd", "qadam", "diloco", "decentralized", "low_precision_decentralized",
-            "decentralized_dp"}
+            "decentralized_dp", "async"}
 
 
 def test_capability_rejects_unknown_parts() -> None:
@@ -96,6 +96,19 @@ def test_capture_and_restore_round_trip() -> None:
     assert torch.equal(momentum, saved["optimizer"][0]["state"][0]["momentum_buffer"])
 
 
+def test_capture_copies_a_tensor_reached_twice_once() -> None:
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.bagua_optimizers, model.bagua_train_step_counter = [optimizer], 1
+    # an algorithm's state holding the parameters (as diloco's local copy), and fresh scalars of equal shape
+    model.bagua_algorithm = types.SimpleNamespace(state_dict=lambda: {
+        "local": [p.detach() for p in model.parameters()], "a": torch.tensor(1.0), "b": torch.tensor(2.0)})
+    saved = ft_state.capture(model, ("weights", "optimizer", "algorithm_state", "step"))
+    assert saved["algorithm_state"]["local"][0] is saved["weights"]["weight"]
+    assert saved["weights"]["weight"].data_ptr() != model.weight.data_ptr()
+    assert (float(saved["algorithm_state"]["a"]), float(saved["algorithm_state"]["b"])) == (1.0, 2.0)
+
+
 def test_quorum_sampler_follows_the_quorum(monkeypatch) -> None:
     runtime = types.SimpleNamespace(data_epoch=0, data_position=0, rank=0, size=3, ended=0)
     runtime.shard = lambda batch: (runtime.data_position, runtime.rank, runtime.size)
@@ -119,6 +132,108 @@ def test_quorum_sampler_follows_the_quorum(monkeypatch) -> None:
     assert sampler.next_indices(None) is None
     assert (sampler.epoch, runtime.data_position, runtime.ended) == (1, 0, 1)  # every replica moves on alike
     assert not torch.equal(sampler.order(1), sampler.order(0))
+
+
+def test_auto_is_refused_naming_what_to_pass(monkeypatch) -> None:
+    import bagua_core.fault_tolerance.current as current
+    from bagua_algorithms.auto import AutoAlgorithm
+
+    auto = AutoAlgorithm(candidates=["bytegrad", "gradient_allreduce"])
+    monkeypatch.setattr(current, "_runtime", object())  # fault-tolerant mode
+    with pytest.raises(BaguaConfigError, match=r"algorithm 'auto' cannot run in fault-tolerant mode: .* one of its "
+                                               r"candidates that run in fault-tolerant mode: bytegrad, "
+                                               r"gradient_allreduce \(e\.g\. with_bagua\(\[optimizer\], 'bytegrad'\)"):
+        auto.reify(None)
+
+
+def test_runtime_quiesces_before_the_quorum_and_the_commit_decision() -> None:
+    """``AlgorithmImpl.quiesce`` runs before the quorum is joined (which may reconfigure the group) and before
+    ``should_commit``; its exception is reported as the step's failure, not raised."""
+    from bagua_core.fault_tolerance.runtime import FaultTolerantRuntime
+
+    calls: list[str] = []
+    failing = [False]
+
+    def quiesce(module) -> None:
+        calls.append("quiesce")
+        if failing[0]:
+            raise RuntimeError("round failed")
+
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.bagua_optimizers, model.bagua_train_step_counter = [optimizer], 1
+    model.bagua_algorithm = types.SimpleNamespace(state_dict=lambda: {}, load_state_dict=lambda s: None,
+                                                  quiesce=quiesce)
+    runtime = FaultTolerantRuntime.__new__(FaultTolerantRuntime)
+    runtime.options = types.SimpleNamespace(replica_id="r")
+    runtime.manager = types.SimpleNamespace(
+        start_quorum=lambda: calls.append("quorum"), _quorum_id=7, errored=lambda: None,
+        should_commit=lambda: calls.append("commit") or "error" not in calls[-2],
+        report_error=lambda exc: calls.append(f"error {exc}"))
+    runtime.quorum_id, runtime.module, runtime.policy = 7, model, FaultTolerance(commit="after_step")
+    runtime.group = types.SimpleNamespace(managed_groups=[], world_size=1)
+    runtime.stats = {"committed": 0, "discarded": 0, "first_commit_s": 1.0}
+    runtime.data_position, runtime._batch_samples, runtime.step_open = 0, 0, False
+    for fail in (False, True):
+        failing[0], calls[:] = fail, []
+        runtime.begin_step(model)
+        model(torch.randn(2, 3)).sum().backward()
+        runtime._step(optimizer, optimizer.step, (), {})
+        assert calls == ["quiesce", "quorum", "quiesce", "commit"] if not fail else \
+            ["quiesce", "error round failed", "quorum", "quiesce", "error round failed", "commit"], calls
+    assert runtime.stats["committed"] == 1 and runtime.stats["discarded"] == 1
+
+
+class _PeerDiesInWeights:
+    """A quorum's gloo group whose peer agrees on the stop flag (1 element), then dies in the weights'
+    allreduce after part of it arrived (the buffer holds a partial sum)."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def allreduce(self, tensors, opts):
+        self.calls.append(tensors[0].numel())
+        if tensors[0].numel() == 1:
+            return types.SimpleNamespace(wait=lambda: True, is_completed=lambda: True)
+        tensors[0].add_(1000.0)  # garbage that must never reach the weights
+
+        def wait():
+            raise RuntimeError("Connection closed by peer")
+
+        return types.SimpleNamespace(wait=wait, is_completed=lambda: False)
+
+
+def test_async_round_that_fails_applies_nothing() -> None:
+    """Fault-tolerant async: a round whose weights' allreduce fails mid-way is dropped (the weights keep their
+    value), the failure is reported once, and the end-of-step stop raises it for the runtime."""
+    from bagua_algorithms.async_model_average.averager import AsyncModelAverager
+    from bagua_core.fault_tolerance.managed_group import ManagedGroup
+    from bagua_core.runtime.communication.communicator import BaguaCommunicator
+
+    started = not dist.is_initialized()
+    if started:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        errors: list[Exception] = []
+        inner = _PeerDiesInWeights()
+        group = ManagedGroup(inner, 0, 2, "test_async_quorum", errors.append)
+        group.register()
+        bucket = types.SimpleNamespace(buffer=torch.ones(4), device=torch.device("cpu"), check_flatten=lambda: True)
+        bucket.flattened_tensor = lambda: bucket.buffer.clone()
+        try:
+            averager = AsyncModelAverager([bucket], BaguaCommunicator(group, group.ranks, "test"), 10, step_bound=True)
+            averager.start()
+            averager._thread.join(10)
+            assert not averager.running
+            with pytest.raises(RuntimeError, match="nothing of it is applied: Connection closed by peer"):
+                averager.stop_for_step(timeout=10)
+        finally:
+            group.unregister()
+        assert inner.calls == [1, 4] and len(errors) == 1  # the flag, then the weights (which failed)
+        assert torch.equal(bucket.buffer, torch.ones(4))
+    finally:
+        if started:
+            dist.destroy_process_group()
 
 
 class _FailingInner:

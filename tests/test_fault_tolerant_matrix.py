@@ -1,5 +1,6 @@
 """The fault matrix of fault-tolerant mode: every fault-tolerant algorithm (local_sgd: the example plugin
-package's source, through the plugin API) x {kill -9 a replica mid-step,
+package's source, through the plugin API) x {kill -9 a replica mid-step, kill -9 a replica inside a collective
+between replicas,
 a hung replica with a short timeout, a replica joining late, a killed replica restarted, a joiner with
 different options}. The healthy replica is never restarted (one pid throughout), never waits past the
 timeout plus a margin between commits, and stays finite; after healing, replicas of the synchronous
@@ -24,6 +25,10 @@ ALGORITHMS = {  # options, a different option for the refused joiner, the field 
                  "options.matrix_approximation_rank"),
     "qadam": ({"name": "qadam"}, {"hierarchical": False}, "options.hierarchical"),
     "diloco": ({"name": "diloco", "inner_steps": 3}, {"inner_steps": 4}, "options.inner_steps"),
+    "diloco_streaming": ({"name": "diloco", "streaming": True, "inner_steps": 4, "fragments": 2}, {"fragments": 4},
+                         "options.fragments"),
+    "async": ({"name": "async", "sync_interval_ms": 20, "warmup_steps": 2}, {"sync_interval_ms": 40},
+              "options.sync_interval_ms"),
     "decentralized": ({"name": "decentralized"}, {"communication_interval": 2}, "options.communication_interval"),
     "decentralized_shift_one": ({"name": "decentralized", "peer_selection_mode": "shift_one"}, {"hierarchical": False},
                                 "options.hierarchical"),
@@ -38,6 +43,9 @@ ALGORITHMS = {  # options, a different option for the refused joiner, the field 
 SYNCHRONOUS = {"gradient_allreduce", "bytegrad", "powersgd", "qadam", "decentralized_dp", "decentralized_dp_ring"}
 """Replicas' weights are equal after every committed step (diloco's differ between its syncs; decentralized_dp's
 two replicas average exactly at the end of every step, on the complete and on the ring topology alike)."""
+EXCHANGE_OVERLAPS_STEP = {"diloco_streaming"}
+"""An exchange stays in flight into the next step: when its quorum changes before it is merged, every survivor
+sends its part again on the new quorum's group instead of discarding a step."""
 START_S = 150.0
 """Deadline for a replica's first commits (imports and the first quorum on a loaded 2-core machine)."""
 GAP_S = max(TIMEOUT_S, HANG_TIMEOUT_S) + (JOIN_TIMEOUT_MS + HEARTBEAT_TIMEOUT_MS) / 1000 + 25.0
@@ -97,6 +105,32 @@ def test_kill_replica_mid_step(job: Job, algorithm: str) -> None:
     assert job.wait_exit("a", GAP_S) == 0, job.output("a")[-2000:]
     records = _check_healthy(job, "a")
     assert any(r["quorum"] == 2 and r["committed"] for r in records), "a and b never trained together"
+
+
+@pytest.mark.timeout(300, func_only=True)
+@pytest.mark.parametrize("algorithm", PARAMS)
+def test_kill_during_exchange(job: Job, algorithm: str) -> None:
+    """b is killed from inside a collective between the replicas (``--die-in-exchange``): a's exchange fails,
+    a commits nothing of that step (its weights and step are those of its last commit) and trains on alone."""
+    job.start("a", *_args(algorithm))
+    job.start("b", *_args(algorithm), "--die-in-exchange", "4")
+    assert job.wait_exit("b", START_S) == -9, job.output("b")[-2000:]
+    assert "dying inside collective" in job.output("b"), job.output("b")[-2000:]
+    job.wait_for("committed 3 steps alone after b was killed", lambda: len(job.committed("a", quorum=1)) >= 3,
+                 GAP_S * 3, "a")
+    job.stop()
+    assert job.wait_exit("a", GAP_S) == 0, job.output("a")[-2000:]
+    records = _check_healthy(job, "a")
+    assert any(r["quorum"] == 2 and r["committed"] for r in records), "a and b never trained together"
+    discarded = [i for i, r in enumerate(records) if not r["committed"]]
+    if algorithm in EXCHANGE_OVERLAPS_STEP and not discarded:  # b died in an exchange a had left in flight
+        assert "is sent again" in job.output("a"), "a merged an exchange b was killed in"
+    else:
+        assert discarded, "a committed the step b was killed in"
+    for i in discarded:
+        last = next((r for r in reversed(records[:i]) if r["committed"]), None)
+        if last is not None:  # nothing of the discarded step stays: weights and step are the last commit's
+            assert (records[i]["hash"], records[i]["step"]) == (last["hash"], last["step"]), (records[i], last)
 
 
 @pytest.mark.timeout(300, func_only=True)

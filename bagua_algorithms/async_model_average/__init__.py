@@ -16,6 +16,17 @@ until all have). ``resume(module)`` restarts it. Call ``abort`` on every rank be
 group is destroyed; the thread is a daemon, and an ``atexit`` handler stops it locally, so it never
 blocks interpreter exit.
 
+Fault-tolerant mode (``Capabilities.fault_tolerance``): the rounds run on the quorum's managed group, only
+inside a training step of every replica: at the end of each step the runtime stops them
+(``quiesce``: the next round's stop flag ends every replica's loop, with no averaging in that round) before
+the step's commit decision and before the next quorum may reconfigure the group, and the next forward starts
+them again, ``sync_interval_ms`` after the last round. A round whose collectives failed (a replica killed or
+hung in it) is dropped before anything of it is applied and fails the step; the failed step is then committed
+nowhere: every survivor restores the weights, optimizer state and step counter it had when the step began,
+so the rounds applied during that step are undone with it. A joiner heals weights, optimizer state and step
+from a live peer (the phase, warmup or averaging, follows from the step) and the next quorum's rounds divide
+by its replicas. ``abort``/``resume`` are not for that mode (the runtime starts and stops the rounds).
+
 Example::
 
     >>> model = model.with_bagua([optimizer], AsyncModelAverageAlgorithm(sync_interval_ms=100))
@@ -38,7 +49,10 @@ from bagua_core.runtime import env, failure
 from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl, split_into_buckets
 from bagua_core.lifecycle.capabilities import Capabilities
 from bagua_core.lifecycle.bucket import BaguaBucket
+from bagua_core.fault_tolerance.quorum_group import QuorumGroup
+from bagua_core.lifecycle.capabilities import FaultTolerance
 from bagua_core.plugins import hookimpl
+from bagua_core.runtime.communication.communicator import BaguaCommunicator
 
 __all__ = ["AsyncModelAverageAlgorithm", "AsyncModelAverageAlgorithmImpl", "AsyncModelAverageConfig"]
 
@@ -80,7 +94,10 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
         self.peer_selection_mode = peer_selection_mode
         self.sync_interval_ms = sync_interval_ms
         self.warmup_steps = warmup_steps
-        self.comm = new_async_communicator(process_group.ranks)  # collective: every process calls it
+        self.fault_tolerant = isinstance(process_group, QuorumGroup)
+        # fault-tolerant mode: the quorum's managed group is the only one between replicas (no new group)
+        self.comm = BaguaCommunicator(process_group.managed, process_group.ranks, f"{process_group.name}/async") \
+            if self.fault_tolerant else new_async_communicator(process_group.ranks)  # collective: every process
         self.averager: AsyncModelAverager | None = None
         self._module: torch.nn.Module | None = None
         self._async_phase: bool | None = None
@@ -106,7 +123,7 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
     def tensors_to_buckets(self, tensors: list[list[torch.Tensor]], do_flatten: bool) -> list[BaguaBucket]:
         if not self._async_phase:
             return super().tensors_to_buckets(tensors, do_flatten)
-        self.averager = AsyncModelAverager([], self.comm, self.sync_interval_ms)
+        self.averager = AsyncModelAverager([], self.comm, self.sync_interval_ms, step_bound=self.fault_tolerant)
         _live_averagers.add(self.averager)
         weights = [t for group in tensors for t in group]
         return split_into_buckets(weights, 2**62, do_flatten, name_prefix="async_weights")  # one per dtype
@@ -191,10 +208,18 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
         if self._async_phase:
             self.averager.start()
 
+    def quiesce(self, bagua_module: torch.nn.Module) -> None:
+        """Fault-tolerant mode: end this step's rounds (``AsyncModelAverager.stop_for_step``); the next forward
+        starts them again. Raises the error of a failed round (nothing of it was applied)."""
+        if self.fault_tolerant and self.averager is not None:
+            self._release_lock()
+            self.averager.stop_for_step(timeout=env.get_comm_timeout_s())
+
     def shutdown(self, bagua_module: torch.nn.Module) -> None:
-        """Stop the loop (collectively: every rank re-wraps or shuts down the module)."""
+        """Stop the loop (collectively: every rank re-wraps or shuts down the module; in fault-tolerant mode
+        the loop was stopped at the end of the last step, and a quorum's group is not agreed on again)."""
         if self.averager is not None and self.averager.running:
-            if failure.first_failure() is not None:  # the job failed: the others will not agree to stop
+            if failure.first_failure() is not None or self.fault_tolerant:  # the others will not agree to stop
                 self.averager.stop_locally(timeout=1.0)
             else:
                 self.abort(bagua_module)
@@ -208,7 +233,10 @@ class AsyncModelAverageAlgorithm(Algorithm):
     name = "async"
     Config = AsyncModelAverageConfig
     capabilities = Capabilities(communicates="weights", background_work=True, weights_differ_across_ranks=True,
-                                exact_resume=False, relative_bytes=None)
+                                exact_resume=False, relative_bytes=None,
+                                fault_tolerance=FaultTolerance(
+                                    heals=("weights", "optimizer", "step"), commit="after_step",
+                                    rederives=("averaging denominator", "the group of the averaging rounds")))
     """Rounds of weight averaging every ``sync_interval_ms``: the bytes per step depend on timing."""
 
     def __init__(self, peer_selection_mode: str = "all", sync_interval_ms: int = 500, warmup_steps: int = 0) -> None:

@@ -11,6 +11,11 @@ still agree on when to stop; a rank that has asked to stop keeps joining rounds 
 If the training thread holds the weight lock when a round finishes, the round's update waits in
 ``pending`` and whichever thread next holds the lock applies it (``apply_pending``), exactly once.
 
+In fault-tolerant mode (``step_bound``) the rounds run only while every replica is inside a training step:
+the runtime stops the loop at the end of each step (:meth:`AsyncModelAverager.stop_for_step`, agreed in the
+next round's stop flag) and the next forward starts it again; a round whose collectives failed (a replica
+killed or hung) is dropped before anything of it is applied.
+
 On CUDA the rounds run on a stream of their own (after the work the training stream has queued when
 the round starts), and updates are applied on the training stream (the one current when
 :meth:`AsyncModelAverager.start` ran) after the round's event, so weight updates never race on the
@@ -93,7 +98,13 @@ class AsyncModelAverager:
             averager.buckets.append(bucket)
         return averager
 
-    def __init__(self, buckets: list[BaguaBucket], comm: BaguaCommunicator, sync_interval_ms: int) -> None:
+    def __init__(self, buckets: list[BaguaBucket], comm: BaguaCommunicator, sync_interval_ms: int,
+                 step_bound: bool = False) -> None:
+        self.step_bound = step_bound
+        """Fault-tolerant mode (:meth:`stop_for_step`): each round first agrees on the stop flag, and any rank's
+        flag stops every rank's loop after that round, with no averaging in it; a round whose collectives
+        failed is dropped, nothing of it applied."""
+        self._next_round_at = 0.0  # rounds keep sync_interval_ms apart across restarts
         self.buckets = buckets
         self.comm = comm
         self.nranks = comm.nranks()
@@ -138,6 +149,19 @@ class AsyncModelAverager:
         if self._thread.is_alive():
             raise TimeoutError("async model averaging did not stop: not every rank has called abort()")
         self._thread = None
+        self.raise_if_failed()
+
+    def stop_for_step(self, timeout: float) -> None:
+        """Fault-tolerant mode: stop the loop at the end of a step (collective over the quorum's group: the
+        first round after this rank's stop ends every rank's loop, :attr:`step_bound`) and re-raise the error
+        that ended it, if any; :meth:`start` begins the next step's rounds."""
+        if self._thread is not None:
+            self._stop_requested.set()
+            self._thread.join(timeout)
+            if self._thread.is_alive():  # its collective outlived the group's timeout: leave it behind
+                self._exiting.set()
+                raise TimeoutError(f"async model averaging did not stop within {timeout:g} s")
+            self._thread = None
         self.raise_if_failed()
 
     def raise_if_failed(self) -> None:
@@ -200,12 +224,20 @@ class AsyncModelAverager:
     def _round(self) -> bool:
         """One averaging round; True when every rank asked to stop."""
         with torch.no_grad(), self._on_round_stream():
+            flag = torch.tensor([1.0 if self._stop_requested.is_set() else 0.0])  # CPU: gloo, also in CUDA jobs
+            if self.step_bound:  # the flag first: a rank ending its step stops every rank's loop
+                allreduce_inplace(flag, op=ReduceOp.SUM, comm=self.comm)
+                self._check_group()
+                if flag.item() >= 1:
+                    self.rounds += 1
+                    return True
             snapshots = [bucket.flattened_tensor() for bucket in self.buckets]  # copies
             reduced = [s.clone() for s in snapshots]
-            flag = torch.tensor([1.0 if self._stop_requested.is_set() else 0.0])  # CPU: gloo, also in CUDA jobs
             for tensor in reduced:
                 allreduce_inplace(tensor, op=ReduceOp.SUM, comm=self.comm)
-            allreduce_inplace(flag, op=ReduceOp.SUM, comm=self.comm)
+            if not self.step_bound:
+                allreduce_inplace(flag, op=ReduceOp.SUM, comm=self.comm)
+            self._check_group()  # a failed round never reaches the weights
             deltas = [r.div_(self.nranks).sub_(s) for r, s in zip(reduced, snapshots)]
             event = None
             if self._stream is not None:
@@ -227,14 +259,24 @@ class AsyncModelAverager:
         self.rounds += 1
         return int(flag.item()) == self.nranks
 
+    def _check_group(self) -> None:
+        """Raise if a collective of this round failed: a fault-tolerant mode's managed group reports a peer's
+        failure in its ``error`` and leaves the buffers as they were (partial sums), instead of raising."""
+        error = getattr(self.comm.torch_group, "error", None)
+        if error is not None:
+            raise RuntimeError(f"an averaging round between replicas failed, nothing of it is applied: {error}")
+
     def _loop(self) -> None:
         try:
             while not self._exiting.is_set():
-                started = time.monotonic()
-                if self._round():
-                    return
-                delay = self.sync_interval_s - (time.monotonic() - started)
+                delay = self._next_round_at - time.monotonic()
                 if delay > 0:
                     self._stop_requested.wait(delay)  # once stopping, go straight to the next round
+                self._next_round_at = time.monotonic() + self.sync_interval_s
+                if self._round():
+                    return
         except Exception as exc:  # raised by the training thread at its next forward, or by abort()
-            self.error = failure.translate(exc, "an asynchronous model averaging round")
+            if self.step_bound:  # fault-tolerant mode: the step fails, not the job (failure.translate records that)
+                self.error = exc
+            else:
+                self.error = failure.translate(exc, "an asynchronous model averaging round")

@@ -30,6 +30,12 @@ Example::
     >>> # ... after warmup_steps + candidates * trial_steps steps:
     >>> model.bagua_auto_result["algorithm"]
     'bytegrad'
+
+Fault-tolerant mode refuses ``auto`` (in ``with_bagua``), naming its candidates that run there: the trials
+time each candidate on a fixed set of ranks and the choice is final, so a replica joining or leaving during
+the trials would make the replicas time on different quorums, and a joiner arriving after the choice would
+have to be told an algorithm it never timed; pass the algorithm by name instead (``bagua run`` without
+``--fault-tolerant`` can choose it once).
 """
 
 from __future__ import annotations
@@ -113,6 +119,16 @@ class AutoAlgorithm(Algorithm):
                 "candidates": {d.name: d.canonical_options() for d in self.declarations}}
 
     def reify(self, process_group: Any) -> AutoImpl:
+        from bagua_core.fault_tolerance.current import current_runtime
+
+        if current_runtime() is not None:  # why: the module's docstring
+            able = [d.name for d in self.declarations if type(d).capabilities.fault_tolerance is not None]
+            raise BaguaConfigError(
+                "algorithm 'auto' cannot run in fault-tolerant mode: its timed trials and its choice assume the "
+                "same ranks throughout, which a change of membership breaks; pass the algorithm by name instead, "
+                f"one of its candidates that run in fault-tolerant mode: {', '.join(able) or 'none installed'} "
+                f"(e.g. with_bagua([optimizer], {(able or ['gradient_allreduce'])[0]!r}) or --algorithm "
+                f"{(able or ['gradient_allreduce'])[0]}), or choose it with 'auto' in a run without --fault-tolerant")
         return AutoImpl(process_group, self)
 
 

@@ -156,6 +156,11 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
     def communicates_after_optimizer_step(self, bagua_module: torch.nn.Module) -> bool:
         return is_communication_step(bagua_module, self.communication_interval)
 
+    def quiesce(self, bagua_module: torch.nn.Module) -> None:
+        """Fault-tolerant mode: the step's neighbour messages are part of its transaction, so they are added
+        before the commit decision (the overlap with the next forward is given up there)."""
+        self.complete_exchanges()
+
     def shutdown(self, bagua_module: torch.nn.Module) -> None:
         if failure_state.failure is None:  # after a failure, what is in flight never completes
             self.complete_exchanges()

@@ -55,7 +55,8 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         self.nranks = len(process_group.ranks)
         timeout = datetime.timedelta(seconds=env.get_comm_timeout_s())
         # fault-tolerant mode: the quorum's managed group is the only one between replicas (no new group)
-        self.group = process_group.managed if isinstance(process_group, QuorumGroup) else \
+        self.fault_tolerant = isinstance(process_group, QuorumGroup)
+        self.group = process_group.managed if self.fault_tolerant else \
             dist.new_group(process_group.ranks, timeout=timeout)  # collective
         self.schedule = Schedule(config.inner_steps, config.fragment_count, config.overlap)
         self._module: torch.nn.Module | None = None
@@ -174,11 +175,15 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
     def shutdown(self, bagua_module: torch.nn.Module) -> None:
         for fragment in list(self.pending):
             if fragment not in self.landed:
-                self.exchanges[fragment].wait()  # nothing left in flight on the group
+                if self.fault_tolerant:  # the quorum's group is replaced; the carried state resends it
+                    self.exchanges[fragment].abandon()
+                else:
+                    self.exchanges[fragment].wait()  # nothing left in flight on the group
 
     # --- checkpoints (bagua_core.checkpoints.checkpoint) ---------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return state_of(self)
+        # fault-tolerant mode takes it at every step: the exchanges in flight stay in flight (state.py)
+        return state_of(self, wait=not self.fault_tolerant)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         restore(self, state)

@@ -38,17 +38,16 @@ class FragmentExchange:
         self._work: dist.Work | None = None
         self._gathered: torch.Tensor | None = None
         self.in_flight = False
+        self.sent: torch.Tensor | None = None
+        """What this rank sent in the exchange in flight (fp32 delta, or the codec's bytes): fault-tolerant
+        mode keeps it in the step's copy instead of waiting for the exchange, and :meth:`resend` repeats it."""
 
     def start(self, delta: torch.Tensor) -> None:
         """Launch the averaging of the fp32 ``delta`` (``numel`` elements); ``delta`` may be reused after."""
         if self.in_flight:
             raise RuntimeError("the previous exchange of this fragment has not been waited for")
-        self.in_flight = True
         if self.codec is None:
-            self.average.copy_(delta)
-            record("allreduce", self.average)
-            if self.nranks > 1:
-                self._work = dist.all_reduce(self.average, group=self.group, async_op=True)
+            self._launch(delta.clone())
             return
         payload = delta
         if self.residual is not None:
@@ -56,12 +55,34 @@ class FragmentExchange:
         encoded = self.codec.encode(payload)
         if self.residual is not None:  # keep what the codec dropped for the next round
             self.residual.sub_(self.codec.decode(encoded, 1, torch.empty_like(payload)))
-        self._gathered = torch.empty(self.nranks * encoded.numel(), dtype=torch.uint8, device=encoded.device)
-        record("allgather", encoded)
+        self._launch(encoded)
+
+    def resend(self, sent: torch.Tensor) -> None:
+        """Launch again an exchange whose result was lost (:attr:`sent` of an exchange on a group that failed or
+        was replaced), on this exchange's group; the residual is not touched (it already holds the round)."""
+        self.abandon()
+        self._launch(sent)
+
+    def abandon(self) -> None:
+        """Forget the exchange in flight without waiting for it (its group failed or is being replaced)."""
+        if self._work is not None:  # the forgotten operation may still write into its buffer: take a new one
+            self.average = torch.zeros_like(self.average)
+        self._work, self._gathered, self.sent, self.in_flight = None, None, None, False
+
+    def _launch(self, sent: torch.Tensor) -> None:
+        self.in_flight, self.sent = True, sent
+        if self.codec is None:
+            self.average.copy_(sent)
+            record("allreduce", self.average)
+            if self.nranks > 1:
+                self._work = dist.all_reduce(self.average, group=self.group, async_op=True)
+            return
+        self._gathered = torch.empty(self.nranks * sent.numel(), dtype=torch.uint8, device=sent.device)
+        record("allgather", sent)
         if self.nranks > 1:
-            self._work = all_gather_single(self._gathered, encoded, group=self.group, async_op=True)
+            self._work = all_gather_single(self._gathered, sent, group=self.group, async_op=True)
         else:
-            self._gathered.copy_(encoded)
+            self._gathered.copy_(sent)
 
     def wait(self) -> torch.Tensor:
         """The average over ranks of what :meth:`start` sent (fp32, ``numel`` elements)."""
@@ -75,5 +96,5 @@ class FragmentExchange:
         else:
             self.codec.decode_average(self._gathered, self.nranks, self.average)
             self._gathered = None
-        self.in_flight = False
+        self.in_flight, self.sent = False, None
         return self.average

@@ -3,7 +3,8 @@
 
 Saved: the outer state (every fragment's start weights and the outer optimizer), the residuals of error
 feedback, the outer gradients received or in flight (waited for here, merged at their step after the
-restart), the schedule position (train step, last inner step whose events ran), this rank's local
+restart; in fault-tolerant mode not waited for: what this rank sent is kept and sent again on restore),
+the schedule position (train step, last inner step whose events ran), this rank's local
 parameters and its inner optimizers (the dense checkpoint file holds rank 0's only). Restored, a run
 continues exactly as if it had not stopped.
 
@@ -15,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Protocol
 
 import torch
@@ -22,6 +24,8 @@ import torch
 from bagua_algorithms.diloco.exchange import FragmentExchange
 
 __all__ = ["DiLoCoRankState", "state_of", "restore"]
+
+logger = logging.getLogger("bagua.diloco")
 
 
 class DiLoCoRankState(Protocol):
@@ -43,21 +47,35 @@ class DiLoCoRankState(Protocol):
     def need_reset(self) -> bool: ...
 
 
-def state_of(impl: DiLoCoRankState) -> dict[str, Any]:
-    """The rank's state ({} during warmup: the model and optimizer are all there is)."""
+def state_of(impl: DiLoCoRankState, wait: bool = True) -> dict[str, Any]:
+    """The rank's state ({} during warmup: the model and optimizer are all there is).
+
+    ``wait=False`` (fault-tolerant mode's copy at every step, and what a joiner heals): the exchanges in flight
+    are not waited for (streaming keeps its overlap); what this rank sent in each is kept instead (``sent``)
+    and :func:`restore` sends it again on the impl's group, and the tensors are not cloned (the caller's
+    copy clones them)."""
     if not impl._inner_phase or impl._module is None:
         return {}
-    for fragment in impl.pending:
-        if fragment not in impl.landed:
+    sent = []
+    for fragment in sorted(impl.pending):
+        if fragment in impl.landed:
+            continue
+        if wait:
             impl.landed[fragment] = impl.exchanges[fragment].wait().clone()
+        else:
+            sent.append([fragment, impl.exchanges[fragment].sent])
     module = impl._module
-    return {"train_step": impl.train_step(), "done_through": impl.done_through,
-            "starts": [s.clone() for s in impl.starts], "outer": impl.outer.state_dict(),
-            "residuals": [e.residual for e in impl.exchanges],
-            "pending": [[f, step] for f, step in sorted(impl.pending.items())],
-            "landed": [[f, t] for f, t in sorted(impl.landed.items())],
-            "local": [p.detach().clone() for _, p in module.bagua_named_parameters()],
-            "inner_optimizers": [optimizer.state_dict() for optimizer in module.bagua_optimizers]}
+    clone = (lambda t: t.clone()) if wait else (lambda t: t)  # noqa: E731
+    state = {"train_step": impl.train_step(), "done_through": impl.done_through,
+             "starts": [clone(s) for s in impl.starts], "outer": impl.outer.state_dict(),
+             "residuals": [e.residual for e in impl.exchanges],
+             "pending": [[f, step] for f, step in sorted(impl.pending.items())],
+             "landed": [[f, t] for f, t in sorted(impl.landed.items())],
+             "local": [clone(p.detach()) for _, p in module.bagua_named_parameters()],
+             "inner_optimizers": [optimizer.state_dict() for optimizer in module.bagua_optimizers]}
+    if sent:
+        state["sent"] = sent
+    return state
 
 
 def restore(impl: DiLoCoRankState, state: dict[str, Any]) -> None:
@@ -82,3 +100,11 @@ def restore(impl: DiLoCoRankState, state: dict[str, Any]) -> None:
     impl.done_through = int(state["done_through"])
     impl.pending = {int(f): int(step) for f, step in state["pending"]}
     impl.landed = {int(f): t.clone() for f, t in state["landed"]}
+    resent = {int(f): payload for f, payload in state.get("sent", [])}
+    for fragment, exchange in enumerate(impl.exchanges):
+        if fragment in resent:  # the exchange in flight when the state was taken, on this impl's group
+            logger.warning("diloco: fragment %d's exchange, in flight when the step's state was taken, is sent again "
+                           "(a step failed or the quorum changed)", fragment)
+            exchange.resend(resent[fragment])
+        elif exchange.in_flight:  # launched after the state was taken (by a step that is being undone)
+            exchange.abandon()

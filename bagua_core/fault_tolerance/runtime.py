@@ -10,7 +10,8 @@ Each training step of a wrapped module is a transaction:
    derives from the participants is derived from this quorum;
 2. the collectives between replicas run on the quorum's managed group, which reports an error to the
    Manager instead of raising (:mod:`~bagua_core.fault_tolerance.managed_group`);
-3. ``optimizer.step()`` asks ``Manager.should_commit``: where the algorithm declares
+3. ``optimizer.step()`` ends the impl's background communication of the step (``AlgorithmImpl.quiesce``;
+   also before 1.), then asks ``Manager.should_commit``: where the algorithm declares
    ``commit="before_optimizer_step"`` before stepping (a failed step is simply not stepped), else after
    the step and its post-step communication, restoring the copy taken at 1. when the step failed. The
    step counter and the algorithm's state are restored on every survivor alike, so a failed step is
@@ -131,6 +132,7 @@ class FaultTolerantRuntime:
         """Join the step's quorum (healing if behind), re-derive on a new quorum, keep what a failure
         would have to restore."""
         self.step_open, self.decision, self._stepped = True, None, set()
+        self._quiesce(module)  # nothing of the impl's may run on the group while the quorum reconfigures it
         self.manager.start_quorum()
         if self.manager._quorum_id != self.quorum_id:
             self._on_new_quorum(module)
@@ -191,12 +193,14 @@ class FaultTolerantRuntime:
         result = None
         if self.policy.commit == "before_optimizer_step":
             if self.decision is None:
+                self._quiesce(module)
                 self.decision = self._should_commit()
             if self.decision:
                 result = original(*args, **kwargs)
         else:
             result = original(*args, **kwargs)
             if last:
+                self._quiesce(module)
                 self.decision = self._should_commit()
         if last:
             self._close(module)
@@ -208,8 +212,18 @@ class FaultTolerantRuntime:
                 self.manager.report_error(managed.error)
         return bool(self.manager.should_commit())
 
+    def _quiesce(self, module: torch.nn.Module) -> None:
+        """The impl's background communication ends here (``AlgorithmImpl.quiesce``); its failure fails the step."""
+        try:
+            module.bagua_algorithm.quiesce(module)
+        except Exception as exc:
+            logger.warning("bagua: background communication of replica %s failed: %s", self.options.replica_id, exc)
+            self.manager.report_error(exc)
+
     def end_without_step(self) -> None:
         """The step's quorum was joined but nothing is trained in it (the epoch ended)."""
+        if self.module is not None:
+            self._quiesce(self.module)
         self.step_open, self._open_since = False, None
 
     def _close(self, module: torch.nn.Module) -> None:

@@ -1,6 +1,6 @@
 """What a step's transaction keeps and what a joiner takes from a live peer.
 
-:func:`capture` copies (tensors cloned: the copy must not move while the model trains on) the parts an
+:func:`capture` copies (tensors cloned once each: the copy must not move while the model trains on) the parts an
 algorithm declares in ``Capabilities.fault_tolerance.heals``: ``weights`` (the module's state dict),
 ``optimizer`` (every optimizer's state dict), ``algorithm_state`` (the impl's ``state_dict``) and
 ``step`` (the module's step counter). :func:`restore` puts them back. :func:`fingerprint` is what a
@@ -25,16 +25,24 @@ from bagua_core.runtime.exceptions import BaguaConfigError
 __all__ = ["capture", "restore", "fingerprint", "check_joiner", "copy_tree"]
 
 
-def copy_tree(value: Any) -> Any:
-    """``value`` with every tensor cloned (dicts, lists and tuples copied, other leaves shared)."""
+def copy_tree(value: Any, memo: dict | None = None) -> Any:
+    """``value`` with every tensor cloned (dicts, lists and tuples copied, other leaves shared). Tensors that
+    are the same view of the same memory (a parameter in the module's state dict and in an algorithm's state,
+    an optimizer's state reached twice) are cloned once per ``memo`` and shared in the copy."""
+    memo = {} if memo is None else memo
     if isinstance(value, torch.Tensor):
-        return value.detach().clone()
+        key = (value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape), value.stride(),
+               value.dtype, value.device)
+        if key not in memo or key[0] == 0:  # (empty storages all share address 0)
+            # the source is kept too: while it lives, no other tensor of this copy can take its address
+            memo[key] = (value, value.detach().clone())
+        return memo[key][1]
     if isinstance(value, dict):
-        return {k: copy_tree(v) for k, v in value.items()}
+        return {k: copy_tree(v, memo) for k, v in value.items()}
     if isinstance(value, list):
-        return [copy_tree(v) for v in value]
+        return [copy_tree(v, memo) for v in value]
     if isinstance(value, tuple):
-        return tuple(copy_tree(v) for v in value)
+        return tuple(copy_tree(v, memo) for v in value)
     return value
 
 
@@ -42,12 +50,13 @@ def capture(module: torch.nn.Module, parts: Iterable[str]) -> dict[str, Any]:
     """A copy of ``parts`` of ``module``'s training state (module doc)."""
     parts = set(parts)
     saved: dict[str, Any] = {}
+    memo: dict = {}  # what the algorithm's state holds of the weights and optimizers is copied once
     if "weights" in parts:
-        saved["weights"] = copy_tree(module.state_dict())
+        saved["weights"] = copy_tree(module.state_dict(), memo)
     if "optimizer" in parts:
-        saved["optimizer"] = [copy_tree(opt.state_dict()) for opt in module.bagua_optimizers]
+        saved["optimizer"] = [copy_tree(opt.state_dict(), memo) for opt in module.bagua_optimizers]
     if "algorithm_state" in parts:
-        saved["algorithm_state"] = copy_tree(module.bagua_algorithm.state_dict())
+        saved["algorithm_state"] = copy_tree(module.bagua_algorithm.state_dict(), memo)
     if "step" in parts:
         saved["step"] = int(module.bagua_train_step_counter)
     return saved

@@ -296,6 +296,15 @@ class AlgorithmImpl:
         with it the post-step collectives, on every rank. Default: every step (as declared)."""
         return True
 
+    def quiesce(self, bagua_module: torch.nn.Module) -> None:
+        """Fault-tolerant mode: finish and stop the communication this impl runs outside the training thread
+        (a background thread's collectives between replicas) and apply nothing of it that failed. The
+        runtime calls it on every replica at the end of each step, before the step's commit decision (so the
+        decision covers that communication), and before joining the next step's quorum (which may reconfigure
+        the group under it); the impl restarts its background work itself, e.g. at its next forward. An
+        exception is reported as the step's failure. Default: nothing (no background communication)."""
+        return None
+
     def shutdown(self, bagua_module: torch.nn.Module) -> None:
         """Release what the impl started (threads, groups) when the module is re-wrapped or closed."""
         return None
