@@ -31,7 +31,7 @@ from bagua_core.fault_tolerance import QuorumSampler, current_runtime  # noqa: E
 def weights_hash(model: torch.nn.Module) -> str:
     digest = hashlib.sha256()
     for tensor in model.state_dict().values():
-        digest.update(tensor.detach().contiguous().numpy().tobytes())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()[:16]
 
 
@@ -75,6 +75,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--algorithm", default='{"name": "gradient_allreduce"}')
     parser.add_argument("--hidden", type=int, default=16)
+    parser.add_argument("--device", default="cpu", help="cuda: the model and the batches on the GPU")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--stop", default="")
     parser.add_argument("--records", required=True)
@@ -100,6 +101,7 @@ def main() -> None:
     assert runtime is not None, "started without BAGUA_FAULT_TOLERANT=1"
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, args.hidden), torch.nn.ReLU(), torch.nn.Linear(args.hidden, 2))
+    model = model.to(args.device)
     algorithm = json.loads(args.algorithm)
     from bagua_core.plugins import algorithm_registry
 
@@ -113,6 +115,7 @@ def main() -> None:
     generator = torch.Generator().manual_seed(1)
     x = torch.randn(4096, 8, generator=generator)
     y = (x[:, 0] > 0).long()
+    x, y = x.to(args.device), y.to(args.device)
     sampler = QuorumSampler(len(x), batch_size=8, seed=0)
     step_in_process = 0
     with open(args.records, "a") as log:
