@@ -69,6 +69,7 @@ def run(method: str, model_name: str, batch_size: int, warmup: int, steps: int, 
         t0 = time.perf_counter()
         loss = _step(model, optimizer, x, y)
         times.append(time.perf_counter() - t0)
+    _drain(method, model)  # what the last step left in flight counts too
     elapsed = time.perf_counter() - started
     cpu = _cpu_seconds() - cpu0
     tx, rx = read_counter(iface) - tx0, read_counter(iface, "rx_bytes") - rx0
@@ -76,6 +77,15 @@ def run(method: str, model_name: str, batch_size: int, warmup: int, steps: int, 
     del bagua  # imported for its side effects (with_bagua on every module)
     return {"rank": rank, "world_size": world, "params": params, "elapsed_s": elapsed, "step_s": times,
             "tx_bytes": tx, "rx_bytes": rx, "loss": loss, "cpu_s": cpu}
+
+
+def _drain(method: str, model: torch.nn.Module) -> None:
+    """Complete the communication a step left in flight (low_precision_decentralized's neighbours'
+    messages travel into the next step): unwrapping waits for it. Not for DDP, nor for background work
+    (async's averaging is not part of any step)."""
+    capabilities = getattr(model, "bagua_capabilities", None)
+    if capabilities is not None and not capabilities.background_work:
+        model.bagua_shutdown()
 
 
 def _cpu_seconds() -> float:
