@@ -237,6 +237,13 @@ def _pct(value: float | None) -> str:
     return f"{100 * value:.1f}%" if value is not None else "—"
 
 
+def _cell_order(key: str) -> tuple[int, str, float]:
+    """Cells in the order of ALGORITHMS, then the longest interval first."""
+    algorithm, interval = key.split("@")
+    order = list(ALGORITHMS).index(algorithm) if algorithm in ALGORITHMS else len(ALGORITHMS)
+    return order, algorithm, -float(interval.rstrip("s"))
+
+
 def markdown_table(results: dict[str, Any]) -> str:
     """The table of ``results`` (``cells`` keyed ``<algorithm>@<interval>s``)."""
     lines = ["| algorithm | kill every | efficiency (steps) | by samples | kill → first commit, median / max (s) | "
@@ -244,7 +251,7 @@ def markdown_table(results: dict[str, Any]) -> str:
              "process group, wrap, join) | bytes per heal | kills | baseline efficiency (fail-fast + checkpoints) | "
              "baseline kill → first step, median / max (s) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for key in sorted(results.get("cells", {}), key=lambda k: (k.split("@")[0], -float(k.split("@")[1][:-1]))):
+    for key in sorted(results.get("cells", {}), key=_cell_order):
         cell = results["cells"][key]
         algorithm, interval = key.split("@")
         ft, base = cell.get("ft", {}), cell.get("baseline")
@@ -282,7 +289,7 @@ def write_report(results: dict[str, Any], out_dir: Path) -> list[str]:
     except ImportError:
         notes.append("matplotlib is not installed: results/fault_tolerance.png was not drawn")
     else:
-        cells = sorted(results.get("cells", {}))
+        cells = sorted(results.get("cells", {}), key=_cell_order)
         if cells:
             cols = 2
             rows = (len(cells) + cols - 1) // cols

@@ -130,6 +130,7 @@ def test_write_report_table_json_and_plot(tmp_path) -> None:
     table = (tmp_path / "fault_tolerance.md").read_text()
     assert "| gradient_allreduce | 15s | 91.7% |" in table.replace("91.6%", "91.7%")
     assert "| bytegrad | 60s |" in table and "not run" in table
+    assert table.index("| gradient_allreduce |") < table.index("| bytegrad |")  # the order of ft.ALGORITHMS
     assert json.loads((tmp_path / "fault_tolerance.json").read_text())["cells"].keys() == results["cells"].keys()
     try:
         import matplotlib  # noqa: F401
