@@ -164,6 +164,33 @@ def fault_free_rate(curve: Sequence[tuple[float, int]], t0: float, seconds: floa
     return (value_at(curve, t0 + seconds) - value_at(curve, t0)) / seconds
 
 
+def stall_figures(records: dict[str, list[dict]], t0: float, duration_s: float) -> dict[str, Any]:
+    """What the kills cost, read from the committed steps alone (so the machine's load, which changes the step
+    time of the fault-free and the faulty runs differently, cancels): ``stall_s``, the time in the window
+    between two consecutive committed steps beyond the median step (gaps of more than 0.5 s and 5 median
+    steps: a failed step, the wait for a quorum, a collective waiting for its timeout), ``quorum_share``, the
+    mean quorum size over the replicas, and ``load_free_efficiency = (1 - stall_s / D) x quorum_share``: the
+    sample efficiency if a step took as long with 2 replicas as with 3 and the load never changed."""
+    first: dict[int, float] = {}
+    quorum: dict[int, int] = {}
+    for rs in records.values():
+        for r in rs:
+            if r.get("committed") and t0 <= r["t"] <= t0 + duration_s:
+                first[r["step"]] = min(first.get(r["step"], r["t"]), r["t"])
+                quorum[r["step"]] = max(quorum.get(r["step"], 0), r.get("quorum", 0))
+    times = sorted(first.values())
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    if not gaps:
+        return {}
+    step = median(gaps)
+    stalls = [g - step for g in gaps if g > max(0.5, 5 * step)]
+    share = sum(quorum.values()) / (REPLICAS * len(quorum))
+    stall = sum(stalls)
+    return {"median_step_s": round(step, 4), "stalls": len(stalls), "stall_s": round(stall, 2),
+            "max_stall_s": round(max(stalls), 2) if stalls else 0.0, "quorum_share": round(share, 4),
+            "load_free_efficiency": round((1 - stall / duration_s) * share, 4)}
+
+
 def _restart_of(kill: dict, records: dict[str, list[dict]], starts: dict[str, list[dict]]) -> dict | None:
     """What the killed replica's next process did: its start event and its first committed step."""
     name = kill["host"]
@@ -200,6 +227,7 @@ def analyse_run(records: dict[str, list[dict]], starts: dict[str, list[dict]], k
         result["sample_efficiency"] = round(sum(quorum_of.values()) / (replicas * expected), 4) if expected > 0 else None
         result["discarded_steps"] = sum(1 for rs in records.values() for r in rs
                                         if not r.get("committed") and t0 < r["t"] <= end)
+        result.update(stall_figures(records, t0, duration_s))
     to_commit, from_start, heal_bytes, parts = [], [], [], []
     for kill in kills:
         if not kill.get("killed"):
@@ -233,6 +261,10 @@ def _fmt_s(pair: dict | None) -> str:
     return f"{pair['median']:.1f} / {pair['max']:.1f}" if pair else "—"
 
 
+def _stalls(run: dict) -> str:
+    return f"{run['stalls']}, {run['stall_s']:.1f} ({run['max_stall_s']:.1f})" if "stalls" in run else "—"
+
+
 def _pct(value: float | None) -> str:
     return f"{100 * value:.1f}%" if value is not None else "—"
 
@@ -247,10 +279,11 @@ def _cell_order(key: str) -> tuple[int, str, float]:
 def markdown_table(results: dict[str, Any]) -> str:
     """The table of ``results`` (``cells`` keyed ``<algorithm>@<interval>s``)."""
     lines = ["| algorithm | kill every | efficiency (steps) | by samples | kill → first commit, median / max (s) | "
+             "stalls: count, total (max) s | load-free estimate | "
              "process start → first commit, median / max (s) | where the restart goes (median s: launcher, imports, "
              "process group, wrap, join) | bytes per heal | kills | baseline efficiency (fail-fast + checkpoints) | "
              "baseline kill → first step, median / max (s) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for key in sorted(results.get("cells", {}), key=_cell_order):
         cell = results["cells"][key]
         algorithm, interval = key.split("@")
@@ -260,7 +293,8 @@ def markdown_table(results: dict[str, Any]) -> str:
         heal = f"{ft['bytes_per_heal'] / 1e6:.1f} MB" if ft.get("bytes_per_heal") else "—"
         lines.append(
             f"| {algorithm} | {interval} | {_pct(ft.get('efficiency'))} | {_pct(ft.get('sample_efficiency'))} | "
-            f"{_fmt_s(ft.get('kill_to_first_commit_s'))} | {_fmt_s(ft.get('start_to_first_commit_s'))} | {breakdown} | "
+            f"{_fmt_s(ft.get('kill_to_first_commit_s'))} | {_stalls(ft)} | {_pct(ft.get('load_free_efficiency'))} | "
+            f"{_fmt_s(ft.get('start_to_first_commit_s'))} | {breakdown} | "
             f"{heal} | {ft.get('kills', 0)} | {_pct(base.get('efficiency')) if base else 'not run'} | "
             f"{_fmt_s(base.get('kill_to_first_commit_s')) if base else '—'} |")
     return "\n".join(lines) + "\n"
@@ -312,7 +346,8 @@ def write_report(results: dict[str, Any], out_dir: Path) -> list[str]:
                 ax.set_title(f"{algorithm}, a kill every {key.split('@')[1]}")
                 ax.set_xlabel("seconds")
                 ax.set_ylabel("committed steps")
-                ax.legend(fontsize=7)
+                if ax.get_legend_handles_labels()[0]:
+                    ax.legend(fontsize=7)
             for ax in list(axes.flat)[len(cells):]:
                 ax.axis("off")
             fig.tight_layout()
@@ -458,6 +493,25 @@ def _load() -> str:
     return Path("/proc/loadavg").read_text().strip() if Path("/proc/loadavg").exists() else "?"
 
 
+def reanalyse(out_dir: Path, work: Path) -> int:
+    """Recompute :func:`stall_figures` of every fault-tolerant cell of ``out_dir``'s results from the
+    workers' logs kept in ``work`` (``<algorithm>_ft_<interval>/``), and write the report again."""
+    results = _load_results(out_dir / "fault_tolerance.json")
+    duration = results.get("setup", {}).get("duration_s", 300)
+    for key, cell in results.get("cells", {}).items():
+        algorithm, interval = key.split("@")
+        run = work / f"{algorithm}_ft_{interval.rstrip('s')}"
+        if "ft" not in cell or not run.exists():
+            continue
+        records = {n: read_records(run / f"{n}.jsonl")[0] for n in (f"h{i}" for i in range(1, REPLICAS + 1))}
+        t0 = window_start(records)
+        if t0 is not None:
+            cell["ft"].update(stall_figures(records, t0, duration))
+    for note in write_report(results, out_dir):
+        print(note, flush=True)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -486,7 +540,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tail", type=float, default=1.0, help="seconds run past the window before stopping")
     parser.add_argument("--work", default="/tmp/bagua_ft_bench", help="the runs' logs")
     parser.add_argument("--out", default=str(REPO_ROOT / "results"))
+    parser.add_argument("--reanalyse", action="store_true",
+                        help="no runs: recompute the stall figures of the cells in --out from the logs in --work")
     args = parser.parse_args(argv)
+    if args.reanalyse:
+        return reanalyse(Path(args.out), Path(args.work))
     algorithms = [a for a in args.algorithms.split(",") if a]
     unknown = [a for a in algorithms if a not in ALGORITHMS]
     if unknown:

@@ -71,6 +71,35 @@ def test_a_stall_lowers_efficiency_and_the_restart_is_measured() -> None:
                                                     "wrap": 1.5, "join": 5.0}
     assert result["bytes_per_heal"] == 4_000_000
     assert result["kill_times"] == [20.0]
+    # the stall, read from the committed steps alone: one gap of ~10 s beyond the 0.1 s step
+    assert result["stalls"] == 1 and result["stall_s"] == pytest.approx(10.0, abs=0.15)
+    assert result["median_step_s"] == pytest.approx(0.1) and result["quorum_share"] == 1.0
+    assert result["load_free_efficiency"] == pytest.approx(0.9, abs=0.01)
+
+
+def test_load_free_efficiency_counts_the_quorum_share() -> None:
+    records = _ft_records(10, 10)
+    for r in records["h1"][:50]:
+        r["quorum"] = 2
+    for name in ("h2", "h3"):
+        for r in records[name][:50]:
+            r["quorum"] = 2
+    figures = ft.stall_figures(records, 1000.0, 10)
+    assert figures["stalls"] == 0 and figures["quorum_share"] == pytest.approx((50 * 2 + 50 * 3) / (3 * 100), abs=0.01)
+    assert figures["load_free_efficiency"] == pytest.approx(figures["quorum_share"])
+
+
+def test_reanalyse_recomputes_the_stalls_from_the_logs(tmp_path) -> None:
+    records = _ft_records(10, 30, stall=(10, 14))
+    run = tmp_path / "work" / "bytegrad_ft_15"
+    run.mkdir(parents=True)
+    for name, rs in records.items():
+        (run / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rs))
+    out = tmp_path / "out"
+    ft.write_report({"setup": {"duration_s": 30}, "cells": {"bytegrad@15s": {"ft": {"efficiency": 0.5}}}}, out)
+    assert ft.main(["--reanalyse", "--out", str(out), "--work", str(tmp_path / "work")]) == 0
+    cell = json.loads((out / "fault_tolerance.json").read_text())["cells"]["bytegrad@15s"]["ft"]
+    assert cell["efficiency"] == 0.5 and cell["stalls"] == 1 and cell["stall_s"] == pytest.approx(4.0, abs=0.15)
 
 
 def test_sample_efficiency_weighs_steps_by_their_quorum() -> None:
