@@ -159,6 +159,17 @@ def value_at(curve: Sequence[tuple[float, int]], t: float) -> int:
     return value
 
 
+def thin_curve(curve: Sequence[tuple[float, int]], min_dt: float = 0.25) -> list[tuple[float, int]]:
+    """``curve`` with points at least ``min_dt`` apart (a point that falls, a kill's loss in fail-fast mode, and
+    the last point are always kept): what the plot needs, in a file of a reasonable size."""
+    kept: list[tuple[float, int]] = []
+    for i, (t, v) in enumerate(curve):
+        falls = bool(kept) and v < kept[-1][1]
+        if not kept or falls or t - kept[-1][0] >= min_dt or i == len(curve) - 1:
+            kept.append((t, v))
+    return kept
+
+
 def fault_free_rate(curve: Sequence[tuple[float, int]], t0: float, seconds: float) -> float:
     """Committed steps per second over ``[t0, t0 + seconds]``."""
     return (value_at(curve, t0 + seconds) - value_at(curve, t0)) / seconds
@@ -252,7 +263,7 @@ def analyse_run(records: dict[str, list[dict]], starts: dict[str, list[dict]], k
         result["restart_breakdown_median_s"] = {k: round(median(p[k] for p in parts), 2) for k in parts[0]}
     if heal_bytes:
         result["bytes_per_heal"] = int(median(heal_bytes))
-    result["curve"] = [(round(t - t0, 3), v - value_at(curve, t0)) for t, v in curve if t0 - 1 <= t <= end + 1]
+    result["curve"] = thin_curve([(round(t - t0, 3), v - value_at(curve, t0)) for t, v in curve if t0 - 1 <= t <= end + 1])
     result["kill_times"] = [round(k["t"] - t0, 3) for k in kills if k.get("killed")]
     return result
 
@@ -507,6 +518,10 @@ def reanalyse(out_dir: Path, work: Path) -> int:
         t0 = window_start(records)
         if t0 is not None:
             cell["ft"].update(stall_figures(records, t0, duration))
+    for cell in results.get("cells", {}).values():
+        for run in cell.values():
+            if run.get("curve"):
+                run["curve"] = thin_curve([tuple(point) for point in run["curve"]])
     for note in write_report(results, out_dir):
         print(note, flush=True)
     return 0

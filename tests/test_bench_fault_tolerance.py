@@ -167,3 +167,11 @@ def test_write_report_table_json_and_plot(tmp_path) -> None:
         assert notes and "matplotlib" in notes[0]
     else:
         assert (tmp_path / "fault_tolerance.png").stat().st_size > 1000 and not notes
+
+
+def test_thin_curve_keeps_drops_and_the_last_point() -> None:
+    curve = [(i * 0.1, i) for i in range(20)] + [(2.05, 5), (2.1, 6)]
+    thin = ft.thin_curve(curve, min_dt=0.5)
+    assert thin[0] == (0.0, 0) and thin[-1] == (2.1, 6) and (2.05, 5) in thin
+    assert all(b[0] - a[0] >= 0.5 - 1e-9 or b[1] < a[1] or b == thin[-1] for a, b in zip(thin, thin[1:]))
+    assert len(thin) < len(curve) / 2
