@@ -1,15 +1,18 @@
-# Benchmarks (see benchmarks/README.md). `bench`, `bench-convergence` and `bench-lm` need root: they emulate
+# Benchmarks (see benchmarks/README.md). `bench`, `bench-convergence`, `bench-lm`, `bench-scale` and `bench-ft` need root: they emulate
 # hosts joined by a rate-limited link with the repository's benchmarks/netns/hosts.sh (network namespaces).
 PYTHON ?= python
 BENCH_ARGS ?=
 
-.PHONY: bench bench-smoke bench-convergence bench-micro bench-overhead bench-lm bench-scale bench-network-down
+.PHONY: bench bench-smoke bench-convergence bench-micro bench-overhead bench-lm bench-scale bench-ft bench-network-down
 
 bench:  ## end-to-end: DDP baselines and every algorithm at 1 and 10 Gbit/s, 1 Gbit/s + 5 ms, tiny model
 	$(PYTHON) -m benchmarks.e2e $(BENCH_ARGS)
 
 bench-scale:  ## every method on 2, 4 and 8 emulated hosts (1 and 2 ranks per host) at 100 Mbit/s, the cost model checked and projected to 128 nodes (root)
 	$(PYTHON) -m benchmarks.scale $(BENCH_ARGS)
+
+bench-ft:  ## 3 replicas at 1 Gbit/s, one killed every 60 s and every 15 s for 5 min: fault-tolerant vs fail-fast + checkpoints (root; ~55 min)
+	$(PYTHON) -m benchmarks.fault_tolerance $(BENCH_ARGS)
 
 bench-convergence:  ## loss/accuracy against wall-clock time on the digits data, 1 Gbit/s link
 	$(PYTHON) -m benchmarks.convergence $(BENCH_ARGS)

@@ -85,6 +85,8 @@ def test_capture_and_restore_round_trip() -> None:
     model.bagua_algorithm = types.SimpleNamespace(state_dict=lambda: impl_state,
                                                   load_state_dict=lambda s: impl_state.update(s))
     saved = ft_state.capture(model, ("weights", "optimizer", "algorithm_state", "step"))
+    # weights (6 + 2 floats), momentum (the same) and the impl's 2 floats: what a heal of this state moves
+    assert ft_state.tree_bytes(saved) == (8 + 8 + 2) * 4
     before = [p.detach().clone() for p in model.parameters()]
     optimizer.step()  # the step that fails
     impl_state["q"].add_(1)  # captured tensors are copies: this must not leak into `saved`
@@ -284,6 +286,10 @@ def test_cli_splits_fault_tolerant_options() -> None:
     assert rest == ["--nproc_per_node", "2", "train.py"]  # a replica of two ranks
     with pytest.raises(ValueError, match="--replicas must be >= 0"):
         split_fault_tolerant_args(["--fault-tolerant", "--min-replicas", "0", "train.py"])
+    # the lighthouse's timeouts: a short join timeout (the survivors of a kill wait that long), torchft's heartbeat
+    assert (options.ft_join_timeout_ms, options.ft_heartbeat_timeout_ms) == (1000, 5000)
+    options, rest = split_fault_tolerant_args(["--fault-tolerant", "--ft-heartbeat-timeout-ms", "2000", "train.py"])
+    assert options.ft_heartbeat_timeout_ms == 2000 and rest == ["train.py"]
 
 
 def _attach_error(fault_tolerance: FaultTolerance | None, options: dict) -> str:

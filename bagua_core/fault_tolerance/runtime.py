@@ -71,7 +71,9 @@ class FaultTolerantRuntime:
         """Samples of the epoch consumed by committed steps (``QuorumSampler``; healed with the state)."""
         self._batch_samples = 0
         self.data_epoch = 0
-        self.stats = {"committed": 0, "discarded": 0, "quorums": 0, "healed": 0, "first_commit_s": None}
+        self.stats = {"committed": 0, "discarded": 0, "quorums": 0, "healed": 0, "healed_bytes": 0,
+                      "first_commit_s": None}
+        """``healed_bytes``: the tensor bytes of the states this replica was healed with (all heals)."""
         self._started = time.monotonic()
         self._hook_handle = None
         self._open_since: float | None = None
@@ -261,6 +263,7 @@ class FaultTolerantRuntime:
         self.data_epoch = int(healed.get("data_epoch", 0))
         self.quorum_id = None  # rebuild the algorithm on this quorum and load the healed state into it
         self.stats["healed"] += 1
+        self.stats["healed_bytes"] += ft_state.tree_bytes(saved)
         logger.info("bagua: replica %s healed from a live peer at step %s", self.options.replica_id,
                     self.manager.current_step())
 

@@ -22,7 +22,7 @@ import torch
 
 from bagua_core.runtime.exceptions import BaguaConfigError
 
-__all__ = ["capture", "restore", "fingerprint", "check_joiner", "copy_tree"]
+__all__ = ["capture", "restore", "fingerprint", "check_joiner", "copy_tree", "tree_bytes"]
 
 
 def copy_tree(value: Any, memo: dict | None = None) -> Any:
@@ -44,6 +44,17 @@ def copy_tree(value: Any, memo: dict | None = None) -> Any:
     if isinstance(value, tuple):
         return tuple(copy_tree(v, memo) for v in value)
     return value
+
+
+def tree_bytes(value: Any) -> int:
+    """Bytes of the tensors in ``value`` (dicts, lists and tuples walked): what a heal moves, roughly."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, dict):
+        return sum(tree_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(tree_bytes(v) for v in value)
+    return 0
 
 
 def capture(module: torch.nn.Module, parts: Iterable[str]) -> dict[str, Any]:
