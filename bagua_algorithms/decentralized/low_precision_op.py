@@ -202,9 +202,14 @@ class LowPrecisionDecentralizedOp:
         neighbours are other replicas then, and the replicas held of the old ones mean nothing to them."""
         group = self._group(bucket)
         self._prepared = None
+        comm = group.get_global_communicator()
         with torch.no_grad():
             flat, x = self._weights(bucket)
-            allreduce_inplace(x, op=ReduceOp.AVG, comm=group.get_global_communicator())
+            average = x.clone()
+            allreduce_inplace(average, op=ReduceOp.AVG, comm=comm)
+            if getattr(comm.torch_group, "error", None) is not None:
+                return  # a participant failed (fault-tolerant mode): the buffer holds garbage, this step fails
+            x.copy_(average)
             if x is flat and flat is bucket.buffer:
                 increment_version([tensor.bagua_getter_closure() for tensor in bucket.tensors])
             else:
