@@ -10,9 +10,12 @@ per process, so other work on a shared machine does not enter them.
 
     python -m benchmarks.message_count --methods decentralized_shift_one --world-sizes 2,4,8
 
-Prints one line per method and world size: per rank and step, the median over ranks and steps of the
-bytes written, the write calls, and bagua's collectives (name x calls / payload MB), then the ratio of
-the bytes written at each size to the smallest size's.
+Prints one line per method and world size: per rank and step, the median over ranks of the bytes
+written per step (each rank's total over the counted steps divided by their number: a message a step
+leaves in flight, low_precision_decentralized's neighbour segments, is written during the next step, and
+the last step's is drained into the count), the write calls, and bagua's collectives (name x calls /
+payload MB, medians over ranks and steps), then the ratio of the bytes written at each size to the
+smallest size's.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ def _worker(args: argparse.Namespace) -> None:
 
     import bagua_core as bagua
     from bagua_core.runtime.communication import stats
-    from benchmarks.e2e_worker import _step
+    from benchmarks.e2e_worker import _step, _drain
     from benchmarks.methods import finish, prepare
     from benchmarks.models import build_model, synthetic_batch
 
@@ -65,6 +68,11 @@ def _worker(args: argparse.Namespace) -> None:
                 after = proc_io()
                 steps.append({"io": {k: after[k] - before[k] for k in ("wchar", "rchar", "syscw", "syscr")},
                               "collectives": stats.snapshot()})
+            before = proc_io()
+            _drain(method, model)  # what the last step left in flight belongs to it
+            after = proc_io()
+            for key in steps[-1]["io"]:
+                steps[-1]["io"][key] += after[key] - before[key]
             finish(method, model)
             gathered: list = [None] * dist.get_world_size()
             dist.all_gather_object(gathered, steps)
@@ -77,18 +85,23 @@ def _worker(args: argparse.Namespace) -> None:
 
 
 def summarize(row: dict) -> dict:
-    """Medians over ranks and steps of one method at one world size."""
+    """One method at one world size: per-step means of each rank's I/O counts, their median over ranks;
+    the collectives' medians over ranks and steps."""
     per_step = [step for rank in row["ranks"] for step in rank]
+
+    def per_rank_mean(key: str) -> float:
+        return statistics.median(sum(step["io"][key] for step in rank) / max(len(rank), 1) for rank in row["ranks"])
+
     collectives: dict[str, tuple[float, float]] = {}
     for name in sorted({n for step in per_step for n in step["collectives"]}):
         calls = [step["collectives"].get(name, {}).get("calls", 0) for step in per_step]
         nbytes = [step["collectives"].get(name, {}).get("bytes", 0) for step in per_step]
         collectives[name] = (statistics.median(calls), statistics.median(nbytes))
     return {"method": row["method"], "world_size": row["world_size"],
-            "written": statistics.median(s["io"]["wchar"] for s in per_step),
+            "written": per_rank_mean("wchar"),
             "written_max": max(s["io"]["wchar"] for s in per_step),
-            "writes": statistics.median(s["io"]["syscw"] for s in per_step),
-            "read": statistics.median(s["io"]["rchar"] for s in per_step),
+            "writes": per_rank_mean("syscw"),
+            "read": per_rank_mean("rchar"),
             "collectives": collectives}
 
 

@@ -71,6 +71,15 @@ class ExchangeKiller:
         self.step, self.calls = step, 0
 
 
+def _stop_agreed(path: str) -> bool:
+    """Whether ``path`` exists, agreed by the replica's ranks (a MAX over its fixed group): a rank that stopped
+    alone would leave the replica's other ranks waiting for it in the next step's quorum."""
+    seen = torch.tensor([1 if path and os.path.exists(path) else 0])
+    if torch.distributed.get_world_size() > 1:
+        torch.distributed.all_reduce(seen, op=torch.distributed.ReduceOp.MAX)
+    return bool(seen.item())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--algorithm", default='{"name": "gradient_allreduce"}')
@@ -119,7 +128,7 @@ def main() -> None:
     sampler = QuorumSampler(len(x), batch_size=8, seed=0)
     step_in_process = 0
     with open(args.records, "a") as log:
-        while runtime.manager.current_step() < args.steps and not (args.stop and os.path.exists(args.stop)):
+        while runtime.manager.current_step() < args.steps and not _stop_agreed(args.stop):
             indices = sampler.next_indices(model)
             if indices is None:
                 continue
