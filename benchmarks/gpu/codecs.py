@@ -16,25 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from collections.abc import Callable
 
 import torch
 
 from bagua_core.codecs import codec_names, get_codec
 from bagua_core.runtime.native import compressed_size, cuda, fallback_fused, fused
+from benchmarks.gpu.kernels import time_cases
 
 __all__ = ["measure", "main"]
-
-
-def _time_ms(fn: Callable[[], object], repeats: int) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(repeats):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / repeats
 
 
 def _fused_cases(numel: int, gen: torch.Generator) -> dict[str, tuple[Callable[[], object], int]]:
@@ -84,15 +74,7 @@ def measure(numel: int, codecs: list[str], chunks: int = 8, rounds: int = 11, re
     for fn, _ in cases.values():
         fn()
     torch.cuda.synchronize()
-    times: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(rounds):
-        for name, (fn, _) in cases.items():
-            times[name].append(_time_ms(fn, repeats))
-    result = {}
-    for name, (_, moved) in cases.items():
-        ms = statistics.median(times[name])
-        result[name] = {"ms": ms, "GB/s": moved / ms / 1e6, "spread_ms": max(times[name]) - min(times[name])}
-    return result
+    return time_cases(cases, rounds, repeats)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -19,7 +19,7 @@ import torch
 
 from bagua_core.runtime.native import compressed_size, cuda, fallback
 
-__all__ = ["measure", "main"]
+__all__ = ["measure", "time_cases", "main"]
 
 
 def _time_ms(fn: Callable[[], object], repeats: int) -> float:
@@ -55,6 +55,11 @@ def measure(numel: int, chunks: int, rounds: int = 15, repeats: int = 10) -> dic
     torch.cuda.synchronize()
     if not torch.equal(buf, ref):
         raise SystemExit("bagua's CUDA kernel and the torch formula disagree: the comparison would be void")
+    return time_cases(cases, rounds, repeats)
+
+
+def time_cases(cases: dict[str, tuple[Callable[[], object], int]], rounds: int, repeats: int) -> dict[str, dict[str, float]]:
+    """``name -> (fn, bytes moved)`` timed in interleaved rounds: name -> {"ms": median, "GB/s", "spread_ms"}."""
     times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(rounds):
         for name, (fn, _) in cases.items():
