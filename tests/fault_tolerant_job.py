@@ -83,16 +83,25 @@ class Job:
     def output(self, name: str) -> str:
         return (self.tmp / f"{name}.out").read_text(errors="replace")
 
+    def _outputs(self, name: str) -> str:
+        """The end of ``name``'s output, then of its replica's other ranks' (``a.0``: also ``a.1``'s)."""
+        text = self.output(name)[-3000:]
+        replica = name.rsplit(".", 1)[0] if "." in name else None
+        for other in self.procs:
+            if replica is not None and other != name and other.rsplit(".", 1)[0] == replica:
+                text += f"\n--- {other!r}'s output ends:\n{self.output(other)[-1500:]}"
+        return text
+
     def wait_for(self, what: str, condition: Callable[[], bool], timeout_s: float, replica: str) -> None:
         deadline = time.monotonic() + timeout_s
         while not condition():
             proc = self.procs.get(replica)
             if proc is not None and proc.poll() is not None and not condition():
                 raise AssertionError(f"replica {replica!r} exited ({proc.returncode}) before {what}; its output "
-                                     f"ends:\n{self.output(replica)[-3000:]}")
+                                     f"ends:\n{self._outputs(replica)}")
             if time.monotonic() > deadline:
                 raise AssertionError(f"replica {replica!r} hung: not {what} within {timeout_s:g} s; its output "
-                                     f"ends:\n{self.output(replica)[-3000:]}")
+                                     f"ends:\n{self._outputs(replica)}")
             time.sleep(0.1)
 
     def wait_exit(self, name: str, timeout_s: float) -> int:

@@ -93,16 +93,19 @@ def main() -> None:
     parser.add_argument("--die-in-exchange", type=int, default=-1,
                         help="SIGKILL itself inside a collective between replicas at this step (ExchangeKiller)")
     parser.add_argument("--step-delay", type=float, default=0.0)
+    parser.add_argument("--late-at", type=int, default=-1,
+                        help="at this step, sleep --late-s seconds between backward and optimizer.step()")
+    parser.add_argument("--late-s", type=float, default=0.0)
     parser.add_argument("--only-replica", default="", help="--die-at/--hang-at apply only to this BAGUA_FT_REPLICA_ID, "
                         "and only to its first attempt under torchrun")
-    parser.add_argument("--only-rank", type=int, default=-1, help="--die-at/--hang-at apply only to this RANK")
+    parser.add_argument("--only-rank", type=int, default=-1, help="--die-at/--hang-at/--late-at apply only to this RANK")
     args = parser.parse_args()
     replica = os.environ.get("BAGUA_FT_REPLICA_ID", "")
     args.records = args.records.replace("{replica}", replica)
     if args.only_replica and (replica != args.only_replica or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0"):
-        args.die_at = args.hang_at = args.die_in_exchange = -1
+        args.die_at = args.hang_at = args.die_in_exchange = args.late_at = -1
     if args.only_rank >= 0 and int(os.environ.get("RANK", "0")) != args.only_rank:
-        args.die_at = args.hang_at = args.die_in_exchange = -1
+        args.die_at = args.hang_at = args.die_in_exchange = args.late_at = -1
     killer = ExchangeKiller(args.die_in_exchange)
 
     bagua.init_process_group()
@@ -141,6 +144,8 @@ def main() -> None:
             if step_in_process == args.hang_at:
                 time.sleep(3600)
             loss.backward()
+            if step_in_process == args.late_at:
+                time.sleep(args.late_s)
             optimizer.step()
             group = runtime.group
             log.write(json.dumps({

@@ -117,3 +117,51 @@ def test_nccl_groups_are_aborted(monkeypatch) -> None:
     monkeypatch.setattr(dist, "get_backend", lambda group: "cpu:gloo,cuda:nccl" if group is nccl else "gloo")
     assert abort.abort_process_groups() == 1
     assert nccl.aborted and not gloo.aborted
+
+
+def test_the_error_file_appears_whole_or_not_at_all(tmp_path, monkeypatch) -> None:
+    """torchrun reads the error file of a worker it is killing: a write cut short leaves no file behind (a
+    half-written one made torchrun raise JSONDecodeError instead of naming the first failure)."""
+    import json
+
+    from bagua_core.runtime.failure import uncaught
+
+    path = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(path))
+
+    def cut_short(data, fh):
+        fh.write('{"message": {"mess')
+        fh.flush()
+        raise KeyboardInterrupt  # the SIGTERM of the agent arrives here
+
+    monkeypatch.setattr(uncaught.json, "dump", cut_short)
+    with pytest.raises(KeyboardInterrupt):
+        uncaught._write_elastic_error_file(RuntimeError("boom"))
+    assert not path.exists()
+    monkeypatch.undo()
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(path))
+    uncaught._write_elastic_error_file(RuntimeError("boom"))
+    assert json.loads(path.read_text())["message"]["message"] == "RuntimeError: boom"
+    assert [p.name for p in tmp_path.iterdir()] == ["error.json"]
+
+
+def test_launcher_names_the_workers_errors_when_torchrun_cannot(monkeypatch, capsys) -> None:
+    """torchrun failing to collect the results itself still ends with each worker's last error."""
+    import json
+
+    from torch.distributed import run as torchrun
+
+    from bagua_core.cli import launch, worker_logs
+
+    def failing_main(args):
+        raise json.JSONDecodeError("Expecting value", "", 0)
+
+    tails = {0: "Traceback (most recent call last):\n  File \"x.py\", line 1\nRuntimeError: boom on rank 0\n", 1: ""}
+    monkeypatch.setattr(torchrun, "main", failing_main)
+    monkeypatch.setattr(worker_logs, "captured_ranks", lambda: [0, 1])
+    monkeypatch.setattr(worker_logs, "stderr_tail", lambda rank, wait_s=2.0: tails[rank])
+    assert launch._launch(["--nproc_per_node=2", "x.py"]) == 1
+    out = capsys.readouterr().out
+    assert "torchrun could not report them (JSONDecodeError: Expecting value" in out, out
+    assert "local rank 0's stderr ended with: RuntimeError: boom on rank 0" in out, out
+    assert "local rank 1" not in out, out

@@ -274,3 +274,23 @@ def test_replicas_of_two_ranks_kill_and_restart(job: Job, algorithm: str) -> Non
     _check_identical(job, "a.0", "a.1")
     _check_identical(job, "a.0", "b.0", pid=new)
     _check_identical(job, "a.1", "b.1", pid=[p for p in _pids(job.records("b.1")) if p not in first][0])
+
+
+@pytest.mark.timeout(300, func_only=True)
+def test_rank_late_to_the_commit_decision(job: Job) -> None:
+    """A replica's rank that reaches ``optimizer.step()`` up to a collective timeout after its sibling (the
+    sibling's collective failed at once, its own waited the timeout out) still decides the step with it: the
+    decision waits twice the timeout (it waited one and the sibling raised a TimeoutError, a CI failure)."""
+    late_s = 1.5 * TIMEOUT_S
+    assert late_s < HANG_TIMEOUT_S, "the late rank would be taken for a hung one"
+    job.start("a", *_args("gradient_allreduce"), "--late-at", "3", "--late-s", str(late_s), "--only-rank", "1",
+              ranks=2)
+    for rank in ("a.0", "a.1"):
+        job.wait_for("committed 6 steps", lambda rank=rank: len(job.committed(rank)) >= 6, START_S + late_s, rank)
+    job.stop()
+    for rank in ("a.0", "a.1"):
+        assert job.wait_exit(rank, GAP_S) == 0, job.output(rank)[-2000:]
+        records = _check_healthy(job, rank)
+        assert all(r["committed"] for r in records), f"{rank} discarded a step: {records}"
+    hashes = [{r["step"]: r["hash"] for r in job.committed(rank)} for rank in ("a.0", "a.1")]
+    assert len(hashes[0]) >= 6 and hashes[0] == hashes[1], hashes

@@ -64,6 +64,17 @@ def _failure_report(rank: int, failure: Any) -> list[str]:
     return [*lines, f"bagua: workers failed; first failure: rank {rank} (exit code {failure.exitcode}): {message}"]
 
 
+def _fallback_report(exc: BaseException) -> list[str]:
+    """bagua's last lines when torchrun raised something other than its ``ChildFailedError`` (it could not
+    read a worker's error file, say): the error at the end of each local worker's stderr that has one."""
+    lines = [f"bagua: workers failed; torchrun could not report them ({type(exc).__name__}: {exc})"]
+    for local_rank in sorted(worker_logs.captured_ranks()):
+        error, _ = worker_logs.last_error(worker_logs.stderr_tail(local_rank, wait_s=0.5))
+        if error:
+            lines.append(f"bagua: local rank {local_rank}'s stderr ended with: {error}")
+    return lines
+
+
 def _launch(torchrun_args: list[str]) -> int:
     from torch.distributed import run as torchrun
 
@@ -74,8 +85,9 @@ def _launch(torchrun_args: list[str]) -> int:
         return int(exc.code or 0)
     except Exception as exc:  # ChildFailedError: the workers' tracebacks were printed above
         first = getattr(exc, "get_first_failure", None)
-        if first is None:
-            print(f"bagua: workers failed: {type(exc).__name__}: {exc}", flush=True)
+        if first is None:  # torchrun itself failed collecting the workers' results
+            sys.stderr.flush()
+            print("\n".join(_fallback_report(exc)), flush=True)
             return 1
         sys.stderr.flush()  # the workers' output first, then ours
         print("\n".join(_failure_report(*first())), flush=True)

@@ -27,7 +27,7 @@ from typing import Any
 
 from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs, LogsDest, Std
 
-__all__ = ["TailingLogsSpecs", "stderr_tail", "last_error", "ENTRY_POINT_NAME"]
+__all__ = ["TailingLogsSpecs", "stderr_tail", "captured_ranks", "last_error", "ENTRY_POINT_NAME"]
 
 ENTRY_POINT_NAME = "bagua"
 TAIL_BYTES = 64 * 1024
@@ -86,6 +86,11 @@ class TailingLogsSpecs(DefaultLogsSpecs):
             pump.start()
             _latest[local_rank] = pump
         return dest
+
+
+def captured_ranks() -> list[int]:
+    """The local ranks of the latest attempt whose stderr is captured here."""
+    return list(_latest)
 
 
 def stderr_tail(local_rank: int, wait_s: float = 2.0) -> str:

@@ -46,7 +46,9 @@ class FaultTolerantOptions:
     """A step commits only with at least this many replicas in its quorum (``BAGUA_FT_MIN_REPLICAS``)."""
     timeout_s: float = 30.0
     """A collective between replicas, a commit decision or a state transfer that takes longer fails the step
-    (a hung replica is then left out of the next quorum). ``BAGUA_FT_TIMEOUT_S``."""
+    (a hung replica is then left out of the next quorum). A replica's ranks wait twice this for each other
+    in the commit decision (a sibling may still be waiting this long for a collective that failed).
+    ``BAGUA_FT_TIMEOUT_S``."""
     quorum_timeout_s: float = 120.0
     """How long a replica waits for a quorum of ``min_replicas`` before it raises (``BAGUA_FT_QUORUM_TIMEOUT_S``)."""
     hang_timeout_s: float = 300.0

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from bagua_core.runtime.exceptions import BaguaConfigError
+from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError
 from bagua_core.fault_tolerance import state as ft_state
 from bagua_core.fault_tolerance.hang import HangWatchdog
 from bagua_core.fault_tolerance.managed_group import ManagedGroup
@@ -209,10 +209,21 @@ class FaultTolerantRuntime:
         return result
 
     def _should_commit(self) -> bool:
+        """The step's decision, agreed by the replica's ranks and then by the quorum. A rank whose collective
+        failed at once (a peer's connection closed) asks while a sibling may still wait up to ``timeout_s`` for
+        its own to time out: the decision waits twice that before it gives up on a sibling."""
         for managed in self.group.managed_groups if self.group is not None else ():
             if managed.error is not None and self.manager.errored() is None:
                 self.manager.report_error(managed.error)
-        return bool(self.manager.should_commit())
+        wait_s = 2 * self.options.timeout_s
+        try:
+            return bool(self.manager.should_commit(timeout=timedelta(seconds=wait_s)))
+        except TimeoutError as exc:
+            raise BaguaError(
+                f"the commit decision of replica {self.options.replica_id} (rank {dist.get_rank()}) did not complete "
+                f"within {wait_s:g} s (2 x BAGUA_FT_TIMEOUT_S): another rank of this replica did not reach "
+                f"optimizer.step() (hung, much slower, or it stepped a different number of optimizers) or the "
+                f"replica's rank 0 is gone ({exc})") from exc
 
     def _quiesce(self, module: torch.nn.Module) -> None:
         """The impl's background communication ends here (``AlgorithmImpl.quiesce``); its failure fails the step."""

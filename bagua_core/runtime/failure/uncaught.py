@@ -51,8 +51,10 @@ def _write_elastic_error_file(exc: BaseException) -> None:
     callstack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     data = {"message": {"message": f"{type(exc).__name__}: {exc}",
                         "extraInfo": {"py_callstack": callstack, "timestamp": str(int(time.time()))}}}
-    with open(path, "w") as fh:
+    partial = f"{path}.{os.getpid()}.partial"  # torchrun reads the file of a worker it is killing: never half of it
+    with open(partial, "w") as fh:
         json.dump(data, fh)
+    os.replace(partial, path)
 
 
 def _excepthook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
