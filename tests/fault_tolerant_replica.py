@@ -148,11 +148,13 @@ def main() -> None:
                 time.sleep(args.late_s)
             optimizer.step()
             group = runtime.group
+            auto = getattr(model, "bagua_auto_result", None) or {}  # algorithm="auto": its choice, once made
             log.write(json.dumps({
                 "step": runtime.manager.current_step(), "committed": bool(runtime.decision),
                 "quorum": group.num_nodes, "rank": group.replica_rank, "local_rank": bagua.get_rank(), "hash": weights_hash(model),
                 "loss": float(loss.detach()), "pid": os.getpid(), "t": time.time(), "healed": runtime.stats["healed"],
                 "counter": model.bagua_train_step_counter, "started": STARTED,
+                "auto": auto.get("algorithm"), "auto_at": auto.get("decided_at_step"),
             }) + "\n")
             log.flush()
             if args.step_delay:

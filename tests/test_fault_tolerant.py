@@ -17,7 +17,7 @@ from bagua_core.fault_tolerance import state as ft_state
 from bagua_core.plugins import algorithm_registry
 
 DECLARED = {"gradient_allreduce", "bytegrad", "powersgd", "qadam", "diloco", "decentralized", "low_precision_decentralized",
-            "decentralized_dp", "async"}
+            "decentralized_dp", "async", "auto"}
 
 
 def test_capability_rejects_unknown_parts() -> None:
@@ -136,16 +136,27 @@ def test_quorum_sampler_follows_the_quorum(monkeypatch) -> None:
     assert not torch.equal(sampler.order(1), sampler.order(0))
 
 
-def test_auto_is_refused_naming_what_to_pass(monkeypatch) -> None:
+def test_auto_in_fault_tolerant_mode_chooses_among_fault_tolerant_candidates(monkeypatch) -> None:
+    """Its policy is its candidates' (both commit before the optimizer step) plus the choice it heals; every
+    replica is a node (no single-node variants); a candidate declaring no fault tolerance is left out, and
+    refused when named."""
+    import dataclasses
+
     import bagua_core.fault_tolerance.current as current
     from bagua_algorithms.auto import AutoAlgorithm
+    from bagua_core.plugins import algorithm_registry
 
-    auto = AutoAlgorithm(candidates=["bytegrad", "gradient_allreduce"])
     monkeypatch.setattr(current, "_runtime", object())  # fault-tolerant mode
-    with pytest.raises(BaguaConfigError, match=r"algorithm 'auto' cannot run in fault-tolerant mode: .* one of its "
-                                               r"candidates that run in fault-tolerant mode: bytegrad, "
-                                               r"gradient_allreduce \(e\.g\. with_bagua\(\[optimizer\], 'bytegrad'\)"):
-        auto.reify(None)
+    auto = AutoAlgorithm(candidates=["bytegrad", "gradient_allreduce"])
+    assert [d.name for d in auto.declarations] == ["bytegrad", "gradient_allreduce"]
+    assert auto.fault_tolerance.commit == "before_optimizer_step"
+    assert auto.fault_tolerance.heals == ("weights", "optimizer", "algorithm_state", "step")
+    assert auto.overrides == {}
+    allreduce = algorithm_registry.get("gradient_allreduce")
+    monkeypatch.setattr(allreduce, "capabilities", dataclasses.replace(allreduce.capabilities, fault_tolerance=None))
+    assert [d.name for d in AutoAlgorithm().declarations] == ["bytegrad"]
+    with pytest.raises(BaguaConfigError, match=r"candidate\(s\) \['gradient_allreduce'\] cannot run in fault-tolerant"):
+        AutoAlgorithm(candidates=["bytegrad", "gradient_allreduce"])
 
 
 def test_runtime_quiesces_before_the_quorum_and_the_commit_decision() -> None:
@@ -167,10 +178,10 @@ def test_runtime_quiesces_before_the_quorum_and_the_commit_decision() -> None:
     model.bagua_algorithm = types.SimpleNamespace(state_dict=lambda: {}, load_state_dict=lambda s: None,
                                                   quiesce=quiesce)
     runtime = FaultTolerantRuntime.__new__(FaultTolerantRuntime)
-    runtime.options = types.SimpleNamespace(replica_id="r")
+    runtime.options = types.SimpleNamespace(replica_id="r", timeout_s=4.0)
     runtime.manager = types.SimpleNamespace(
         start_quorum=lambda: calls.append("quorum"), _quorum_id=7, errored=lambda: None,
-        should_commit=lambda: calls.append("commit") or "error" not in calls[-2],
+        should_commit=lambda timeout=None: calls.append("commit") or "error" not in calls[-2],
         report_error=lambda exc: calls.append(f"error {exc}"))
     runtime.quorum_id, runtime.module, runtime.policy = 7, model, FaultTolerance(commit="after_step")
     runtime.group = types.SimpleNamespace(managed_groups=[], world_size=1)

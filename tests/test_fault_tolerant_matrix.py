@@ -39,8 +39,11 @@ ALGORITHMS = {  # options, a different option for the refused joiner, the field 
     "decentralized_dp_ring": ({"name": "decentralized_dp", "topology": "ring"}, {"topology": "one-peer-exp"},
                               "options.topology"),
     "local_sgd": ({"name": "local_sgd", "sync_every": 2}, {"sync_every": 3}, "options.sync_every"),
+    "auto": ({"name": "auto", "candidates": ["bytegrad", "gradient_allreduce"], "warmup_steps": 1, "trial_steps": 2},
+             {"trial_steps": 3}, "options.trial_steps"),
 }
-SYNCHRONOUS = {"gradient_allreduce", "bytegrad", "powersgd", "qadam", "decentralized_dp", "decentralized_dp_ring"}
+SYNCHRONOUS = {"gradient_allreduce", "bytegrad", "powersgd", "qadam", "decentralized_dp", "decentralized_dp_ring",
+               "auto"}
 """Replicas' weights are equal after every committed step (diloco's differ between its syncs; decentralized_dp's
 two replicas average exactly at the end of every step, on the complete and on the ring topology alike)."""
 EXCHANGE_OVERLAPS_STEP = {"diloco_streaming"}
@@ -294,3 +297,31 @@ def test_rank_late_to_the_commit_decision(job: Job) -> None:
         assert all(r["committed"] for r in records), f"{rank} discarded a step: {records}"
     hashes = [{r["step"]: r["hash"] for r in job.committed(rank)} for rank in ("a.0", "a.1")]
     assert len(hashes[0]) >= 6 and hashes[0] == hashes[1], hashes
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300, func_only=True)
+def test_auto_choice_survives_and_reaches_a_joiner(job: Job) -> None:
+    """auto's trials restart on a new quorum (b killed during them); the choice made on a's quorum stays when
+    c joins later, and c, healed with it, runs the chosen candidate from its first step without trials."""
+    options, _, _ = ALGORITHMS["auto"]
+    trials = options["warmup_steps"] + 2 * options["trial_steps"]
+    job.start("a", *_args("auto"))
+    job.start("b", *_args("auto"), "--die-at", "3")
+    assert job.wait_exit("b", START_S) == -9
+    job.wait_for("chosen an algorithm", lambda: any(r["auto"] for r in job.committed("a")), GAP_S * 3, "a")
+    records = job.committed("a")
+    chosen = next(r for r in records if r["auto"])
+    alone = next(r for r in records if r["quorum"] == 1)
+    assert chosen["auto_at"] >= alone["counter"] + trials - 1, (alone, chosen)  # timed on the quorum of one
+    job.start("c", *_args("auto"))
+    job.wait_for("committed 3 steps after joining", lambda: len(job.committed("c", quorum=2)) >= 3, START_S, "c")
+    job.stop()
+    for name in ("a", "c"):
+        assert job.wait_exit(name, GAP_S) == 0, job.output(name)[-2000:]
+    _check_healthy(job, "a")
+    late = job.committed("c")
+    assert late[0]["healed"] == 1 and all((r["auto"], r["auto_at"]) == (chosen["auto"], chosen["auto_at"])
+                                          for r in late), late[:3]
+    assert all(r["auto"] == chosen["auto"] for r in job.committed("a") if r["step"] >= chosen["step"])
+    _check_identical(job, "a", "c")

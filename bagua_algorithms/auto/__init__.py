@@ -31,11 +31,15 @@ Example::
     >>> model.bagua_auto_result["algorithm"]
     'bytegrad'
 
-Fault-tolerant mode refuses ``auto`` (in ``with_bagua``), naming its candidates that run there: the trials
-time each candidate on a fixed set of ranks and the choice is final, so a replica joining or leaving during
-the trials would make the replicas time on different quorums, and a joiner arriving after the choice would
-have to be told an algorithm it never timed; pass the algorithm by name instead (``bagua run`` without
-``--fault-tolerant`` can choose it once).
+Fault-tolerant mode (``bagua_core.fault_tolerance``): the candidates are those that declare fault tolerance
+(``candidates=[...]`` naming another is refused), each replica is a node (no single-node variants), and the
+trials run on the step's quorum: a change of membership during them (or a failed step) restarts them on the
+new quorum, so every time compared was taken on the same replicas. The choice is final: this impl keeps
+running the module after it, and its ``state_dict`` carries the choice, so a replica that joins later (or
+the survivors of a later failure, re-reified on their new quorum) run the chosen candidate from their first
+step without timing anything. Its fault tolerance is its candidates' (``AutoAlgorithm.fault_tolerance``):
+what any of them heals plus the choice, committed before the optimizer step when every candidate commits
+there.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from pydantic import Field, field_validator
 
 from bagua_algorithms.auto.chooser import AutoImpl
 from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig
-from bagua_core.lifecycle.capabilities import Capabilities, auto_candidate
+from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance, auto_candidate
 from bagua_core.runtime.exceptions import BaguaConfigError
 from bagua_core.plugins import algorithm_registry, hookimpl
 from bagua_core.selection.single_node import defaults_to_hierarchical, on_one_node, without_hierarchy
@@ -57,6 +61,9 @@ __all__ = ["AUTO", "AutoConfig", "AutoAlgorithm", "candidate_names"]
 
 AUTO = "auto"
 """The name this algorithm is registered by."""
+
+_HEALS = ("weights", "optimizer", "algorithm_state", "step")
+_TRIALS_AGAIN = "the trials (a new quorum during them restarts them on it)"
 
 
 def candidate_names() -> list[str]:
@@ -92,22 +99,39 @@ class AutoAlgorithm(Algorithm):
 
     name = AUTO
     Config = AutoConfig
-    capabilities = Capabilities(communicates="gradients", keeps_optimizer_semantics=True, relative_bytes=None)
-    """During the trials the module's ``bagua_capabilities`` are the current candidate's."""
+    capabilities = Capabilities(
+        communicates="gradients", keeps_optimizer_semantics=True, relative_bytes=None,
+        fault_tolerance=FaultTolerance(heals=_HEALS, commit="after_step", rederives=(_TRIALS_AGAIN,)))
+    """During the trials the module's ``bagua_capabilities`` are the current candidate's; in fault-tolerant mode
+    with the ``fault_tolerance`` of this instance's candidates (:attr:`fault_tolerance`), whichever runs."""
 
     def __init__(self, candidates: Sequence[str] | None = None, warmup_steps: int = 2, trial_steps: int = 5,
                  optimizers: Sequence[torch.optim.Optimizer] = ()) -> None:
         super().__init__(candidates=None if candidates is None else tuple(candidates), warmup_steps=warmup_steps,
                          trial_steps=trial_steps)
+        from bagua_core.fault_tolerance.current import current_runtime
+
+        fault_tolerant = current_runtime() is not None
         names = list(self.config.candidates or candidate_names())
+        if fault_tolerant:  # only candidates that survive a change of membership (module doc)
+            refused = [n for n in names if algorithm_registry.get(n).capabilities.fault_tolerance is None]
+            if self.config.candidates and refused:
+                raise BaguaConfigError(f"algorithm 'auto': candidate(s) {refused} cannot run in fault-tolerant mode "
+                                       f"(they declare no Capabilities.fault_tolerance); leave them out of "
+                                       f"candidates or run without --fault-tolerant")
+            names = [n for n in names if n not in refused]
         if not names:
-            raise BaguaConfigError("algorithm 'auto': no installed algorithm declares keeps_optimizer_semantics "
-                                   "(bagua plugins lists the capabilities)")
-        flat = on_one_node()
+            raise BaguaConfigError("algorithm 'auto': no installed algorithm declares keeps_optimizer_semantics"
+                                   f"{' and fault tolerance' if fault_tolerant else ''} (bagua plugins lists the "
+                                   "capabilities)")
+        flat = on_one_node() and not fault_tolerant  # in fault-tolerant mode every replica is a node
         self.declarations = [_build(name, optimizers, flat) for name in names]
         self.overrides = {d.name: {"hierarchical": False} for d in self.declarations
                           if flat and defaults_to_hierarchical(type(d.config))}
         """The options each candidate runs with that differ from its defaults (the single-node variants)."""
+        self.fault_tolerance = _fault_tolerance(self.declarations) if fault_tolerant else None
+        """Fault-tolerant mode: how this instance survives a change of membership (its candidates' policies
+        joined, module doc); None otherwise."""
 
     @classmethod
     def from_config(cls, config: AlgorithmConfig, optimizers: Sequence[torch.optim.Optimizer] = ()) -> AutoAlgorithm:
@@ -119,17 +143,17 @@ class AutoAlgorithm(Algorithm):
                 "candidates": {d.name: d.canonical_options() for d in self.declarations}}
 
     def reify(self, process_group: Any) -> AutoImpl:
-        from bagua_core.fault_tolerance.current import current_runtime
-
-        if current_runtime() is not None:  # why: the module's docstring
-            able = [d.name for d in self.declarations if type(d).capabilities.fault_tolerance is not None]
-            raise BaguaConfigError(
-                "algorithm 'auto' cannot run in fault-tolerant mode: its timed trials and its choice assume the "
-                "same ranks throughout, which a change of membership breaks; pass the algorithm by name instead, "
-                f"one of its candidates that run in fault-tolerant mode: {', '.join(able) or 'none installed'} "
-                f"(e.g. with_bagua([optimizer], {(able or ['gradient_allreduce'])[0]!r}) or --algorithm "
-                f"{(able or ['gradient_allreduce'])[0]}), or choose it with 'auto' in a run without --fault-tolerant")
         return AutoImpl(process_group, self)
+
+
+def _fault_tolerance(declarations: Sequence[Algorithm]) -> FaultTolerance:
+    """What any candidate heals, plus the choice (``algorithm_state``); the commit before the optimizer step
+    only when every candidate commits there (a trial switches candidates between steps)."""
+    policies = [type(d).capabilities.fault_tolerance for d in declarations]
+    heals = tuple(h for h in _HEALS if h == "algorithm_state" or any(h in p.heals for p in policies))
+    before = all(p.commit == "before_optimizer_step" for p in policies)
+    rederives = tuple(dict.fromkeys([_TRIALS_AGAIN, *(r for p in policies for r in p.rederives)]))
+    return FaultTolerance(heals=heals, rederives=rederives, commit="before_optimizer_step" if before else "after_step")
 
 
 def _build(name: str, optimizers: Sequence[torch.optim.Optimizer], on_one_node: bool) -> Algorithm:

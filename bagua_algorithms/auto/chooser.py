@@ -3,6 +3,7 @@ fastest and hands the module over to it (rule and communication: ``bagua_algorit
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import statistics
 import time
@@ -14,7 +15,8 @@ import torch
 from bagua_algorithms.auto.link import measure_link
 from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmImpl
 from bagua_core.lifecycle.bucket import BaguaBucket
-from bagua_core.lifecycle.capabilities import capabilities_of
+from bagua_core.lifecycle.capabilities import Capabilities, capabilities_of
+from bagua_core.runtime.exceptions import BaguaConfigError
 from bagua_core.runtime.communication import ReduceOp, allreduce_inplace, broadcast
 
 
@@ -25,7 +27,8 @@ logger = logging.getLogger("bagua.auto")
 
 class AutoImpl(AlgorithmImpl):
     """Delegates every hook to the current candidate's impl; its ``need_reset`` (asked before every
-    forward) drives the schedule. Once decided, ``module.bagua_algorithm`` is the chosen impl."""
+    forward) drives the schedule. Once decided, ``module.bagua_algorithm`` is the chosen impl; in
+    fault-tolerant mode this impl stays and delegates to it, its state holding the choice."""
 
     hands_module_over = True
     """Read by ``bagua_core.selection.autotune``: this impl hands the module to the chosen impl, which is tuned
@@ -40,9 +43,16 @@ class AutoImpl(AlgorithmImpl):
         self._first_step: int | None = None
         self._last: float | None = None
         self._times: dict[int, list[float]] = {}
+        self.keeps_module = auto.fault_tolerance is not None
+        """Fault-tolerant mode: this impl runs the module after the choice too (a new quorum re-reifies the
+        declaration, which stays ``auto``; :meth:`load_state_dict` switches the new impl to the choice)."""
+        self.decided: int | None = None
+        """The chosen candidate's index once decided (fault-tolerant mode)."""
 
     # --- the schedule --------------------------------------------------------------------------
     def need_reset(self) -> bool:
+        if self.decided is not None:
+            return self.current.need_reset()
         module = self._module
         now = time.perf_counter()
         last, self._last = self._last, now
@@ -71,8 +81,15 @@ class AutoImpl(AlgorithmImpl):
         self.index = index
         declaration = self.auto.declarations[index]
         self.current = declaration.reify(self.process_group)
-        module.bagua_capabilities = capabilities_of(declaration, self.current)
+        module.bagua_capabilities = self._capabilities(declaration)
         logger.info("step %d: auto trial of %s", module.bagua_train_step_counter, declaration.name)
+
+    def _capabilities(self, declaration: Algorithm) -> Capabilities:
+        """The running candidate's, with auto's own fault tolerance (the runtime's policy never changes)."""
+        capabilities = capabilities_of(declaration, self.current)
+        if self.keeps_module:
+            capabilities = dataclasses.replace(capabilities, fault_tolerance=self.auto.fault_tolerance)
+        return capabilities
 
     def _decide(self, module: torch.nn.Module, medians: list[float]) -> bool:
         comm = self.process_group.get_global_communicator()
@@ -112,8 +129,11 @@ class AutoImpl(AlgorithmImpl):
             handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
             logger.addHandler(handler)
             logger.setLevel(logging.INFO)
-        module.bagua_algorithm = self.current  # from now on the chosen impl runs the module by itself
-        module._bagua_algorithm_declaration = chosen
+        if self.keeps_module:
+            self.decided = best
+        else:
+            module.bagua_algorithm = self.current  # from now on the chosen impl runs the module by itself
+            module._bagua_algorithm_declaration = chosen
         logger.info("auto chose %s at step %d: step time (max over ranks) %s; link latency %.3g ms, bandwidth "
                     "%.3g MB/s; model %.3g MB; declared relative bytes %s; options %s", chosen.name,
                     result["decided_at_step"], {k: round(v, 6) for k, v in result["step_time_s"].items()},
@@ -125,7 +145,7 @@ class AutoImpl(AlgorithmImpl):
     def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
         if self._module is None:
             self._module = bagua_module
-            bagua_module.bagua_capabilities = capabilities_of(self.auto.declarations[0], self.current)
+            bagua_module.bagua_capabilities = self._capabilities(self.auto.declarations[self.index])
         return self.current.init_tensors(bagua_module)
 
     def bucket_size_bytes(self) -> int:
@@ -143,6 +163,9 @@ class AutoImpl(AlgorithmImpl):
     def init_backward_hook(self, bagua_module: torch.nn.Module) -> Callable[[str, torch.nn.Parameter], None]:
         return self.current.init_backward_hook(bagua_module)
 
+    def init_bucket_ready_hook(self, bagua_module: torch.nn.Module) -> Callable[[BaguaBucket], None] | None:
+        return self.current.init_bucket_ready_hook(bagua_module)
+
     def init_post_backward_hook(self, bagua_module: torch.nn.Module) -> Callable[[], None]:
         return self.current.init_post_backward_hook(bagua_module)
 
@@ -153,10 +176,37 @@ class AutoImpl(AlgorithmImpl):
         return self.current.communicates_after_optimizer_step(bagua_module)
 
     def state_dict(self) -> dict[str, Any]:
-        return self.current.state_dict()
+        """The running candidate's; in fault-tolerant mode with the choice (what a joiner is healed with)."""
+        if not self.keeps_module:
+            return self.current.state_dict()
+        result = getattr(self._module, "bagua_auto_result", None) if self.decided is not None else None
+        return {"index": self.index, "decided": -1 if self.decided is None else self.decided,
+                "result": dict(result or {}), "candidate": self.current.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.current.load_state_dict(state)
+        """Fault-tolerant mode: run the chosen candidate when ``state`` holds a choice (the module's buckets
+        are rebuilt for it), else start the trials again from the first candidate at the next step."""
+        if not self.keeps_module:
+            self.current.load_state_dict(state)
+            return
+        module = self._module
+        if module is None:
+            raise BaguaConfigError("algorithm 'auto': its state can only be loaded into a wrapped module")
+        decided = int(state["decided"])
+        target = decided if decided >= 0 else 0
+        if target != self.index:
+            self._switch(module, target)
+            module.bagua_reset()
+        self.decided = decided if decided >= 0 else None
+        if self.decided is None:  # the trials start again: times taken on other replicas compare nothing
+            self._first_step, self._last, self._times = None, None, {}
+        if int(state["index"]) == self.index:
+            self.current.load_state_dict(state["candidate"])
+        if self.decided is not None:
+            module.bagua_auto_result = dict(state["result"])
+
+    def quiesce(self, bagua_module: torch.nn.Module) -> None:
+        self.current.quiesce(bagua_module)
 
     def shutdown(self, bagua_module: torch.nn.Module) -> None:
         self.current.shutdown(bagua_module)
