@@ -10,7 +10,12 @@ quorum so that bagua's unchanged collectives (``torch.distributed`` calls with `
 - an error (a peer killed, a timeout) never escapes: it is handed to ``on_error`` (the Manager's
   ``report_error``, which makes ``should_commit`` refuse the step) and the operation completes with its
   buffers as they are; every later operation of the same quorum completes at once, so a step whose
-  participant failed runs to its end quickly and is then committed nowhere.
+  participant failed runs to its end quickly and is then committed nowhere;
+- on that error the group lets go of its gloo group at once (:meth:`ManagedGroup.release`): the operations
+  still in flight are abandoned, not waited for, and the last reference goes, which closes its connections.
+  A surviving peer waiting for a message this replica will now never send (it left the exchange when it saw
+  the dead one) then fails at once ("connection closed") instead of after the timeout: with three replicas
+  and one killed, both survivors used to wait the whole timeout for each other.
 """
 
 from __future__ import annotations
@@ -65,13 +70,18 @@ class _SwallowingWork(_DoneWork):
         self._work, self._group = work, group
 
     def wait(self, timeout: timedelta | None = None) -> bool:
-        if self._work is None:
+        if self._work is None:  # waited, or abandoned when the group failed
             return True
         work, self._work = self._work, None
+        self._group._in_flight.discard(self)
+        error = None
         try:
             work.wait()
         except Exception as exc:  # a peer died or hung: the step fails, this thread goes on
-            self._group.fail(exc)
+            error = exc
+        del work  # the error's traceback keeps this frame: it must not keep the gloo group alive (release)
+        if error is not None:
+            self._group.fail(error)
         return True
 
     def is_completed(self) -> bool:
@@ -89,6 +99,7 @@ class ManagedGroup(dist.ProcessGroup):
         self._on_error = on_error
         self.error: Exception | None = None
         """The first error of an operation of this quorum (then nothing more runs on it)."""
+        self._in_flight: set[_SwallowingWork] = set()
         self.ranks = virtual_ranks(replica_rank, replica_world_size)
         for method in _FORWARDED:
             setattr(self, method, self._forwarder(method))
@@ -96,21 +107,35 @@ class ManagedGroup(dist.ProcessGroup):
     def fail(self, exc: Exception) -> None:
         if self.error is None:
             self.error = exc
+            self.release()
             self._on_error(exc)
+
+    def release(self) -> None:
+        """Let go of the gloo group: the operations in flight are abandoned (their waits return at once) and
+        this group's reference to it goes. Once the last one goes (``on_error`` drops torchft's), gloo closes
+        its connections and the peers still waiting on this replica fail at once (module doc)."""
+        for work in list(self._in_flight):
+            work._work = None
+        self._in_flight.clear()
+        self._inner = None
 
     def _forwarder(self, method: str) -> Callable[..., dist._Work]:
         def run(*args: Any) -> dist._Work:
             if self.error is not None:
                 return _DoneWork()
             try:
-                return _SwallowingWork(getattr(self._inner, method)(*args), self)
+                work = _SwallowingWork(getattr(self._inner, method)(*args), self)
             except Exception as exc:
                 self.fail(exc)
                 return _DoneWork()
+            self._in_flight.add(work)
+            return work
 
         return run
 
     def _get_backend(self, device: Any) -> Any:
+        if self._inner is None:
+            raise RuntimeError(f"{self!r} failed ({self.error}) and released its gloo group")
         return self._inner._get_backend(device)
 
     def getBackendName(self) -> str:  # noqa: N802 (torch's name)

@@ -151,11 +151,11 @@ class FaultTolerantRuntime:
         per_replica, local = dist.get_world_size(), dist.get_rank()
         replica, replicas = (rank if rank is not None else 0), max(size, 1)
         everyone = ManagedGroup(self.ft_group.everyone_inner(), replica * per_replica + local, replicas * per_replica,
-                                f"bagua_ft_quorum{self.quorum_id}", self.manager.report_error)
+                                f"bagua_ft_quorum{self.quorum_id}", self._on_group_error)
         leaders = None
         if per_replica > 1 and local == 0:
             leaders = ManagedGroup(self.ft_group.same_rank_inner(), replica, replicas,
-                                   f"bagua_ft_quorum{self.quorum_id}_leaders", self.manager.report_error)
+                                   f"bagua_ft_quorum{self.quorum_id}_leaders", self._on_group_error)
         if rank is None or self.manager.errored() is not None or everyone._inner is None or \
                 (leaders is not None and leaders._inner is None):
             reason = RuntimeError(f"quorum {self.quorum_id} could not be configured: {self.manager.errored()}")
@@ -185,6 +185,15 @@ class FaultTolerantRuntime:
             module.bagua_algorithm.load_state_dict(carried)
         logger.info("bagua: replica %s joined quorum %s as replica %s of %s (step %s)", self.options.replica_id,
                     self.quorum_id, replica, replicas, self.manager.current_step())
+
+    def _on_group_error(self, exc: Exception) -> None:
+        """A collective between replicas failed: the step fails, and every group of the quorum lets go of its
+        gloo group now (torchft's reference too: the next quorum configures new ones), which closes this
+        replica's connections so that the peers waiting on it fail at once (``managed_group``'s module doc)."""
+        self.manager.report_error(exc)
+        for managed in self.group.managed_groups if self.group is not None else ():
+            managed.release()
+        self.ft_group.abort(errored=False)
 
     def _step(self, optimizer: torch.optim.Optimizer, original: Any, args: tuple, kwargs: dict) -> Any:
         if not self.step_open:  # a step outside a training forward: not a transaction

@@ -1,0 +1,75 @@
+"""A replica whose collective between replicas failed lets go of its gloo group at once, so that a surviving
+peer still waiting for its message (which it will never send: it left the exchange when it saw the dead
+peer) fails at once instead of after the whole timeout. Three processes with a ``ManagedGroup`` each over
+plain gloo: rank 2 dies, rank 1 sees it in a receive and stays alive, rank 0 waits on a receive from rank 1.
+Before the release, rank 0 waited the timeout (the 3-replica benchmark's survivors stalled 10 s per kill)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import time
+from datetime import timedelta
+
+from tests.distributed import free_port
+
+TIMEOUT_S = 8.0
+"""The gloo timeout of the managed group: rank 0 must learn far sooner."""
+
+
+def _worker(rank: int, port: int, out: multiprocessing.Queue) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from bagua_core.fault_tolerance.managed_group import ManagedGroup
+
+    store = dist.TCPStore("127.0.0.1", port, 3, rank == 0, timeout=timedelta(seconds=60))
+    dist.init_process_group("gloo", store=dist.PrefixStore("default", store), rank=rank, world_size=3)
+    errors: list[Exception] = []
+    managed = ManagedGroup(dist.ProcessGroupGloo(dist.PrefixStore("managed", store), rank, 3,
+                                                 timedelta(seconds=TIMEOUT_S)), rank, 3, "test", errors.append)
+    tensor = torch.ones(4)
+    managed.allreduce([tensor], dist.AllreduceOptions()).wait()  # every connection is up
+    assert not errors and tensor.tolist() == [3.0] * 4, (errors, tensor)
+    store.set(f"ready{rank}", "1")
+    store.wait(["ready0", "ready1", "ready2"])
+    if rank == 2:
+        time.sleep(0.5)  # the others post their receives first
+        os._exit(0)
+    started = time.monotonic()
+    if rank == 1:
+        managed.recv([tensor], 2, 0).wait()  # fails: rank 2 is gone; rank 1 leaves the exchange
+        out.put((1, time.monotonic() - started, [str(e)[:200] for e in errors]))
+        time.sleep(TIMEOUT_S + 2)  # alive: only the released group can tell rank 0
+    else:
+        managed.recv([tensor], 1, 0).wait()  # rank 1 never sends
+        out.put((0, time.monotonic() - started, [str(e)[:200] for e in errors]))
+
+
+def test_a_failed_replica_releases_its_group_so_waiting_peers_fail_at_once() -> None:
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    port = free_port()
+    procs = [context.Process(target=_worker, args=(rank, port, out), daemon=True) for rank in range(3)]
+    for proc in procs:
+        proc.start()
+    results = {}
+    try:
+        deadline = time.monotonic() + 120
+        while len(results) < 2:
+            try:
+                rank, elapsed, errors = out.get(timeout=max(deadline - time.monotonic(), 0.01))
+            except queue.Empty:
+                missing = sorted({0, 1} - set(results))
+                raise AssertionError(f"rank(s) {missing} hung: no result within 120 s") from None
+            results[rank] = (elapsed, errors)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.join()
+    elapsed, errors = results[1]
+    assert errors, "rank 1's receive from the dead rank 2 did not fail"
+    elapsed, errors = results[0]
+    assert errors and "closed" in errors[0].lower(), errors
+    assert elapsed < TIMEOUT_S / 2, f"rank 0 waited {elapsed:.1f} s for rank 1, which had left the exchange"
