@@ -20,6 +20,7 @@ quorum so that bagua's unchanged collectives (``torch.distributed`` calls with `
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -99,7 +100,8 @@ class ManagedGroup(dist.ProcessGroup):
         self._on_error = on_error
         self.error: Exception | None = None
         """The first error of an operation of this quorum (then nothing more runs on it)."""
-        self._in_flight: set[_SwallowingWork] = set()
+        self._in_flight: weakref.WeakSet[_SwallowingWork] = weakref.WeakSet()
+        """Operations not waited for yet (weakly: one its caller dropped unwaited is not kept)."""
         self.ranks = virtual_ranks(replica_rank, replica_world_size)
         for method in _FORWARDED:
             setattr(self, method, self._forwarder(method))
