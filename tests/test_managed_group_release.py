@@ -73,3 +73,26 @@ def test_a_failed_replica_releases_its_group_so_waiting_peers_fail_at_once() -> 
     elapsed, errors = results[0]
     assert errors and "closed" in errors[0].lower(), errors
     assert elapsed < TIMEOUT_S / 2, f"rank 0 waited {elapsed:.1f} s for rank 1, which had left the exchange"
+
+
+def test_an_earlier_quorums_group_error_leaves_the_current_quorum_alone() -> None:
+    """The runtime's error handler, alone: an error of a group of the current quorum fails the step and
+    releases the quorum's groups; one of an earlier quorum's group (an abandoned operation finishing late)
+    must not (it would fail a healthy step and drop its connections)."""
+    from types import SimpleNamespace
+
+    from bagua_core.fault_tolerance.runtime import FaultTolerantRuntime
+
+    reported, aborted, released = [], [], []
+    runtime = FaultTolerantRuntime.__new__(FaultTolerantRuntime)
+    runtime.options = SimpleNamespace(replica_id="r0")
+    runtime.manager = SimpleNamespace(report_error=reported.append)
+    runtime.ft_group = SimpleNamespace(abort=lambda errored: aborted.append(errored))
+    runtime.group = SimpleNamespace(managed_groups=[SimpleNamespace(release=lambda: released.append(1))])
+    runtime._generation = 2
+
+    runtime._on_group_error(1, RuntimeError("late error of quorum 1"))
+    assert (reported, released, aborted) == ([], [], [])
+    error = RuntimeError("connection closed")
+    runtime._on_group_error(2, error)
+    assert reported == [error] and released == [1] and aborted == [False]

@@ -20,6 +20,7 @@ Each training step of a wrapped module is a transaction:
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from datetime import timedelta
@@ -61,6 +62,8 @@ class FaultTolerantRuntime:
         self.module: torch.nn.Module | None = None
         self.group: QuorumGroup | None = None
         self.quorum_id: int | None = None
+        self._generation = 0
+        """Counts the quorums configured: a group's errors count only while it is of the latest one."""
         self.fingerprint: dict[str, Any] = {}
         self.step_open = False
         self.decision: bool | None = None
@@ -150,12 +153,14 @@ class FaultTolerantRuntime:
         rank, size = self.manager.participating_rank(), self.manager.num_participants()
         per_replica, local = dist.get_world_size(), dist.get_rank()
         replica, replicas = (rank if rank is not None else 0), max(size, 1)
+        self._generation += 1
+        on_error = functools.partial(self._on_group_error, self._generation)
         everyone = ManagedGroup(self.ft_group.everyone_inner(), replica * per_replica + local, replicas * per_replica,
-                                f"bagua_ft_quorum{self.quorum_id}", self._on_group_error)
+                                f"bagua_ft_quorum{self.quorum_id}", on_error)
         leaders = None
         if per_replica > 1 and local == 0:
             leaders = ManagedGroup(self.ft_group.same_rank_inner(), replica, replicas,
-                                   f"bagua_ft_quorum{self.quorum_id}_leaders", self._on_group_error)
+                                   f"bagua_ft_quorum{self.quorum_id}_leaders", on_error)
         if rank is None or self.manager.errored() is not None or everyone._inner is None or \
                 (leaders is not None and leaders._inner is None):
             reason = RuntimeError(f"quorum {self.quorum_id} could not be configured: {self.manager.errored()}")
@@ -186,10 +191,16 @@ class FaultTolerantRuntime:
         logger.info("bagua: replica %s joined quorum %s as replica %s of %s (step %s)", self.options.replica_id,
                     self.quorum_id, replica, replicas, self.manager.current_step())
 
-    def _on_group_error(self, exc: Exception) -> None:
+    def _on_group_error(self, generation: int, exc: Exception) -> None:
         """A collective between replicas failed: the step fails, and every group of the quorum lets go of its
         gloo group now (torchft's reference too: the next quorum configures new ones), which closes this
-        replica's connections so that the peers waiting on it fail at once (``managed_group``'s module doc)."""
+        replica's connections so that the peers waiting on it fail at once (``managed_group``'s module doc).
+        An error of an earlier quorum's group (an operation it abandoned, finishing late) is only logged: it
+        must not fail the current quorum's step nor release its groups."""
+        if generation != self._generation:
+            logger.info("bagua: replica %s ignores an error of an earlier quorum's group: %s", self.options.replica_id,
+                        exc)
+            return
         self.manager.report_error(exc)
         for managed in self.group.managed_groups if self.group is not None else ():
             managed.release()
