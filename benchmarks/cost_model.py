@@ -148,9 +148,10 @@ def pattern(method: str, s: Setting) -> list[Phase]:
         return [inside, Phase(size if n > 1 else 0.0, int(n > 1), 2 * int(n > 1) * _pieces(size, BUCKET_BYTES),
                               overlaps=True)]
     if method == "low_precision_decentralized":  # compressed difference to both ring neighbours
+        # the neighbours' messages travel during the next step's forward and backward (overlapped)
         neighbours = 0 if n == 1 else 1 if n == 2 else 2
         return [inside, Phase(neighbours * s.params * CODEC_BYTES, int(neighbours > 0), 2 * neighbours,
-                              codec_values=3 * s.params)]
+                              codec_values=3 * s.params, overlaps=True)]
     if method == "powersgd":  # P then Q (rank 1) of every matrix, vectors uncompressed, two rounds
         matrix_values = sum(r * c for r, c in s.matrices)
         p_values = sum(r for r, _ in s.matrices)

@@ -37,11 +37,27 @@ def read_counter(iface: str, name: str = "tx_bytes") -> int:
         return 0
 
 
+TIMELINE = os.environ.get("BAGUA_BENCH_TIMELINE")
+"""A folder: every rank writes the events of its timed steps there (``benchmarks.step_timeline``),
+``<method>-rank<r>.txt``: ``<ms> <thread> <what>`` per line, the machine's monotonic clock (every rank on one
+machine shares it, so the ranks' lines can be merged)."""
+
+
+def _mark(what: str) -> None:
+    if TIMELINE:
+        from benchmarks.step_timeline import record
+
+        record(what)
+
+
 def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> float:
     optimizer.zero_grad()
     loss = F.cross_entropy(model(x), y)
+    _mark("forward end")
     loss.backward()
+    _mark("backward end")
     optimizer.step()
+    _mark("optimizer step end")
     return float(loss.detach())
 
 
@@ -60,6 +76,10 @@ def run(method: str, model_name: str, batch_size: int, warmup: int, steps: int, 
     for _ in range(warmup):
         _step(model, optimizer, x, y)
     dist.barrier()
+    if TIMELINE:
+        from benchmarks import step_timeline
+
+        del step_timeline.EVENTS[:]
     tx0, rx0 = read_counter(iface), read_counter(iface, "rx_bytes")
     times: list[float] = []
     loss = float("nan")
@@ -67,16 +87,28 @@ def run(method: str, model_name: str, batch_size: int, warmup: int, steps: int, 
     started = time.perf_counter()
     for _ in range(steps):
         t0 = time.perf_counter()
+        _mark("step")
         loss = _step(model, optimizer, x, y)
         times.append(time.perf_counter() - t0)
     _drain(method, model)  # what the last step left in flight counts too
     elapsed = time.perf_counter() - started
+    if TIMELINE:
+        _write_timeline(method, rank)
     cpu = _cpu_seconds() - cpu0
     tx, rx = read_counter(iface) - tx0, read_counter(iface, "rx_bytes") - rx0
     finish(method, model)
     del bagua  # imported for its side effects (with_bagua on every module)
     return {"rank": rank, "world_size": world, "params": params, "elapsed_s": elapsed, "step_s": times,
             "tx_bytes": tx, "rx_bytes": rx, "loss": loss, "cpu_s": cpu}
+
+
+def _write_timeline(method: str, rank: int) -> None:
+    from benchmarks import step_timeline
+
+    path = Path(TIMELINE) / f"{method}-rank{rank}.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # milliseconds of the machine's monotonic clock, which every rank on it shares: ranks line up
+    path.write_text("".join(f"{1000 * t:.1f} {thread} {what}\n" for t, thread, what in step_timeline.EVENTS))
 
 
 def _drain(method: str, model: torch.nn.Module) -> None:
@@ -145,6 +177,10 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     import bagua_core as bagua
 
+    if TIMELINE:
+        from benchmarks import step_timeline
+
+        step_timeline.install()
     bagua.init_process_group()
     try:
         for method in args.methods.split(","):

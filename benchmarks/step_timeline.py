@@ -54,6 +54,14 @@ def install() -> None:
             lambda bucket, *rest: f"{bucket.name} in-flight completion" if bucket._deferred else None)
     for module in (compressed_pipeline, low_precision_decentralized):
         _around(module, "exchange_round", lambda comm, segs, *rest: f"round of {len(segs)} segments")
+    # the low-precision ring's phases: the difference, the round, its neighbours' messages completed
+    op = low_precision_decentralized.LowPrecisionDecentralizedOp
+    _around(op, "prepare", lambda *rest: "ring difference")
+    _around(op, "_ring_step", lambda *rest: "ring round")
+    _around(op, "complete", lambda self: "ring completion" if self._in_flight is not None else None)
+    from bagua_core.module import hooks
+
+    _around(hooks, "agree_on_nonfinite_gradients", lambda *rest: "overflow agreement")
 
 
 def last_step() -> list[tuple[float, str, str]]:

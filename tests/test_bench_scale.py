@@ -58,6 +58,8 @@ def test_powersgd_sends_low_rank_factors() -> None:
 def test_overlap_hides_weight_exchange_behind_compute_and_cores_are_shared() -> None:
     slow = setting(2, compute_s=5.0)  # compute longer than the exchange: shift_one's step is the compute alone
     assert predict("decentralized_shift_one", slow, Fit()) == pytest.approx(5.0)
+    # the low-precision ring's neighbours' messages travel during the next forward and backward
+    assert predict("low_precision_decentralized", slow, Fit()) == pytest.approx(5.0)
     assert predict("ddp", slow, Fit()) > 5.0 + 1.0
     shared = setting(4, 2, cores=2)  # 8 ranks on 2 cores: compute takes 4 times as long
     assert predict("async", shared, Fit()) == pytest.approx(4 * 0.05)
@@ -109,3 +111,26 @@ def test_scale_harness_runs_two_ranks_per_host_and_writes_results(tmp_path: Path
     assert len(saved["model"]["errors"]) == 2 and saved["model"]["compute_s"] > 0 and "ResNet-50" in saved["model"]["projection"]
     text = (tmp_path / "scale.md").read_text()
     assert "| ddp | 2 x 2 |" in text and "The cost model against every measured point" in text
+
+
+def test_timeline_of_every_rank_on_one_clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``BAGUA_BENCH_TIMELINE``: every rank writes its timed steps' events (the low-precision ring's phases,
+    the overflow agreement) on the machine's monotonic clock, so the ranks' files can be merged."""
+    from benchmarks import scale
+
+    monkeypatch.setenv("BAGUA_BENCH_TIMELINE", str(tmp_path / "timeline"))
+    rows = scale.main(["--loopback", "--hosts", "2", "--ranks-per-host", "1", "--methods",
+                       "low_precision_decentralized", "--model", "tiny", "--warmup", "1", "--steps", "2",
+                       "--timeout", "90", "--results", str(tmp_path)])
+    assert "error" not in rows[0], rows[0].get("log")
+    events = {}
+    for rank in (0, 1):
+        lines = (tmp_path / "timeline" / f"low_precision_decentralized-rank{rank}.txt").read_text().splitlines()
+        events[rank] = [(float(line.split()[0]), line.split(maxsplit=2)[2]) for line in lines]
+        names = [what for _, what in events[rank]]
+        assert names.count("step") == 2 and names.count("overflow agreement end") == 2, names
+        assert "ring round start" in names and "ring difference end" in names and "optimizer step end" in names
+        times = [t for t, _ in events[rank]]
+        assert times == sorted(times)
+    # one clock: the two ranks' first timed steps start within a second of each other (after a barrier)
+    assert abs(events[0][0][0] - events[1][0][0]) < 1000
