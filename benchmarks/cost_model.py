@@ -69,6 +69,19 @@ class Setting:
     cores: int | None = None
     matrices: tuple[tuple[int, int], ...] = ()
     wire_efficiency: float = 1.0
+    backend: str = "gloo"
+    """Whose collectives: ``gloo`` (the emulated hosts: a ring for every allreduce) or ``nccl`` (the projected GPU
+    nodes: a tree, 2 log2(N) rounds, for a one-value allreduce)."""
+    window: tuple[int, int] | None = None
+    """``(warmup, timed)`` steps of a measurement: a phase run every k-th step (diloco's exchange) counts the
+    times it ran in the timed steps (steps 1, 2, ... of which k, 2k, ... run it); None: 1/k of it per step."""
+
+    def share(self, every: int) -> float:
+        """How many times per timed step a phase run every ``every``-th step runs."""
+        if every == 1 or self.window is None:
+            return 1 / every
+        warmup, timed = self.window
+        return ((warmup + timed) // every - warmup // every) / timed
 
     @property
     def ranks(self) -> int:
@@ -117,6 +130,15 @@ def _ring(nbytes: float, ranks: int, ranks_per_host: int, piece: float = BUCKET_
     return Phase(host_bytes, 2 * (ranks - 1), 2 * (ranks - 1) * _pieces(nbytes, piece))
 
 
+def _agreement(s: Setting) -> Phase:
+    """A one-value allreduce over every rank (the low-precision ring's overflow agreement): gloo's ring, or
+    NCCL's tree for so small a message."""
+    if s.backend == "nccl" and s.ranks > 1:
+        rounds = 2 * math.ceil(math.log2(s.ranks))
+        return Phase(0.0, rounds, rounds)
+    return _ring(FP32, s.ranks, s.ranks_per_host)
+
+
 def _compressed_exchange(values: float, ranks: int) -> Phase:
     """bytegrad's exchange among ``ranks`` leaders (one per host): a compressed alltoall, then an allgather
     of the averaged chunk, each chunk in segments; a host sends its n-1 foreign chunks twice."""
@@ -149,9 +171,10 @@ def pattern(method: str, s: Setting) -> list[Phase]:
                               overlaps=True)]
     if method == "low_precision_decentralized":  # compressed difference to both ring neighbours
         # the neighbours' messages travel during the next step's forward and backward (overlapped)
+        # and the overflow agreement at the end of backward: a one-value allreduce over every rank
         neighbours = 0 if n == 1 else 1 if n == 2 else 2
         return [inside, Phase(neighbours * s.params * CODEC_BYTES, int(neighbours > 0), 2 * neighbours,
-                              codec_values=3 * s.params, overlaps=True)]
+                              codec_values=3 * s.params, overlaps=True), _agreement(s)]
     if method == "powersgd":  # P then Q (rank 1) of every matrix, vectors uncompressed, two rounds
         matrix_values = sum(r * c for r, c in s.matrices)
         p_values = sum(r for r, _ in s.matrices)
@@ -188,11 +211,12 @@ def predict(method: str, s: Setting, f: Fit) -> float:
             cpu = (phase.messages * f.overhead_s + f.gamma_s * phase.codec_values) * share
             background += cpu / (comm + phase.background_interval_s)
             continue
-        codec += f.gamma_s * phase.codec_values * share / phase.every
+        runs = s.share(phase.every)
+        codec += f.gamma_s * phase.codec_values * share * runs
         if phase.overlaps:
-            overlapped += comm / phase.every
+            overlapped += comm * runs
         else:
-            waited += comm / phase.every
+            waited += comm * runs
     # the background's CPU slows the step by the share of the cores it takes (capped: it yields the GIL)
     return (compute + codec + waited + max(0.0, overlapped - compute)) / (1.0 - min(background, 0.5))
 
@@ -232,7 +256,7 @@ def project(methods: Sequence[str], hosts: Sequence[int], rates_bps: Sequence[fl
     gpu_fit = Fit(overhead_s=overhead_s, gamma_s=0.0)
     for rate in rates_bps:
         for n in hosts:
-            s = Setting(n, ranks_per_host, params, rate, compute_s, delay_s, None, matrices)
+            s = Setting(n, ranks_per_host, params, rate, compute_s, delay_s, None, matrices, backend="nccl")
             ddp = predict("ddp", s, gpu_fit)
             for method in methods:
                 t = predict(method, s, gpu_fit)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import re
 import sys
 import time
 from pathlib import Path
@@ -71,7 +72,8 @@ def settings_of(row: dict, args: argparse.Namespace, compute_s: float, cores: in
     return cost_model.Setting(hosts=row["hosts"], ranks_per_host=row["ranks_per_host"], params=row["params"],
                               link_bps=RATES.get(args.rate, 0) or _rate_bps(args.rate), compute_s=compute_s,
                               delay_s=_seconds(args.delay), cores=cores, matrices=matrices(args.model),
-                              wire_efficiency=efficiency)
+                              wire_efficiency=efficiency,
+                              window=(row["warmup"], row["steps"]) if "warmup" in row and "steps" in row else None)
 
 
 def _rate_bps(rate: str) -> float:
@@ -130,7 +132,8 @@ def model_report(rows: list[dict], args: argparse.Namespace, compute_s: float, c
                     cells.append(f"**{cell}**" if row["speedup_vs_ddp"] == best[(rate, n)] else cell)
             lines.append(f"| {method} | " + " | ".join(cells) + " |")
     lines += ["", "Assumptions: hierarchical algorithms average inside a node over NVLink at no cost; ring "
-                  "allreduce among all ranks for DDP and gradient_allreduce; decentralized and shift_one are "
+                  "allreduce among all ranks for DDP and gradient_allreduce; the low-precision ring's one-value overflow "
+                  "agreement as NCCL's tree (2 log2 N rounds); decentralized and shift_one are "
                   "*weight* averaging (they change the optimisation: compare time to accuracy, not only steps); "
                   "async is left out (its averaging runs beside the step)."]
     return lines, {"fit": {"overhead_s": fitted.overhead_s, "gamma_s": fitted.gamma_s}, "errors": errors,
@@ -198,6 +201,10 @@ def _refit(saved: Path, args: argparse.Namespace, cores: int) -> list[dict]:
         sys.exit(f"benchmarks.scale: {saved} holds no compute_s (one rank's CPU per step); measure again")
     header_file = saved.with_suffix(".md")
     header = header_file.read_text().splitlines()[0] if header_file.exists() else ""
+    window = re.search(r"(\d+) warmup \+ \d+ timed steps", header)  # rows of older runs lack their warmup
+    for row in rows:
+        if window and "warmup" not in row:
+            row["warmup"] = int(window.group(1))
     model_lines, model = model_report(rows, args, compute_s, cores)
     for path in write(rows, Path(args.results), header, model_lines, model):
         print("wrote", path)
@@ -243,7 +250,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             run_args = argparse.Namespace(**{**vars(args), "world_size": n * k, "ranks_per_host": k})
             got = run_network(f"{n}x{k}", methods, run_args, hung, spec=spec)
             for row in got:
-                row.update(hosts=n, ranks_per_host=k)
+                row.update(hosts=n, ranks_per_host=k, warmup=args.warmup)
             rows += got
             write(rows, results, "(partial: the run is not finished)", [], {"compute_s": compute_s, "cores": cores})
     header = (f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {platform.machine()} ({cores} cores shared by every rank), "

@@ -5,6 +5,7 @@ ranks per host on loopback and writes its table, JSON and the model's check (nev
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,7 @@ def test_compressed_and_decentralized_patterns() -> None:
     # shift_one: one model to one peer whatever n; the low-precision ring: one neighbour at n=2, two after
     assert {host_bytes("decentralized_shift_one", setting(n)) for n in (2, 4, 8)} == {model}
     lpd = [host_bytes("low_precision_decentralized", setting(n)) for n in (2, 4, 8)]
-    assert lpd[1] == pytest.approx(2 * lpd[0]) and lpd[2] == lpd[1]
+    assert lpd[1] == pytest.approx(2 * lpd[0]) and lpd[2] == pytest.approx(lpd[1])  # + the 4-byte agreement
     # diloco: the ring's bytes once every 4 steps
     assert host_bytes("diloco", setting(4)) == pytest.approx(host_bytes("ddp", setting(4)) / 4)
     with pytest.raises(ValueError, match="no message pattern for method 'nope'"):
@@ -134,3 +135,26 @@ def test_timeline_of_every_rank_on_one_clock(tmp_path: Path, monkeypatch: pytest
         assert times == sorted(times)
     # one clock: the two ranks' first timed steps start within a second of each other (after a barrier)
     assert abs(events[0][0][0] - events[1][0][0]) < 1000
+
+
+def test_a_phase_every_kth_step_counts_the_runs_in_the_timed_window() -> None:
+    """diloco exchanges after steps 4, 8, ...: 2 warmup + 6 timed steps hold two exchanges (1/3 per step),
+    2 + 4 hold one (1/4): the model predicts the window that was measured."""
+    constants = Fit(overhead_s=1e-3)
+    plain = predict("diloco", setting(2), constants)
+    six = predict("diloco", replace(setting(2), window=(2, 6)), constants)
+    four = predict("diloco", replace(setting(2), window=(2, 4)), constants)
+    assert four == pytest.approx(plain)
+    compute = setting(2).compute_s
+    assert six - compute == pytest.approx((plain - compute) * 4 / 3)
+    assert predict("ddp", replace(setting(2), window=(2, 6)), constants) == predict("ddp", setting(2), constants)
+
+
+def test_the_overflow_agreement_is_gloos_ring_here_and_a_tree_on_projected_gpu_nodes() -> None:
+    """The low-precision ring's one-value allreduce: 2(N-1) messages on gloo (the measured hosts), 2 log2(N)
+    rounds with NCCL (the projection), so 1024 GPUs do not pay a ring's 2046 latencies for four bytes."""
+    gloo = setting(8, 2)
+    nccl = replace(gloo, backend="nccl")
+    assert pattern("low_precision_decentralized", gloo)[-1].messages == 2 * 15
+    assert pattern("low_precision_decentralized", nccl)[-1].messages == 2 * 4
+    assert pattern("low_precision_decentralized", replace(setting(128, 8), backend="nccl"))[-1].rounds == 20
