@@ -76,7 +76,7 @@ class Setting:
     """``(warmup, timed)`` steps of a measurement: a phase run every k-th step (diloco's exchange) counts the
     times it ran in the timed steps (steps 1, 2, ... of which k, 2k, ... run it); None: 1/k of it per step."""
 
-    def share(self, every: int) -> float:
+    def runs_per_step(self, every: int) -> float:
         """How many times per timed step a phase run every ``every``-th step runs."""
         if every == 1 or self.window is None:
             return 1 / every
@@ -211,7 +211,7 @@ def predict(method: str, s: Setting, f: Fit) -> float:
             cpu = (phase.messages * f.overhead_s + f.gamma_s * phase.codec_values) * share
             background += cpu / (comm + phase.background_interval_s)
             continue
-        runs = s.share(phase.every)
+        runs = s.runs_per_step(phase.every)
         codec += f.gamma_s * phase.codec_values * share * runs
         if phase.overlaps:
             overlapped += comm * runs

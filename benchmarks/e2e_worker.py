@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from benchmarks import step_timeline
 from benchmarks.methods import UNTIMED_WARMUP, finish, prepare
 from benchmarks.models import build_model, parameter_count, synthetic_batch
 
@@ -45,9 +46,7 @@ machine shares it, so the ranks' lines can be merged)."""
 
 def _mark(what: str) -> None:
     if TIMELINE:
-        from benchmarks.step_timeline import record
-
-        record(what)
+        step_timeline.record(what)
 
 
 def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> float:
@@ -77,8 +76,6 @@ def run(method: str, model_name: str, batch_size: int, warmup: int, steps: int, 
         _step(model, optimizer, x, y)
     dist.barrier()
     if TIMELINE:
-        from benchmarks import step_timeline
-
         del step_timeline.EVENTS[:]
     tx0, rx0 = read_counter(iface), read_counter(iface, "rx_bytes")
     times: list[float] = []
@@ -103,8 +100,6 @@ def run(method: str, model_name: str, batch_size: int, warmup: int, steps: int, 
 
 
 def _write_timeline(method: str, rank: int) -> None:
-    from benchmarks import step_timeline
-
     path = Path(TIMELINE) / f"{method}-rank{rank}.txt"
     path.parent.mkdir(parents=True, exist_ok=True)
     # milliseconds of the machine's monotonic clock, which every rank on it shares: ranks line up
@@ -178,8 +173,6 @@ def main(argv: list[str] | None = None) -> None:
     import bagua_core as bagua
 
     if TIMELINE:
-        from benchmarks import step_timeline
-
         step_timeline.install()
     bagua.init_process_group()
     try:
