@@ -11,13 +11,18 @@ must dominate the step for the emulated hosts to say anything about the network:
 its 21 MB takes ~1.7 s at 100 Mbit/s on 2 hosts against ~0.1 s of compute per rank.
 
 Writes ``results/scale.md`` (tables, the model's error on every point, the projection), ``scale.json``
-and ``scale.png`` (step time and bytes per rank against the number of hosts).
+and ``scale.png`` (step time and bytes per rank against the number of hosts). With
+``BAGUA_BENCH_TIMELINE=<folder>``, every rank's step events and (on emulated hosts) every host's bytes sent,
+sampled every 5 ms, go to that folder: ``python -m benchmarks.link_usage <folder> <method>`` shows how busy
+each host's link was, step by step.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+from contextlib import nullcontext
 import platform
 import re
 import sys
@@ -26,7 +31,8 @@ from pathlib import Path
 
 from benchmarks import cost_model
 from benchmarks.e2e import run_network
-from benchmarks.launch import REPO_ROOT, LaunchError, launch
+from benchmarks.launch import NETNS_PREFIX, REPO_ROOT, LaunchError, launch
+from benchmarks.link_usage import LinkSampler
 from benchmarks.models import MODEL_LAYERS
 from benchmarks.report import have_matplotlib
 
@@ -230,8 +236,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--refit", metavar="JSON", help="measure nothing: fit and project again from the rows "
                         "of an earlier run's scale.json (its header line is kept from scale.md beside it)")
     args = parser.parse_args(argv)
-    import os
-
     cores = args.cores or os.cpu_count() or 1
     if args.refit:
         return _refit(Path(args.refit), args, cores)
@@ -245,14 +249,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows: list[dict] = []
     hung: dict[str, str] = {}
     results = Path(args.results)
-    for k in (int(x) for x in args.ranks_per_host.split(",")):
-        for n in (int(x) for x in args.hosts.split(",")):
-            run_args = argparse.Namespace(**{**vars(args), "world_size": n * k, "ranks_per_host": k})
-            got = run_network(f"{n}x{k}", methods, run_args, hung, spec=spec)
-            for row in got:
-                row.update(hosts=n, ranks_per_host=k, warmup=args.warmup)
-            rows += got
-            write(rows, results, "(partial: the run is not finished)", [], {"compute_s": compute_s, "cores": cores})
+    timeline = os.environ.get("BAGUA_BENCH_TIMELINE")
+    # beside the ranks' timelines, what every host sent, every 5 ms (benchmarks.link_usage reports it)
+    with LinkSampler(Path(timeline) / "link.txt", NETNS_PREFIX) if timeline and not args.loopback else nullcontext():
+        for k in (int(x) for x in args.ranks_per_host.split(",")):
+            for n in (int(x) for x in args.hosts.split(",")):
+                run_args = argparse.Namespace(**{**vars(args), "world_size": n * k, "ranks_per_host": k})
+                got = run_network(f"{n}x{k}", methods, run_args, hung, spec=spec)
+                for row in got:
+                    row.update(hosts=n, ranks_per_host=k, warmup=args.warmup)
+                rows += got
+                write(rows, results, "(partial: the run is not finished)", [], {"compute_s": compute_s, "cores": cores})
     header = (f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {platform.machine()} ({cores} cores shared by every rank), "
               f"{args.model}, batch {args.batch_size} per rank, link {'loopback' if args.loopback else args.rate} "
               f"(each host's egress), {args.warmup} warmup + {args.steps} timed steps; "

@@ -54,6 +54,9 @@ def install() -> None:
             lambda bucket, *rest: f"{bucket.name} in-flight completion" if bucket._deferred else None)
     for module in (compressed_pipeline, low_precision_decentralized):
         _around(module, "exchange_round", lambda comm, segs, *rest: f"round of {len(segs)} segments")
+    # bytegrad's round 1 in two halves: sent when the bucket starts, decoded when it is completed
+    _around(compressed_pipeline, "send_round", lambda comm, segs, *rest: f"sends of {len(segs)} segments")
+    _around(compressed_pipeline, "decode_round", lambda segs, *rest: f"receives of {len(segs)} segments")
     # the low-precision ring's phases: the difference, the round, its neighbours' messages completed
     op = low_precision_decentralized.LowPrecisionDecentralizedOp
     _around(op, "prepare", lambda *rest: "ring difference")

@@ -158,3 +158,32 @@ def test_the_overflow_agreement_is_gloos_ring_here_and_a_tree_on_projected_gpu_n
     assert pattern("low_precision_decentralized", gloo)[-1].messages == 2 * 15
     assert pattern("low_precision_decentralized", nccl)[-1].messages == 2 * 4
     assert pattern("low_precision_decentralized", replace(setting(128, 8), backend="nccl"))[-1].rounds == 20
+
+
+def test_link_usage_cuts_the_samples_at_the_step_marks(tmp_path: Path) -> None:
+    """What each host sent, sampled beside the timeline: per step the bytes and the time the link ran at
+    more than half its rate; in bins, the share of the rate."""
+    from benchmarks import link_usage
+
+    rate = 100e6  # 12 500 bytes per ms
+    # host 1 sends at the full rate for the whole first step, host 2 only in its second half; both idle after
+    lines, sent = [], {"bgv1": 0, "bgv2": 0}
+    for ms in range(0, 201, 10):
+        if ms > 0 and ms <= 100:
+            sent["bgv1"] += 125_000
+            sent["bgv2"] += 125_000 if ms > 50 else 0
+        lines.append(f"{1000.0 + ms} bgv1={sent['bgv1']} bgv2={sent['bgv2']}")
+    (tmp_path / "link.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / "bytegrad-rank0.txt").write_text("1000.0 main step\n1050.0 main forward end\n1100.0 main step\n"
+                                                  "1200.0 main step\n")
+    samples, marks = link_usage.load_samples(tmp_path / "link.txt"), link_usage.step_marks(tmp_path, "bytegrad")
+    assert marks == [1000.0, 1100.0, 1200.0]
+    (ms0, first), (ms1, second) = link_usage.per_step(samples, marks, rate)
+    assert ms0 == ms1 == 100.0
+    assert first == {"bgv1": (1_250_000, 100.0), "bgv2": (625_000, 50.0)}
+    assert second == {"bgv1": (0, 0.0), "bgv2": (0, 0.0)}
+    bins = link_usage.step_bins(samples, 1000.0, 1100.0, 50.0, rate)
+    assert [(offset, [round(x) for x in shares]) for offset, shares in bins] == [(0.0, [100, 0]), (50.0, [100, 100])]
+    with link_usage.LinkSampler(tmp_path / "sampled.txt", "nohost"):  # no such interfaces: nothing written
+        pass
+    assert (tmp_path / "sampled.txt").read_text() == ""

@@ -90,3 +90,56 @@ def _train(rank: int, algorithm: object, bucket_size: int) -> None:
 )
 def test_bytegrad_training(world_size: int, local_size: int, algorithm: object, bucket_size: int) -> None:
     run_workers(_train, world_size, algorithm, bucket_size, local_size=local_size)
+
+
+def _deferred_like_one_at_a_time(rank: int, hierarchical: bool, defers: bool) -> None:
+    import os
+
+    from bagua_core.lifecycle.bucket import BaguaBucket
+    from bagua_core.lifecycle.bucket_ops import pipeline
+
+    os.environ["BAGUA_DEFAULT_BUCKET_SIZE"] = "300"
+    pipeline.SEGMENT_NUMEL = 8  # several segments a chunk, a different count in each bucket
+    deferred: list[str] = []
+    defer, may_defer_as_built = BaguaBucket.defer, BaguaBucket.may_defer
+
+    def counting_defer(bucket: BaguaBucket, finish) -> None:
+        deferred.append(bucket.name)
+        defer(bucket, finish)
+
+    results = []
+    for may_defer in (True, False):
+        BaguaBucket.defer = counting_defer
+        if not may_defer:
+            BaguaBucket.may_defer = lambda bucket, op: False
+        try:
+            model = SmallNet(seed=rank)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            model = model.with_bagua([optimizer], ByteGradAlgorithm(hierarchical=hierarchical))
+            grads = []
+            for step in range(2):
+                optimizer.zero_grad()
+                x, y = batch(rank, step)
+                F.cross_entropy(model(x), y).backward()
+                grads.append(torch.cat([p.grad.reshape(-1).clone() for p in model.parameters()]))
+                optimizer.step()
+            results.append(grads)
+            buckets = len(model.bagua_buckets)
+            model.bagua_shutdown()
+        finally:
+            BaguaBucket.defer = defer
+            BaguaBucket.may_defer = may_defer_as_built
+    assert buckets >= 3 and len(deferred) == (2 * buckets if defers else 0), (buckets, deferred)  # each step
+    for step, (left_in_flight, one_at_a_time) in enumerate(zip(*results)):
+        assert torch.equal(left_in_flight, one_at_a_time), f"step {step}: the buckets left in flight differ"
+
+
+@pytest.mark.parametrize("world_size,local_size,hierarchical,defers",
+                         [(3, 3, False, True), (6, 2, True, True), (2, 2, False, False), (4, 2, True, False)])
+def test_buckets_in_flight_together_match_one_at_a_time(world_size: int, local_size: int, hierarchical: bool,
+                                                        defers: bool) -> None:
+    """With more than one peer, every bucket's exchange stays in flight until the end of backward (a later
+    bucket's round 1 is sent before an earlier one's round 2), with a different number of segments per
+    bucket: the same bits as each bucket exchanged alone (the rounds' tags keep the messages apart).
+    With one peer (2 ranks, or 2 nodes), each bucket is exchanged before the next starts."""
+    run_workers(_deferred_like_one_at_a_time, world_size, hierarchical, defers, local_size=local_size)

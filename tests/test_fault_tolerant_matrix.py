@@ -101,7 +101,7 @@ def _pids(records: list[dict]) -> list[int]:
 def test_kill_replica_mid_step(job: Job, algorithm: str) -> None:
     job.start("a", *_args(algorithm))
     job.start("b", *_args(algorithm), "--die-at", "4")
-    assert job.wait_exit("b", START_S) == -9
+    assert job.wait_exit("b", START_S) == -9, job.output("b")[-3000:]
     job.wait_for("committed 3 steps alone after b was killed", lambda: len(job.committed("a", quorum=1)) >= 3,
                  GAP_S * 3, "a")
     job.stop()

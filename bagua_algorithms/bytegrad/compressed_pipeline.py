@@ -2,29 +2,34 @@
 (``bagua_core.lifecycle.bucket_ops.pipeline``), with the codec's steps (:class:`bagua_core.codecs.Codec`: its fused
 ones where it has them, MinMaxUInt8's native kernels by default).
 
-Same bytes and results as the plain exchange (``bagua_algorithms.bytegrad.compressed``). The receives
-of both rounds are posted first. Round 1 (the
-alltoall): every chunk's header (min/max) is written first, so each segment of the payload is final
-as soon as it is encoded and goes on the wire (chunk j to rank j) while the next one is encoded;
-received segments are decoded and averaged in fp32 into the own chunk while later ones travel, and
-the min/max of the average is gathered in the same pass. Round 2 (the allgather): the averaged own
-chunk's header comes from those min/max (no second pass over it); each segment is encoded, decoded
-into the tensor in the same pass (the own chunk is never decoded again), and sent to every rank;
-the other ranks' segments are decoded into the tensor as they arrive. Only for fp32 tensors on the
-CPU (other tensors take the plain path). qadam's momentum exchange is this same exchange.
+Same bytes and results as the plain exchange (``bagua_algorithms.bytegrad.compressed``), in two halves.
+:func:`start_pipelined_exchange` posts the receives of both rounds and sends round 1 (the alltoall):
+every chunk's header (min/max) is written first, so each segment of the payload is final as soon as
+it is encoded and goes on the wire (chunk j to rank j) while the next one is encoded. The ``finish``
+it returns decodes the received segments and averages them in fp32 into the own chunk, gathering the
+min/max of the average in the same pass, then runs round 2 (the allgather): the averaged own chunk's
+header comes from those min/max (no second pass over it); each segment is encoded, decoded into the
+tensor in the same pass (the own chunk is never decoded again), and sent to every rank; the other
+ranks' segments are decoded into the tensor as they arrive. Between the two halves the bucket op
+lets later buckets start (``BaguaBucket.may_defer``): their round 1 fills the link while this rank
+waits for the slowest peer's chunk, which round 2 needs. Only for fp32 tensors on the CPU (other
+tensors take the plain path). qadam's momentum exchange is this same exchange.
 
 Example::
 
-    >>> pipelined_exchange(flat, comm, True, workspace, pieces)   # True: done; False: not applicable
+    >>> finish = start_pipelined_exchange(flat, comm, True, workspace, pieces, codec)  # None: not applicable
+    >>> finish()                                                                        # flat is the average
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
 
-from bagua_core.lifecycle.bucket_ops.pipeline import Segment, exchange_round, post_receives, segments, wait_all
+from bagua_core.lifecycle.bucket_ops.pipeline import (Segment, decode_round, exchange_round, post_receives, segments,
+                                                      send_round, wait_all)
 from bagua_core.runtime import env
 from bagua_core.codecs import Codec
 from bagua_core.runtime.communication.common import record
@@ -33,9 +38,14 @@ from bagua_core.runtime.communication.communicator import BaguaCommunicator
 if TYPE_CHECKING:  # pragma: no cover
     from bagua_algorithms.bytegrad.workspace import CompressedWorkspace
 
-__all__ = ["pipelined_exchange"]
+__all__ = ["start_pipelined_exchange"]
 
-_TAG = 0x6267_0000  # point-to-point tags of the exchange: _TAG + segment index (+ segments in round 2)
+_TAG = 0x6267_0000
+"""Point-to-point tags of round 1: ``_TAG`` + segment index; round 2's start at ``_TAG + _ROUND2``."""
+_ROUND2 = 1 << 15
+"""Round 2's tags never equal round 1's, whatever the buckets' segment counts: with several buckets in
+flight a rank sends a later bucket's round 1 before an earlier bucket's round 2, and a receive is
+matched to the first posted receive of its peer and tag."""
 
 
 def _decode_chunk(codec: Codec, slot: torch.Tensor, flat: torch.Tensor, p: int, ws: CompressedWorkspace,
@@ -53,44 +63,59 @@ def _decode_chunk(codec: Codec, slot: torch.Tensor, flat: torch.Tensor, p: int, 
         flat[start + segment.begin : start + end].copy_(ws.scratch[segment.begin : end])
 
 
-def pipelined_exchange(flat: torch.Tensor, comm: BaguaCommunicator, average: bool, ws: CompressedWorkspace,
-                       pieces: list[tuple[torch.Tensor, int, torch.Tensor]], codec: Codec) -> bool:
-    """Runs the whole exchange of ``flat`` (fp32, CPU, more than one rank) in place; False (nothing
-    done) for other tensors. ``pieces``: ``(values, chunks, slots)`` that encode into ``ws.sent``."""
+def start_pipelined_exchange(flat: torch.Tensor, comm: BaguaCommunicator, average: bool, ws: CompressedWorkspace,
+                             pieces: list[tuple[torch.Tensor, int, torch.Tensor]],
+                             codec: Codec) -> Callable[[], None] | None:
+    """Start the exchange of ``flat`` (fp32, CPU, more than one rank): post both rounds' receives and
+    send round 1. Returns what finishes it in place (call it once, before ``flat`` or the workspace are
+    used again), or None (nothing done) for other tensors. ``pieces``: ``(values, chunks, slots)``
+    that encode into ``ws.sent``."""
     if flat.dtype != torch.float32 or flat.device.type != "cpu":
-        return False
+        return None
     n, me, chunk = comm.nranks(), comm.rank(), ws.chunk
     slot = ws.sent.numel() // n
     sent, received, gathered = ws.sent.view(n, slot), ws.received.view(n, slot), ws.gathered.view(n, slot)
     segs = segments(chunk, slot, codec.header_bytes, codec.bytes_per_element)
+    if len(segs) > _ROUND2:  # pragma: no cover - 2**34 values per rank
+        raise ValueError(f"a bytegrad chunk of {chunk} values needs {len(segs)} segments, at most {_ROUND2}")
     nonfinite = env.get_nonfinite_policy()
     peers = [p for p in range(n) if p != me]
 
     # both rounds' receives first: the peers' segments can be sent as soon as they are encoded
     received1 = post_receives(comm, segs, [(p, lambda s, p=p: received[p, s.lo : s.hi]) for p in peers], _TAG)
     received2 = post_receives(comm, segs, [(p, lambda s, p=p: gathered[p, s.lo : s.hi]) for p in peers],
-                              _TAG + len(segs))
+                              _TAG + _ROUND2)
 
     # round 1: chunk j to rank j; the own chunk is read from the send buffer
     for values, chunks, slots in pieces:
         codec.encode_headers(values, chunks, slots, nonfinite=nonfinite)
     record("alltoall", ws.sent)
-    stats = codec.new_stats()
-    inputs = [sent[p] if p == me else received[p] for p in range(n)]
 
     def encode_chunks(s: Segment) -> None:
         for values, chunks, slots in pieces:
             codec.encode_range(values, chunks, slots, s.begin, s.end)
 
-    sends = exchange_round(
-        comm, segs, [(p, lambda s, p=p: sent[p, s.lo : s.hi]) for p in peers], received1, encode_chunks,
-        lambda s: codec.decode_average_with_stats(inputs, n, ws.own, stats, average=average, begin=s.begin, end=s.end),
-        _TAG,
-    )
+    sends = send_round(comm, segs, [(p, lambda s, p=p: sent[p, s.lo : s.hi]) for p in peers], encode_chunks, _TAG)
 
-    # round 2: the averaged own chunk, compressed again, to every rank
+    def finish() -> None:
+        stats = codec.new_stats()
+        inputs = [sent[p] if p == me else received[p] for p in range(n)]
+        decode_round(segs, received1, lambda s: codec.decode_average_with_stats(
+            inputs, n, ws.own, stats, average=average, begin=s.begin, end=s.end))
+        _allgather_round(flat, comm, ws, codec, segs, received2, stats, sends)
+
+    return finish
+
+
+def _allgather_round(flat: torch.Tensor, comm: BaguaCommunicator, ws: CompressedWorkspace, codec: Codec,
+                     segs: list[Segment], received2: list, stats, sends: list) -> None:
+    """Round 2: the averaged own chunk (``ws.own``, its min/max in ``stats``), compressed again, to every
+    rank; every rank's chunk decoded into ``flat``. Waits for ``sends`` (round 1's) too."""
+    n, me, chunk = comm.nranks(), comm.rank(), ws.chunk
+    gathered = ws.gathered.view(n, ws.sent.numel() // n)
+    peers = [p for p in range(n) if p != me]
     own = gathered[me]
-    codec.encode_headers_with_stats(ws.own, 1, own, stats, nonfinite=nonfinite)
+    codec.encode_headers_with_stats(ws.own, 1, own, stats, nonfinite=env.get_nonfinite_policy())
     record("allgather", own)
     # a codec with a fused encode_range_decoding decodes the own chunk while encoding it (its part of flat:
     # shorter, or empty, past the end); for the others, decoding it there would delay every send, so it
@@ -109,9 +134,6 @@ def pipelined_exchange(flat: torch.Tensor, comm: BaguaCommunicator, average: boo
         for p in decoded:
             _decode_chunk(codec, gathered[p], flat, p, ws, s)
 
-    sends += exchange_round(
-        comm, segs, [(p, lambda s: own[s.lo : s.hi]) for p in peers], received2, encode_own, decode_chunks,
-        _TAG + len(segs),
-    )
+    sends = sends + exchange_round(comm, segs, [(p, lambda s: own[s.lo : s.hi]) for p in peers], received2,
+                                   encode_own, decode_chunks, _TAG + _ROUND2)
     wait_all(sends)
-    return True

@@ -27,7 +27,7 @@ from bagua_core.runtime.communication.communicator import BaguaCommunicator
 if TYPE_CHECKING:  # pragma: no cover
     from bagua_core.runtime.process_group import BaguaProcessGroup
 
-__all__ = ["hierarchical", "resolve_group"]
+__all__ = ["hierarchical", "resolve_group", "start_hierarchical"]
 
 
 def resolve_group(op_group: BaguaProcessGroup | None, bucket: BucketOperand) -> BaguaProcessGroup:
@@ -56,10 +56,33 @@ def hierarchical(tensor: torch.Tensor, group: BaguaProcessGroup, exchange: Calla
 
         >>> hierarchical(x, group, lambda inter: compressed_allreduce_on(x, inter, average=True))
     """
+    def start(inter: BaguaCommunicator) -> Callable[[], None]:
+        exchange(inter)
+        return _nothing
+
+    start_hierarchical(tensor, group, start, reduce_op)()
+
+
+def start_hierarchical(tensor: torch.Tensor, group: BaguaProcessGroup,
+                       start: Callable[[BaguaCommunicator], Callable[[], None]],
+                       reduce_op: ReduceOp = ReduceOp.AVG) -> Callable[[], None]:
+    """:func:`hierarchical` in two halves, for an exchange that stays in flight: reduces to the node
+    leader, calls ``start(inter_node_communicator)`` on the leaders (it returns what finishes the
+    exchange) and returns what finishes it and broadcasts the result inside the node. Every rank of
+    the group calls the halves in the same order as the other ranks (so the intra-node collectives
+    of several buckets pair up: reduces as the buckets start, broadcasts as they finish)."""
     intra, inter = group.get_intra_node_communicator(), group.get_inter_node_communicator()
     if intra.nranks() > 1:
         reduce_inplace(tensor, dst=0, op=reduce_op, comm=intra)
-    if inter.is_member:
-        exchange(inter)
-    if intra.nranks() > 1:
-        broadcast(tensor, src=0, comm=intra)
+    finish = start(inter) if inter.is_member else _nothing
+
+    def finish_and_broadcast() -> None:
+        finish()
+        if intra.nranks() > 1:
+            broadcast(tensor, src=0, comm=intra)
+
+    return finish_and_broadcast
+
+
+def _nothing() -> None:
+    return None

@@ -11,7 +11,9 @@ the wire while later segments are still being encoded. What to send, where to re
 encode/decode steps are arguments: bytegrad's alltoall and allgather rounds, qadam's momentum
 exchange (the same op) and low_precision_decentralized's neighbour exchange are all rounds of this
 one function (in their packages), with the steps of a codec (:class:`bagua_core.codecs.Codec`, its
-fused steps where it has them).
+fused steps where it has them). A round can also run in two halves, :func:`send_round` now and
+:func:`decode_round` later, for an operation that leaves its receives in flight while later buckets
+start (bytegrad's alltoall).
 
 Example (send the same compressed payload to both ring neighbours, decode what arrives)::
 
@@ -33,7 +35,8 @@ import torch.distributed as dist
 
 from bagua_core.runtime.communication.communicator import BaguaCommunicator
 
-__all__ = ["LAG", "SEGMENT_NUMEL", "Segment", "exchange_round", "post_receives", "segments", "wait_all"]
+__all__ = ["LAG", "SEGMENT_NUMEL", "Segment", "decode_round", "exchange_round", "post_receives", "segments", "send_round",
+           "wait_all"]
 
 SEGMENT_NUMEL = 1 << 19
 """Elements of a chunk encoded and sent together (512 KiB of uint8 per message with MinMaxUInt8)."""
@@ -115,6 +118,29 @@ def exchange_round(comm: BaguaCommunicator, segs: Sequence[Segment], sends: Sequ
     while pending:
         decode_oldest()
     return in_flight
+
+
+def send_round(comm: BaguaCommunicator, segs: Sequence[Segment], sends: Sequence[tuple[int, Piece]],
+               encode: Callable[[Segment], None], tag: int) -> list:
+    """The sending half of a round, for an operation that leaves its receives for later (a bucket op
+    that defers, ``BaguaBucket.may_defer``): ``encode`` each segment and send ``piece(segment)`` to every
+    ``(peer, piece)`` (tag ``tag + segment.index``), without waiting for anything. Returns the sends in
+    flight; :func:`decode_round` finishes the receiving half."""
+    group = comm.torch_group
+    in_flight: list = []
+    for segment in segs:
+        encode(segment)
+        in_flight += [dist.isend(piece(segment), comm.global_rank(peer), group=group, tag=tag + segment.index)
+                      for peer, piece in sends]
+    return in_flight
+
+
+def decode_round(segs: Sequence[Segment], received: Sequence[Sequence], decode: Callable[[Segment], None]) -> None:
+    """The receiving half of a round: ``decode`` each segment, in order, once its receives (from
+    :func:`post_receives`) completed."""
+    for segment, works in zip(segs, received):
+        wait_all(works)
+        decode(segment)
 
 
 def wait_all(works: Sequence) -> None:
