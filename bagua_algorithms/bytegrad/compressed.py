@@ -176,7 +176,7 @@ class CompressedAllReduceOp:
         # in flight while later buckets start, whose round 1 then fills the link while this rank waits
         # for its peers' chunks; not with one peer: the pair's one socket carries everything in order,
         # so a later round 1 could only go ahead of this round 2, and the peer's announcement of its
-        # receive would wait behind this round's data (measured 4-6% slower on 2 hosts)
+        # receive would wait behind this round's data (measured 2-9% slower on 2 hosts)
         exchanging = group.num_nodes if self.hierarchical else group.get_global_communicator().nranks()
         if exchanging > 2 and bucket.may_defer(self):
             bucket.defer(finish if flattened else lambda: (finish(), bucket.write_back(tensor)))
