@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from bagua_algorithms.bytegrad.compressed_pipeline import start_pipelined_exchange
+from bagua_algorithms.bytegrad.compressed_pipeline import _nothing, start_pipelined_exchange
 from bagua_algorithms.bytegrad.workspace import CompressedWorkspace
 from bagua_core.lifecycle.bucket_ops import hierarchy
 from bagua_core.runtime import env
@@ -73,16 +73,17 @@ def compressed_allreduce_on(
     allgather, pipelined for fp32 CPU tensors. ``workspace`` keeps the buffers for the next call of
     the same shape (a fresh one when omitted). The own chunk goes through compression too, so with
     one rank the result is ``D(C(x))``. Non-finite values follow ``BAGUA_NONFINITE``."""
-    start_compressed_allreduce_on(tensor, comm, average, workspace, codec)()
+    start_compressed_allreduce_on(tensor, comm, average, workspace, codec, defer=False)()
 
 
 def start_compressed_allreduce_on(
     tensor: torch.Tensor, comm: BaguaCommunicator, average: bool = True, workspace: CompressedWorkspace | None = None,
-    codec: Codec | None = None,
+    codec: Codec | None = None, defer: bool = True,
 ) -> Callable[[], None]:
-    """:func:`compressed_allreduce_on` in two halves: starts the exchange (for fp32 CPU tensors, round 1
-    on the wire) and returns what finishes it; ``tensor`` and ``workspace`` are not to be touched
-    before. Other tensors are done when it returns (the returned function does nothing)."""
+    """:func:`compressed_allreduce_on` in two halves: with ``defer``, starts the exchange (for fp32 CPU
+    tensors, round 1 on the wire) and returns what finishes it; ``tensor`` and ``workspace`` are not to be
+    touched before. Otherwise (and for other tensors) it is done when this returns (the returned function
+    does nothing)."""
     if not tensor.is_contiguous():
         raise ValueError("compressed_allreduce needs a contiguous tensor")
     flat = tensor.view(-1)
@@ -93,7 +94,7 @@ def start_compressed_allreduce_on(
     codec = codec or get_codec(DEFAULT_CODEC)
     ws = (workspace or CompressedWorkspace()).buffers(numel, n, flat.dtype, flat.device, codec)
     if n > 1:
-        finish = start_pipelined_exchange(flat, comm, average, ws, _pieces(flat, n, ws), codec)
+        finish = start_pipelined_exchange(flat, comm, average, ws, _pieces(flat, n, ws), codec, defer)
         if finish is not None:
             return finish
     nonfinite = env.get_nonfinite_policy()
@@ -114,10 +115,6 @@ def start_compressed_allreduce_on(
     return _nothing
 
 
-def _nothing() -> None:
-    return None
-
-
 def compressed_allreduce(
     tensor: torch.Tensor,
     group: BaguaProcessGroup,
@@ -127,18 +124,18 @@ def compressed_allreduce(
     codec: Codec | None = None,
 ) -> None:
     """Bytegrad allreduce of ``tensor`` over ``group`` in place (AVG when ``average``, else SUM)."""
-    start_compressed_allreduce(tensor, group, average, hierarchical, workspace, codec)()
+    start_compressed_allreduce(tensor, group, average, hierarchical, workspace, codec, defer=False)()
 
 
 def start_compressed_allreduce(tensor: torch.Tensor, group: BaguaProcessGroup, average: bool = True,
                                hierarchical: bool = False, workspace: CompressedWorkspace | None = None,
-                               codec: Codec | None = None) -> Callable[[], None]:
+                               codec: Codec | None = None, defer: bool = True) -> Callable[[], None]:
     """:func:`compressed_allreduce` in two halves: returns what finishes it (hierarchical: the rest of the
-    leaders' exchange, then the broadcast inside the node)."""
+    leaders' exchange, then the broadcast inside the node; without ``defer`` only the broadcast)."""
     if not hierarchical:
-        return start_compressed_allreduce_on(tensor, group.get_global_communicator(), average, workspace, codec)
+        return start_compressed_allreduce_on(tensor, group.get_global_communicator(), average, workspace, codec, defer)
     return hierarchy.start_hierarchical(
-        tensor, group, lambda inter: start_compressed_allreduce_on(tensor, inter, average, workspace, codec),
+        tensor, group, lambda inter: start_compressed_allreduce_on(tensor, inter, average, workspace, codec, defer),
         ReduceOp.AVG if average else ReduceOp.SUM)
 
 
@@ -171,14 +168,16 @@ class CompressedAllReduceOp:
     def __call__(self, bucket: BaguaBucket) -> None:
         group = hierarchy.resolve_group(self.group, bucket)
         tensor = bucket.flattened_view()
-        finish = start_compressed_allreduce(tensor, group, self.average, self.hierarchical, self.workspace, self.codec)
         flattened = tensor is bucket.buffer
         # in flight while later buckets start, whose round 1 then fills the link while this rank waits
         # for its peers' chunks; not with one peer: the pair's one socket carries everything in order,
         # so a later round 1 could only go ahead of this round 2, and the peer's announcement of its
         # receive would wait behind this round's data (measured 2-9% slower on 2 hosts)
         exchanging = group.num_nodes if self.hierarchical else group.get_global_communicator().nranks()
-        if exchanging > 2 and bucket.may_defer(self):
+        defer = exchanging > 2 and bucket.may_defer(self)
+        finish = start_compressed_allreduce(tensor, group, self.average, self.hierarchical, self.workspace, self.codec,
+                                            defer)
+        if defer:
             bucket.defer(finish if flattened else lambda: (finish(), bucket.write_back(tensor)))
             return
         finish()

@@ -99,7 +99,6 @@ def exchange_round(comm: BaguaCommunicator, segs: Sequence[Segment], sends: Sequ
     ``LAG`` segments behind the encoding and in order. Every rank must run the same segments with the
     same ``tag``. Returns the sends, possibly still in flight: :func:`wait_all` them before the send
     buffers are written again."""
-    group = comm.torch_group
     pending: list[tuple[Segment, Sequence]] = []
     in_flight: list = []
 
@@ -110,8 +109,7 @@ def exchange_round(comm: BaguaCommunicator, segs: Sequence[Segment], sends: Sequ
 
     for segment, works in zip(segs, received):
         encode(segment)
-        in_flight += [dist.isend(piece(segment), comm.global_rank(peer), group=group, tag=tag + segment.index)
-                      for peer, piece in sends]
+        in_flight += _send(comm, segment, sends, tag)
         pending.append((segment, works))
         if len(pending) > LAG:
             decode_oldest()
@@ -126,13 +124,17 @@ def send_round(comm: BaguaCommunicator, segs: Sequence[Segment], sends: Sequence
     that defers, ``BaguaBucket.may_defer``): ``encode`` each segment and send ``piece(segment)`` to every
     ``(peer, piece)`` (tag ``tag + segment.index``), without waiting for anything. Returns the sends in
     flight; :func:`decode_round` finishes the receiving half."""
-    group = comm.torch_group
     in_flight: list = []
     for segment in segs:
         encode(segment)
-        in_flight += [dist.isend(piece(segment), comm.global_rank(peer), group=group, tag=tag + segment.index)
-                      for peer, piece in sends]
+        in_flight += _send(comm, segment, sends, tag)
     return in_flight
+
+
+def _send(comm: BaguaCommunicator, segment: Segment, sends: Sequence[tuple[int, Piece]], tag: int) -> list:
+    """``piece(segment)`` to every ``(peer, piece)``, tag ``tag + segment.index``; the works in flight."""
+    return [dist.isend(piece(segment), comm.global_rank(peer), group=comm.torch_group, tag=tag + segment.index)
+            for peer, piece in sends]
 
 
 def decode_round(segs: Sequence[Segment], received: Sequence[Sequence], decode: Callable[[Segment], None]) -> None:
