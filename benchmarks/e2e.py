@@ -57,7 +57,8 @@ def _record(rows: list[dict], row: dict, network: str) -> None:
 def merge_rounds(rows: list[dict], methods: list[str]) -> list[dict]:
     """One row per method from the rows of several rounds (each a pass over every method): the median
     ms/step, bytes and samples/s; ``rounds_ms`` (every round's ms/step); ``ratio_ddp`` (the median of the
-    per-round ratios to DDP's ms/step of the same round) with ``ratio_ddp_range``. One round: unchanged."""
+    per-round ratios to DDP's ms/step of the same round) with ``ratio_ddp_range``; ``failed_rounds`` (round
+    and error) where some rounds failed and others ran. One round: unchanged."""
     if all(r.get("round", 0) == 0 for r in rows):
         return rows
     ddp = {r["round"]: r["ms_per_step"] for r in rows if r["method"] == "ddp" and "ms_per_step" in r}
@@ -70,6 +71,9 @@ def merge_rounds(rows: list[dict], methods: list[str]) -> list[dict]:
             continue
         row = dict(good[(len(good) - 1) // 2])  # the median round (the lower one of an even count)
         row["rounds_ms"] = [r["ms_per_step"] for r in sorted(good, key=lambda r: r["round"])]
+        failed = [{"round": r.get("round"), "error": r.get("error", "")} for r in group if "ms_per_step" not in r]
+        if failed:  # the median is of the rounds that ran: say which did not
+            row["failed_rounds"] = failed
         row["tx_bytes_per_step"] = statistics.median(r["tx_bytes_per_step"] for r in good)
         if all("cpu_ms_per_step" in r for r in good):
             row["cpu_ms_per_step"] = statistics.median(r["cpu_ms_per_step"] for r in good)
@@ -98,8 +102,13 @@ def run_network(network: str, methods: list[str], args: argparse.Namespace,
         for method in methods:
             if method in hung:
                 _record(rows, {"method": method, "error": f"skipped: hung on {hung[method]}"}, network)
-        runnable = [m for m in methods if m not in hung]
-        remaining = [(k, m) for k in range(rounds) for m in runnable]  # (round, method), round-robin
+        for k in range(rounds):  # a job per round: the methods one after another, round-robin over rounds
+            # (one job for every round grew each rank's memory with every method run, to 1.6 GB by the 30th,
+            # and 16 ranks ran out of this machine's 24 GB: memory freed into the threads' malloc arenas and
+            # kept there; with MALLOC_ARENA_MAX=2 the growth stops)
+            run_round([(k, m) for m in methods if m not in hung], hosts)
+
+    def run_round(remaining: list[tuple[int, str]], hosts: list[str] | None) -> None:
         while remaining:  # one job runs every method; after a failure, a new job runs the rest
             with tempfile.TemporaryDirectory() as tmp:
                 out = Path(tmp) / "rows.jsonl"

@@ -12,6 +12,7 @@ that crashes the job leaves the rows before it).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -95,8 +96,10 @@ def run(method: str, model_name: str, batch_size: int, warmup: int, steps: int, 
     tx, rx = read_counter(iface) - tx0, read_counter(iface, "rx_bytes") - rx0
     finish(method, model)
     del bagua  # imported for its side effects (with_bagua on every module)
+    del model, optimizer
+    gc.collect()
     return {"rank": rank, "world_size": world, "params": params, "elapsed_s": elapsed, "step_s": times,
-            "tx_bytes": tx, "rx_bytes": rx, "loss": loss, "cpu_s": cpu}
+            "tx_bytes": tx, "rx_bytes": rx, "loss": loss, "cpu_s": cpu, "rss_bytes": _resident_bytes()}
 
 
 def _write_timeline(method: str, rank: int) -> None:
@@ -113,6 +116,14 @@ def _drain(method: str, model: torch.nn.Module) -> None:
     capabilities = getattr(model, "bagua_capabilities", None)
     if capabilities is not None and not capabilities.background_work:
         model.bagua_shutdown()
+
+
+def _resident_bytes() -> int:
+    """This process's resident memory now (``/proc/self/statm``; 0 where there is none)."""
+    try:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _cpu_seconds() -> float:
@@ -139,6 +150,9 @@ def summarize(per_rank: list[dict], method: str, model_name: str, batch_size: in
         "loss": sum(r["loss"] for r in per_rank) / world,
         "cpu_ms_per_step": 1000 * sum(r.get("cpu_s", 0.0) for r in per_rank) / world / steps,
         "step_ms_rank0": [1000 * t for t in per_rank[0]["step_s"]],
+        # what the largest rank holds once the method is unwrapped and collected (the job runs every
+        # method in turn: a growth here is memory a method left behind)
+        "rss_mb_after": max(r.get("rss_bytes", 0) for r in per_rank) / 2**20,
     }
 
 

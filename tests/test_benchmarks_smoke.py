@@ -36,6 +36,11 @@ def test_e2e_rounds_merge_into_medians_and_ranges() -> None:
     assert x["ratio_ddp_range"] == (0.3, 0.5) and x["tx_bytes_per_step"] == 10.0
     assert "0.40x (0.30-0.50)" in e2e_markdown(merged) and "40.0 (30-100)" in e2e_markdown(merged)
     assert merge_rounds(rows[:2], ["ddp", "x"]) == rows[:2]  # one round: unchanged
+    assert "failed_rounds" not in x
+    # a round that failed where the others ran is named beside the median of those that ran
+    broken = rows[:4] + [{"method": "x", "error": "killed", "network": "n", "round": 2}, row("ddp", 2, 100)]
+    x = merge_rounds(broken, ["ddp", "x"])[1]
+    assert x["rounds_ms"] == [40, 100] and x["failed_rounds"] == [{"round": 2, "error": "killed"}]
 
 
 def test_e2e_harness_writes_table_and_rows(tmp_path: Path) -> None:
