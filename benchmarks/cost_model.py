@@ -10,8 +10,9 @@ travel during the step) or after it. A step then costs
     T = (C_eff + codec + max(0, comm - overlap)) / (1 - background)
     comm = sum over phases of bytes / (B * e) + rounds * d + messages * o
 
-with ``C_eff`` the compute time of one rank (``compute_s``) times ``max(1, ranks / cores)`` (the ranks
-of every emulated host share this machine's cores; on real nodes ``cores`` is the number of ranks),
+with ``C_eff`` the compute time of one rank (``compute_s``) times the slowdown of a rank's CPU work when
+every rank runs at once (the ranks of every emulated host share this machine's cores): ``contention``, measured
+(``benchmarks.cpu_contention``), else ``max(1, ranks / cores)``; 1 on real nodes (a core or GPU per rank).
 ``codec`` = ``gamma`` seconds per value a rank processes beside its compute (encoded or decoded by a codec,
 multiplied by powersgd's low-rank factors, or copied through loopback by a hierarchical form's reduce and
 broadcast inside a host; 0 on a GPU), ``d`` the one-way delay, ``B`` the link rate and ``e`` the share of
@@ -72,6 +73,9 @@ class Setting:
     backend: str = "gloo"
     """Whose collectives: ``gloo`` (the emulated hosts: a ring for every allreduce) or ``nccl`` (the projected GPU
     nodes: a tree, 2 log2(N) rounds, for a one-value allreduce)."""
+    contention: float | None = None
+    """How many times slower a rank's CPU work runs with every rank of this setting at once than alone, as
+    measured (``benchmarks.cpu_contention``); None: ``max(1, ranks / cores)``, the cores divided evenly."""
     window: tuple[int, int] | None = None
     """``(warmup, timed)`` steps of a measurement: a phase run every k-th step (diloco's exchange) counts the
     times it ran in the timed steps (steps 1, 2, ... of which k, 2k, ... run it); None: 1/k of it per step."""
@@ -82,6 +86,13 @@ class Setting:
             return 1 / every
         warmup, timed = self.window
         return ((warmup + timed) // every - warmup // every) / timed
+
+    @property
+    def share(self) -> float:
+        """The slowdown of a rank's CPU work (compute, codecs) from sharing the cores with the other ranks."""
+        if self.contention is not None:
+            return max(1.0, self.contention)
+        return max(1.0, self.ranks / self.cores) if self.cores else 1.0
 
     @property
     def ranks(self) -> int:
@@ -156,25 +167,35 @@ def _inside_host(values: float, ranks_per_host: int) -> Phase:
     return Phase(0.0, 2 if ranks_per_host > 1 else 0, 0, codec_values=3 * values if ranks_per_host > 1 else 0.0)
 
 
+def _weights_overlap_compute(s: Setting) -> bool:
+    """Whether a decentralized form's exchange of weights runs while the step computes. It starts at the
+    forward pre-hook, on the communication thread; hierarchical with several ranks per host, it first
+    waits for the reduce inside the host, and where the ranks share the cores (the emulated hosts) that
+    reduce gets its share of a core only beside every rank's forward and backward, so the exchange
+    starts about when the compute ends. With a core (or GPU) per rank, or one rank per host, it overlaps."""
+    return s.ranks_per_host == 1 or s.share <= 1.0
+
+
 def pattern(method: str, s: Setting) -> list[Phase]:
     """The message pattern of ``method`` (the benchmarks' options: see ``benchmarks.methods``)."""
     n, k, size = s.hosts, s.ranks_per_host, s.model_bytes
     inside = _inside_host(s.params, k)
+    overlap = _weights_overlap_compute(s)
     if method in ("ddp", "gradient_allreduce"):  # flat ring over every rank, gradients after backward
         return [_ring(size, s.ranks, k, DDP_BUCKET_BYTES if method == "ddp" else BUCKET_BYTES)]
     if method in ("bytegrad", "qadam"):  # hierarchical: average inside the host, exchange among leaders
         return [inside, _compressed_exchange(s.params, n)]
     if method == "decentralized":  # "all": an allreduce of the weights among leaders, during the step
-        return [inside, replace(_ring(size, n, 1), overlaps=True)]
+        return [inside, replace(_ring(size, n, 1), overlaps=overlap)]
     if method == "decentralized_shift_one":  # one peer host: send and receive the weights at once
         return [inside, Phase(size if n > 1 else 0.0, int(n > 1), 2 * int(n > 1) * _pieces(size, BUCKET_BYTES),
-                              overlaps=True)]
+                              overlaps=overlap)]
     if method == "low_precision_decentralized":  # compressed difference to both ring neighbours
         # the neighbours' messages travel during the next step's forward and backward (overlapped)
         # and the overflow agreement at the end of backward: a one-value allreduce over every rank
         neighbours = 0 if n == 1 else 1 if n == 2 else 2
         return [inside, Phase(neighbours * s.params * CODEC_BYTES, int(neighbours > 0), 2 * neighbours,
-                              codec_values=3 * s.params, overlaps=True), _agreement(s)]
+                              codec_values=3 * s.params, overlaps=overlap), _agreement(s)]
     if method == "powersgd":  # P then Q (rank 1) of every matrix, vectors uncompressed, two rounds
         matrix_values = sum(r * c for r, c in s.matrices)
         p_values = sum(r for r, _ in s.matrices)
@@ -200,7 +221,7 @@ METHODS = ("ddp", "gradient_allreduce", "bytegrad", "qadam", "decentralized", "d
 
 def predict(method: str, s: Setting, f: Fit) -> float:
     """Seconds per step of ``method`` in setting ``s`` with the fitted constants ``f``."""
-    share = max(1.0, s.ranks / s.cores) if s.cores else 1.0
+    share = s.share
     compute = s.compute_s * share
     link_bytes_per_s = s.link_bps / 8 * s.wire_efficiency
     waited, overlapped, codec, background = 0.0, 0.0, 0.0, 0.0

@@ -29,14 +29,14 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks import cost_model
+from benchmarks import cost_model, cpu_contention
 from benchmarks.e2e import run_network
 from benchmarks.launch import NETNS_PREFIX, REPO_ROOT, LaunchError, launch
 from benchmarks.link_usage import LinkSampler
 from benchmarks.models import MODEL_LAYERS
 from benchmarks.report import have_matplotlib
 
-__all__ = ["DEFAULT_METHODS", "matrices", "measure_compute", "settings_of", "model_report", "main"]
+__all__ = ["DEFAULT_METHODS", "matrices", "measure_compute", "measure_contention", "settings_of", "model_report", "main"]
 
 DEFAULT_METHODS = ("ddp", "gradient_allreduce", "bytegrad", "qadam", "decentralized", "decentralized_shift_one",
                    "low_precision_decentralized", "powersgd", "diloco", "async")
@@ -72,13 +72,25 @@ def measure_compute(args: argparse.Namespace) -> float:
         return json.loads(out.read_text().splitlines()[0])["cpu_ms_per_step"] / 1000
 
 
-def settings_of(row: dict, args: argparse.Namespace, compute_s: float, cores: int) -> cost_model.Setting:
+def measure_contention(args: argparse.Namespace, ranks: set[int]) -> dict[int, float]:
+    """The slowdown of one rank's step when ``k`` ranks share this machine, for every ``k`` in ``ranks``
+    (``benchmarks.cpu_contention``); empty with ``--contention-window 0`` (the model then divides the
+    cores evenly)."""
+    if args.contention_window <= 0:
+        return {}
+    factors = cpu_contention.measure(args.model, args.batch_size, sorted(ranks | {1}), args.contention_window,
+                                     args.contention_repeats, timeout_s=args.timeout)
+    return {k: f for k, f in factors.items() if k in ranks}
+
+
+def settings_of(row: dict, args: argparse.Namespace, compute_s: float, cores: int,
+                contention: dict[int, float] | None = None) -> cost_model.Setting:
     # the emulated hosts' shaper counts Ethernet frames at MTU 1500; loopback has no link to speak of
     efficiency = 1.0 if getattr(args, "loopback", False) else cost_model.TCP_OVER_ETHERNET
     return cost_model.Setting(hosts=row["hosts"], ranks_per_host=row["ranks_per_host"], params=row["params"],
                               link_bps=RATES.get(args.rate, 0) or _rate_bps(args.rate), compute_s=compute_s,
                               delay_s=_seconds(args.delay), cores=cores, matrices=matrices(args.model),
-                              wire_efficiency=efficiency,
+                              wire_efficiency=efficiency, contention=(contention or {}).get(row["hosts"] * row["ranks_per_host"]),
                               window=(row["warmup"], row["steps"]) if "warmup" in row and "steps" in row else None)
 
 
@@ -90,13 +102,23 @@ def _rate_bps(rate: str) -> float:
     raise ValueError(f"rate must end in one of {sorted(units)}, got {rate!r}")
 
 
+def _contention_of(text: str) -> dict[int, float]:
+    """``"4=2.7,8=5.4"`` -> ``{4: 2.7, 8: 5.4}``."""
+    try:
+        return {int(k): float(f) for k, f in (item.split("=") for item in text.split(","))}
+    except ValueError:
+        sys.exit(f"benchmarks.scale: --contention takes ranks=factor pairs such as 4=2.7,8=5.4, got {text!r}")
+
+
 def _seconds(delay: str) -> float:
     return float(delay[:-2]) / 1000 if delay.endswith("ms") else float(delay)
 
 
-def model_report(rows: list[dict], args: argparse.Namespace, compute_s: float, cores: int) -> tuple[list[str], dict]:
+def model_report(rows: list[dict], args: argparse.Namespace, compute_s: float, cores: int,
+                 contention: dict[int, float] | None = None) -> tuple[list[str], dict]:
     """Fit the cost model on the measured rows; markdown lines with every point's error and the projection."""
-    points = [(r["method"], settings_of(r, args, compute_s, cores), r["ms_per_step"] / 1000)
+    contention = contention or {}
+    points = [(r["method"], settings_of(r, args, compute_s, cores, contention), r["ms_per_step"] / 1000)
               for r in rows if "ms_per_step" in r and r["method"] in cost_model.METHODS]
     if not points:
         return ["", "No measured point to fit the cost model on."], {}
@@ -105,7 +127,9 @@ def model_report(rows: list[dict], args: argparse.Namespace, compute_s: float, c
     lines = ["", "## The cost model against every measured point", "",
              f"Fitted: {fitted.overhead_s * 1e3:.3f} ms per message, {fitted.gamma_s * 1e9:.2f} ns per value encoded or "
              f"decoded, beside compute; one rank's step alone takes {compute_s * 1e3:.1f} ms of CPU, {cores} cores "
-             f"are shared by the ranks. "
+             f"are shared by the ranks" + (", whose steps run slower together by the factors measured ("
+                                           + ", ".join(f"{k} ranks: {f:.2f}x" for k, f in sorted(contention.items()))
+                                           + ")" if contention else " (evenly: ranks / cores)") + ". "
              f"Largest error {max(abs(e) for e in errors):.1%}, median {sorted(abs(e) for e in errors)[len(errors) // 2]:.1%}.",
              "", "| method | hosts x ranks | measured ms | predicted ms | error |", "| --- | --- | ---: | ---: | ---: |"]
     for (method, s, t), e in zip(points, errors):
@@ -143,7 +167,8 @@ def model_report(rows: list[dict], args: argparse.Namespace, compute_s: float, c
                   "*weight* averaging (they change the optimisation: compare time to accuracy, not only steps); "
                   "async is left out (its averaging runs beside the step)."]
     return lines, {"fit": {"overhead_s": fitted.overhead_s, "gamma_s": fitted.gamma_s}, "errors": errors,
-                   "projection": projection, "compute_s": compute_s, "cores": cores}
+                   "projection": projection, "compute_s": compute_s, "cores": cores,
+                   "contention": {str(k): f for k, f in sorted(contention.items())}}
 
 
 def _markdown(rows: list[dict], header: str) -> list[str]:
@@ -205,13 +230,18 @@ def _refit(saved: Path, args: argparse.Namespace, cores: int) -> list[dict]:
     compute_s, cores = old.get("compute_s"), old.get("cores", cores)
     if compute_s is None:
         sys.exit(f"benchmarks.scale: {saved} holds no compute_s (one rank's CPU per step); measure again")
+    contention = {int(k): f for k, f in old.get("contention", {}).items()}
+    if args.measure_contention:  # an older run's rows: the slowdowns measured now, on this machine
+        contention = measure_contention(args, {r["hosts"] * r["ranks_per_host"] for r in rows})
+    if args.contention:  # slowdowns measured separately (python -m benchmarks.cpu_contention)
+        contention = _contention_of(args.contention)
     header_file = saved.with_suffix(".md")
     header = header_file.read_text().splitlines()[0] if header_file.exists() else ""
     window = re.search(r"(\d+) warmup \+ \d+ timed steps", header)  # rows of older runs lack their warmup
     for row in rows:
         if window and "warmup" not in row:
             row["warmup"] = int(window.group(1))
-    model_lines, model = model_report(rows, args, compute_s, cores)
+    model_lines, model = model_report(rows, args, compute_s, cores, contention)
     for path in write(rows, Path(args.results), header, model_lines, model):
         print("wrote", path)
     return rows
@@ -235,6 +265,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--results", default=str(REPO_ROOT / "results"))
     parser.add_argument("--refit", metavar="JSON", help="measure nothing: fit and project again from the rows "
                         "of an earlier run's scale.json (its header line is kept from scale.md beside it)")
+    parser.add_argument("--contention-window", type=float, default=3.0,
+                        help="seconds per measurement of how much slower a rank's step runs with k ranks at once "
+                             "(benchmarks.cpu_contention); 0: not measured, the cores divided evenly")
+    parser.add_argument("--contention-repeats", type=int, default=3)
+    parser.add_argument("--measure-contention", action="store_true",
+                        help="with --refit: measure the slowdowns now (for rows saved without them)")
+    parser.add_argument("--contention", metavar="K=F,...",
+                        help="with --refit: these slowdowns (ranks=factor, from python -m benchmarks.cpu_contention)")
     args = parser.parse_args(argv)
     cores = args.cores or os.cpu_count() or 1
     if args.refit:
@@ -246,25 +284,30 @@ def main(argv: list[str] | None = None) -> list[dict]:
     except LaunchError as exc:
         sys.exit(f"benchmarks.scale: measuring one rank's compute failed:\n{exc}")
     print(f"compute of one rank alone: {compute_s * 1e3:.1f} ms of CPU per step", flush=True)
+    layouts = [(int(n), int(k)) for k in args.ranks_per_host.split(",") for n in args.hosts.split(",")]
+    contention = measure_contention(args, {n * k for n, k in layouts})
+    if contention:
+        print("slowdown of a rank's step with k ranks at once: "
+              + ", ".join(f"{k}: {f:.2f}x" for k, f in sorted(contention.items())), flush=True)
     rows: list[dict] = []
     hung: dict[str, str] = {}
     results = Path(args.results)
     timeline = os.environ.get("BAGUA_BENCH_TIMELINE")
     # beside the ranks' timelines, what every host sent, every 5 ms (benchmarks.link_usage reports it)
     with LinkSampler(Path(timeline) / "link.txt", NETNS_PREFIX) if timeline and not args.loopback else nullcontext():
-        for k in (int(x) for x in args.ranks_per_host.split(",")):
-            for n in (int(x) for x in args.hosts.split(",")):
-                run_args = argparse.Namespace(**{**vars(args), "world_size": n * k, "ranks_per_host": k})
-                got = run_network(f"{n}x{k}", methods, run_args, hung, spec=spec)
-                for row in got:
-                    row.update(hosts=n, ranks_per_host=k, warmup=args.warmup)
-                rows += got
-                write(rows, results, "(partial: the run is not finished)", [], {"compute_s": compute_s, "cores": cores})
+        for n, k in layouts:
+            run_args = argparse.Namespace(**{**vars(args), "world_size": n * k, "ranks_per_host": k})
+            got = run_network(f"{n}x{k}", methods, run_args, hung, spec=spec)
+            for row in got:
+                row.update(hosts=n, ranks_per_host=k, warmup=args.warmup)
+            rows += got
+            write(rows, results, "(partial: the run is not finished)", [],
+                  {"compute_s": compute_s, "cores": cores, "contention": {str(r): f for r, f in contention.items()}})
     header = (f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {platform.machine()} ({cores} cores shared by every rank), "
               f"{args.model}, batch {args.batch_size} per rank, link {'loopback' if args.loopback else args.rate} "
               f"(each host's egress), {args.warmup} warmup + {args.steps} timed steps; "
               f"`python -m benchmarks.scale {' '.join(sys.argv[1:] if argv is None else argv)}`.")
-    model_lines, model = model_report(rows, args, compute_s, cores)
+    model_lines, model = model_report(rows, args, compute_s, cores, contention)
     for path in write(rows, results, header, model_lines, model):
         print("wrote", path)
     return rows

@@ -44,7 +44,8 @@ def _around(owner: object, name: str, label) -> None:  # noqa: ANN001
 
 
 def install() -> None:
-    """Record the start and end of every bucket's operations and of every pipelined round."""
+    """Record the start and end of every bucket's operations, of every pipelined round and of a
+    hierarchical form's reduce and broadcast inside the host."""
     from bagua_core.lifecycle.bucket import BaguaBucket
     from bagua_algorithms.bytegrad import compressed_pipeline
     from bagua_algorithms.decentralized import low_precision_op as low_precision_decentralized
@@ -65,6 +66,11 @@ def install() -> None:
     from bagua_core.module import hooks
 
     _around(hooks, "agree_on_nonfinite_gradients", lambda *rest: "overflow agreement")
+    # a hierarchical form's steps inside the host: the reduce to the leader, the leader's broadcast
+    from bagua_core.lifecycle.bucket_ops import hierarchy
+
+    _around(hierarchy, "reduce_inplace", lambda *rest: "reduce inside the host")
+    _around(hierarchy, "broadcast", lambda *rest: "broadcast inside the host")
 
 
 def last_step() -> list[tuple[float, str, str]]:
