@@ -96,3 +96,63 @@ def test_an_earlier_quorums_group_error_leaves_the_current_quorum_alone() -> Non
     error = RuntimeError("connection closed")
     runtime._on_group_error(2, error)
     assert reported == [error] and released == [1] and aborted == [False]
+
+
+def _future_worker(rank: int, port: int, out: multiprocessing.Queue) -> None:
+    try:
+        _future_steps(rank, port, out)
+    except BaseException as exc:  # said, not left to the parent's timeout
+        out.put((rank, "failed", repr(exc), None, None))
+        raise
+
+
+def _future_steps(rank: int, port: int, out: multiprocessing.Queue) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from bagua_core.fault_tolerance.managed_group import ManagedGroup
+
+    store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, timeout=timedelta(seconds=60))
+    dist.init_process_group("gloo", store=dist.PrefixStore("default", store), rank=rank, world_size=2)
+    errors: list[Exception] = []
+    managed = ManagedGroup(dist.ProcessGroupGloo(dist.PrefixStore("managed", store), rank, 2,
+                                                 timedelta(seconds=TIMEOUT_S)), rank, 2, "test", errors.append)
+    tensor = torch.full((4,), float(rank + 1))
+    if rank == 1:
+        time.sleep(1.0)  # rank 0's allreduce cannot complete before rank 1 joins it
+    future = managed.allreduce([tensor], dist.AllreduceOptions()).get_future()
+    done_at_once = future.done()
+    value = future.wait()
+    out.put((rank, done_at_once, [v.tolist() for v in value], tensor.tolist(), [str(e) for e in errors]))
+    store.set(f"done{rank}", "1")
+    store.wait(["done0", "done1"])
+
+
+def test_an_operations_future_completes_with_the_operation() -> None:
+    """``work.get_future()`` of an operation on the managed group completes when the operation does, with
+    its result (it completed at once, with nothing, so a caller chaining on it read the buffers early)."""
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    port = free_port()
+    procs = [context.Process(target=_future_worker, args=(rank, port, out), daemon=True) for rank in range(2)]
+    for proc in procs:
+        proc.start()
+    results = {}
+    try:
+        deadline = time.monotonic() + 120
+        while len(results) < 2:
+            try:
+                rank, *result = out.get(timeout=max(deadline - time.monotonic(), 0.01))
+            except queue.Empty:
+                missing = sorted({0, 1} - set(results))
+                raise AssertionError(f"rank(s) {missing} hung: no result within 120 s") from None
+            results[rank] = result
+            assert result[0] != "failed", f"rank {rank}: {result[1]}"
+    finally:
+        for proc in procs:
+            proc.join(timeout=10)
+            proc.kill()
+    done_at_once, value, tensor, errors = results[0]
+    assert not done_at_once, "rank 0's future was complete before rank 1 had joined the allreduce"
+    assert value == [[3.0] * 4] and tensor == [3.0] * 4 and not errors, results[0]
+    assert results[1][1:] == [[[3.0] * 4], [3.0] * 4, []], results[1]

@@ -20,6 +20,7 @@ quorum so that bagua's unchanged collectives (``torch.distributed`` calls with `
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable
 from datetime import timedelta
@@ -69,6 +70,34 @@ class _SwallowingWork(_DoneWork):
     def __init__(self, work: Any, group: ManagedGroup) -> None:
         super().__init__()
         self._work, self._group = work, group
+        self._futures: list[torch.futures.Future] = []
+
+    def get_future(self) -> torch.futures.Future:
+        """A future completed when the operation is (with its result: e.g. the reduced tensors); at once if it
+        was waited for already or abandoned. An error completes it with ``[]`` and fails the group, as a
+        wait does; when the group is released, a future still pending completes with ``[]`` at once."""
+        if self._work is None:
+            return super().get_future()
+        future: torch.futures.Future = torch.futures.Future()
+        self._futures.append(future)
+
+        def settle(inner: torch.futures.Future) -> None:
+            try:
+                value = inner.value()
+            except Exception as exc:  # a peer died or hung; gloo's thread runs this: fail the group off it
+                threading.Thread(target=self._group.fail, args=(exc,), name="bagua-managed-group-fail",
+                                 daemon=True).start()
+                value = []
+            _settle(future, value)
+
+        self._work.get_future().add_done_callback(settle)
+        return future
+
+    def abandon(self) -> None:
+        """The group failed: waits return at once, and so do the futures handed out."""
+        self._work = None
+        for future in self._futures:
+            _settle(future, [])
 
     def wait(self, timeout: timedelta | None = None) -> bool:
         if self._work is None:  # waited, or abandoned when the group failed
@@ -87,6 +116,14 @@ class _SwallowingWork(_DoneWork):
 
     def is_completed(self) -> bool:
         return self._work is None or self._work.is_completed()
+
+
+def _settle(future: torch.futures.Future, value: Any) -> None:
+    """Complete ``future`` with ``value`` unless it completed already (gloo's callback and a release race)."""
+    try:
+        future.set_result(value)
+    except RuntimeError:  # already completed
+        pass
 
 
 class ManagedGroup(dist.ProcessGroup):
@@ -117,7 +154,7 @@ class ManagedGroup(dist.ProcessGroup):
         this group's reference to it goes. Once the last one goes (``on_error`` drops torchft's), gloo closes
         its connections and the peers still waiting on this replica fail at once (module doc)."""
         for work in list(self._in_flight):
-            work._work = None
+            work.abandon()
         self._in_flight.clear()
         self._inner = None
 
