@@ -148,3 +148,28 @@ def test_exchange_stays_in_flight_in_pieces() -> None:
     """The op returns with its exchange in flight (the end of backward completes it); "all" allreduces
     pieces of BAGUA_DEFAULT_BUCKET_SIZE bytes (here 1 KiB: many pieces) and still equals the reference."""
     run_workers(_in_flight, 2, local_size=1, env={"BAGUA_DEFAULT_BUCKET_SIZE": "1024", "BAGUA_SMALL_ALLREDUCE_BYTES": "0"})
+
+
+def _node_pieces(rank: int) -> None:
+    from bagua_algorithms.decentralized import full_precision_op
+
+    reduces, original = [], full_precision_op.reduce_inplace
+
+    def counted(tensor: torch.Tensor, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        reduces.append(tensor.numel())
+        original(tensor, *args, **kwargs)
+
+    full_precision_op.reduce_inplace = counted
+    try:
+        _check_cases(rank, [("shift_one", 1, True, True), ("all", 1, True, False)], 2)
+    finally:
+        full_precision_op.reduce_inplace = original
+    # 1 KiB pieces: the SmallNet's weights went in several pieces per step, none larger than 256 values
+    params = sum(p.numel() for p in SmallNet(seed=0).parameters())
+    assert max(reduces) <= 256 and len(reduces) >= 2 * STEPS * (params // 256), (len(reduces), params)
+
+
+def test_hierarchical_exchange_in_pieces_equals_reference() -> None:
+    """Several ranks per node: the weights are reduced in the node and exchanged piece by piece (each piece's
+    exchange starts once it is reduced; here 1 KiB pieces) and still equal the reference, over 3 nodes."""
+    run_workers(_node_pieces, 6, local_size=2, env={"BAGUA_DEFAULT_BUCKET_SIZE": "1024", "BAGUA_SMALL_ALLREDUCE_BYTES": "0"})

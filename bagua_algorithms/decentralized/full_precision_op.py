@@ -10,7 +10,8 @@ The result is left in ``op.peer_weight``; :meth:`DecentralizedSynchronousOp.copy
 writes it into the bucket. Run by the module's scheduler, the exchange stays in flight after the op
 returns and is completed when the module waits for its communication (at the end of backward), as
 gradient_allreduce's allreduces are. Hierarchical: the weights are averaged inside each node first (reduce
-to the leader), the peers are the nodes (their leaders), and the result is broadcast in the node.
+to the leader), the peers are the nodes (their leaders), and the result is broadcast in the node; with
+several ranks per node piece by piece, each piece's exchange started as soon as it is reduced.
 
 Example::
 
@@ -30,8 +31,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from bagua_core.lifecycle.bucket_ops.centralized import start_allreduce_in_pieces
-from bagua_core.lifecycle.bucket_ops.hierarchy import hierarchical, resolve_group
-from bagua_core.runtime.communication import ReduceOp
+from bagua_core.lifecycle.bucket_ops.hierarchy import resolve_group
+from bagua_core.runtime import env
+from bagua_core.runtime.communication import ReduceOp, broadcast, reduce_inplace
 from bagua_core.runtime.communication.common import record
 from bagua_core.runtime.communication.communicator import BaguaCommunicator
 from bagua_core.runtime.communication.host_staging import irecv, isend
@@ -44,6 +46,13 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["PEER_SELECTION_MODES", "DecentralizedSynchronousOp", "check_peers", "peer_count", "shift_one_peer"]
 
 PEER_SELECTION_MODES = ("all", "shift_one")
+
+NODE_PIECE_BYTES = 4 * 1024 * 1024
+"""Hierarchical with several ranks per node: the weights are reduced inside the node and sent to the peers
+in pieces of this many bytes (or of the default bucket size, if smaller), each piece's exchange started as
+soon as it is reduced. Smaller pieces
+start the link sooner; each costs a reduce, a message and a broadcast more (4 MiB: 1/5 of the benchmarks'
+21 MB model, 0.3 s of a 100 Mbit/s link)."""
 
 
 def shift_one_peer(rank: int, nranks: int, round_index: int) -> int:
@@ -81,7 +90,7 @@ def _done() -> None:
 
 
 def _start_average_with_peers(tensor: torch.Tensor, comm: BaguaCommunicator, mode: str, round_index: int,
-                              received: torch.Tensor | None) -> Callable[[], None]:
+                              received: torch.Tensor | None, tag: int = 0) -> Callable[[], None]:
     """Start averaging ``tensor`` with the round's peers; return what finishes it. ``"all"``: one
     allreduce per piece of ``env.get_default_bucket_size()`` bytes, all in flight at once (gloo runs
     two at a time, so one's round trips overlap another's transfer, as gradient_allreduce's buckets do);
@@ -101,8 +110,8 @@ def _start_average_with_peers(tensor: torch.Tensor, comm: BaguaCommunicator, mod
     # turns (twice the time the bytes need).
     record("send", tensor)  # point-to-point: counted as every collective's payload is
     works = [
-        irecv(received, peer, comm.torch_group),
-        isend(tensor, peer, comm.torch_group),
+        irecv(received, peer, comm.torch_group, tag),
+        isend(tensor, peer, comm.torch_group, tag),
     ]
 
     def finish() -> None:
@@ -111,6 +120,32 @@ def _start_average_with_peers(tensor: torch.Tensor, comm: BaguaCommunicator, mod
         tensor.add_(received).div_(2)
 
     return finish
+
+
+def _average_in_node_then_with_peers(tensor: torch.Tensor, group: BaguaProcessGroup, mode: str, round_index: int,
+                                      received: torch.Tensor | None) -> None:
+    """The hierarchical form with several ranks per node, piece by piece (:data:`NODE_PIECE_BYTES`): reduce
+    (AVG) a piece to the node's leader and start its exchange among the leaders at once, so one piece
+    travels while the next is reduced; then finish each piece's exchange and broadcast it inside the node.
+    Every rank of the node runs the same reduces and broadcasts in the same order. Reduced whole, the
+    exchange waited for the reduce of every weight, which on cores shared with the ranks' compute ended after
+    forward and backward (the emulated hosts: 8 hosts of 2 ranks, 2190 ms a step against 1948 with one rank
+    per host)."""
+    intra, inter = group.get_intra_node_communicator(), group.get_inter_node_communicator()
+    flat = tensor.view(-1)
+    into = received.view(-1) if received is not None else None
+    step = max(1, min(NODE_PIECE_BYTES, env.get_default_bucket_size()) // flat.element_size())
+    pieces = [slice(b, min(b + step, flat.numel())) for b in range(0, flat.numel(), step)]
+    finishes = []
+    for tag, piece in enumerate(pieces):
+        reduce_inplace(flat[piece], dst=0, op=ReduceOp.AVG, comm=intra)
+        if inter.is_member:
+            finishes.append(_start_average_with_peers(flat[piece], inter, mode, round_index,
+                                                      into[piece] if into is not None else None, tag))
+    for k, piece in enumerate(pieces):
+        if finishes:
+            finishes[k]()
+        broadcast(flat[piece], src=0, comm=intra)
 
 
 class DecentralizedSynchronousOp:
@@ -184,8 +219,7 @@ class DecentralizedSynchronousOp:
             else:
                 finish()
             return
-        mode, round_index = self.peer_selection_mode, self.round_index
-        hierarchical(tensor, group, lambda inter: _start_average_with_peers(tensor, inter, mode, round_index, received)())
+        _average_in_node_then_with_peers(tensor, group, self.peer_selection_mode, self.round_index, received)
 
     def copy_back_peer_weight(self, bucket: BaguaBucket) -> None:
         """Overwrite the bucket's weights with the averaged ones (call after the op ran); ``bucket`` may
