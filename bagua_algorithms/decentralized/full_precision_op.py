@@ -50,9 +50,8 @@ PEER_SELECTION_MODES = ("all", "shift_one")
 NODE_PIECE_BYTES = 4 * 1024 * 1024
 """Hierarchical with several ranks per node: the weights are reduced inside the node and sent to the peers
 in pieces of this many bytes (or of the default bucket size, if smaller), each piece's exchange started as
-soon as it is reduced. Smaller pieces
-start the link sooner; each costs a reduce, a message and a broadcast more (4 MiB: 1/5 of the benchmarks'
-21 MB model, 0.3 s of a 100 Mbit/s link)."""
+soon as it is reduced. Smaller pieces start the link sooner; each costs a reduce, a message and a broadcast
+more (4 MiB: 1/5 of the benchmarks' 21 MB model, 0.3 s of a 100 Mbit/s link)."""
 
 
 def shift_one_peer(rank: int, nranks: int, round_index: int) -> int:
