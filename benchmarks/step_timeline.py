@@ -67,10 +67,13 @@ def install() -> None:
 
     _around(hooks, "agree_on_nonfinite_gradients", lambda *rest: "overflow agreement")
     # a hierarchical form's steps inside the host: the reduce to the leader, the leader's broadcast
+    # (decentralized's weights go piece by piece through its own op: a mark per piece)
+    from bagua_algorithms.decentralized import full_precision_op
     from bagua_core.lifecycle.bucket_ops import hierarchy
 
-    _around(hierarchy, "reduce_inplace", lambda *rest: "reduce inside the host")
-    _around(hierarchy, "broadcast", lambda *rest: "broadcast inside the host")
+    for module in (hierarchy, full_precision_op):
+        _around(module, "reduce_inplace", lambda *rest: "reduce inside the host")
+        _around(module, "broadcast", lambda *rest: "broadcast inside the host")
 
 
 def last_step() -> list[tuple[float, str, str]]:
