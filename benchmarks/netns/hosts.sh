@@ -34,6 +34,8 @@ prefix=${BAGUA_NETNS_PREFIX:-bg}
   die "BAGUA_NETNS_PREFIX must be 1-8 lower-case letters or digits starting with a letter, got '$prefix'"
 bridge=${prefix}br0
 subnet=10.77.0
+cc=${BAGUA_NETNS_CC:-}
+[[ -z $cc || $cc =~ ^[a-z0-9_]+$ ]] || die "BAGUA_NETNS_CC must name a congestion control such as cubic or bbr, got '$cc'"
 
 require_tools() {
   local tool
@@ -83,6 +85,11 @@ up() {
     ip -n "$ns" addr add "$subnet.$i/24" dev eth0
     ip -n "$ns" link set eth0 up
     ip -n "$ns" link set lo up
+    # TCP's congestion control between the hosts: the machine's default unless BAGUA_NETNS_CC names one
+    # (set on the hosts' route: a namespace may only select the controls the root namespace allows)
+    if [[ -n $cc ]]; then
+      ip -n "$ns" route replace "$subnet.0/24" dev eth0 proto kernel scope link src "$subnet.$i" congctl "$cc"
+    fi
     # burst 256kb holds a few ms of traffic at 1 Gbit/s and is well above rate/HZ at 10 Gbit/s.
     if [[ $delay =~ ^0+(\.0*)?(us|ms|s)$ ]]; then
       ip netns exec "$ns" tc qdisc add dev eth0 root handle 1: tbf rate "$rate" burst 256kb latency 100ms
