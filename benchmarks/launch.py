@@ -56,6 +56,19 @@ def netns_link(hosts: int, rate: str, delay: str) -> Iterator[Hosts]:
         yield from _netns_link(hosts, rate, delay)
 
 
+def tcp_congestion_control() -> str:
+    """The TCP congestion control between emulated hosts: ``BAGUA_NETNS_CC`` (hosts.sh sets it on their
+    route), else this machine's default (what a new namespace uses). It matters: two flows leaving one
+    host share its link unevenly under bbr (see benchmarks/README.md)."""
+    chosen = os.environ.get("BAGUA_NETNS_CC", "")
+    if chosen:
+        return chosen
+    try:
+        return Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
 def _hosts_sh(*args: str, check: bool = False) -> subprocess.CompletedProcess:
     env = dict(os.environ, BAGUA_NETNS_PREFIX=NETNS_PREFIX)
     return subprocess.run(["bash", str(NETNS_SCRIPT), *args], check=check, capture_output=True, text=True,
@@ -78,7 +91,8 @@ def _netns_link(hosts: int, rate: str, delay: str) -> Iterator[Hosts]:
                 yield found
             return
         found = Hosts(f"{NETNS_PREFIX}h{i + 1}" for i in range(hosts))
-        found.link = f"tbf {rate}" + (f", {delay} one-way delay by netem" if delay != "0ms" else "")
+        found.link = (f"tbf {rate}" + (f", {delay} one-way delay by netem" if delay != "0ms" else "")
+                      + f", TCP {tcp_congestion_control()}")
         yield found
     finally:
         _hosts_sh("down")

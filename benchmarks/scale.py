@@ -31,7 +31,7 @@ from pathlib import Path
 
 from benchmarks import cost_model, cpu_contention
 from benchmarks.e2e import run_network
-from benchmarks.launch import NETNS_PREFIX, REPO_ROOT, LaunchError, launch
+from benchmarks.launch import NETNS_PREFIX, REPO_ROOT, LaunchError, launch, tcp_congestion_control
 from benchmarks.link_usage import LinkSampler
 from benchmarks.models import MODEL_LAYERS
 from benchmarks.report import have_matplotlib
@@ -262,6 +262,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds per method before it is killed")
     parser.add_argument("--cores", type=int, default=0, help="cores the ranks share (default: this machine's)")
     parser.add_argument("--loopback", action="store_true", help="every rank on loopback (no root; no link)")
+    parser.add_argument("--congestion-control", default="cubic",
+                        help="TCP congestion control between the emulated hosts (cubic, Linux's own default; bbr, "
+                             "reno; 'default': this machine's net.ipv4.tcp_congestion_control). Pinned: a host's "
+                             "link carries several flows here, and bbr shares it unevenly between them")
     parser.add_argument("--results", default=str(REPO_ROOT / "results"))
     parser.add_argument("--refit", metavar="JSON", help="measure nothing: fit and project again from the rows "
                         "of an earlier run's scale.json (its header line is kept from scale.md beside it)")
@@ -275,6 +279,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         help="with --refit: these slowdowns (ranks=factor, from python -m benchmarks.cpu_contention)")
     args = parser.parse_args(argv)
     cores = args.cores or os.cpu_count() or 1
+    if args.congestion_control != "default":  # benchmarks/netns/hosts.sh sets it on the hosts' route
+        if not args.congestion_control.isidentifier():
+            parser.error(f"--congestion-control must name one, such as cubic or bbr, got {args.congestion_control!r}")
+        os.environ["BAGUA_NETNS_CC"] = args.congestion_control
     if args.refit:
         return _refit(Path(args.refit), args, cores)
     methods = args.methods.split(",")
@@ -305,7 +313,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                   {"compute_s": compute_s, "cores": cores, "contention": {str(r): f for r, f in contention.items()}})
     header = (f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {platform.machine()} ({cores} cores shared by every rank), "
               f"{args.model}, batch {args.batch_size} per rank, link {'loopback' if args.loopback else args.rate} "
-              f"(each host's egress), {args.warmup} warmup + {args.steps} timed steps; "
+              f"(each host's egress{'' if args.loopback else ', TCP ' + tcp_congestion_control()}), {args.warmup} warmup + {args.steps} timed steps; "
               f"`python -m benchmarks.scale {' '.join(sys.argv[1:] if argv is None else argv)}`.")
     model_lines, model = model_report(rows, args, compute_s, cores, contention)
     for path in write(rows, results, header, model_lines, model):

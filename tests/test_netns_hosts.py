@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -21,8 +22,10 @@ SCRIPT = REPO_ROOT / "benchmarks" / "netns" / "hosts.sh"
 
 
 def _run(*args: str, prefix: str | None = None, path: str | None = None,
-         user: list[str] | None = None, script: Path = SCRIPT) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
+         user: list[str] | None = None, script: Path = SCRIPT, cc: str | None = None) -> subprocess.CompletedProcess:
+    env = {key: value for key, value in os.environ.items() if key != "BAGUA_NETNS_CC"}
+    if cc is not None:
+        env["BAGUA_NETNS_CC"] = cc
     if prefix is not None:
         env["BAGUA_NETNS_PREFIX"] = prefix
     if path is not None:
@@ -54,6 +57,8 @@ def test_usage_and_bad_arguments_are_refused() -> None:
     assert usage.returncode == 2 and "up N RATE [DELAY]" in usage.stderr
     bad_prefix = _run("down", prefix="Not-OK")
     assert bad_prefix.returncode == 1 and "BAGUA_NETNS_PREFIX must be" in bad_prefix.stderr
+    bad_cc = _run("down", cc="cubic; reboot")
+    assert bad_cc.returncode == 1 and "BAGUA_NETNS_CC must name a congestion control" in bad_cc.stderr
 
 
 def test_missing_tools_are_named(tmp_path: Path) -> None:
@@ -131,3 +136,48 @@ def test_a_failed_up_leaves_nothing_behind() -> None:
         assert f"{prefix}br0" not in _links()
     finally:
         _run("down", prefix=prefix)
+
+
+_CONNECTION_CC = """
+import socket, sys, time
+if sys.argv[1] == "serve":
+    server = socket.create_server(("10.77.0.2", 5601))
+    server.accept()[0].recv(1)
+else:
+    for _ in range(100):
+        try:
+            client = socket.create_connection(("10.77.0.2", 5601), timeout=5)
+            break
+        except OSError:
+            time.sleep(0.05)
+    print(client.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b"\\0").decode())
+    client.send(b"x")
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(_can_make_namespaces() is not None, reason=str(_can_make_namespaces()))
+def test_the_hosts_congestion_control_is_chosen() -> None:
+    """BAGUA_NETNS_CC sets the TCP congestion control of connections between the hosts (on their route:
+    a namespace may not select one the root namespace does not allow); without it, the machine's."""
+    default = Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
+    available = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+    other = next((cc for cc in ("cubic", "reno", "bbr") if cc in available and cc != default), None)
+    if other is None:
+        pytest.skip(f"no congestion control other than {default} is available here")
+    for chosen, expected in ((other, other), (None, default)):
+        prefix = "t" + uuid.uuid4().hex[:6]
+        try:
+            up = _run("up", "2", "100mbit", prefix=prefix, cc=chosen)
+            assert up.returncode == 0, up.stderr
+            server = subprocess.Popen(["ip", "netns", "exec", f"{prefix}h2", sys.executable, "-c", _CONNECTION_CC,
+                                       "serve"])
+            try:
+                client = subprocess.run(["ip", "netns", "exec", f"{prefix}h1", sys.executable, "-c", _CONNECTION_CC,
+                                         "connect"], capture_output=True, text=True, timeout=60)
+            finally:
+                server.wait(timeout=30)
+            assert client.returncode == 0, client.stderr
+            assert client.stdout.strip() == expected, (chosen, client.stdout)
+        finally:
+            _run("down", prefix=prefix)
