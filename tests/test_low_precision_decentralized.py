@@ -133,52 +133,6 @@ def test_difference_computed_ahead_changes_nothing() -> None:
     run_workers(_prepared_equals_unprepared, 3)
 
 
-def _receives_posted_ahead(rank: int) -> None:
-    import bagua_algorithms.decentralized.low_precision_op as lpd_op
-
-    os.environ["BAGUA_DEFAULT_BUCKET_SIZE"] = "256"  # several buckets
-    events: list[str] = []
-    post, send = lpd_op.post_receives, lpd_op.isend
-    lpd_op.post_receives = lambda *a, **k: (events.append("post"), post(*a, **k))[1]
-    lpd_op.isend = lambda *a, **k: (events.append("send"), send(*a, **k))[1]
-    results = []
-    original = lpd_op.LowPrecisionDecentralizedOp.post_receives
-    try:
-        for ahead in (original, lambda op, bucket: None):
-            lpd_op.LowPrecisionDecentralizedOp.post_receives = ahead
-            events.clear()
-            model = SmallNet(seed=0)
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-            model = model.with_bagua([optimizer], LowPrecisionDecentralizedAlgorithm(hierarchical=False))
-            buckets = len(model.bagua_buckets)
-            assert buckets > 2
-            for t in range(3):
-                x, y = batch(rank, t)
-                optimizer.zero_grad()
-                F.cross_entropy(model(x), y).backward()
-                optimizer.step()
-            model.bagua_shutdown()
-            results.append(_flat(model))
-            assert events.count("post") == 3 * buckets
-            if ahead is original:  # every step: all the buckets' receives, then the first send
-                per_step = len(events) // 3
-                for t in range(3):
-                    assert events[t * per_step : t * per_step + buckets + 1] == ["post"] * buckets + ["send"], events
-            else:  # each bucket posts its own, after the sends of the buckets before it
-                assert events[: buckets + 1] != ["post"] * buckets + ["send"]
-    finally:
-        lpd_op.LowPrecisionDecentralizedOp.post_receives = original
-        lpd_op.post_receives, lpd_op.isend = post, send
-    assert torch.equal(results[0], results[1])
-
-
-def test_receives_of_every_bucket_are_posted_before_the_first_send() -> None:
-    """The post-step hook posts every bucket's receives on the communication thread before the first
-    bucket's segments are sent (gloo sends only once a receive is announced, and an announcement posted
-    later queued behind this rank's data); the same bits as each bucket posting its own."""
-    run_workers(_receives_posted_ahead, 4)
-
-
 def _resynchronized(rank: int) -> None:
     """What fault-tolerant mode runs on a new quorum: the weights averaged over every rank, the replicas
     w, l, r restarted from the average (as the algorithm starts), so the ring goes on from there."""

@@ -7,7 +7,7 @@ stepped weights x become ``w + D(C(x + l/3 + r/3 - 5/3 w))`` (see
 ``bagua_algorithms.decentralized.low_precision_op``). Communicated: one MinMaxUInt8-compressed
 copy of each bucket (uint8 payload plus its fp32 min/max) to each ring neighbour. The training thread
 computes each bucket's difference pass while the communication thread exchanges the buckets before
-it, having posted every bucket's receives first. The step returns once this rank's messages are sent and its weights updated (they depend on its own
+it. The step returns once this rank's messages are sent and its weights updated (they depend on its own
 message only); the neighbours' messages, which update only the replicas ``l`` and ``r``, travel during the
 next step's forward and backward and are added before the next difference (same bits as waiting for
 them: ``low_precision_op``'s "Overlapped"). Hierarchical: averaged inside the node first, the ring runs
@@ -174,10 +174,6 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
             if not is_communication_step(bagua_module, self.communication_interval):
                 return
             self.complete_exchanges()  # the last round's l and r: this round's difference reads them
-            # every bucket's receives announced before the first segment is sent (on the communication
-            # thread, ahead of the rounds): an announcement queued behind this rank's data idles the neighbours
-            ops = self._replica_ops()
-            bagua_module.process_group.worker.submit(lambda: [op.post_receives(bucket) for bucket, op in ops])
             for bucket in bagua_module.bagua_buckets:
                 for op in bucket._ops:  # the difference pass here, while the buckets before it are on the wire
                     if isinstance(op, LowPrecisionDecentralizedOp):

@@ -34,7 +34,6 @@ Example::
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -92,9 +91,7 @@ class LowPrecisionDecentralizedOp:
         self.left_peer_weight = left_peer_weight.detach().view(-1)
         self.right_peer_weight = right_peer_weight.detach().view(-1)
         self._buffers: tuple[torch.Tensor, ...] | None = None
-        self._workspace_lock = threading.Lock()
         self._prepared: tuple[torch.Tensor, torch.Tensor] | None = None  # (flat, x) of a prepared round
-        self._posted: tuple | None = None  # (comm, peers, segments, received) of receives posted ahead
         self.overlap = False
         """Leave the neighbours' messages in flight when the round returns (see the module docstring);
         :meth:`complete` finishes them."""
@@ -110,15 +107,13 @@ class LowPrecisionDecentralizedOp:
         return op
 
     def _workspace(self, numel: int) -> tuple[torch.Tensor, ...]:
-        """``(z, sent, from_left, from_right)``, kept from round to round (made once, under a lock: the
-        communication thread posts receives into them while the training thread computes z)."""
+        """``(z, sent, from_left, from_right)``, kept from round to round."""
         size = self.codec.encoded_size(numel, 1)
-        with self._workspace_lock:
-            if self._buffers is None or self._buffers[0].numel() != numel or self._buffers[1].numel() != size:
-                self._buffers = None
-                self._buffers = (torch.empty(numel, dtype=torch.float32, device=self.weight.device),
-                                 *(torch.empty(size, dtype=torch.uint8, device=self.weight.device) for _ in range(3)))
-            return self._buffers
+        if self._buffers is None or self._buffers[0].numel() != numel or self._buffers[1].numel() != size:
+            self._buffers = None
+            self._buffers = (torch.empty(numel, dtype=torch.float32, device=self.weight.device),
+                             *(torch.empty(size, dtype=torch.uint8, device=self.weight.device) for _ in range(3)))
+        return self._buffers
 
     def _difference(self, x: torch.Tensor) -> None:
         """z = x + l/3 + r/3 - (5/3) w and its header (one pass for z and its min/max)."""
@@ -152,14 +147,14 @@ class LowPrecisionDecentralizedOp:
             from_left, from_right = _exchange_whole(sent, from_left, from_right, comm) if n > 1 else (sent, sent)
             codec.lpd_update(from_left, from_right, sent, w, left, right, x, 0, numel)
             return None
-        posted, self._posted = self._posted, None
-        if posted is not None and posted[0] is not comm:  # pragma: no cover - posted on another ring
-            raise RuntimeError("low_precision_decentralized: receives were posted on another communicator")
-        # receives first (unless the algorithm posted them before the step's first bucket): the
-        # neighbours' segments can go as soon as they are encoded
-        peers, segs, received = posted[1:] if posted is not None else self._post_ring_receives(comm)
         if n == 2:  # both neighbours are the same rank: one message stream serves both
             from_right = from_left
+            peers = [((rank - 1) % n, from_left)]
+        else:
+            peers = [((rank - 1) % n, from_left), ((rank + 1) % n, from_right)]
+        segs = segments(numel, sent.numel(), codec.header_bytes, codec.bytes_per_element)
+        # receives first: the neighbours' segments can go as soon as they are encoded
+        received = post_receives(comm, segs, [(peer, lambda s, buf=buf: buf[s.lo : s.hi]) for peer, buf in peers], _TAG)
         if not prepared:
             self._difference(x)
         for _ in peers:
@@ -173,42 +168,6 @@ class LowPrecisionDecentralizedOp:
         )
         wait_all(sends)
         return None
-
-    def _post_ring_receives(self, comm: BaguaCommunicator) -> tuple[list, list, list]:
-        """Post the receives of a round's segments from both ring neighbours of ``comm`` (CPU, n > 1);
-        returns ``(peers, segments, received)``: ``peers`` the ``(neighbour, buffer)`` pairs."""
-        n, rank = comm.nranks(), comm.rank()
-        _, sent, from_left, from_right = self._workspace(self.weight.numel())
-        if n == 2:  # both neighbours are the same rank: one message stream serves both
-            peers = [((rank - 1) % n, from_left)]
-        else:
-            peers = [((rank - 1) % n, from_left), ((rank + 1) % n, from_right)]
-        segs = segments(self.weight.numel(), sent.numel(), self.codec.header_bytes, self.codec.bytes_per_element)
-        received = post_receives(comm, segs, [(peer, lambda s, buf=buf: buf[s.lo : s.hi]) for peer, buf in peers], _TAG)
-        return peers, segs, received
-
-    def post_receives(self, bucket: BaguaBucket) -> None:
-        """Post this round's receives from the ring neighbours now, before any bucket of the step is
-        sent (the algorithm calls it on the communication thread, for every bucket, ahead of the
-        first bucket's round). gloo sends a message only once its receiver has announced the receive,
-        and the announcement travels on the same socket as this rank's own segments: posted as each
-        bucket's round starts, bucket k+1's announcements queued behind bucket k's megabytes, and the
-        neighbours' links idled until they arrived. Skipped where the op posts them itself (several ranks
-        in a node, hierarchical; not on the CPU; a rank with no ring), and where an earlier post was not
-        consumed (a round that did not run)."""
-        if self._posted is not None or self.weight.device.type != "cpu":
-            return
-        group = self._group(bucket)
-        if self.hierarchical:
-            if group.get_intra_node_communicator().nranks() > 1:
-                return
-            comm = group.get_inter_node_communicator()
-            if not comm.is_member:
-                return
-        else:
-            comm = group.get_global_communicator()
-        if comm.nranks() > 1:
-            self._posted = (comm, *self._post_ring_receives(comm))
 
     def _group(self, bucket: BaguaBucket) -> BaguaProcessGroup:
         return resolve_group(self.group, bucket)
