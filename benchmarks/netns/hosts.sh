@@ -15,7 +15,8 @@
 # A kernel without sch_netem answers "Specified qdisc kind is unknown" to a DELAY: `up` then exits non-zero
 # with tc's message and leaves nothing behind (benchmarks/launch.py falls back to
 # benchmarks/delay_link.py). Another prefix gives a second, independent set of hosts (the tests use
-# one of their own so they never touch a benchmark's).
+# one of their own so they never touch a benchmark's). BAGUA_NETNS_CC=cubic (or bbr, reno) sets TCP's
+# congestion control on the hosts' route; without it connections use the machine's default.
 set -euo pipefail
 
 usage() {
