@@ -18,17 +18,25 @@ TIMEOUT_S = 8.0
 """The gloo timeout of the managed group: rank 0 must learn far sooner."""
 
 
-def _worker(rank: int, port: int, out: multiprocessing.Queue) -> None:
-    import torch
+def _managed_group(rank: int, port: int, world_size: int):  # noqa: ANN202
+    """``(store, managed, errors)``: a default gloo group and a ``ManagedGroup`` over a second one (gloo
+    timeout TIMEOUT_S), its errors collected in ``errors``."""
     import torch.distributed as dist
 
     from bagua_core.fault_tolerance.managed_group import ManagedGroup
 
-    store = dist.TCPStore("127.0.0.1", port, 3, rank == 0, timeout=timedelta(seconds=60))
-    dist.init_process_group("gloo", store=dist.PrefixStore("default", store), rank=rank, world_size=3)
+    store = dist.TCPStore("127.0.0.1", port, world_size, rank == 0, timeout=timedelta(seconds=60))
+    dist.init_process_group("gloo", store=dist.PrefixStore("default", store), rank=rank, world_size=world_size)
     errors: list[Exception] = []
-    managed = ManagedGroup(dist.ProcessGroupGloo(dist.PrefixStore("managed", store), rank, 3,
-                                                 timedelta(seconds=TIMEOUT_S)), rank, 3, "test", errors.append)
+    inner = dist.ProcessGroupGloo(dist.PrefixStore("managed", store), rank, world_size, timedelta(seconds=TIMEOUT_S))
+    return store, ManagedGroup(inner, rank, world_size, "test", errors.append), errors
+
+
+def _worker(rank: int, port: int, out: multiprocessing.Queue) -> None:
+    import torch
+    import torch.distributed as dist
+
+    store, managed, errors = _managed_group(rank, port, 3)
     tensor = torch.ones(4)
     managed.allreduce([tensor], dist.AllreduceOptions()).wait()  # every connection is up
     assert not errors and tensor.tolist() == [3.0] * 4, (errors, tensor)
@@ -110,13 +118,7 @@ def _future_steps(rank: int, port: int, out: multiprocessing.Queue) -> None:
     import torch
     import torch.distributed as dist
 
-    from bagua_core.fault_tolerance.managed_group import ManagedGroup
-
-    store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, timeout=timedelta(seconds=60))
-    dist.init_process_group("gloo", store=dist.PrefixStore("default", store), rank=rank, world_size=2)
-    errors: list[Exception] = []
-    managed = ManagedGroup(dist.ProcessGroupGloo(dist.PrefixStore("managed", store), rank, 2,
-                                                 timedelta(seconds=TIMEOUT_S)), rank, 2, "test", errors.append)
+    store, managed, errors = _managed_group(rank, port, 2)
     tensor = torch.full((4,), float(rank + 1))
     if rank == 1:
         time.sleep(1.0)  # rank 0's allreduce cannot complete before rank 1 joins it
