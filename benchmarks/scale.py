@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         help="with --refit: these slowdowns (ranks=factor, from python -m benchmarks.cpu_contention)")
     args = parser.parse_args(argv)
     cores = args.cores or os.cpu_count() or 1
-    if args.congestion_control != "default":  # benchmarks/netns/hosts.sh sets it on the hosts' route
+    if args.congestion_control != "default" and not args.loopback:  # hosts.sh sets it on the hosts' route
         if not args.congestion_control.isidentifier():
             parser.error(f"--congestion-control must name one, such as cubic or bbr, got {args.congestion_control!r}")
         os.environ["BAGUA_NETNS_CC"] = args.congestion_control
