@@ -7,6 +7,8 @@ the slowdown measured: ``k`` processes each run forward, backward and an SGD ste
 on their own (no communication, one thread each, as the benchmark's ranks do) over a common window, and
 the factor is their mean time per step over one process's alone. The processes are started once, warmed
 up, and the same ones run every ``k`` in turn; each ``k`` is measured ``repeats`` times (the median is kept).
+The same loop's CPU time per step with one process alone (:func:`measure_steps`) is the compute the cost
+model multiplies by these factors: the factors are ratios of this loop, so they apply to it.
 
     python -m benchmarks.cpu_contention --model mlp5m --ranks 1,2,4,8,16
 
@@ -24,8 +26,9 @@ import multiprocessing as mp
 import statistics
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-__all__ = ["measure", "main"]
+__all__ = ["Contention", "measure", "measure_steps", "main"]
 
 _LEAD_S = 0.5
 """Seconds between sending a window to the processes and its start, so that every process computes
@@ -53,14 +56,25 @@ def _worker(index: int, model_name: str, batch_size: int, commands: mp.Queue, re
     results.put(("ready", index, 0.0))
     while (window := commands.get()) is not None:
         start, stop = window
-        ends: list[float] = []
+        ends: list[tuple[float, float]] = []  # (wall, this process's CPU) at the end of each step
         while (now := time.monotonic()) < stop:
             step()
             now = time.monotonic()
             if start <= now <= stop:
-                ends.append(now)
-        per_step = (ends[-1] - ends[0]) / (len(ends) - 1) if len(ends) > 1 else float("nan")
-        results.put(("window", index, per_step))
+                ends.append((now, time.process_time()))
+        steps = len(ends) - 1
+        per_step = (ends[-1][0] - ends[0][0]) / steps if steps > 0 else float("nan")
+        cpu_per_step = (ends[-1][1] - ends[0][1]) / steps if steps > 0 else float("nan")
+        results.put(("window", index, (per_step, cpu_per_step)))
+
+
+@dataclass(frozen=True)
+class Contention:
+    """What :func:`measure_steps` saw: ``factors`` ``{k: slowdown}`` and ``alone_cpu_s``, the CPU seconds per
+    step of the smallest ``k`` (one process alone when ``ranks`` holds 1)."""
+
+    factors: dict[int, float]
+    alone_cpu_s: float
 
 
 def measure(model: str, batch_size: int, ranks: Sequence[int], window_s: float = 3.0, repeats: int = 3,
@@ -68,6 +82,13 @@ def measure(model: str, batch_size: int, ranks: Sequence[int], window_s: float =
     """``{k: slowdown}``: each process's mean time per step when ``k`` run at once, over one alone's
     (``ranks`` must hold 1 or the factors are relative to its smallest entry). Raises ``RuntimeError``
     naming the process that did not answer within ``timeout_s``."""
+    return measure_steps(model, batch_size, ranks, window_s, repeats, timeout_s).factors
+
+
+def measure_steps(model: str, batch_size: int, ranks: Sequence[int], window_s: float = 3.0, repeats: int = 3,
+                  timeout_s: float = 300.0) -> Contention:
+    """The slowdowns of :func:`measure` and, from the same processes, the CPU time per step of the smallest
+    ``k`` (median over ``repeats``)."""
     ranks = sorted(set(ranks))
     ctx = mp.get_context("spawn")
     results: mp.Queue = ctx.Queue()
@@ -77,8 +98,8 @@ def measure(model: str, batch_size: int, ranks: Sequence[int], window_s: float =
     for p in procs:
         p.start()
 
-    def collect(count: int, what: str) -> list[float]:
-        got: list[float] = []
+    def collect(count: int, what: str) -> list:
+        got: list = []
         deadline = time.monotonic() + timeout_s
         while len(got) < count:
             try:
@@ -94,13 +115,17 @@ def measure(model: str, batch_size: int, ranks: Sequence[int], window_s: float =
     try:
         collect(len(procs), "ready")
         per_k: dict[int, float] = {}
+        alone_cpu: list[float] = []
         for k in ranks:
             rounds = []
             for _ in range(repeats):
                 start = time.monotonic() + _LEAD_S
                 for q in queues[:k]:
                     q.put((start, start + window_s))
-                rounds.append(statistics.fmean(collect(k, "window")))
+                windows = collect(k, "window")
+                rounds.append(statistics.fmean(wall for wall, _ in windows))
+                if k == ranks[0]:
+                    alone_cpu.append(statistics.fmean(cpu for _, cpu in windows))
             per_k[k] = statistics.median(rounds)
     finally:
         for q in queues:
@@ -110,10 +135,10 @@ def measure(model: str, batch_size: int, ranks: Sequence[int], window_s: float =
             if p.is_alive():
                 p.kill()
     base = per_k[ranks[0]]
-    return {k: round(t / base, 3) for k, t in per_k.items()}
+    return Contention({k: round(t / base, 3) for k, t in per_k.items()}, statistics.median(alone_cpu))
 
 
-def main(argv: list[str] | None = None) -> dict[int, float]:
+def main(argv: list[str] | None = None) -> Contention:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="mlp5m")
     parser.add_argument("--batch-size", type=int, default=32)
@@ -121,10 +146,12 @@ def main(argv: list[str] | None = None) -> dict[int, float]:
     parser.add_argument("--window", type=float, default=3.0, help="seconds each measurement runs")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
-    factors = measure(args.model, args.batch_size, [int(k) for k in args.ranks.split(",")], args.window, args.repeats)
-    for k, factor in factors.items():
+    got = measure_steps(args.model, args.batch_size, [int(k) for k in args.ranks.split(",")], args.window,
+                        args.repeats)
+    print(f"one process alone: {got.alone_cpu_s * 1e3:.1f} ms of CPU per step")
+    for k, factor in got.factors.items():
         print(f"{k:3d} processes: {factor:.2f}x one alone's step")
-    return factors
+    return got
 
 
 if __name__ == "__main__":

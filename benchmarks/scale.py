@@ -31,12 +31,12 @@ from pathlib import Path
 
 from benchmarks import cost_model, cpu_contention
 from benchmarks.e2e import run_network
-from benchmarks.launch import NETNS_PREFIX, REPO_ROOT, LaunchError, launch, tcp_congestion_control
+from benchmarks.launch import NETNS_PREFIX, REPO_ROOT, tcp_congestion_control
 from benchmarks.link_usage import LinkSampler
 from benchmarks.models import MODEL_LAYERS
 from benchmarks.report import have_matplotlib
 
-__all__ = ["DEFAULT_METHODS", "matrices", "measure_compute", "measure_contention", "settings_of", "model_report", "main"]
+__all__ = ["DEFAULT_METHODS", "matrices", "COMPUTE_ALONE", "measure_compute", "settings_of", "model_report", "main"]
 
 DEFAULT_METHODS = ("ddp", "gradient_allreduce", "bytegrad", "qadam", "decentralized", "decentralized_shift_one",
                    "low_precision_decentralized", "powersgd", "diloco", "async")
@@ -59,28 +59,23 @@ def matrices(model: str) -> tuple[tuple[int, int], ...]:
     return tuple((fan_out, fan_in) for fan_in, fan_out in zip(sizes[:-1], sizes[1:]))
 
 
-def measure_compute(args: argparse.Namespace) -> float:
-    """Seconds of CPU per step of one rank alone (DDP at world size 1 on loopback): the compute the model
-    takes. CPU time, not wall time, so that other work on a shared machine does not inflate it."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "rows.jsonl"
-        launch("benchmarks.e2e_worker", ["--methods", "ddp", "--model", args.model, "--batch-size", str(args.batch_size),
-                                         "--warmup", str(args.warmup), "--steps", str(max(args.steps, 3)),
-                                         "--iface", "lo", "--out", str(out)], 1, timeout=args.timeout)
-        return json.loads(out.read_text().splitlines()[0])["cpu_ms_per_step"] / 1000
+COMPUTE_ALONE = "a forward, backward and SGD step alone, no framework (benchmarks.cpu_contention)"
+"""What ``compute_s`` is, as the results record it (older results: DDP's step at world size 1, framework and all)."""
 
 
-def measure_contention(args: argparse.Namespace, ranks: set[int]) -> dict[int, float]:
-    """The slowdown of one rank's step when ``k`` ranks share this machine, for every ``k`` in ``ranks``
-    (``benchmarks.cpu_contention``); empty with ``--contention-window 0`` (the model then divides the
-    cores evenly)."""
-    if args.contention_window <= 0:
-        return {}
-    factors = cpu_contention.measure(args.model, args.batch_size, sorted(ranks | {1}), args.contention_window,
-                                     args.contention_repeats, timeout_s=args.timeout)
-    return {k: f for k, f in factors.items() if k in ranks}
+def measure_compute(args: argparse.Namespace, ranks: set[int] = frozenset()) -> tuple[float, dict[int, float]]:
+    """Seconds of CPU per step of one rank alone, and the slowdown of that step when ``k`` ranks share this
+    machine, for every ``k`` in ``ranks`` (``benchmarks.cpu_contention``; none with ``--contention-window 0``:
+    the model then divides the cores evenly). Both from the same processes, running the model's forward,
+    backward and SGD step with no framework: the slowdowns are ratios of that loop, so they apply to it.
+    (DDP's step at world size 1, which this once was, also holds DDP's own work on its buckets, which a
+    method such as async never does.) CPU time, not wall time, so that other work on a shared machine
+    does not inflate it."""
+    measured = sorted(set(ranks) | {1}) if args.contention_window > 0 else [1]
+    got = cpu_contention.measure_steps(args.model, args.batch_size, measured, args.contention_window or 1.0,
+                                       max(1, args.contention_repeats), timeout_s=args.timeout)
+    contention = {k: f for k, f in got.factors.items() if k in ranks} if args.contention_window > 0 else {}
+    return got.alone_cpu_s, contention
 
 
 def settings_of(row: dict, args: argparse.Namespace, compute_s: float, cores: int,
@@ -115,8 +110,9 @@ def _seconds(delay: str) -> float:
 
 
 def model_report(rows: list[dict], args: argparse.Namespace, compute_s: float, cores: int,
-                 contention: dict[int, float] | None = None) -> tuple[list[str], dict]:
-    """Fit the cost model on the measured rows; markdown lines with every point's error and the projection."""
+                 contention: dict[int, float] | None = None, compute_of: str = COMPUTE_ALONE) -> tuple[list[str], dict]:
+    """Fit the cost model on the measured rows; markdown lines with every point's error and the projection.
+    ``compute_of`` says what ``compute_s`` measured."""
     contention = contention or {}
     points = [(r["method"], settings_of(r, args, compute_s, cores, contention), r["ms_per_step"] / 1000)
               for r in rows if "ms_per_step" in r and r["method"] in cost_model.METHODS]
@@ -126,7 +122,8 @@ def model_report(rows: list[dict], args: argparse.Namespace, compute_s: float, c
     errors = cost_model.relative_errors(points, fitted)
     lines = ["", "## The cost model against every measured point", "",
              f"Fitted: {fitted.overhead_s * 1e3:.3f} ms per message, {fitted.gamma_s * 1e9:.2f} ns per value encoded or "
-             f"decoded, beside compute; one rank's step alone takes {compute_s * 1e3:.1f} ms of CPU, {cores} cores "
+             f"decoded, beside compute; one rank's compute takes {compute_s * 1e3:.1f} ms of CPU per step "
+             f"({compute_of}), {cores} cores "
              f"are shared by the ranks" + (", whose steps run slower together by the factors measured ("
                                            + ", ".join(f"{k} ranks: {f:.2f}x" for k, f in sorted(contention.items()))
                                            + ")" if contention else " (evenly: ranks / cores)") + ". "
@@ -167,7 +164,7 @@ def model_report(rows: list[dict], args: argparse.Namespace, compute_s: float, c
                   "*weight* averaging (they change the optimisation: compare time to accuracy, not only steps); "
                   "async is left out (its averaging runs beside the step)."]
     return lines, {"fit": {"overhead_s": fitted.overhead_s, "gamma_s": fitted.gamma_s}, "errors": errors,
-                   "projection": projection, "compute_s": compute_s, "cores": cores,
+                   "projection": projection, "compute_s": compute_s, "compute_measured": compute_of, "cores": cores,
                    "contention": {str(k): f for k, f in sorted(contention.items())}}
 
 
@@ -231,8 +228,10 @@ def _refit(saved: Path, args: argparse.Namespace, cores: int) -> list[dict]:
     if compute_s is None:
         sys.exit(f"benchmarks.scale: {saved} holds no compute_s (one rank's CPU per step); measure again")
     contention = {int(k): f for k, f in old.get("contention", {}).items()}
-    if args.measure_contention:  # an older run's rows: the slowdowns measured now, on this machine
-        contention = measure_contention(args, {r["hosts"] * r["ranks_per_host"] for r in rows})
+    compute_of = old.get("compute_measured", "DDP's step at world size 1, framework and all")
+    if args.measure_contention:  # an older run's rows: the compute and slowdowns measured now, on this machine
+        compute_s, contention = measure_compute(args, {r["hosts"] * r["ranks_per_host"] for r in rows})
+        compute_of = f"{COMPUTE_ALONE}, measured {time.strftime('%Y-%m-%d %H:%M')} for this fit"
     if args.contention:  # slowdowns measured separately (python -m benchmarks.cpu_contention)
         contention = _contention_of(args.contention)
     header_file = saved.with_suffix(".md")
@@ -241,7 +240,7 @@ def _refit(saved: Path, args: argparse.Namespace, cores: int) -> list[dict]:
     for row in rows:
         if window and "warmup" not in row:
             row["warmup"] = int(window.group(1))
-    model_lines, model = model_report(rows, args, compute_s, cores, contention)
+    model_lines, model = model_report(rows, args, compute_s, cores, contention, compute_of)
     for path in write(rows, Path(args.results), header, model_lines, model):
         print("wrote", path)
     return rows
@@ -274,7 +273,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                              "(benchmarks.cpu_contention); 0: not measured, the cores divided evenly")
     parser.add_argument("--contention-repeats", type=int, default=3)
     parser.add_argument("--measure-contention", action="store_true",
-                        help="with --refit: measure the slowdowns now (for rows saved without them)")
+                        help="with --refit: measure one rank's compute and the slowdowns now, on this machine "
+                             "(for rows saved without them, or with DDP's step as the compute)")
     parser.add_argument("--contention", metavar="K=F,...",
                         help="with --refit: these slowdowns (ranks=factor, from python -m benchmarks.cpu_contention)")
     args = parser.parse_args(argv)
@@ -287,13 +287,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
         return _refit(Path(args.refit), args, cores)
     methods = args.methods.split(",")
     spec = {} if args.loopback else {"rate": args.rate, "delay": args.delay}
-    try:
-        compute_s = measure_compute(args)
-    except LaunchError as exc:
-        sys.exit(f"benchmarks.scale: measuring one rank's compute failed:\n{exc}")
-    print(f"compute of one rank alone: {compute_s * 1e3:.1f} ms of CPU per step", flush=True)
     layouts = [(int(n), int(k)) for k in args.ranks_per_host.split(",") for n in args.hosts.split(",")]
-    contention = measure_contention(args, {n * k for n, k in layouts})
+    try:
+        compute_s, contention = measure_compute(args, {n * k for n, k in layouts})
+    except RuntimeError as exc:
+        sys.exit(f"benchmarks.scale: measuring one rank's compute failed: {exc}")
+    print(f"compute of one rank alone: {compute_s * 1e3:.1f} ms of CPU per step", flush=True)
     if contention:
         print("slowdown of a rank's step with k ranks at once: "
               + ", ".join(f"{k}: {f:.2f}x" for k, f in sorted(contention.items())), flush=True)
@@ -310,12 +309,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 row.update(hosts=n, ranks_per_host=k, warmup=args.warmup)
             rows += got
             write(rows, results, "(partial: the run is not finished)", [],
-                  {"compute_s": compute_s, "cores": cores, "contention": {str(r): f for r, f in contention.items()}})
+                  {"compute_s": compute_s, "compute_measured": COMPUTE_ALONE, "cores": cores,
+                   "contention": {str(r): f for r, f in contention.items()}})
     header = (f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {platform.machine()} ({cores} cores shared by every rank), "
               f"{args.model}, batch {args.batch_size} per rank, link {'loopback' if args.loopback else args.rate} "
               f"(each host's egress{'' if args.loopback else ', TCP ' + tcp_congestion_control()}), {args.warmup} warmup + {args.steps} timed steps; "
               f"`python -m benchmarks.scale {' '.join(sys.argv[1:] if argv is None else argv)}`.")
-    model_lines, model = model_report(rows, args, compute_s, cores, contention)
+    model_lines, model = model_report(rows, args, compute_s, cores, contention, COMPUTE_ALONE)
     for path in write(rows, results, header, model_lines, model):
         print("wrote", path)
     return rows

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import cost_model
+from benchmarks import cost_model, cpu_contention
 from benchmarks.cost_model import Fit, Setting, pattern, predict
 
 MB5 = 5_261_834
@@ -132,14 +132,33 @@ def test_scale_harness_runs_two_ranks_per_host_and_writes_results(tmp_path: Path
         assert row["ms_per_step"] > 0 and row["tx_bytes_per_step"] > 0
     saved = json.loads((tmp_path / "scale.json").read_text())
     assert len(saved["model"]["errors"]) == 2 and saved["model"]["compute_s"] > 0 and "ResNet-50" in saved["model"]["projection"]
-    # the 4 ranks' slowdown sharing this machine was measured and went into the model
+    # the 4 ranks' slowdown sharing this machine was measured and went into the model, with the compute of
+    # the loop it is a ratio of
     assert list(saved["model"]["contention"]) == ["4"] and saved["model"]["contention"]["4"] > 0
+    assert saved["model"]["compute_measured"] == scale.COMPUTE_ALONE
+    # fitted again from the saved rows: the compute kept, or measured again when asked
+    scale.main(["--loopback", "--refit", str(tmp_path / "scale.json"), "--model", "tiny", "--results", str(tmp_path / "same")])
+    same = json.loads((tmp_path / "same" / "scale.json").read_text())["model"]
+    assert same["compute_s"] == saved["model"]["compute_s"] and same["compute_measured"] == scale.COMPUTE_ALONE
+    scale.main(["--loopback", "--refit", str(tmp_path / "scale.json"), "--model", "tiny", "--measure-contention",
+                "--contention-window", "0.2", "--contention-repeats", "1", "--results", str(tmp_path / "again")])
+    again = json.loads((tmp_path / "again" / "scale.json").read_text())["model"]
+    assert again["compute_measured"].endswith("for this fit") and again["compute_s"] > 0
+    assert list(again["contention"]) == ["4"]
     text = (tmp_path / "scale.md").read_text()
     assert "| ddp | 2 x 2 |" in text and "The cost model against every measured point" in text
     # the timeline shows the hierarchical form's steps inside the host, on the leader and the other rank
     for rank in range(4):
         names = (tmp_path / "timeline" / f"decentralized_shift_one-rank{rank}.txt").read_text()
         assert "reduce inside the host end" in names and "broadcast inside the host start" in names, (rank, names)
+
+
+def test_the_compute_comes_from_the_loop_the_slowdowns_are_ratios_of() -> None:
+    """One process's CPU per step alone, from the same processes as the slowdowns: what the cost model
+    multiplies by them."""
+    got = cpu_contention.measure_steps("tiny", batch_size=8, ranks=(1, 2), window_s=0.3, repeats=1)
+    assert set(got.factors) == {1, 2} and got.factors[1] == 1.0
+    assert 0 < got.alone_cpu_s < 0.1  # seconds: a step of the tiny model takes well under a millisecond
 
 
 def test_timeline_of_every_rank_on_one_clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
