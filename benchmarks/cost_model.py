@@ -19,8 +19,9 @@ broadcast inside a host; 0 on a GPU), ``d`` the one-way delay, ``B`` the link ra
 its bytes that are payload (TCP over Ethernet at an MTU of 1500 carries 1448 bytes of payload in a
 1514-byte frame, and the emulated link's shaper counts frames: ``e`` = 0.956). ``background`` is the
 share of the cores taken by work that runs beside the step rather than in it (async's averaging
-thread: its messages' overhead and its values, once per averaging, each averaging taking its bytes'
-time plus the sync interval). Only ``o`` (per-message overhead, CPU time of a rank) and ``gamma`` are fitted (:func:`fit`, a grid search minimising the root mean square
+thread: its messages' overhead, its values and the CPU the machine spends moving its bytes,
+``cpu_per_byte_s`` per byte sent or received, once per averaging, each averaging taking its bytes' time
+plus the sync interval). Only ``o`` (per-message overhead, CPU time of a rank) and ``gamma`` are fitted (:func:`fit`, a grid search minimising the root mean square
 of the relative errors over the measured points); everything else is the setting or measured (the CPU
 time of one rank's step alone).
 
@@ -76,6 +77,10 @@ class Setting:
     contention: float | None = None
     """How many times slower a rank's CPU work runs with every rank of this setting at once than alone, as
     measured (``benchmarks.cpu_contention``); None: ``max(1, ranks / cores)``, the cores divided evenly."""
+    cpu_per_byte_s: float = 0.0
+    """CPU seconds, on the cores the ranks compute on, per byte a rank sends or receives: the emulated hosts'
+    network stack, measured (``benchmarks.network_cpu``). Counted only for work beside the step (a phase
+    the step waits for spends it while waiting on the link); 0 on GPU nodes (a NIC's work)."""
     window: tuple[int, int] | None = None
     """``(warmup, timed)`` steps of a measurement: a phase run every k-th step (diloco's exchange) counts the
     times it ran in the timed steps (steps 1, 2, ... of which k, 2k, ... run it); None: 1/k of it per step."""
@@ -228,8 +233,10 @@ def predict(method: str, s: Setting, f: Fit) -> float:
     for phase in pattern(method, s):
         comm = phase.host_bytes / link_bytes_per_s + phase.rounds * s.delay_s + phase.messages * f.overhead_s
         if phase.background_interval_s:
-            # the CPU of one run (its messages' overhead, its values) on the shared cores, per second
-            cpu = (phase.messages * f.overhead_s + f.gamma_s * phase.codec_values) * share
+            # the CPU of one run (its messages' overhead, its values, its bytes sent and received) on the
+            # shared cores, per second
+            moved = 2 * phase.host_bytes / s.ranks_per_host
+            cpu = (phase.messages * f.overhead_s + f.gamma_s * phase.codec_values + s.cpu_per_byte_s * moved) * share
             background += cpu / (comm + phase.background_interval_s)
             continue
         runs = s.runs_per_step(phase.every)

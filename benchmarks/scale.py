@@ -29,9 +29,9 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks import cost_model, cpu_contention
+from benchmarks import cost_model, cpu_contention, network_cpu
 from benchmarks.e2e import run_network
-from benchmarks.launch import NETNS_PREFIX, REPO_ROOT, tcp_congestion_control
+from benchmarks.launch import NETNS_PREFIX, REPO_ROOT, netns_link, tcp_congestion_control
 from benchmarks.link_usage import LinkSampler
 from benchmarks.models import MODEL_LAYERS
 from benchmarks.report import have_matplotlib
@@ -78,14 +78,24 @@ def measure_compute(args: argparse.Namespace, ranks: set[int] = frozenset()) -> 
     return got.alone_cpu_s, contention
 
 
+def measure_network_cpu(args: argparse.Namespace) -> float:
+    """CPU seconds per byte moved between two emulated hosts at the run's rate (``benchmarks.network_cpu``);
+    0 on loopback (not measured: the tests' tiny models move few bytes)."""
+    if args.loopback:
+        return 0.0
+    with netns_link(2, args.rate, "0ms") as hosts:
+        return network_cpu.measure(hosts)
+
+
 def settings_of(row: dict, args: argparse.Namespace, compute_s: float, cores: int,
-                contention: dict[int, float] | None = None) -> cost_model.Setting:
+                contention: dict[int, float] | None = None, cpu_per_byte_s: float = 0.0) -> cost_model.Setting:
     # the emulated hosts' shaper counts Ethernet frames at MTU 1500; loopback has no link to speak of
     efficiency = 1.0 if getattr(args, "loopback", False) else cost_model.TCP_OVER_ETHERNET
     return cost_model.Setting(hosts=row["hosts"], ranks_per_host=row["ranks_per_host"], params=row["params"],
                               link_bps=RATES.get(args.rate, 0) or _rate_bps(args.rate), compute_s=compute_s,
                               delay_s=_seconds(args.delay), cores=cores, matrices=matrices(args.model),
                               wire_efficiency=efficiency, contention=(contention or {}).get(row["hosts"] * row["ranks_per_host"]),
+                              cpu_per_byte_s=cpu_per_byte_s,
                               window=(row["warmup"], row["steps"]) if "warmup" in row and "steps" in row else None)
 
 
@@ -110,11 +120,12 @@ def _seconds(delay: str) -> float:
 
 
 def model_report(rows: list[dict], args: argparse.Namespace, compute_s: float, cores: int,
-                 contention: dict[int, float] | None = None, compute_of: str = COMPUTE_ALONE) -> tuple[list[str], dict]:
+                 contention: dict[int, float] | None = None, compute_of: str = COMPUTE_ALONE,
+                 cpu_per_byte_s: float = 0.0) -> tuple[list[str], dict]:
     """Fit the cost model on the measured rows; markdown lines with every point's error and the projection.
     ``compute_of`` says what ``compute_s`` measured."""
     contention = contention or {}
-    points = [(r["method"], settings_of(r, args, compute_s, cores, contention), r["ms_per_step"] / 1000)
+    points = [(r["method"], settings_of(r, args, compute_s, cores, contention, cpu_per_byte_s), r["ms_per_step"] / 1000)
               for r in rows if "ms_per_step" in r and r["method"] in cost_model.METHODS]
     if not points:
         return ["", "No measured point to fit the cost model on."], {}
@@ -126,7 +137,8 @@ def model_report(rows: list[dict], args: argparse.Namespace, compute_s: float, c
              f"({compute_of}), {cores} cores "
              f"are shared by the ranks" + (", whose steps run slower together by the factors measured ("
                                            + ", ".join(f"{k} ranks: {f:.2f}x" for k, f in sorted(contention.items()))
-                                           + ")" if contention else " (evenly: ranks / cores)") + ". "
+                                           + ")" if contention else " (evenly: ranks / cores)") + "; "
+             f"moving a byte between two hosts takes {cpu_per_byte_s * 1e9:.2f} ns of their CPU. "
              f"Largest error {max(abs(e) for e in errors):.1%}, median {sorted(abs(e) for e in errors)[len(errors) // 2]:.1%}.",
              "", "| method | hosts x ranks | measured ms | predicted ms | error |", "| --- | --- | ---: | ---: | ---: |"]
     for (method, s, t), e in zip(points, errors):
@@ -165,6 +177,7 @@ def model_report(rows: list[dict], args: argparse.Namespace, compute_s: float, c
                   "async is left out (its averaging runs beside the step)."]
     return lines, {"fit": {"overhead_s": fitted.overhead_s, "gamma_s": fitted.gamma_s}, "errors": errors,
                    "projection": projection, "compute_s": compute_s, "compute_measured": compute_of, "cores": cores,
+                   "cpu_per_byte_s": cpu_per_byte_s,
                    "contention": {str(k): f for k, f in sorted(contention.items())}}
 
 
@@ -229,9 +242,13 @@ def _refit(saved: Path, args: argparse.Namespace, cores: int) -> list[dict]:
         sys.exit(f"benchmarks.scale: {saved} holds no compute_s (one rank's CPU per step); measure again")
     contention = {int(k): f for k, f in old.get("contention", {}).items()}
     compute_of = old.get("compute_measured", "DDP's step at world size 1, framework and all")
+    cpu_per_byte_s = old.get("cpu_per_byte_s", 0.0)
     if args.measure_contention:  # an older run's rows: the compute and slowdowns measured now, on this machine
         compute_s, contention = measure_compute(args, {r["hosts"] * r["ranks_per_host"] for r in rows})
         compute_of = f"{COMPUTE_ALONE}, measured {time.strftime('%Y-%m-%d %H:%M')} for this fit"
+        cpu_per_byte_s = measure_network_cpu(args)
+    if args.network_cpu is not None:  # measured separately (python -m benchmarks.network_cpu)
+        cpu_per_byte_s = args.network_cpu * 1e-9
     if args.contention:  # slowdowns measured separately (python -m benchmarks.cpu_contention)
         contention = _contention_of(args.contention)
     header_file = saved.with_suffix(".md")
@@ -240,7 +257,7 @@ def _refit(saved: Path, args: argparse.Namespace, cores: int) -> list[dict]:
     for row in rows:
         if window and "warmup" not in row:
             row["warmup"] = int(window.group(1))
-    model_lines, model = model_report(rows, args, compute_s, cores, contention, compute_of)
+    model_lines, model = model_report(rows, args, compute_s, cores, contention, compute_of, cpu_per_byte_s)
     for path in write(rows, Path(args.results), header, model_lines, model):
         print("wrote", path)
     return rows
@@ -273,8 +290,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
                              "(benchmarks.cpu_contention); 0: not measured, the cores divided evenly")
     parser.add_argument("--contention-repeats", type=int, default=3)
     parser.add_argument("--measure-contention", action="store_true",
-                        help="with --refit: measure one rank's compute and the slowdowns now, on this machine "
-                             "(for rows saved without them, or with DDP's step as the compute)")
+                        help="with --refit: measure one rank's compute, the slowdowns and (on emulated hosts) the CPU "
+                             "per byte between hosts now, on this machine (for rows saved without them, or with "
+                             "DDP's step as the compute)")
+    parser.add_argument("--network-cpu", metavar="NS", type=float,
+                        help="with --refit: this CPU per byte moved between hosts, in ns (python -m benchmarks.network_cpu)")
     parser.add_argument("--contention", metavar="K=F,...",
                         help="with --refit: these slowdowns (ranks=factor, from python -m benchmarks.cpu_contention)")
     args = parser.parse_args(argv)
@@ -293,6 +313,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     except RuntimeError as exc:
         sys.exit(f"benchmarks.scale: measuring one rank's compute failed: {exc}")
     print(f"compute of one rank alone: {compute_s * 1e3:.1f} ms of CPU per step", flush=True)
+    try:
+        cpu_per_byte_s = measure_network_cpu(args)
+    except RuntimeError as exc:
+        sys.exit(f"benchmarks.scale: measuring the CPU per byte between two hosts failed: {exc}")
+    if cpu_per_byte_s:
+        print(f"moving a byte between two hosts: {cpu_per_byte_s * 1e9:.2f} ns of CPU", flush=True)
     if contention:
         print("slowdown of a rank's step with k ranks at once: "
               + ", ".join(f"{k}: {f:.2f}x" for k, f in sorted(contention.items())), flush=True)
@@ -309,13 +335,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 row.update(hosts=n, ranks_per_host=k, warmup=args.warmup)
             rows += got
             write(rows, results, "(partial: the run is not finished)", [],
-                  {"compute_s": compute_s, "compute_measured": COMPUTE_ALONE, "cores": cores,
+                  {"compute_s": compute_s, "compute_measured": COMPUTE_ALONE, "cores": cores, "cpu_per_byte_s": cpu_per_byte_s,
                    "contention": {str(r): f for r, f in contention.items()}})
     header = (f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {platform.machine()} ({cores} cores shared by every rank), "
               f"{args.model}, batch {args.batch_size} per rank, link {'loopback' if args.loopback else args.rate} "
               f"(each host's egress{'' if args.loopback else ', TCP ' + tcp_congestion_control()}), {args.warmup} warmup + {args.steps} timed steps; "
               f"`python -m benchmarks.scale {' '.join(sys.argv[1:] if argv is None else argv)}`.")
-    model_lines, model = model_report(rows, args, compute_s, cores, contention, COMPUTE_ALONE)
+    model_lines, model = model_report(rows, args, compute_s, cores, contention, COMPUTE_ALONE, cpu_per_byte_s)
     for path in write(rows, results, header, model_lines, model):
         print("wrote", path)
     return rows

@@ -153,6 +153,17 @@ def test_scale_harness_runs_two_ranks_per_host_and_writes_results(tmp_path: Path
         assert "reduce inside the host end" in names and "broadcast inside the host start" in names, (rank, names)
 
 
+def test_the_cpu_of_moving_bytes_slows_only_work_beside_the_step() -> None:
+    """The emulated hosts' network stack runs on the ranks' cores: async's averaging, beside the step, pays
+    it in the step; a method whose step waits on the link pays it while waiting."""
+    plain = setting(8, 2, cores=2, compute_s=0.02)
+    costly = replace(plain, cpu_per_byte_s=2e-9)
+    constants = Fit(overhead_s=1e-3, gamma_s=1e-9)
+    assert predict("async", costly, constants) > predict("async", plain, constants) * 1.01
+    for method in ("ddp", "bytegrad", "decentralized_shift_one", "low_precision_decentralized"):
+        assert predict(method, costly, constants) == predict(method, plain, constants), method
+
+
 def test_the_compute_comes_from_the_loop_the_slowdowns_are_ratios_of() -> None:
     """One process's CPU per step alone, from the same processes as the slowdowns: what the cost model
     multiplies by them."""
