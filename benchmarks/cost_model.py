@@ -23,7 +23,7 @@ thread: its messages' overhead, its values and the CPU the machine spends moving
 ``cpu_per_byte_s`` per byte sent or received, once per averaging, each averaging taking its bytes' time
 plus the sync interval). Only ``o`` (per-message overhead, CPU time of a rank) and ``gamma`` are fitted (:func:`fit`, a grid search minimising the root mean square
 of the relative errors over the measured points); everything else is the setting or measured (the CPU
-time of one rank's step alone).
+time of one rank's step alone, its slowdown with k ranks at once, the CPU per byte between hosts).
 
 Example::
 

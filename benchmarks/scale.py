@@ -25,6 +25,7 @@ import os
 from contextlib import nullcontext
 import platform
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -315,8 +316,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print(f"compute of one rank alone: {compute_s * 1e3:.1f} ms of CPU per step", flush=True)
     try:
         cpu_per_byte_s = measure_network_cpu(args)
-    except RuntimeError as exc:
-        sys.exit(f"benchmarks.scale: measuring the CPU per byte between two hosts failed: {exc}")
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:  # the hosts, or the transfer
+        detail = getattr(exc, "stderr", None) or exc
+        sys.exit(f"benchmarks.scale: measuring the CPU per byte between two emulated hosts failed (root and "
+                 f"iproute2 needed; --loopback needs neither): {detail}")
     if cpu_per_byte_s:
         print(f"moving a byte between two hosts: {cpu_per_byte_s * 1e9:.2f} ns of CPU", flush=True)
     if contention:
