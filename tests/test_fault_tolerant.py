@@ -333,7 +333,13 @@ def test_undeclared_algorithm_and_unsupported_option_are_refused() -> None:
 @pytest.mark.timeout(300, func_only=True)
 def test_main_job_fault_tolerant(tmp_path) -> None:
     """``bagua train --fault-tolerant --replicas 2``: the main job's shard follows the quorum; both replicas
-    commit the same steps, read each sample once per epoch and end with the same weights (same accuracy)."""
+    commit the same steps, read each sample once per epoch and end with the same weights (same accuracy).
+
+    ``--min-replicas 2``: the two replicas must train together from the first step. With 1 (the default)
+    the first to reach the lighthouse trains alone until the other starts (the lighthouse waits only for
+    replicas that already heartbeat), and on a loaded machine this job's 88 steps (a fraction of a second)
+    ended before the second replica's Python had started (a CI run: first commits 1.2 s and 5.3 s, each
+    replica alone in one quorum)."""
     import json
     import os
     import socket
@@ -345,7 +351,8 @@ def test_main_job_fault_tolerant(tmp_path) -> None:
         port = sock.getsockname()[1]
     summary = tmp_path / "summary.json"
     command = [sys.executable, "-m", "bagua_core.cli", "train", "--fault-tolerant", "--replicas", "2",
-               "--lighthouse-port", str(port), "--ft-join-timeout-ms", "1500", "--epochs", "2", "--no-progress",
+               "--min-replicas", "2", "--lighthouse-port", str(port), "--ft-join-timeout-ms", "1500", "--epochs", "2",
+               "--no-progress",
                "--algorithm", "gradient_allreduce", "--summary-json", str(summary)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "RUST_LOG": "warn"}
     try:
