@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks import cost_model, cpu_contention, network_cpu
+from benchmarks import cost_model, cpu_contention, network_cpu, scale_checks
 from benchmarks.e2e import run_network
 from benchmarks.launch import NETNS_PREFIX, REPO_ROOT, netns_link, tcp_congestion_control
 from benchmarks.link_usage import LinkSampler
@@ -176,6 +176,8 @@ def model_report(rows: list[dict], args: argparse.Namespace, compute_s: float, c
                   "agreement as NCCL's tree (2 log2 N rounds); decentralized and shift_one are "
                   "*weight* averaging (they change the optimisation: compare time to accuracy, not only steps); "
                   "async is left out (its averaging runs beside the step)."]
+    if not args.loopback:  # the link's rate sets every bytes' time
+        lines += scale_checks.report(rows, _rate_bps(args.rate), compute_s, contention, errors)
     return lines, {"fit": {"overhead_s": fitted.overhead_s, "gamma_s": fitted.gamma_s}, "errors": errors,
                    "projection": projection, "compute_s": compute_s, "compute_measured": compute_of, "cores": cores,
                    "cpu_per_byte_s": cpu_per_byte_s,

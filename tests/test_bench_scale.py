@@ -245,3 +245,36 @@ def test_link_usage_cuts_the_samples_at_the_step_marks(tmp_path: Path) -> None:
     with link_usage.LinkSampler(tmp_path / "sampled.txt", "nohost"):  # no such interfaces: nothing written
         pass
     assert (tmp_path / "sampled.txt").read_text() == ""
+
+
+def _row(method: str, hosts: int, ms: float, host_bytes: float, k: int = 1) -> dict:
+    return {"method": method, "hosts": hosts, "ranks_per_host": k, "ms_per_step": ms,
+            "tx_bytes_per_step": host_bytes / k, "host_tx_bytes_per_step": host_bytes}
+
+
+def test_checks_compare_every_step_with_its_bytes_and_ddp() -> None:
+    from benchmarks import scale_checks
+
+    rate = 100e6
+    second = rate * cost_model.TCP_OVER_ETHERNET / 8  # the payload bytes one second of the link carries
+    rows = [_row("ddp", 2, 1000, second), _row("ddp", 8, 1750, 1.75 * second),
+            _row("gradient_allreduce", 2, 1050, second), _row("gradient_allreduce", 8, 1950, 1.75 * second),
+            _row("decentralized_shift_one", 2, 990, 0.9 * second), _row("decentralized_shift_one", 8, 1200, 0.9 * second),
+            # bytegrad: a quarter of DDP's bytes; its bound is 250 / 437.5 ms plus the compute (20 ms alone, 4x at 8 ranks)
+            _row("bytegrad", 2, 260, 0.25 * second), _row("bytegrad", 8, 500, 0.4375 * second)]
+    assert scale_checks.bytes_time_s(rows[0], rate) == pytest.approx(1.0)
+    lines = scale_checks.report(rows, rate, compute_s=0.02, contention={2: 1.0, 8: 4.0}, model_errors=[0.05, -0.2])
+    table = {line.split(" | ")[0].lstrip("| "): line for line in lines if line.startswith("| ") and "expectation" not in line}
+    assert "| 1000 / 1750 | 1.00 / 1.00 | 1.000 / 1.000 | 1.75x |" in table["ddp"]
+    assert "1.10 / 1.33" in table["decentralized_shift_one"]  # 990 ms over 900, 1200 over 900
+    checks = {line.split(" | ")[0].lstrip("| "): line for line in lines if line.startswith("| ") and "x |" in line}
+    assert checks["shift_one flat, 2 to 8 hosts (1/host)"].endswith("**misses** |")  # 1.21x
+    assert checks["shift_one over DDP on 2 hosts (1/host)"].endswith("holds |")  # 0.99x
+    assert "1.050x, 1.114x" in checks["gradient_allreduce over DDP (1/host)"]
+    assert checks["gradient_allreduce over DDP (1/host)"].endswith("**misses** |")  # 1.114 is past 10%
+    alone = checks["bytegrad over its bytes' share of DDP's step + one rank's compute alone (1/host)"]
+    assert "0.96x, 1.09x" in alone and alone.endswith("**misses** |")  # 260 / 270, 500 / 457.5
+    shared = checks["bytegrad over the same with the compute as the ranks get it (1/host)"]
+    assert "0.96x, 0.97x" in shared and shared.endswith("holds |")  # 500 / 517.5
+    assert any("20.0% | at most 15.0% | **misses**" in line for line in lines)
+    assert scale_checks.report([{"method": "ddp", "hosts": 2, "ranks_per_host": 1, "error": "hung"}], rate) == []
