@@ -64,6 +64,19 @@ def _check(name: str, figures: Sequence[float], limit: float, fmt: str = "{:.2f}
     return f"| {name} | {', '.join(fmt.format(f) for f in figures)} | {bound} | {'holds' if holds else '**misses**'} |"
 
 
+def _link_bound(name: str, by_n: Mapping[int, Mapping], flat_from: int, k: int, rate_bps: float) -> list[str]:
+    """A method whose bytes stop growing at ``flat_from`` hosts: flat from there on, and near its bytes' time."""
+    flat = sorted(n for n in by_n if n >= flat_from)
+    rows = []
+    if len(flat) > 1:
+        rows.append(_check(f"{name} flat, {flat[0]} to {flat[-1]} hosts ({k}/host)",
+                           [by_n[flat[-1]]["ms_per_step"] / by_n[flat[0]]["ms_per_step"]], FLAT))
+    if by_n:
+        rows.append(_check(f"{name} over its bytes' time ({k}/host)",
+                           [by_n[n]["ms_per_step"] / 1e3 / bytes_time_s(by_n[n], rate_bps) for n in sorted(by_n)], NEAR_BYTES))
+    return rows
+
+
 def report(rows: Sequence[Mapping], rate_bps: float, compute_s: float | None = None,
            contention: Mapping[int, float] | None = None, model_errors: Sequence[float] = ()) -> list[str]:
     """Markdown lines: every method's step over its bytes' time and over DDP's, and the expectations."""
@@ -89,27 +102,14 @@ def report(rows: Sequence[Mapping], rate_bps: float, compute_s: float | None = N
     for k in sorted({k for _, k in table}):
         ddp = table.get(("ddp", k), {})
         shift = table.get(("decentralized_shift_one", k), {})
-        if len(shift) > 1:
-            ns = sorted(shift)
-            checks.append(_check(f"shift_one flat, {ns[0]} to {ns[-1]} hosts ({k}/host)",
-                                 [shift[ns[-1]]["ms_per_step"] / shift[ns[0]]["ms_per_step"]], FLAT))
-        if shift:
-            checks.append(_check(f"shift_one over its bytes' time ({k}/host)",
-                                 [shift[n]["ms_per_step"] / 1e3 / bytes_time_s(shift[n], rate_bps) for n in sorted(shift)],
-                                 NEAR_BYTES))
+        checks += _link_bound("shift_one", shift, min(shift, default=0), k, rate_bps)
+        if shift and min(shift) in ddp:
             first = min(shift)
-            if first in ddp:
-                checks.append(_check(f"shift_one over DDP on {first} hosts ({k}/host)",
-                                     [shift[first]["ms_per_step"] / ddp[first]["ms_per_step"]], 1.0, "{:.3f}x"))
-        ring = table.get(("low_precision_decentralized", k), {})
-        past_two = sorted(n for n in ring if n >= 4)  # two neighbours from 4 hosts on: its bytes stop growing
-        if len(past_two) > 1:
-            checks.append(_check(f"low_precision_decentralized flat, {past_two[0]} to {past_two[-1]} hosts ({k}/host)",
-                                 [ring[past_two[-1]]["ms_per_step"] / ring[past_two[0]]["ms_per_step"]], FLAT))
-        if ring:
-            checks.append(_check(f"low_precision_decentralized over its bytes' time ({k}/host)",
-                                 [ring[n]["ms_per_step"] / 1e3 / bytes_time_s(ring[n], rate_bps) for n in sorted(ring)],
-                                 NEAR_BYTES))
+            checks.append(_check(f"shift_one over DDP on {first} hosts ({k}/host)",
+                                 [shift[first]["ms_per_step"] / ddp[first]["ms_per_step"]], 1.0, "{:.3f}x"))
+        # the low-precision ring has two neighbours from 4 hosts on: its bytes stop growing there
+        checks += _link_bound("low_precision_decentralized", table.get(("low_precision_decentralized", k), {}), 4, k,
+                              rate_bps)
         allreduce = table.get(("gradient_allreduce", k), {})
         both = sorted(set(allreduce) & set(ddp))
         if both:
