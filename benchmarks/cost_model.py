@@ -38,7 +38,7 @@ import math
 from dataclasses import dataclass, replace
 from collections.abc import Iterable, Sequence
 
-__all__ = ["GPU_MESSAGE_OVERHEAD_S", "Setting", "Fit", "Phase", "METHODS", "pattern", "predict", "fit", "relative_errors", "project"]
+__all__ = ["GPU_MESSAGE_OVERHEAD_S", "rate_bps", "Setting", "Fit", "Phase", "METHODS", "pattern", "predict", "fit", "relative_errors", "project"]
 
 FP32 = 4
 CODEC_BYTES = 1.0 + 8 / 65536
@@ -53,6 +53,17 @@ TCP_OVER_ETHERNET = 1448 / 1514
 ASYNC_INTERVAL_S = 0.1
 """async's ``sync_interval_ms`` in the benchmarks (``benchmarks.methods.BENCH_OPTIONS``)."""
 
+
+
+def rate_bps(rate: str) -> float:
+    """A link rate as tc writes it (``100mbit``, ``1gbit``, ``500kbit``) in bits per second."""
+    for unit, factor in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
+        if rate.endswith(unit):
+            try:
+                return float(rate[: -len(unit)]) * factor
+            except ValueError:
+                break
+    raise ValueError(f"a rate must look like 100mbit or 1gbit, got {rate!r}")
 
 @dataclass(frozen=True)
 class Setting:

@@ -23,6 +23,8 @@ import threading
 import time
 from pathlib import Path
 
+from benchmarks.cost_model import rate_bps
+
 __all__ = ["LinkSampler", "load_samples", "per_step", "step_bins", "step_marks"]
 
 BUSY = 0.5
@@ -126,13 +128,6 @@ def step_bins(samples: list[tuple[float, dict[str, int]]], begin: float, end: fl
     return out
 
 
-def _rate_bps(rate: str) -> float:
-    for unit, scale in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
-        if rate.endswith(unit):
-            return float(rate[: -len(unit)]) * scale
-    raise SystemExit(f"--rate must look like 100mbit or 1gbit, got {rate!r}")
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", help="a BAGUA_BENCH_TIMELINE folder holding link.txt")
@@ -141,7 +136,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--step", type=int, help="one step (0: the first timed one) in bins instead")
     parser.add_argument("--bin-ms", type=float, default=25.0)
     args = parser.parse_args(argv)
-    folder, rate = Path(args.folder), _rate_bps(args.rate)
+    try:
+        rate = rate_bps(args.rate)
+    except ValueError as exc:
+        parser.error(f"--rate: {exc}")
+    folder = Path(args.folder)
     if not (folder / "link.txt").exists() or not (folder / f"{args.method}-rank0.txt").exists():
         raise SystemExit(f"{folder} needs link.txt and {args.method}-rank0.txt: run benchmarks.scale with "
                          f"BAGUA_BENCH_TIMELINE={folder} on emulated hosts (not --loopback)")

@@ -44,8 +44,6 @@ DEFAULT_METHODS = ("ddp", "gradient_allreduce", "bytegrad", "qadam", "decentrali
 """torch DDP and every built-in algorithm the e2e worker wraps with ``with_bagua`` (decentralized_dp has
 its own wrapper and benchmark, ``benchmarks.decentralized_dp_step``)."""
 
-RATES = {"100mbit": 100e6, "1gbit": 1e9, "10gbit": 10e9}
-
 # the projection: GPU nodes of 8 ranks, compute per step measured or derived as stated in the report
 RESNET50 = {"name": "ResNet-50", "params": 25_557_032, "compute_s": 27.92e-3,
             "why": "H100, batch 64, fp32, measured (benchmarks/README.md, On a GPU)"}
@@ -93,19 +91,11 @@ def settings_of(row: dict, args: argparse.Namespace, compute_s: float, cores: in
     # the emulated hosts' shaper counts Ethernet frames at MTU 1500; loopback has no link to speak of
     efficiency = 1.0 if getattr(args, "loopback", False) else cost_model.TCP_OVER_ETHERNET
     return cost_model.Setting(hosts=row["hosts"], ranks_per_host=row["ranks_per_host"], params=row["params"],
-                              link_bps=RATES.get(args.rate, 0) or _rate_bps(args.rate), compute_s=compute_s,
+                              link_bps=cost_model.rate_bps(args.rate), compute_s=compute_s,
                               delay_s=_seconds(args.delay), cores=cores, matrices=matrices(args.model),
                               wire_efficiency=efficiency, contention=(contention or {}).get(row["hosts"] * row["ranks_per_host"]),
                               cpu_per_byte_s=cpu_per_byte_s,
                               window=(row["warmup"], row["steps"]) if "warmup" in row and "steps" in row else None)
-
-
-def _rate_bps(rate: str) -> float:
-    units = {"gbit": 1e9, "mbit": 1e6, "kbit": 1e3}
-    for unit, factor in units.items():
-        if rate.endswith(unit):
-            return float(rate[: -len(unit)]) * factor
-    raise ValueError(f"rate must end in one of {sorted(units)}, got {rate!r}")
 
 
 def _contention_of(text: str) -> dict[int, float]:
@@ -176,8 +166,9 @@ def model_report(rows: list[dict], args: argparse.Namespace, compute_s: float, c
                   "agreement as NCCL's tree (2 log2 N rounds); decentralized and shift_one are "
                   "*weight* averaging (they change the optimisation: compare time to accuracy, not only steps); "
                   "async is left out (its averaging runs beside the step)."]
-    if not args.loopback:  # the link's rate sets every bytes' time
-        lines += scale_checks.report(rows, _rate_bps(args.rate), compute_s, contention, errors)
+    rate = scale_checks.link_rate_bps(rows)  # the rows' own link (a refit's rows may be of another rate)
+    if rate:  # not on loopback: no link, no bytes' time
+        lines += scale_checks.report(rows, rate, compute_s, contention, errors)
     return lines, {"fit": {"overhead_s": fitted.overhead_s, "gamma_s": fitted.gamma_s}, "errors": errors,
                    "projection": projection, "compute_s": compute_s, "compute_measured": compute_of, "cores": cores,
                    "cpu_per_byte_s": cpu_per_byte_s,

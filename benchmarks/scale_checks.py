@@ -16,7 +16,7 @@ flat (within 10%) and within 15% of its bytes' time, shift_one's step is at most
 gradient_allreduce (DDP's ring) is within 10% of DDP, and bytegrad is at most its bytes' share of DDP's
 step plus the compute: both with one rank's compute alone and with the compute as the ranks get it on
 the shared cores (the measured slowdown), since on a CPU machine all ranks' compute shares its cores.
-Every figure is from the rows: nothing is assumed but the link's rate.
+Every figure is from the rows, the link's rate too (each row's ``link``, ``tbf 100mbit, ...``).
 
 Example::
 
@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from benchmarks.cost_model import TCP_OVER_ETHERNET
+from benchmarks.cost_model import TCP_OVER_ETHERNET, rate_bps
 
-__all__ = ["bytes_time_s", "report", "main"]
+__all__ = ["bytes_time_s", "link_rate_bps", "report", "main"]
 
 FLAT = 1.10
 """A step whose bytes do not grow with n grows by at most this much over the host counts."""
@@ -41,6 +42,15 @@ NEAR_BYTES = 1.15
 """A link-bound step takes at most this much more than its bytes' time."""
 NEAR_DDP = 1.10
 """gradient_allreduce runs DDP's ring: at most this far from DDP's step, either way."""
+
+
+def link_rate_bps(rows: Sequence[Mapping]) -> float | None:
+    """The rate of the shaped link the rows were measured on (their ``link``: ``tbf 100mbit, TCP cubic``);
+    None where none names one (loopback). Rows of several rates raise: one report is of one link."""
+    rates = {m.group(1) for row in rows if (m := re.match(r"tbf (\w+)", row.get("link", "")))}
+    if len(rates) > 1:
+        raise ValueError(f"the rows were measured on links of several rates ({', '.join(sorted(rates))}): check one at a time")
+    return rate_bps(rates.pop()) if rates else None
 
 
 def bytes_time_s(row: Mapping, rate_bps: float) -> float:
@@ -141,15 +151,21 @@ def report(rows: Sequence[Mapping], rate_bps: float, compute_s: float | None = N
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("json", help="a scaling run's scale.json (benchmarks.scale)")
-    parser.add_argument("--rate", type=float, default=100e6, help="the link's rate in bits/s (default 100e6)")
+    parser.add_argument("--rate", help="the link's rate (100mbit, 1gbit; default: the rows' own, their 'link')")
     args = parser.parse_args(argv)
     try:
         data = json.loads(Path(args.json).read_text())
     except (OSError, ValueError) as exc:
         sys.exit(f"benchmarks.scale_checks: cannot read {args.json}: {exc}")
-    model = data.get("model", {})
+    rows, model = data.get("rows", []), data.get("model", {})
+    try:
+        rate = rate_bps(args.rate) if args.rate else link_rate_bps(rows)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if rate is None:
+        parser.error(f"no row of {args.json} names a shaped link (a loopback run has no bytes' time): give --rate")
     contention = {int(k): f for k, f in model.get("contention", {}).items()}
-    print("\n".join(report(data.get("rows", []), args.rate, model.get("compute_s"), contention, model.get("errors", ()))))
+    print("\n".join(report(rows, rate, model.get("compute_s"), contention, model.get("errors", ()))))
     return 0
 
 

@@ -278,3 +278,10 @@ def test_checks_compare_every_step_with_its_bytes_and_ddp() -> None:
     assert "0.96x, 0.97x" in shared and shared.endswith("holds |")  # 500 / 517.5
     assert any("20.0% | at most 15.0% | **misses**" in line for line in lines)
     assert scale_checks.report([{"method": "ddp", "hosts": 2, "ranks_per_host": 1, "error": "hung"}], rate) == []
+    # the rate comes from the rows' own link; loopback rows name none; one report is of one link
+    assert scale_checks.link_rate_bps([{"link": "tbf 1gbit, 5ms one-way delay"}, {"link": "tbf 1gbit, TCP cubic"}]) == 1e9
+    assert scale_checks.link_rate_bps([{"method": "ddp"}]) is None
+    with pytest.raises(ValueError, match="100mbit, 1gbit"):
+        scale_checks.link_rate_bps([{"link": "tbf 1gbit"}, {"link": "tbf 100mbit"}])
+    with pytest.raises(ValueError, match="100mbit or 1gbit, got 'fast'"):
+        cost_model.rate_bps("fast")
