@@ -20,8 +20,8 @@ its bytes that are payload (TCP over Ethernet at an MTU of 1500 carries 1448 byt
 1514-byte frame, and the emulated link's shaper counts frames: ``e`` = 0.956). ``background`` is the
 share of the cores taken by work that runs beside the step rather than in it (async's averaging
 thread: its messages' overhead, its values and the CPU the machine spends moving its bytes,
-``cpu_per_byte_s`` per byte sent or received, once per averaging, each averaging taking its bytes' time
-plus the sync interval). Only ``o`` (per-message overhead, CPU time of a rank) and ``gamma`` are fitted (:func:`fit`, a grid search minimising the root mean square
+``cpu_per_byte_s`` per byte sent or received, once per averaging; the averagings start a sync interval
+apart, or back to back when one takes longer than that). Only ``o`` (per-message overhead, CPU time of a rank) and ``gamma`` are fitted (:func:`fit`, a grid search minimising the root mean square
 of the relative errors over the measured points); everything else is the setting or measured (the CPU
 time of one rank's step alone, its slowdown with k ranks at once, the CPU per byte between hosts).
 
@@ -132,8 +132,9 @@ class Phase:
     """Part of a step: ``host_bytes`` sent by one host's link, ``rounds`` one after another (latency),
     ``messages`` sent by a rank (overhead), ``codec_values`` processed on the CPU beside compute, ``overlaps``
     compute (runs while the step computes), ``every`` steps (1: every step); ``background_interval_s`` > 0:
-    runs beside the step on a thread of its own, again that long after each run completes (the step
-    waits for none of it, but its CPU shares the cores)."""
+    runs beside the step on a thread of its own, the runs starting that long apart, or back to back when a
+    run takes longer (async's loop: the next round is due ``sync_interval_ms`` after this one started; the
+    step waits for none of it, but its CPU shares the cores)."""
 
     host_bytes: float
     rounds: float
@@ -248,7 +249,7 @@ def predict(method: str, s: Setting, f: Fit) -> float:
             # shared cores, per second
             moved = 2 * phase.host_bytes / s.ranks_per_host
             cpu = (phase.messages * f.overhead_s + f.gamma_s * phase.codec_values + s.cpu_per_byte_s * moved) * share
-            background += cpu / (comm + phase.background_interval_s)
+            background += cpu / max(comm, phase.background_interval_s)
             continue
         runs = s.runs_per_step(phase.every)
         codec += f.gamma_s * phase.codec_values * share * runs

@@ -117,6 +117,8 @@ def run_network(network: str, methods: list[str], args: argparse.Namespace,
                                "--iface", "eth0" if hosts else "lo", "--out", str(out)]
                 error = None
                 worker_args += ["--method-timeout", str(args.timeout)]
+                if getattr(args, "probe_steps", 0):  # the compute as the ranks get it, before each method
+                    worker_args += ["--probe-steps", str(args.probe_steps)]
                 try:
                     launch("benchmarks.e2e_worker", worker_args, args.world_size, hosts=hosts,
                            timeout=args.timeout * len(remaining) + 60, ranks_per_host=ranks_per_host)

@@ -6,6 +6,13 @@ sees one node per host). Wire bytes are the ``tx_bytes`` counter of ``--iface`` 
 timed steps. After each method, rank 0 appends its row as one JSON line to ``--out`` (so a method
 that crashes the job leaves the rows before it).
 
+Before each method, every rank at once runs ``--probe-steps`` steps of the same model with no framework
+(forward, backward, SGD; :func:`probe_compute`): the compute as the ranks get it at that moment, in these
+processes, sharing the cores with every other rank. The row keeps the slowest rank's wall time per step
+(``probe_ms_per_step``) and the mean CPU time (``probe_cpu_ms_per_step``). The cost model takes it as the
+step's compute: on a shared machine the same loop runs from 11 to 22 ms a step from one process to the
+next, so a compute measured once, in other processes, misses a compute-bound method's step by as much.
+
     python -m benchmarks.e2e_worker --methods ddp,bytegrad --model mlp21m --iface eth0 --out rows.jsonl
 """
 
@@ -28,7 +35,7 @@ from benchmarks import step_timeline
 from benchmarks.methods import UNTIMED_WARMUP, finish, prepare
 from benchmarks.models import build_model, parameter_count, synthetic_batch
 
-__all__ = ["run", "main", "read_counter", "summarize", "hang_watchdog"]
+__all__ = ["run", "main", "read_counter", "probe_compute", "summarize", "hang_watchdog"]
 
 
 def read_counter(iface: str, name: str = "tx_bytes") -> int:
@@ -61,14 +68,39 @@ def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Ten
     return float(loss.detach())
 
 
-def run(method: str, model_name: str, batch_size: int, warmup: int, steps: int, iface: str, lr: float) -> dict:
+def probe_compute(model_name: str, batch_size: int, steps: int, lr: float = 0.01) -> tuple[float, float]:
+    """Wall and CPU seconds per step of ``steps`` plain steps (forward, backward, SGD; no framework, a model
+    of its own) on this rank, every rank of the job at once (collective: a barrier starts them together).
+    ``(0.0, 0.0)`` when ``steps`` is 0."""
+    if steps <= 0:
+        return 0.0, 0.0
+    rank = dist.get_rank()
+    model = build_model(model_name, seed=0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    x, y = synthetic_batch(model_name, batch_size, seed=1 + rank)
+    for _ in range(2):  # allocations and caches settle
+        _step(model, optimizer, x, y)
+    dist.barrier()
+    wall0, cpu0 = time.perf_counter(), time.thread_time()
+    for _ in range(steps):
+        _step(model, optimizer, x, y)
+    wall, cpu = time.perf_counter() - wall0, time.thread_time() - cpu0
+    del model, optimizer
+    gc.collect()
+    return wall / steps, cpu / steps
+
+
+def run(method: str, model_name: str, batch_size: int, warmup: int, steps: int, iface: str, lr: float,
+        probe_steps: int = 0) -> dict:
     """Train and measure on this rank; returns this rank's numbers (collective over the default group).
-    A method whose warmup is not left untimed (``auto``: its choosing counts) runs warmup + steps timed."""
+    A method whose warmup is not left untimed (``auto``: its choosing counts) runs warmup + steps timed.
+    ``probe_steps`` > 0: first the compute alone, as the ranks get it now (:func:`probe_compute`)."""
     import bagua_core as bagua
 
     if not UNTIMED_WARMUP.get(method, True):
         warmup, steps = 0, warmup + steps
     rank, world = dist.get_rank(), dist.get_world_size()
+    probe_s, probe_cpu_s = probe_compute(model_name, batch_size, probe_steps, lr)
     model = build_model(model_name, seed=0)
     params = parameter_count(model)
     model, optimizer = prepare(method, model, lr)
@@ -99,7 +131,8 @@ def run(method: str, model_name: str, batch_size: int, warmup: int, steps: int, 
     del model, optimizer
     gc.collect()
     return {"rank": rank, "world_size": world, "params": params, "elapsed_s": elapsed, "step_s": times,
-            "tx_bytes": tx, "rx_bytes": rx, "loss": loss, "cpu_s": cpu, "rss_bytes": _resident_bytes()}
+            "tx_bytes": tx, "rx_bytes": rx, "loss": loss, "cpu_s": cpu, "rss_bytes": _resident_bytes(),
+            "probe_s": probe_s, "probe_cpu_s": probe_cpu_s}
 
 
 def _write_timeline(method: str, rank: int) -> None:
@@ -142,7 +175,7 @@ def summarize(per_rank: list[dict], method: str, model_name: str, batch_size: in
     host_tx = sum(r["tx_bytes"] for r in per_rank) / world
     ranks_per_host = world if iface == "lo" else int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     tx = host_tx / ranks_per_host  # on loopback every rank shares one counter: the whole job's traffic
-    return {
+    row = {
         "method": method, "model": model_name, "params": per_rank[0]["params"], "world_size": world,
         "batch_size": batch_size, "steps": steps, "ms_per_step": 1000 * seconds_per_step,
         "samples_per_s": world * batch_size / seconds_per_step, "tx_bytes_per_step": tx / steps,
@@ -154,6 +187,10 @@ def summarize(per_rank: list[dict], method: str, model_name: str, batch_size: in
         # method in turn: a growth here is memory a method left behind)
         "rss_mb_after": max(r.get("rss_bytes", 0) for r in per_rank) / 2**20,
     }
+    if any(r.get("probe_s") for r in per_rank):  # the compute as the ranks got it (probe_compute)
+        row["probe_ms_per_step"] = 1000 * max(r["probe_s"] for r in per_rank)
+        row["probe_cpu_ms_per_step"] = 1000 * sum(r["probe_cpu_s"] for r in per_rank) / world
+    return row
 
 
 def hang_watchdog(method: str, seconds: float) -> threading.Timer:
@@ -180,6 +217,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--iface", default="eth0")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--probe-steps", type=int, default=0,
+                        help="plain steps of the model (no framework) every rank runs at once before each method: "
+                             "the compute as the ranks get it (0: none)")
     parser.add_argument("--method-timeout", type=float, default=120.0,
                         help="seconds before a method that hangs (PowerSGD on gloo can) ends the job")
     args = parser.parse_args(argv)
@@ -192,7 +232,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         for method in args.methods.split(","):
             watchdog = hang_watchdog(method, args.method_timeout)
-            mine = run(method, args.model, args.batch_size, args.warmup, args.steps, args.iface, args.lr)
+            mine = run(method, args.model, args.batch_size, args.warmup, args.steps, args.iface, args.lr,
+                       args.probe_steps)
             gathered: list = [None] * dist.get_world_size()
             dist.all_gather_object(gathered, mine)
             if mine["rank"] == 0:

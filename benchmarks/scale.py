@@ -88,12 +88,19 @@ def measure_network_cpu(args: argparse.Namespace) -> float:
 
 def settings_of(row: dict, args: argparse.Namespace, compute_s: float, cores: int,
                 contention: dict[int, float] | None = None, cpu_per_byte_s: float = 0.0) -> cost_model.Setting:
+    """The cost model's setting of a measured row. Its compute: the row's own probe where it has one (the
+    ranks' plain steps just before the method, every rank at once: its CPU per step, slowed by the wall
+    over CPU time that sharing the cores gave it), else ``compute_s`` slowed by ``contention``."""
     # the emulated hosts' shaper counts Ethernet frames at MTU 1500; loopback has no link to speak of
     efficiency = 1.0 if getattr(args, "loopback", False) else cost_model.TCP_OVER_ETHERNET
+    slowdown = (contention or {}).get(row["hosts"] * row["ranks_per_host"])
+    if row.get("probe_cpu_ms_per_step") and row.get("probe_ms_per_step"):
+        compute_s = row["probe_cpu_ms_per_step"] / 1e3
+        slowdown = row["probe_ms_per_step"] / row["probe_cpu_ms_per_step"]
     return cost_model.Setting(hosts=row["hosts"], ranks_per_host=row["ranks_per_host"], params=row["params"],
                               link_bps=cost_model.rate_bps(args.rate), compute_s=compute_s,
                               delay_s=_seconds(args.delay), cores=cores, matrices=matrices(args.model),
-                              wire_efficiency=efficiency, contention=(contention or {}).get(row["hosts"] * row["ranks_per_host"]),
+                              wire_efficiency=efficiency, contention=slowdown,
                               cpu_per_byte_s=cpu_per_byte_s,
                               window=(row["warmup"], row["steps"]) if "warmup" in row and "steps" in row else None)
 
@@ -283,6 +290,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         help="seconds per measurement of how much slower a rank's step runs with k ranks at once "
                              "(benchmarks.cpu_contention); 0: not measured, the cores divided evenly")
     parser.add_argument("--contention-repeats", type=int, default=3)
+    parser.add_argument("--probe-steps", type=int, default=10,
+                        help="before each method, every rank runs this many plain steps of the model at once: the "
+                             "compute the cost model takes for that row (0: none; the compute measured once, with "
+                             "the slowdowns above)")
     parser.add_argument("--measure-contention", action="store_true",
                         help="with --refit: measure one rank's compute, the slowdowns and (on emulated hosts) the CPU "
                              "per byte between hosts now, on this machine (for rows saved without them, or with "

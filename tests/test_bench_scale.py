@@ -4,6 +4,7 @@ ranks per host on loopback and writes its table, JSON and the model's check (nev
 
 from __future__ import annotations
 
+import argparse
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -95,6 +96,18 @@ def test_payload_share_of_the_wire_and_work_beside_the_step() -> None:
     alone, shared = predict("async", setting(8, cores=8), constants), predict("async", setting(8, 2, cores=2), constants)
     assert 0.05 < alone < shared and shared > 8 * 0.05
     assert predict("async", setting(8, 2, cores=2, link_bps=10e9), constants) > shared  # rounds come more often
+    # a round is due sync_interval_ms after the last one started: one that outlasts it (1.7 s of bytes on
+    # 100 Mbit/s against 0.1 s) is followed at once, and one shorter than it waits for the rest of it
+    slow = setting(2, cores=2, compute_s=0.0)
+    (round_,) = pattern("async", slow)
+    comm = round_.host_bytes / (slow.link_bps / 8) + round_.messages * 1e-3
+    assert comm > 10 * cost_model.ASYNC_INTERVAL_S
+    cpu = (round_.messages * 1e-3 + 1e-9 * round_.codec_values) * slow.share
+    assert predict("async", slow, constants) == pytest.approx(0.0)  # no compute: nothing to slow down
+    busy = replace(slow, compute_s=0.05)
+    assert predict("async", busy, constants) == pytest.approx(0.05 / (1 - cpu / comm))
+    fast = replace(busy, link_bps=100e9)
+    assert predict("async", fast, constants) == pytest.approx(0.05 / (1 - cpu / cost_model.ASYNC_INTERVAL_S))
     # diloco's outer step processes the model on the CPU once every 4 steps
     assert predict("diloco", setting(4), Fit(gamma_s=1e-9)) > predict("diloco", setting(4), Fit())
 
@@ -124,12 +137,17 @@ def test_scale_harness_runs_two_ranks_per_host_and_writes_results(tmp_path: Path
     rows = scale.main(["--loopback", "--hosts", "2", "--ranks-per-host", "2", "--methods",
                        "ddp,decentralized_shift_one", "--model", "tiny", "--warmup", "1", "--steps", "1",
                        "--timeout", "90", "--contention-window", "0.2", "--contention-repeats", "1",
-                       "--results", str(tmp_path)])
+                       "--probe-steps", "3", "--results", str(tmp_path)])
     assert [(r["method"], r["hosts"], r["ranks_per_host"], r["world_size"]) for r in rows] == [
         ("ddp", 2, 2, 4), ("decentralized_shift_one", 2, 2, 4)]
     for row in rows:
         assert "error" not in row, row.get("log")
         assert row["ms_per_step"] > 0 and row["tx_bytes_per_step"] > 0
+        # the compute as the ranks got it just before the method, and the model's setting takes it
+        assert row["probe_ms_per_step"] > 0 and row["probe_cpu_ms_per_step"] > 0
+        s = scale.settings_of(row, argparse.Namespace(rate="100mbit", delay="0ms", model="tiny", loopback=True),
+                              compute_s=1.0, cores=2, contention={4: 9.0})
+        assert s.compute_s * s.share == pytest.approx(max(row["probe_ms_per_step"], row["probe_cpu_ms_per_step"]) / 1e3)
     saved = json.loads((tmp_path / "scale.json").read_text())
     assert len(saved["model"]["errors"]) == 2 and saved["model"]["compute_s"] > 0 and "ResNet-50" in saved["model"]["projection"]
     # the 4 ranks' slowdown sharing this machine was measured and went into the model, with the compute of
@@ -276,6 +294,12 @@ def test_checks_compare_every_step_with_its_bytes_and_ddp() -> None:
     assert "0.96x, 1.09x" in alone and alone.endswith("**misses** |")  # 260 / 270, 500 / 457.5
     shared = checks["bytegrad over the same with the compute as the ranks get it (1/host)"]
     assert "0.96x, 0.97x" in shared and shared.endswith("holds |")  # 500 / 517.5
+    # a row's own probe (the ranks' plain steps just before it) is the compute as the ranks got it: 8 hosts'
+    # 60 ms instead of the 80 ms the slowdown says
+    rows[-1]["probe_ms_per_step"] = 60.0
+    probed = scale_checks.report(rows, rate, compute_s=0.02, contention={2: 1.0, 8: 4.0})
+    shared = next(line for line in probed if "as the ranks get it" in line)
+    assert "0.96x, 1.01x" in shared and shared.endswith("**misses** |")  # 500 / 497.5
     assert any("20.0% | at most 15.0% | **misses**" in line for line in lines)
     assert scale_checks.report([{"method": "ddp", "hosts": 2, "ranks_per_host": 1, "error": "hung"}], rate) == []
     # the rate comes from the rows' own link; loopback rows name none; one report is of one link
