@@ -132,7 +132,7 @@ def run(method: str, model_name: str, batch_size: int, warmup: int, steps: int, 
     gc.collect()
     return {"rank": rank, "world_size": world, "params": params, "elapsed_s": elapsed, "step_s": times,
             "tx_bytes": tx, "rx_bytes": rx, "loss": loss, "cpu_s": cpu, "rss_bytes": _resident_bytes(),
-            "probe_s": probe_s, "probe_cpu_s": probe_cpu_s}
+            "probe_s": probe_s, "probe_cpu_s": probe_cpu_s, "codec_backend": _codec_backend()}
 
 
 def _write_timeline(method: str, rank: int) -> None:
@@ -149,6 +149,14 @@ def _drain(method: str, model: torch.nn.Module) -> None:
     capabilities = getattr(model, "bagua_capabilities", None)
     if capabilities is not None and not capabilities.background_work:
         model.bagua_shutdown()
+
+
+def _codec_backend() -> str:
+    """Whose codec kernels this rank ran: ``native`` (``native/``, built by ``pip install -e .``) or ``python``
+    (the fallback, several times the CPU: a checkout whose extension was never built, or was removed)."""
+    from bagua_core.runtime import native
+
+    return native.backend
 
 
 def _resident_bytes() -> int:
@@ -187,6 +195,7 @@ def summarize(per_rank: list[dict], method: str, model_name: str, batch_size: in
         # method in turn: a growth here is memory a method left behind)
         "rss_mb_after": max(r.get("rss_bytes", 0) for r in per_rank) / 2**20,
     }
+    row["codec_backend"] = ",".join(sorted({r.get("codec_backend", "?") for r in per_rank}))
     if any(r.get("probe_s") for r in per_rank):  # the compute as the ranks got it (probe_compute)
         row["probe_ms_per_step"] = 1000 * max(r["probe_s"] for r in per_rank)
         row["probe_cpu_ms_per_step"] = 1000 * sum(r["probe_cpu_s"] for r in per_rank) / world

@@ -86,6 +86,13 @@ def measure_network_cpu(args: argparse.Namespace) -> float:
         return network_cpu.measure(hosts)
 
 
+def codec_backend() -> str:
+    """``native`` when the codecs' native kernels are built, else ``python fallback: <why>``."""
+    from bagua_core.runtime import native
+
+    return "native" if native.backend == "native" else f"python fallback: {native.native_unavailable_reason}"
+
+
 def settings_of(row: dict, args: argparse.Namespace, compute_s: float, cores: int,
                 contention: dict[int, float] | None = None, cpu_per_byte_s: float = 0.0) -> cost_model.Setting:
     """The cost model's setting of a measured row. Its compute: the row's own probe where it has one (the
@@ -311,6 +318,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.refit:
         return _refit(Path(args.refit), args, cores)
     methods = args.methods.split(",")
+    codecs = codec_backend()
+    if codecs != "native":
+        print(f"benchmarks.scale: WARNING: the codecs run on the Python fallback ({codecs}); bytegrad, qadam and "
+              "the low-precision ring then spend 2-3x their CPU per step. Build native/ first: pip install -e .",
+              file=sys.stderr, flush=True)
     spec = {} if args.loopback else {"rate": args.rate, "delay": args.delay}
     layouts = [(int(n), int(k)) for k in args.ranks_per_host.split(",") for n in args.hosts.split(",")]
     try:
@@ -346,7 +358,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                    "contention": {str(r): f for r, f in contention.items()}})
     header = (f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {platform.machine()} ({cores} cores shared by every rank), "
               f"{args.model}, batch {args.batch_size} per rank, link {'loopback' if args.loopback else args.rate} "
-              f"(each host's egress{'' if args.loopback else ', TCP ' + tcp_congestion_control()}), {args.warmup} warmup + {args.steps} timed steps; "
+              f"(each host's egress{'' if args.loopback else ', TCP ' + tcp_congestion_control()}), {args.warmup} warmup + {args.steps} timed steps, "
+              f"codecs: {'native kernels' if codecs == 'native' else codecs}; "
               f"`python -m benchmarks.scale {' '.join(sys.argv[1:] if argv is None else argv)}`.")
     model_lines, model = model_report(rows, args, compute_s, cores, contention, COMPUTE_ALONE, cpu_per_byte_s)
     for path in write(rows, results, header, model_lines, model):

@@ -145,6 +145,9 @@ def test_scale_harness_runs_two_ranks_per_host_and_writes_results(tmp_path: Path
         assert row["ms_per_step"] > 0 and row["tx_bytes_per_step"] > 0
         # the compute as the ranks got it just before the method, and the model's setting takes it
         assert row["probe_ms_per_step"] > 0 and row["probe_cpu_ms_per_step"] > 0
+        # whose codec kernels the ranks ran: the Python fallback costs the codec methods 2-3x their CPU
+        from bagua_core.runtime import native
+        assert row["codec_backend"] == native.backend
         s = scale.settings_of(row, argparse.Namespace(rate="100mbit", delay="0ms", model="tiny", loopback=True),
                               compute_s=1.0, cores=2, contention={4: 9.0})
         assert s.compute_s * s.share == pytest.approx(max(row["probe_ms_per_step"], row["probe_cpu_ms_per_step"]) / 1e3)
@@ -164,6 +167,7 @@ def test_scale_harness_runs_two_ranks_per_host_and_writes_results(tmp_path: Path
     assert again["compute_measured"].endswith("for this fit") and again["compute_s"] > 0
     assert list(again["contention"]) == ["4"]
     text = (tmp_path / "scale.md").read_text()
+    assert ("codecs: native kernels;" if native.backend == "native" else "codecs: python fallback: ") in text
     assert "| ddp | 2 x 2 |" in text and "The cost model against every measured point" in text
     # the timeline shows the hierarchical form's steps inside the host, on the leader and the other rank
     for rank in range(4):
