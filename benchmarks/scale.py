@@ -95,21 +95,32 @@ def codec_backend() -> str:
 
 def settings_of(row: dict, args: argparse.Namespace, compute_s: float, cores: int,
                 contention: dict[int, float] | None = None, cpu_per_byte_s: float = 0.0) -> cost_model.Setting:
-    """The cost model's setting of a measured row. Its compute: the row's own probe where it has one (the
-    ranks' plain steps just before the method, every rank at once: its CPU per step, slowed by the wall
-    over CPU time that sharing the cores gave it), else ``compute_s`` slowed by ``contention``."""
+    """The cost model's setting of a measured row: ``compute_s`` slowed by the ``contention`` measured for its
+    number of ranks. (Not the row's own probe: on a shared machine the compute moves between the probe and
+    the method's steps by as much as between any two measurements; see :func:`probe_spread`.)"""
     # the emulated hosts' shaper counts Ethernet frames at MTU 1500; loopback has no link to speak of
     efficiency = 1.0 if getattr(args, "loopback", False) else cost_model.TCP_OVER_ETHERNET
     slowdown = (contention or {}).get(row["hosts"] * row["ranks_per_host"])
-    if row.get("probe_cpu_ms_per_step") and row.get("probe_ms_per_step"):
-        compute_s = row["probe_cpu_ms_per_step"] / 1e3
-        slowdown = row["probe_ms_per_step"] / row["probe_cpu_ms_per_step"]
     return cost_model.Setting(hosts=row["hosts"], ranks_per_host=row["ranks_per_host"], params=row["params"],
                               link_bps=cost_model.rate_bps(args.rate), compute_s=compute_s,
                               delay_s=_seconds(args.delay), cores=cores, matrices=matrices(args.model),
                               wire_efficiency=efficiency, contention=slowdown,
                               cpu_per_byte_s=cpu_per_byte_s,
                               window=(row["warmup"], row["steps"]) if "warmup" in row and "steps" in row else None)
+
+
+def probe_spread(rows: list[dict]) -> list[str]:
+    """Markdown lines: how far the compute moved during the run, from the probes before each method (the
+    same plain steps, every rank at once; ``benchmarks.e2e_worker.probe_compute``): its CPU per step, least,
+    median and most, and each method's own CPU per step. None when no row has a probe."""
+    probed = sorted(r["probe_cpu_ms_per_step"] for r in rows if r.get("probe_cpu_ms_per_step"))
+    if not probed:
+        return []
+    median = probed[len(probed) // 2]
+    return ["", f"The compute as probed in the ranks before each method (the same plain forward, backward and SGD "
+                f"steps, every rank at once) took {probed[0]:.1f} to {probed[-1]:.1f} ms of CPU per step over this "
+                f"run's {len(probed)} methods (median {median:.1f}): a point whose step is mostly compute (async, "
+                "powersgd) cannot be predicted closer than that spread from any one measurement of it."]
 
 
 def _contention_of(text: str) -> dict[int, float]:
@@ -180,6 +191,7 @@ def model_report(rows: list[dict], args: argparse.Namespace, compute_s: float, c
                   "agreement as NCCL's tree (2 log2 N rounds); decentralized and shift_one are "
                   "*weight* averaging (they change the optimisation: compare time to accuracy, not only steps); "
                   "async is left out (its averaging runs beside the step)."]
+    lines += probe_spread(rows)
     rate = scale_checks.link_rate_bps(rows)  # the rows' own link (a refit's rows may be of another rate)
     if rate:  # not on loopback: no link, no bytes' time
         lines += scale_checks.report(rows, rate, compute_s, contention, errors)
@@ -298,9 +310,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                              "(benchmarks.cpu_contention); 0: not measured, the cores divided evenly")
     parser.add_argument("--contention-repeats", type=int, default=3)
     parser.add_argument("--probe-steps", type=int, default=10,
-                        help="before each method, every rank runs this many plain steps of the model at once: the "
-                             "compute the cost model takes for that row (0: none; the compute measured once, with "
-                             "the slowdowns above)")
+                        help="before each method, every rank runs this many plain steps of the model at once: "
+                             "how far the compute moves during the run, reported beside the model (0: none)")
     parser.add_argument("--measure-contention", action="store_true",
                         help="with --refit: measure one rank's compute, the slowdowns and (on emulated hosts) the CPU "
                              "per byte between hosts now, on this machine (for rows saved without them, or with "

@@ -15,8 +15,7 @@ it: a method whose bytes do not grow with n (shift_one; the low-precision ring p
 flat (within 10%) and within 15% of its bytes' time, shift_one's step is at most DDP's on the fewest hosts,
 gradient_allreduce (DDP's ring) is within 10% of DDP, and bytegrad is at most its bytes' share of DDP's
 step plus the compute: both with one rank's compute alone and with the compute as the ranks get it on
-the shared cores (the row's own probe, the ranks' plain steps just before the method, where it has one;
-else the measured slowdown), since on a CPU machine all ranks' compute shares its cores.
+the shared cores (the measured slowdown), since on a CPU machine all ranks' compute shares its cores.
 Every figure is from the rows, the link's rate too (each row's ``link``, ``tbf 100mbit, ...``).
 
 Example::
@@ -136,18 +135,11 @@ def report(rows: Sequence[Mapping], rate_bps: float, compute_s: float | None = N
 
             checks.append(_check(f"bytegrad over its bytes' share of DDP's step + one rank's compute alone ({k}/host)",
                                  [bytegrad[n]["ms_per_step"] / 1e3 / bound(n, 1.0) for n in both], 1.0))
-            def as_ranks_get_it(n: int) -> float | None:
-                """The compute as the ranks got it: bytegrad's own probe in this run, else the slowdown measured."""
-                row = bytegrad[n]
-                if row.get("probe_ms_per_step"):
-                    return row["probe_ms_per_step"] / 1e3 / compute_s
-                return contention.get(n * k, 1.0) if n * k in contention or n * k == 1 else None
-
-            slowdowns = [as_ranks_get_it(n) for n in both]
-            if None not in slowdowns:
+            ranks = [n * k for n in both]
+            if all(r in contention or r == 1 for r in ranks):
                 checks.append(_check(f"bytegrad over the same with the compute as the ranks get it ({k}/host)",
-                                     [bytegrad[n]["ms_per_step"] / 1e3 / bound(n, f) for n, f in zip(both, slowdowns)],
-                                     1.0))
+                                     [bytegrad[n]["ms_per_step"] / 1e3 / bound(n, contention.get(n * k, 1.0))
+                                      for n in both], 1.0))
     if model_errors:
         checks.append(_check("the cost model's largest error, every point", [max(abs(e) for e in model_errors)],
                              0.15, "{:.1%}"))

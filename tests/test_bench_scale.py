@@ -4,7 +4,6 @@ ranks per host on loopback and writes its table, JSON and the model's check (nev
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -143,14 +142,11 @@ def test_scale_harness_runs_two_ranks_per_host_and_writes_results(tmp_path: Path
     for row in rows:
         assert "error" not in row, row.get("log")
         assert row["ms_per_step"] > 0 and row["tx_bytes_per_step"] > 0
-        # the compute as the ranks got it just before the method, and the model's setting takes it
+        # the compute as the ranks got it just before the method
         assert row["probe_ms_per_step"] > 0 and row["probe_cpu_ms_per_step"] > 0
         # whose codec kernels the ranks ran: the Python fallback costs the codec methods 2-3x their CPU
         from bagua_core.runtime import native
         assert row["codec_backend"] == native.backend
-        s = scale.settings_of(row, argparse.Namespace(rate="100mbit", delay="0ms", model="tiny", loopback=True),
-                              compute_s=1.0, cores=2, contention={4: 9.0})
-        assert s.compute_s * s.share == pytest.approx(max(row["probe_ms_per_step"], row["probe_cpu_ms_per_step"]) / 1e3)
     saved = json.loads((tmp_path / "scale.json").read_text())
     assert len(saved["model"]["errors"]) == 2 and saved["model"]["compute_s"] > 0 and "ResNet-50" in saved["model"]["projection"]
     # the 4 ranks' slowdown sharing this machine was measured and went into the model, with the compute of
@@ -167,6 +163,8 @@ def test_scale_harness_runs_two_ranks_per_host_and_writes_results(tmp_path: Path
     assert again["compute_measured"].endswith("for this fit") and again["compute_s"] > 0
     assert list(again["contention"]) == ["4"]
     text = (tmp_path / "scale.md").read_text()
+    probed = sorted(r["probe_cpu_ms_per_step"] for r in rows)
+    assert f"took {probed[0]:.1f} to {probed[-1]:.1f} ms of CPU per step over this run's 2 methods" in text
     assert ("codecs: native kernels;" if native.backend == "native" else "codecs: python fallback: ") in text
     assert "| ddp | 2 x 2 |" in text and "The cost model against every measured point" in text
     # the timeline shows the hierarchical form's steps inside the host, on the leader and the other rank
@@ -298,12 +296,6 @@ def test_checks_compare_every_step_with_its_bytes_and_ddp() -> None:
     assert "0.96x, 1.09x" in alone and alone.endswith("**misses** |")  # 260 / 270, 500 / 457.5
     shared = checks["bytegrad over the same with the compute as the ranks get it (1/host)"]
     assert "0.96x, 0.97x" in shared and shared.endswith("holds |")  # 500 / 517.5
-    # a row's own probe (the ranks' plain steps just before it) is the compute as the ranks got it: 8 hosts'
-    # 60 ms instead of the 80 ms the slowdown says
-    rows[-1]["probe_ms_per_step"] = 60.0
-    probed = scale_checks.report(rows, rate, compute_s=0.02, contention={2: 1.0, 8: 4.0})
-    shared = next(line for line in probed if "as the ranks get it" in line)
-    assert "0.96x, 1.01x" in shared and shared.endswith("**misses** |")  # 500 / 497.5
     assert any("20.0% | at most 15.0% | **misses**" in line for line in lines)
     assert scale_checks.report([{"method": "ddp", "hosts": 2, "ranks_per_host": 1, "error": "hung"}], rate) == []
     # the rate comes from the rows' own link; loopback rows name none; one report is of one link
