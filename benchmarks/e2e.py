@@ -84,6 +84,21 @@ def merge_rounds(rows: list[dict], methods: list[str]) -> list[dict]:
     return merged
 
 
+def codec_backend() -> str:
+    """``native`` when the codecs' native kernels are built (``pip install -e .``), else ``python fallback: <why>``."""
+    from bagua_core.runtime import native
+
+    return "native" if native.backend == "native" else f"python fallback: {native.native_unavailable_reason}"
+
+
+def warn_unless_native(codecs: str, who: str) -> None:
+    """Say on stderr, before anything is measured, that the codecs run on their Python fallback."""
+    if codecs != "native":
+        print(f"{who}: WARNING: the codecs run on their Python fallback ({codecs}); bytegrad, qadam and the "
+              "low-precision ring then spend 2-3x their CPU per step. Build native/ first: pip install -e .",
+              file=sys.stderr, flush=True)
+
+
 def run_network(network: str, methods: list[str], args: argparse.Namespace,
                 hung: dict[str, str] | None = None, spec: dict | None = None) -> list[dict]:
     """Every method on one network (``args.rounds`` times, round-robin); a failed method gets a row with
@@ -169,6 +184,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for network in networks:
         if network not in NETWORKS:
             parser.error(f"unknown network {network!r}; choose from {sorted(NETWORKS)}")
+    codecs = codec_backend()
+    warn_unless_native(codecs, "benchmarks.e2e")
     rows: list[dict] = []
     hung: dict[str, str] = {}
     results = Path(args.results)
@@ -178,7 +195,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     header = (f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {platform.machine()} "
               f"({torch.get_num_threads()} torch threads here, 1 per worker), torch {torch.__version__}, "
               f"{args.world_size} workers, {args.warmup} warmup + {args.steps} timed steps (mlp21m)"
-              f"{f', {args.rounds} rounds (medians; ranges over rounds)' if args.rounds > 1 else ''}; "
+              f"{f', {args.rounds} rounds (medians; ranges over rounds)' if args.rounds > 1 else ''}, "
+              f"codecs: {'native kernels' if codecs == 'native' else codecs}; "
               f"`python -m benchmarks.e2e {' '.join(sys.argv[1:] if argv is None else argv)}`.")
     for path in write_e2e(rows, results, header):
         print("wrote", path)

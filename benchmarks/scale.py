@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from benchmarks import cost_model, cpu_contention, network_cpu, scale_checks
-from benchmarks.e2e import run_network
+from benchmarks.e2e import codec_backend, run_network, warn_unless_native
 from benchmarks.launch import NETNS_PREFIX, REPO_ROOT, netns_link, tcp_congestion_control
 from benchmarks.link_usage import LinkSampler
 from benchmarks.models import MODEL_LAYERS
@@ -84,13 +84,6 @@ def measure_network_cpu(args: argparse.Namespace) -> float:
         return 0.0
     with netns_link(2, args.rate, "0ms") as hosts:
         return network_cpu.measure(hosts)
-
-
-def codec_backend() -> str:
-    """``native`` when the codecs' native kernels are built, else ``python fallback: <why>``."""
-    from bagua_core.runtime import native
-
-    return "native" if native.backend == "native" else f"python fallback: {native.native_unavailable_reason}"
 
 
 def settings_of(row: dict, args: argparse.Namespace, compute_s: float, cores: int,
@@ -330,10 +323,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         return _refit(Path(args.refit), args, cores)
     methods = args.methods.split(",")
     codecs = codec_backend()
-    if codecs != "native":
-        print(f"benchmarks.scale: WARNING: the codecs run on the Python fallback ({codecs}); bytegrad, qadam and "
-              "the low-precision ring then spend 2-3x their CPU per step. Build native/ first: pip install -e .",
-              file=sys.stderr, flush=True)
+    warn_unless_native(codecs, "benchmarks.scale")
     spec = {} if args.loopback else {"rate": args.rate, "delay": args.delay}
     layouts = [(int(n), int(k)) for k in args.ranks_per_host.split(",") for n in args.hosts.split(",")]
     try:

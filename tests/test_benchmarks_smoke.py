@@ -56,6 +56,9 @@ def test_e2e_harness_writes_table_and_rows(tmp_path: Path) -> None:
         assert len(row["step_ms_rank0"]) == (3 if row["method"] == "auto" else 2)  # auto: its choosing is timed
     table = (tmp_path / "e2e.md").read_text()
     assert "| ddp |" in table and "| gradient_allreduce |" in table and "1.00x" in table
+    # whose codec kernels ran is in the header and in every row
+    assert ("codecs: native kernels;" if e2e.codec_backend() == "native" else "codecs: python fallback: ") in table
+    assert {row["codec_backend"] for row in rows} == {e2e.codec_backend().split(":")[0].replace(" fallback", "")}
     assert len(json.loads((tmp_path / "e2e.json").read_text())) == 3
     assert (tmp_path / "e2e.png").exists() == have_matplotlib()
 
@@ -128,3 +131,13 @@ def test_overhead_benchmark_runs_side_by_side(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     assert set(data["us_per_step"]) == {"plain", "ddp", "bagua", "bagua_ring"} and data["world_size"] == 2
     assert all(value > 0 for value in data["us_per_step"].values())
+
+
+def test_a_run_on_the_codecs_python_fallback_is_said_before_it_measures(capsys: pytest.CaptureFixture) -> None:
+    from benchmarks import e2e
+
+    e2e.warn_unless_native("native", "benchmarks.e2e")
+    assert capsys.readouterr().err == ""
+    e2e.warn_unless_native("python fallback: bagua_core._native_minmax is not built", "benchmarks.scale")
+    err = capsys.readouterr().err
+    assert err.startswith("benchmarks.scale: WARNING") and "is not built" in err and "pip install -e ." in err
