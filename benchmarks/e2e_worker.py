@@ -11,7 +11,7 @@ Before each method, every rank at once runs ``--probe-steps`` steps of the same 
 processes, sharing the cores with every other rank. The row keeps the slowest rank's wall time per step
 (``probe_ms_per_step``) and the mean CPU time (``probe_cpu_ms_per_step``): ``benchmarks.scale`` reports how
 far they move over a run (on a shared machine the same loop took 11 to 22 ms a step from one process to the
-next, and 13 to 25 ms from one method to the next of one run), which bounds how closely any cost model can
+next, and 12.6 to 25.4 ms from one method to the next of one run), which bounds how closely any cost model can
 predict a step that is mostly compute.
 
     python -m benchmarks.e2e_worker --methods ddp,bytegrad --model mlp21m --iface eth0 --out rows.jsonl

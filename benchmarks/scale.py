@@ -105,7 +105,7 @@ def settings_of(row: dict, args: argparse.Namespace, compute_s: float, cores: in
 def probe_spread(rows: list[dict]) -> list[str]:
     """Markdown lines: how far the compute moved during the run, from the probes before each method (the
     same plain steps, every rank at once; ``benchmarks.e2e_worker.probe_compute``): its CPU per step, least,
-    median and most, and each method's own CPU per step. None when no row has a probe."""
+    median and most. None when no row has a probe."""
     probed = sorted(r["probe_cpu_ms_per_step"] for r in rows if r.get("probe_cpu_ms_per_step"))
     if not probed:
         return []
