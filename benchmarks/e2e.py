@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.e2e_worker import codec_backend
 from benchmarks.launch import REPO_ROOT, LaunchError, launch, on_network
 from benchmarks.methods import available_methods
 from benchmarks.report import write_e2e
@@ -82,13 +83,6 @@ def merge_rounds(rows: list[dict], methods: list[str]) -> list[dict]:
             row["ratio_ddp"], row["ratio_ddp_range"] = statistics.median(ratios), (ratios[0], ratios[-1])
         merged.append(row)
     return merged
-
-
-def codec_backend() -> str:
-    """``native`` when the codecs' native kernels are built (``pip install -e .``), else ``python fallback: <why>``."""
-    from bagua_core.runtime import native
-
-    return "native" if native.backend == "native" else f"python fallback: {native.native_unavailable_reason}"
 
 
 def warn_unless_native(codecs: str, who: str) -> None:

@@ -36,7 +36,7 @@ from benchmarks import step_timeline
 from benchmarks.methods import UNTIMED_WARMUP, finish, prepare
 from benchmarks.models import build_model, parameter_count, synthetic_batch
 
-__all__ = ["run", "main", "read_counter", "probe_compute", "summarize", "hang_watchdog"]
+__all__ = ["run", "main", "read_counter", "probe_compute", "codec_backend", "summarize", "hang_watchdog"]
 
 
 def read_counter(iface: str, name: str = "tx_bytes") -> int:
@@ -133,7 +133,7 @@ def run(method: str, model_name: str, batch_size: int, warmup: int, steps: int, 
     gc.collect()
     return {"rank": rank, "world_size": world, "params": params, "elapsed_s": elapsed, "step_s": times,
             "tx_bytes": tx, "rx_bytes": rx, "loss": loss, "cpu_s": cpu, "rss_bytes": _resident_bytes(),
-            "probe_s": probe_s, "probe_cpu_s": probe_cpu_s, "codec_backend": _codec_backend()}
+            "probe_s": probe_s, "probe_cpu_s": probe_cpu_s, "codec_backend": codec_backend()}
 
 
 def _write_timeline(method: str, rank: int) -> None:
@@ -152,12 +152,12 @@ def _drain(method: str, model: torch.nn.Module) -> None:
         model.bagua_shutdown()
 
 
-def _codec_backend() -> str:
-    """Whose codec kernels this rank ran: ``native`` (``native/``, built by ``pip install -e .``) or ``python``
-    (the fallback, several times the CPU: a checkout whose extension was never built, or was removed)."""
-    from bagua_core.runtime import native
+def codec_backend() -> str:
+    """Whose codec kernels this process runs: ``native`` (``native/``, built by ``pip install -e .``), else
+    ``python fallback: <why>`` (several times the CPU: a checkout whose extension was never built)."""
+    from bagua_core.runtime import native  # imported with bagua, after the thread count is set
 
-    return native.backend
+    return "native" if native.backend == "native" else f"python fallback: {native.native_unavailable_reason}"
 
 
 def _resident_bytes() -> int:
@@ -233,6 +233,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--method-timeout", type=float, default=120.0,
                         help="seconds before a method that hangs (PowerSGD on gloo can) ends the job")
     args = parser.parse_args(argv)
+    if args.probe_steps < 0:
+        parser.error(f"--probe-steps must be 0 or more, got {args.probe_steps}")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     import bagua_core as bagua
 

@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 
 from benchmarks import cost_model, cpu_contention, network_cpu, scale_checks
-from benchmarks.e2e import codec_backend, run_network, warn_unless_native
+from benchmarks.e2e import run_network, warn_unless_native
+from benchmarks.e2e_worker import codec_backend
 from benchmarks.launch import NETNS_PREFIX, REPO_ROOT, netns_link, tcp_congestion_control
 from benchmarks.link_usage import LinkSampler
 from benchmarks.models import MODEL_LAYERS
@@ -321,6 +322,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         os.environ["BAGUA_NETNS_CC"] = args.congestion_control
     if args.refit:
         return _refit(Path(args.refit), args, cores)
+    if args.probe_steps < 0:
+        parser.error(f"--probe-steps must be 0 or more, got {args.probe_steps}")
     methods = args.methods.split(",")
     codecs = codec_backend()
     warn_unless_native(codecs, "benchmarks.scale")

@@ -12,6 +12,7 @@ import pytest
 
 from benchmarks import cost_model, cpu_contention
 from benchmarks.cost_model import Fit, Setting, pattern, predict
+from benchmarks.e2e_worker import codec_backend
 
 MB5 = 5_261_834
 
@@ -145,8 +146,7 @@ def test_scale_harness_runs_two_ranks_per_host_and_writes_results(tmp_path: Path
         # the compute as the ranks got it just before the method
         assert row["probe_ms_per_step"] > 0 and row["probe_cpu_ms_per_step"] > 0
         # whose codec kernels the ranks ran: the Python fallback costs the codec methods 2-3x their CPU
-        from bagua_core.runtime import native
-        assert row["codec_backend"] == native.backend
+        assert row["codec_backend"] == codec_backend()
     saved = json.loads((tmp_path / "scale.json").read_text())
     assert len(saved["model"]["errors"]) == 2 and saved["model"]["compute_s"] > 0 and "ResNet-50" in saved["model"]["projection"]
     # the 4 ranks' slowdown sharing this machine was measured and went into the model, with the compute of
@@ -165,7 +165,9 @@ def test_scale_harness_runs_two_ranks_per_host_and_writes_results(tmp_path: Path
     text = (tmp_path / "scale.md").read_text()
     probed = sorted(r["probe_cpu_ms_per_step"] for r in rows)
     assert f"took {probed[0]:.1f} to {probed[-1]:.1f} ms of CPU per step over this run's 2 methods" in text
-    assert ("codecs: native kernels;" if native.backend == "native" else "codecs: python fallback: ") in text
+    assert ("codecs: native kernels;" if codec_backend() == "native" else "codecs: python fallback: ") in text
+    with pytest.raises(SystemExit):  # a negative probe is an error naming the option, not no probe
+        scale.main(["--loopback", "--probe-steps", "-1", "--results", str(tmp_path / "never")])
     assert "| ddp | 2 x 2 |" in text and "The cost model against every measured point" in text
     # the timeline shows the hierarchical form's steps inside the host, on the leader and the other rank
     for rank in range(4):
