@@ -21,6 +21,7 @@ import tqdm
 from pydantic import ValidationError
 
 import bagua_core as bagua
+from bagua_core.checkpoints.files import atomic_write
 from bagua_core.runtime.communication import stats
 from bagua_core.selection.config import algorithm_class_of, algorithm_config_of, validate_config_file
 from bagua_core.runtime.exceptions import BaguaConfigError
@@ -112,7 +113,9 @@ def parse_args(argv: list[str] | None, prog: str | None = None) -> tuple[Trainin
                              "training (default gradient_allreduce)")
     parser.add_argument("--config", default=os.environ.get("BAGUA_CONFIG_FILE"),
                         help="config file with [algorithm] and [training] tables")
-    parser.add_argument("--summary-json", default=None, help="also write the summary to this file (rank 0)")
+    parser.add_argument("--summary-json", default=None,
+                        help="also write the summary to this file (rank 0; in a fault-tolerant job, each replica's "
+                             "rank 0 writes it whole, and the last one to finish stays)")
     for name, field in TrainingConfig.model_fields.items():
         flag = _flag(name)
         if field.annotation is bool:
@@ -188,8 +191,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   f"{times}; link latency {auto['latency_s'] * 1e3:.3f} ms, "
                   f"{auto['bandwidth_bytes_per_s'] / 1e6:.1f} MB/s)")
         if args.summary_json:
-            with open(args.summary_json, "w") as fh:
-                json.dump(summary, fh, indent=2)
+            # every replica's rank 0 of a fault-tolerant job writes it: each write is whole (the last stays)
+            atomic_write(args.summary_json, lambda fh: fh.write(json.dumps(summary, indent=2).encode()))
     return summary
 
 

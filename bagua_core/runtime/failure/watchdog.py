@@ -29,11 +29,13 @@ from bagua_core.runtime.exceptions import PeerFailureError
 from bagua_core.runtime.failure.record import FailureRecord, failure_error, learn, state
 from bagua_core.runtime.failure.translate import lost_peers
 
-__all__ = ["GRACE_S", "LINGER_S", "POLL_S", "Watchdog", "enabled", "install_interrupt_handler", "linger"]
+__all__ = ["GRACE_S", "JOIN_S", "LINGER_S", "POLL_S", "Watchdog", "enabled", "install_interrupt_handler", "linger"]
 
 POLL_S = 0.5
 GRACE_S = 2.0
 LINGER_S = 3.0
+JOIN_S = 6.0
+"""How long stopping waits for a store call in flight (the failure store's timeout is 5 s)."""
 _SIGNAL = signal.SIGRTMIN + 3 if hasattr(signal, "SIGRTMIN") else None
 _handler_installed = False
 
@@ -84,7 +86,13 @@ class Watchdog(threading.Thread):
                 self._store = None
 
     def stop(self) -> None:
+        """Stop polling and wait (up to ``JOIN_S``) until the thread has left the store. A daemon thread
+        still inside a store call when the interpreter finalizes is killed as it takes the GIL back, and
+        that kill, unwinding through C++, aborts the process ("terminate called without an active
+        exception") after all its work is done."""
         self._stopping.set()
+        if self.is_alive() and self is not threading.current_thread():
+            self.join(timeout=JOIN_S)
 
     def run(self) -> None:
         if self._store is None:
