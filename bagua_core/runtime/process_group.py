@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, MutableMapping
 import torch
 import torch.distributed as dist
 
-from bagua_core.runtime import env, failure
+from bagua_core.runtime import env, failure, group_teardown
 from bagua_core.runtime.communication import small_allreduce
 from bagua_core.runtime.communication.communicator import BaguaCommunicator
 from bagua_core.runtime.communication.worker import CommunicationWorker
@@ -82,12 +82,18 @@ class BaguaProcessGroup:
         self.worker = CommunicationWorker(name)
         _all_groups.add(self)
 
+    def torch_groups(self) -> list:
+        """The torch process groups this group and its communicators hold (none after ``release``)."""
+        held = [self.torch_group] + [c.torch_group for c in (self._global, self._intra, self._inter) if c is not None]
+        return list({id(g): g for g in held if g is not None}.values())
+
     def release(self, wait: bool = True) -> None:
         """Stop the communication thread and drop the torch process groups, so they are destroyed
         with torch.distributed's and not at interpreter exit (where their threads may still run).
         ``wait=False`` (after a failure) does not wait for the thread, which may be blocked in a
         collective its peers will never join."""
         self.worker.shutdown(wait=wait)
+        self.torch_group = None  # a wrapped module, kept alive by its hooks' cycle through C++, holds this group
         for comm in (self._global, self._intra, self._inter):
             if comm is not None:
                 comm.release()
@@ -438,14 +444,20 @@ def destroy_process_group() -> None:
     """Stop the default group and torch.distributed (tests and clean shutdown). Also runs at exit.
 
     Process groups kept alive by reference cycles (a wrapped module's hooks, DDP's reducer) are
-    collected here too: destroyed later, during interpreter finalization, their backend threads can
-    be killed while taking the GIL, which aborts the process ("terminate called without an active
-    exception") after all its work is done."""
+    collected here too, and the references bagua and torch keep beyond their lifetime are dropped
+    (:mod:`~bagua_core.runtime.group_teardown`): destroyed later, during interpreter finalization,
+    their backend threads can be killed while taking the GIL, which aborts the process ("terminate
+    called without an active exception") after all its work is done."""
     global _default_group
     failed = failure.record.state.failure is not None
     failure.stop()  # after this rank's own failure: lingers until the peers learned it
+    torch_groups = [dist.group.WORLD] if dist.is_initialized() else []
     for group in list(_all_groups):
+        torch_groups += group.torch_groups()
         group.release(wait=not failed)
+    if failed:
+        group_teardown.keep(torch_groups)  # destroying them would wait for collectives a lost peer never joins
+    group_teardown.forget_group_defaults(torch_groups)
     _all_groups.clear()
     torch_to_bagua_pg_map.clear()
     _default_group = None
