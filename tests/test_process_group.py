@@ -195,9 +195,10 @@ def _gloo_threads_after_destroy(rank: int) -> dict:
                 pass
         return names
 
-    return {"gloo": [n for n in threads() if n.startswith(("pt_gloo", "gloo_"))],
-            "captured_world": captured_world,
-            "defaults_after": [type(d).__name__ for d in dist_functional.all_reduce.__defaults__], "model_alive": model is not None}
+    gloo = [n for n in threads() if n.startswith(("pt_gloo", "gloo_"))]
+    del model  # alive until the threads were listed, as a script's model is at its exit
+    return {"gloo": gloo, "captured_world": captured_world,
+            "defaults_after": [type(d).__name__ for d in dist_functional.all_reduce.__defaults__]}
 
 
 @pytest.mark.skipif(not __import__("os").path.isdir("/proc/self/task"), reason="needs /proc to list threads")
@@ -206,6 +207,6 @@ def test_destroy_process_group_stops_the_gloo_threads() -> None:
     torch's ``distributed.nn.functional`` captured the default group: a gloo thread left running into
     interpreter exit aborted a finished rank (exit -6) in CI, about one run in ten of a two-rank script."""
     for out in run_workers(_gloo_threads_after_destroy, 2):
-        assert out["captured_world"] and out["model_alive"]
+        assert out["captured_world"]
         assert out["gloo"] == [], out
         assert "ProcessGroup" not in out["defaults_after"], out
