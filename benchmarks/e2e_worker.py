@@ -12,7 +12,9 @@ processes, sharing the cores with every other rank. The row keeps the slowest ra
 (``probe_ms_per_step``) and the mean CPU time (``probe_cpu_ms_per_step``): ``benchmarks.scale`` reports how
 far they move over a run (on a shared machine the same loop took 11 to 22 ms a step from one process to the
 next, and 12.6 to 25.4 ms from one method to the next of one run), which bounds how closely any cost model can
-predict a step that is mostly compute.
+predict a step that is mostly compute. The row also keeps the CPU per step of every thread of the ranks
+(``cpu_ms_per_step``) and of the training thread alone (``main_cpu_ms_per_step``: forward, backward, the
+optimizer and the hooks that run on it), over the timed steps.
 
     python -m benchmarks.e2e_worker --methods ddp,bytegrad --model mlp21m --iface eth0 --out rows.jsonl
 """
@@ -114,13 +116,14 @@ def run(method: str, model_name: str, batch_size: int, warmup: int, steps: int, 
     tx0, rx0 = read_counter(iface), read_counter(iface, "rx_bytes")
     times: list[float] = []
     loss = float("nan")
-    cpu0 = _cpu_seconds()
+    cpu0, main_cpu0 = _cpu_seconds(), time.thread_time()
     started = time.perf_counter()
     for _ in range(steps):
         t0 = time.perf_counter()
         _mark("step")
         loss = _step(model, optimizer, x, y)
         times.append(time.perf_counter() - t0)
+    main_cpu = time.thread_time() - main_cpu0  # this thread: the step's compute and the hooks it runs
     _drain(method, model)  # what the last step left in flight counts too
     elapsed = time.perf_counter() - started
     if TIMELINE:
@@ -132,7 +135,7 @@ def run(method: str, model_name: str, batch_size: int, warmup: int, steps: int, 
     del model, optimizer
     gc.collect()
     return {"rank": rank, "world_size": world, "params": params, "elapsed_s": elapsed, "step_s": times,
-            "tx_bytes": tx, "rx_bytes": rx, "loss": loss, "cpu_s": cpu, "rss_bytes": _resident_bytes(),
+            "tx_bytes": tx, "rx_bytes": rx, "loss": loss, "cpu_s": cpu, "main_cpu_s": main_cpu, "rss_bytes": _resident_bytes(),
             "probe_s": probe_s, "probe_cpu_s": probe_cpu_s, "codec_backend": codec_backend()}
 
 
@@ -191,6 +194,8 @@ def summarize(per_rank: list[dict], method: str, model_name: str, batch_size: in
         "ranks_per_host": ranks_per_host if iface != "lo" else 1, "host_tx_bytes_per_step": host_tx / steps,
         "loss": sum(r["loss"] for r in per_rank) / world,
         "cpu_ms_per_step": 1000 * sum(r.get("cpu_s", 0.0) for r in per_rank) / world / steps,
+        # the training thread's alone: forward, backward, the optimizer and whatever hooks run on it
+        "main_cpu_ms_per_step": 1000 * sum(r.get("main_cpu_s", 0.0) for r in per_rank) / world / steps,
         "step_ms_rank0": [1000 * t for t in per_rank[0]["step_s"]],
         # what the largest rank holds once the method is unwrapped and collected (the job runs every
         # method in turn: a growth here is memory a method left behind)

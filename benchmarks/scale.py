@@ -188,7 +188,7 @@ def model_report(rows: list[dict], args: argparse.Namespace, compute_s: float, c
     lines += probe_spread(rows)
     rate = scale_checks.link_rate_bps(rows)  # the rows' own link (a refit's rows may be of another rate)
     if rate:  # not on loopback: no link, no bytes' time
-        lines += scale_checks.report(rows, rate, compute_s, contention, errors)
+        lines += scale_checks.report(rows, rate, compute_s, contention, errors, cores)
     return lines, {"fit": {"overhead_s": fitted.overhead_s, "gamma_s": fitted.gamma_s}, "errors": errors,
                    "projection": projection, "compute_s": compute_s, "compute_measured": compute_of, "cores": cores,
                    "cpu_per_byte_s": cpu_per_byte_s,

@@ -18,6 +18,11 @@ step plus the compute: both with one rank's compute alone and with the compute a
 the shared cores (the measured slowdown), since on a CPU machine all ranks' compute shares its cores.
 Every figure is from the rows, the link's rate too (each row's ``link``, ``tbf 100mbit, ...``).
 
+Last, with ``cores`` (the emulated hosts share one machine's cores), the points whose step is set by the
+CPU rather than the link: the ranks' CPU per step (every thread, as the rows measured it) over the cores,
+against the step. Where the two agree (within :data:`CPU_BOUND`), a cost model can predict the step no
+closer than it predicts the CPU a rank spends per step.
+
 Example::
 
     >>> lines = scale_checks.report(rows, rate_bps=100e6, compute_s=0.0162, contention={8: 4.53})
@@ -34,7 +39,7 @@ from pathlib import Path
 
 from benchmarks.cost_model import TCP_OVER_ETHERNET, rate_bps
 
-__all__ = ["bytes_time_s", "link_rate_bps", "report", "main"]
+__all__ = ["bytes_time_s", "link_rate_bps", "cpu_bound", "report", "main"]
 
 FLAT = 1.10
 """A step whose bytes do not grow with n grows by at most this much over the host counts."""
@@ -42,6 +47,8 @@ NEAR_BYTES = 1.15
 """A link-bound step takes at most this much more than its bytes' time."""
 NEAR_DDP = 1.10
 """gradient_allreduce runs DDP's ring: at most this far from DDP's step, either way."""
+CPU_BOUND = 1.20
+"""A step at most this much longer than its ranks' CPU per step over the cores is set by the CPU."""
 
 
 def link_rate_bps(rows: Sequence[Mapping]) -> float | None:
@@ -87,9 +94,36 @@ def _link_bound(name: str, by_n: Mapping[int, Mapping], flat_from: int, k: int, 
     return rows
 
 
+def cpu_bound(rows: Sequence[Mapping], cores: int) -> list[str]:
+    """Markdown lines: the points whose step is within :data:`CPU_BOUND` of their ranks' CPU per step over
+    ``cores`` (all ranks share them), each with that ratio; none where no row is."""
+    bound = []
+    for row in rows:
+        if "ms_per_step" not in row or not row.get("cpu_ms_per_step"):
+            continue
+        ranks = row["hosts"] * row["ranks_per_host"]
+        cpu = ranks * row["cpu_ms_per_step"] / min(cores, ranks)
+        if row["ms_per_step"] <= CPU_BOUND * cpu:
+            bound.append((row, cpu))
+    if not bound:
+        return []
+    lines = ["", "## The points set by the CPU", "",
+             f"The ranks' CPU per step (every thread of every rank) over the {cores} cores they share, against the step: "
+             f"where the step is at most {CPU_BOUND:.2f}x that, the cores, not the link, set it, and a model predicts it "
+             "no closer than it predicts the CPU a rank spends per step.", "",
+             "| method | hosts x ranks | ms/step | CPU ms/step/rank | ranks x CPU / cores | step over it |",
+             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for row, cpu in bound:
+        lines.append(f"| {row['method']} | {row['hosts']} x {row['ranks_per_host']} | {row['ms_per_step']:.0f} | "
+                     f"{row['cpu_ms_per_step']:.1f} | {cpu:.0f} | {row['ms_per_step'] / cpu:.2f} |")
+    return lines
+
+
 def report(rows: Sequence[Mapping], rate_bps: float, compute_s: float | None = None,
-           contention: Mapping[int, float] | None = None, model_errors: Sequence[float] = ()) -> list[str]:
-    """Markdown lines: every method's step over its bytes' time and over DDP's, and the expectations."""
+           contention: Mapping[int, float] | None = None, model_errors: Sequence[float] = (),
+           cores: int | None = None) -> list[str]:
+    """Markdown lines: every method's step over its bytes' time and over DDP's, the expectations and, with
+    ``cores``, the points set by the CPU (:func:`cpu_bound`)."""
     table = _table(rows)
     if not table:
         return []
@@ -145,7 +179,7 @@ def report(rows: Sequence[Mapping], rate_bps: float, compute_s: float | None = N
                              0.15, "{:.1%}"))
     if checks:
         lines += ["", "| expectation | measured, per host count | threshold | |", "| --- | --- | --- | --- |", *checks]
-    return lines
+    return lines + (cpu_bound(rows, cores) if cores else [])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     if rate is None:
         parser.error(f"no row of {args.json} names a shaped link (a loopback run has no bytes' time): give --rate")
     contention = {int(k): f for k, f in model.get("contention", {}).items()}
-    print("\n".join(report(rows, rate, model.get("compute_s"), contention, model.get("errors", ()))))
+    print("\n".join(report(rows, rate, model.get("compute_s"), contention, model.get("errors", ()), model.get("cores"))))
     return 0
 
 

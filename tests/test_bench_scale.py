@@ -145,6 +145,8 @@ def test_scale_harness_runs_two_ranks_per_host_and_writes_results(tmp_path: Path
         assert row["ms_per_step"] > 0 and row["tx_bytes_per_step"] > 0
         # the compute as the ranks got it just before the method
         assert row["probe_ms_per_step"] > 0 and row["probe_cpu_ms_per_step"] > 0
+        # the training thread's CPU is part of every thread's
+        assert 0 < row["main_cpu_ms_per_step"] <= row["cpu_ms_per_step"]
         # whose codec kernels the ranks ran: the Python fallback costs the codec methods 2-3x their CPU
         assert row["codec_backend"] == codec_backend()
     saved = json.loads((tmp_path / "scale.json").read_text())
@@ -307,3 +309,20 @@ def test_checks_compare_every_step_with_its_bytes_and_ddp() -> None:
         scale_checks.link_rate_bps([{"link": "tbf 1gbit"}, {"link": "tbf 100mbit"}])
     with pytest.raises(ValueError, match="100mbit or 1gbit, got 'fast'"):
         cost_model.rate_bps("fast")
+
+
+def test_the_points_set_by_the_cpu_are_those_near_their_ranks_cpu_over_the_cores() -> None:
+    from benchmarks import scale_checks
+
+    rows = [dict(_row("async", 8, 82, 1e5), cpu_ms_per_step=20.0),  # 8 x 20 / 2 = 80: set by the CPU
+            dict(_row("ddp", 8, 3200, 3e7), cpu_ms_per_step=30.0),  # 120 of CPU over the cores: the link sets it
+            dict(_row("async", 1, 12, 1e5), cpu_ms_per_step=10.0),  # one rank uses one of the cores
+            {"method": "ddp", "hosts": 2, "ranks_per_host": 1, "error": "hung"}]
+    lines = scale_checks.cpu_bound(rows, cores=2)
+    table = [line for line in lines if line.startswith("| async") or line.startswith("| ddp")]
+    assert table == ["| async | 8 x 1 | 82 | 20.0 | 80 | 1.02 |", "| async | 1 x 1 | 12 | 10.0 | 10 | 1.20 |"]
+    assert scale_checks.cpu_bound(rows[1:2], cores=2) == []
+    # the report carries them only when it knows the cores
+    rate = 100e6
+    assert not any("set by the CPU" in line for line in scale_checks.report(rows, rate))
+    assert any("set by the CPU" in line for line in scale_checks.report(rows, rate, cores=2))
