@@ -194,7 +194,7 @@ def summarize(per_rank: list[dict], method: str, model_name: str, batch_size: in
         "ranks_per_host": ranks_per_host if iface != "lo" else 1, "host_tx_bytes_per_step": host_tx / steps,
         "loss": sum(r["loss"] for r in per_rank) / world,
         "cpu_ms_per_step": 1000 * sum(r.get("cpu_s", 0.0) for r in per_rank) / world / steps,
-        # the training thread's alone: forward, backward, the optimizer and whatever hooks run on it
+        # the training thread's CPU alone: forward, backward, the optimizer and the hooks that run on it
         "main_cpu_ms_per_step": 1000 * sum(r.get("main_cpu_s", 0.0) for r in per_rank) / world / steps,
         "step_ms_rank0": [1000 * t for t in per_rank[0]["step_s"]],
         # what the largest rank holds once the method is unwrapped and collected (the job runs every
