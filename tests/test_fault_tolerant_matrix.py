@@ -92,6 +92,14 @@ def _check_identical(job: Job, first: str, second: str, pid: int | None = None) 
     return len(common)
 
 
+def _start_beside_a(job: Job, *args: str) -> None:
+    """Start replica ``b`` once ``a`` has committed a step, so that b's first quorum holds a: started together,
+    a replica that imports faster on a loaded machine can commit its first steps alone (the lighthouse forms
+    a quorum of the replicas heartbeating) and reach the step it dies at before the other has joined."""
+    job.wait_for("committed a first step", lambda: bool(job.committed("a")), START_S, "a")
+    job.start("b", *args)
+
+
 def _pids(records: list[dict]) -> list[int]:
     return list(dict.fromkeys(r["pid"] for r in records))
 
@@ -100,7 +108,7 @@ def _pids(records: list[dict]) -> list[int]:
 @pytest.mark.parametrize("algorithm", PARAMS)
 def test_kill_replica_mid_step(job: Job, algorithm: str) -> None:
     job.start("a", *_args(algorithm))
-    job.start("b", *_args(algorithm), "--die-at", "4")
+    _start_beside_a(job, *_args(algorithm), "--die-at", "4")
     assert job.wait_exit("b", START_S) == -9, job.output("b")[-3000:]
     job.wait_for("committed 3 steps alone after b was killed", lambda: len(job.committed("a", quorum=1)) >= 3,
                  GAP_S * 3, "a")
@@ -116,7 +124,7 @@ def test_kill_during_exchange(job: Job, algorithm: str) -> None:
     """b is killed from inside a collective between the replicas (``--die-in-exchange``): a's exchange fails,
     a commits nothing of that step (its weights and step are those of its last commit) and trains on alone."""
     job.start("a", *_args(algorithm))
-    job.start("b", *_args(algorithm), "--die-in-exchange", "4")
+    _start_beside_a(job, *_args(algorithm), "--die-in-exchange", "4")
     assert job.wait_exit("b", START_S) == -9, job.output("b")[-2000:]
     assert "dying inside collective" in job.output("b"), job.output("b")[-2000:]
     job.wait_for("committed 3 steps alone after b was killed", lambda: len(job.committed("a", quorum=1)) >= 3,
