@@ -95,8 +95,9 @@ def _link_bound(name: str, by_n: Mapping[int, Mapping], flat_from: int, k: int, 
 
 
 def cpu_bound(rows: Sequence[Mapping], cores: int) -> list[str]:
-    """Markdown lines: the points whose step is within :data:`CPU_BOUND` of their ranks' CPU per step over
-    ``cores`` (all ranks share them), each with that ratio; none where no row is."""
+    """Markdown lines: the points whose step is within :data:`CPU_BOUND` of their ranks' CPU per step over the
+    cores they use (all ranks share the machine's ``cores``; fewer ranks use one each), each with that ratio;
+    none where no row is."""
     bound = []
     for row in rows:
         if "ms_per_step" not in row or not row.get("cpu_ms_per_step"):
@@ -108,10 +109,11 @@ def cpu_bound(rows: Sequence[Mapping], cores: int) -> list[str]:
     if not bound:
         return []
     lines = ["", "## The points set by the CPU", "",
-             f"The ranks' CPU per step (every thread of every rank) over the {cores} cores they share, against the step: "
+             f"The ranks' CPU per step (every thread of every rank) over the cores they use (the fewer of the {cores} "
+             "cores and the ranks), against the step: "
              f"where the step is at most {CPU_BOUND:.2f}x that, the cores, not the link, set it, and a model predicts it "
              "no closer than it predicts the CPU a rank spends per step.", "",
-             "| method | hosts x ranks | ms/step | CPU ms/step/rank | ranks x CPU / cores | step over it |",
+             "| method | hosts x ranks | ms/step | CPU ms/step/rank | ranks x CPU / cores used | step over it |",
              "| --- | --- | ---: | ---: | ---: | ---: |"]
     for row, cpu in bound:
         lines.append(f"| {row['method']} | {row['hosts']} x {row['ranks_per_host']} | {row['ms_per_step']:.0f} | "
