@@ -1,7 +1,8 @@
 """The bytegrad exchange gives exactly (bit for bit) what the reference recipe of DESIGN.md gives:
 pad to a multiple of n with the last value, compress n chunks, average chunk j of every rank in fp32,
 compress it again, decompress all; workspaces reused across calls and shapes, awkward padding, the
-pipelined exchange with one and with many segments per chunk, and a codec plugged into it."""
+pipelined exchange with one and with many segments per chunk, several exchanges in flight at once and
+completed in order as the module's scheduler completes its buckets, and a codec plugged into it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import torch
 import torch.distributed as dist
 
 from bagua_core.lifecycle.bucket_ops import pipeline
-from bagua_algorithms.bytegrad.compressed import CompressedWorkspace, compressed_allreduce_on
+from bagua_algorithms.bytegrad.compressed import (CompressedWorkspace, compressed_allreduce_on,
+                                                   start_compressed_allreduce_on)
 from bagua_core.codecs import Codec, get_codec
 from bagua_core.runtime.native import fallback
 from bagua_core.runtime.process_group import get_default_group
@@ -86,6 +88,32 @@ def test_exact_world_of_3() -> None:
 
 def test_exact_world_of_4() -> None:
     run_workers(_exact, 4)
+
+
+def _in_flight(rank: int) -> None:
+    """Three exchanges (buckets) started one after another with round 1 left in flight (a later one's
+    round 1 sent before an earlier one's round 2), then completed in order, as the module's scheduler
+    completes its buckets at the end of backward: each ends exactly as the reference."""
+    comm = get_default_group().get_global_communicator()
+    for segment_numel in (1 << 19, 64):  # one segment per chunk; many
+        pipeline.SEGMENT_NUMEL = segment_numel
+        tensors, expected, finishes = [], [], []
+        for k, numel in enumerate((4096 * 3 + 7, 1001, 1 << 14)):
+            x = torch.randn(numel, generator=torch.Generator().manual_seed(numel + 100 * rank + segment_numel)) * (k + 1)
+            inputs = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+            dist.all_gather(inputs, x)
+            expected.append(reference(inputs, True))
+            tensors.append(x.clone())
+            finishes.append(start_compressed_allreduce_on(tensors[-1], comm, True, CompressedWorkspace(), defer=True))
+        for finish in finishes:
+            finish()
+        for y, want in zip(tensors, expected):
+            assert torch.equal(y, want), (y.numel(), (y - want).abs().max())
+    pipeline.SEGMENT_NUMEL = 1 << 19
+
+
+def test_exchanges_left_in_flight_together() -> None:
+    run_workers(_in_flight, 4)
 
 
 def _nonfinite(rank: int) -> None:
