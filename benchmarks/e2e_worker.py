@@ -135,7 +135,8 @@ def run(method: str, model_name: str, batch_size: int, warmup: int, steps: int, 
     del model, optimizer
     gc.collect()
     return {"rank": rank, "world_size": world, "params": params, "elapsed_s": elapsed, "step_s": times,
-            "tx_bytes": tx, "rx_bytes": rx, "loss": loss, "cpu_s": cpu, "main_cpu_s": main_cpu, "rss_bytes": _resident_bytes(),
+            "tx_bytes": tx, "rx_bytes": rx, "loss": loss, "cpu_s": cpu, "main_cpu_s": main_cpu,
+            "rss_bytes": _resident_bytes(),
             "probe_s": probe_s, "probe_cpu_s": probe_cpu_s, "codec_backend": codec_backend()}
 
 

@@ -99,7 +99,8 @@ def _in_flight(rank: int) -> None:
         pipeline.SEGMENT_NUMEL = segment_numel
         tensors, expected, finishes = [], [], []
         for k, numel in enumerate((4096 * 3 + 7, 1001, 1 << 14)):
-            x = torch.randn(numel, generator=torch.Generator().manual_seed(numel + 100 * rank + segment_numel)) * (k + 1)
+            gen = torch.Generator().manual_seed(numel + 100 * rank + segment_numel)
+            x = torch.randn(numel, generator=gen) * (k + 1)
             inputs = [torch.empty_like(x) for _ in range(dist.get_world_size())]
             dist.all_gather(inputs, x)
             expected.append(reference(inputs, True))
