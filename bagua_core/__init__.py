@@ -63,10 +63,10 @@ from bagua_core.runtime.process_group import (
     BaguaProcessGroup,
     destroy_process_group,
     from_torch_group,
-    init_process_group,
     is_initialized,
     new_group,
 )
+from bagua_core.bootstrap import init_process_group
 
 __version__ = "0.10.0"  # above the original's last release, 0.9.2: docs/migrating.md#requirements-written-for-the-original
 

@@ -47,17 +47,16 @@ def install() -> None:
     """Record the start and end of every bucket's operations, of every pipelined round and of a
     hierarchical form's reduce and broadcast inside the host."""
     from bagua_core.lifecycle.bucket import BaguaBucket
-    from bagua_algorithms.bytegrad import compressed_pipeline
-    from bagua_algorithms.decentralized import low_precision_op as low_precision_decentralized
+    from bagua_algorithms.bytegrad.compressed_pipeline import PipelinedExchange
+    from bagua_algorithms.low_precision_decentralized import op as low_precision_decentralized
 
     _around(BaguaBucket, "execute_ops", lambda bucket, *rest: f"{bucket.name} ops")
     _around(BaguaBucket, "complete_deferred",
             lambda bucket, *rest: f"{bucket.name} in-flight completion" if bucket._deferred else None)
-    for module in (compressed_pipeline, low_precision_decentralized):
-        _around(module, "exchange_round", lambda comm, segs, *rest: f"round of {len(segs)} segments")
-    # bytegrad's round 1 in two halves: sent when the bucket starts, decoded when it is completed
-    _around(compressed_pipeline, "send_round", lambda comm, segs, *rest: f"sends of {len(segs)} segments")
-    _around(compressed_pipeline, "decode_round", lambda segs, *rest: f"receives of {len(segs)} segments")
+    _around(PipelinedExchange, "run", lambda self: f"rounds of {len(self.segs)} segments")
+    # bytegrad's exchange in two halves: round 1 sent when the bucket starts, the rest when it is completed
+    _around(PipelinedExchange, "start", lambda self: f"sends of {len(self.segs)} segments")
+    _around(PipelinedExchange, "finish", lambda self: f"receives of {len(self.segs)} segments")
     # the low-precision ring's phases: the difference, the round, its neighbours' messages completed
     op = low_precision_decentralized.LowPrecisionDecentralizedOp
     _around(op, "prepare", lambda *rest: "ring difference")
@@ -68,10 +67,10 @@ def install() -> None:
     _around(hooks, "agree_on_nonfinite_gradients", lambda *rest: "overflow agreement")
     # a hierarchical form's steps inside the host: the reduce to the leader, the leader's broadcast
     # (decentralized's weights go piece by piece through its own op: a mark per piece)
-    from bagua_algorithms.decentralized import full_precision_op
+    from bagua_algorithms.decentralized import op as decentralized_op
     from bagua_core.lifecycle.bucket_ops import hierarchy
 
-    for module in (hierarchy, full_precision_op):
+    for module in (hierarchy, decentralized_op):
         _around(module, "reduce_inplace", lambda *rest: "reduce inside the host")
         _around(module, "broadcast", lambda *rest: "broadcast inside the host")
 

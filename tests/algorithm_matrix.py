@@ -127,7 +127,7 @@ def _with_scaler(spec: dict[str, Any], scaler: torch.amp.GradScaler) -> Any:
     takes the scaler itself (an object, so not through the dict)."""
     if spec["name"] != "decentralized_dp":
         return dict(spec)
-    from bagua_algorithms.decentralized_dp.plugin import DecentralizedDPAlgorithm
+    from bagua_algorithms.decentralized_dp.algorithm import DecentralizedDPAlgorithm
 
     return DecentralizedDPAlgorithm(**{k: v for k, v in spec.items() if k != "name"}, scaler=scaler)
 

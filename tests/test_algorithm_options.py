@@ -9,7 +9,8 @@ import torch.distributed as dist
 
 from bagua_algorithms.async_model_average import AsyncModelAverageAlgorithm
 from bagua_algorithms.bytegrad import ByteGradAlgorithm
-from bagua_algorithms.decentralized import DecentralizedAlgorithm, LowPrecisionDecentralizedAlgorithm
+from bagua_algorithms.decentralized import DecentralizedAlgorithm
+from bagua_algorithms.low_precision_decentralized import LowPrecisionDecentralizedAlgorithm
 from bagua_algorithms.q_adam import QAdamAlgorithm
 from bagua_core.runtime.exceptions import BaguaConfigError
 from tests.distributed import run_workers

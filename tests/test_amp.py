@@ -25,7 +25,7 @@ def test_autocast_and_grad_scaler_on_cpu(case: str, results: list[dict]) -> None
 
 
 def _dp_overflow(rank: int) -> dict:
-    from bagua_algorithms.decentralized_dp.plugin import DecentralizedDPAlgorithm
+    from bagua_algorithms.decentralized_dp.algorithm import DecentralizedDPAlgorithm
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))

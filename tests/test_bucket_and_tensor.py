@@ -67,7 +67,7 @@ def test_unflattened_bucket_write_back_and_ops_order() -> None:
     bucket.write_back(torch.arange(5.0))
     assert params[0].grad.tolist() == [0.0, 1.0] and params[1].grad.tolist() == [2.0, 3.0, 4.0]
     calls: list[str] = []
-    bucket.append_python_op(lambda name: calls.append(f"first:{name}"))
+    bucket.append_op(lambda b: calls.append(f"first:{b.name}"))
     bucket.append_op(lambda b: calls.append(f"second:{b.name}"))
     fired: list[BaguaBucket] = []
     bucket.on_ready = fired.append
@@ -90,8 +90,6 @@ def test_bucket_errors() -> None:
         BaguaBucket([torch.zeros(1)], "plain", flatten=False)
     with pytest.raises(ValueError, match="alignment must be a positive integer"):
         BaguaBucket([a], "x", flatten=False, alignment=0)
-    with pytest.raises(ValueError, match="unknown codec 'zip'; available: .*MinMaxUInt8"):
-        BaguaBucket([a], "x", flatten=False).append_centralized_synchronous_op(compression="zip")
 
 
 def test_flattened_bucket_keeps_channels_last_gradients_in_their_layout() -> None:

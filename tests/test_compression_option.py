@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from bagua_core.lifecycle.bucket_ops import pipeline
 from bagua_algorithms.bytegrad.compressed import CompressedWorkspace, compressed_allreduce_on
-from bagua_algorithms.decentralized.low_precision_op import LowPrecisionDecentralizedOp
+from bagua_algorithms.low_precision_decentralized.op import LowPrecisionDecentralizedOp
 from bagua_core.codecs import Codec, get_codec
 from bagua_core.runtime.process_group import get_default_group
 from tests.distributed import run_workers
@@ -114,7 +114,7 @@ def test_unknown_codec_is_refused_naming_the_installed_ones() -> None:
     with pytest.raises(ValidationError, match="unknown codec 'MinMaxUInt3'; available: .*MinMaxUInt4"):
         ByteGradConfig(compression="MinMaxUInt3")
     with pytest.raises(ValueError, match="unknown codec"):
-        LowPrecisionDecentralizedOp.append_to(None, *(torch.zeros(2) for _ in range(3)), compression="MinMaxUInt3")
+        LowPrecisionDecentralizedOp(None, False, *(torch.zeros(2) for _ in range(3)), compression="MinMaxUInt3")
 
 
 FUSED_STEPS = ("new_stats", "decode_average_with_stats", "encode_headers_with_stats", "encode_range_decoding",

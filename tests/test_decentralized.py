@@ -9,7 +9,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from bagua_algorithms.decentralized import DecentralizedAlgorithm
-from bagua_algorithms.decentralized.full_precision_op import shift_one_peer
+from bagua_algorithms.decentralized.op import shift_one_peer
 from tests.distributed import run_workers
 from tests.models import SmallNet, batch
 
@@ -151,7 +151,7 @@ def test_exchange_stays_in_flight_in_pieces() -> None:
 
 
 def _node_pieces(rank: int) -> None:
-    from bagua_algorithms.decentralized import full_precision_op
+    from bagua_algorithms.decentralized import op as full_precision_op
 
     reduces, original = [], full_precision_op.reduce_inplace
 

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from bagua_algorithms.decentralized_dp import DecentralizedDataParallel, optim_fn_like
-from bagua_algorithms.decentralized_dp.plugin import DecentralizedDPAlgorithm
+from bagua_algorithms.decentralized_dp.algorithm import DecentralizedDPAlgorithm
 from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError
 from tests.distributed import run_workers
 from tests.models import SmallNet, batch

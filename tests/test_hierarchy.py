@@ -1,5 +1,5 @@
 """The hierarchical pattern written once (bagua_core.lifecycle.bucket_ops.hierarchy): reduce inside the node to the
-leader, the caller's exchange among the leaders only, broadcast inside the node; and the group an
+leader, which alone gets the inter-node communicator for the caller's exchange, broadcast inside the node; and the group an
 operation runs on (its own, else the bucket's, else the default)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import types
 
 import torch
 
-from bagua_core.lifecycle.bucket_ops.hierarchy import hierarchical, resolve_group
+from bagua_core.lifecycle.bucket_ops.hierarchy import broadcast_from_leader, reduce_to_leader, resolve_group
 from bagua_core.runtime.communication import ReduceOp, allreduce_inplace
 from tests.distributed import run_workers
 
@@ -21,12 +21,11 @@ def _case(rank: int) -> dict:
     for reduce_op in (ReduceOp.AVG, ReduceOp.SUM):
         tensor = torch.full((5,), float(rank + 1))
         called = []
-
-        def exchange(inter, tensor=tensor, called=called) -> None:
+        inter = reduce_to_leader(tensor, group, reduce_op)
+        if inter is not None:
             called.append(inter.nranks())
             allreduce_inplace(tensor, op=ReduceOp.SUM, comm=inter)
-
-        hierarchical(tensor, group, exchange, reduce_op)
+        broadcast_from_leader(tensor, group)
         out[str(reduce_op)] = (tensor.tolist(), called)
     bucket = types.SimpleNamespace(process_group=None)
     out["default"] = resolve_group(None, bucket) is group

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
+from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp
 from bagua_core.plugins import get_plugin_manager, hookimpl
 from tests.distributed import run_workers
 from tests.models import SmallNet, batch
@@ -42,8 +43,8 @@ class RecorderImpl(AlgorithmImpl):
     def init_operations(self, bagua_module, bucket):
         self.calls.append("init_operations")
         super().init_operations(bagua_module, bucket)
-        bucket.append_python_op(lambda name: self.calls.append("bucket_op"))
-        bucket.append_centralized_synchronous_op(average=True)
+        bucket.append_op(lambda bucket: self.calls.append("bucket_op"))
+        bucket.append_op(CentralizedSynchronousOp(average=True))
 
     def init_forward_pre_hook(self, bagua_module):
         return lambda inputs: self.calls.append(f"forward_pre:{bagua_module.bagua_train_step_counter}")

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from bagua_algorithms.decentralized import LowPrecisionDecentralizedAlgorithm
+from bagua_algorithms.low_precision_decentralized import LowPrecisionDecentralizedAlgorithm
 from tests.distributed import run_workers
 from tests.models import SmallNet, batch
 
@@ -104,7 +104,7 @@ def test_equals_reference(world_size: int, local_size: int, cases: list) -> None
 
 
 def _prepared_equals_unprepared(rank: int) -> None:
-    from bagua_algorithms.decentralized.low_precision_op import LowPrecisionDecentralizedOp
+    from bagua_algorithms.low_precision_decentralized.op import LowPrecisionDecentralizedOp
 
     os.environ["BAGUA_DEFAULT_BUCKET_SIZE"] = "256"  # several buckets: bucket k+1 is prepared while k runs
     results = []
@@ -136,7 +136,7 @@ def test_difference_computed_ahead_changes_nothing() -> None:
 def _resynchronized(rank: int) -> None:
     """What fault-tolerant mode runs on a new quorum: the weights averaged over every rank, the replicas
     w, l, r restarted from the average (as the algorithm starts), so the ring goes on from there."""
-    from bagua_algorithms.decentralized import LowPrecisionDecentralizedOp
+    from bagua_algorithms.low_precision_decentralized import LowPrecisionDecentralizedOp
 
     model = SmallNet(seed=0)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -165,3 +165,36 @@ def _resynchronized(rank: int) -> None:
 
 def test_resynchronize_averages_and_restarts_the_replicas() -> None:
     run_workers(_resynchronized, 3, timeout=120)
+
+
+def _replicas_after_training(rank: int, hierarchical: bool) -> dict:
+    """The original Bagua's own check (tests/torch_api/test_low_precision_decentralized.py::test_algorithm),
+    on CPU: 10 steps, then the bucket's replicas read right after the last ``optimizer.step()``."""
+    torch.manual_seed(rank)
+    model = SmallNet(seed=rank)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    model = model.with_bagua([optimizer], LowPrecisionDecentralizedAlgorithm(hierarchical=hierarchical))
+    bucket = model.bagua_buckets[0]
+    for _ in range(10):
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(torch.randn(4, 8)), torch.randn(4, 4)).backward()
+        optimizer.step()
+    out = {"weights": _flat(model), "weight": torch.norm(bucket._weight),
+           "left": torch.norm(bucket._left_peer_weight), "right": torch.norm(bucket._right_peer_weight)}
+    model.bagua_shutdown()
+    return out
+
+
+@pytest.mark.parametrize("hierarchical", [False, True])
+def test_replicas_read_between_steps_are_current(hierarchical: bool) -> None:
+    """The neighbours' messages of the last round stay in flight after ``optimizer.step()`` (they overlap
+    the next step); reading a bucket's replicas completes them first, so each rank's ``_weight`` is what
+    its neighbours hold as their ``_right_peer_weight`` / ``_left_peer_weight`` (one round behind before)."""
+    n = 4
+    results = run_workers(_replicas_after_training, n, hierarchical, local_size=n if hierarchical else 1)
+    for rank in range(n):
+        if hierarchical:  # one node: every rank ends with the same weights
+            assert torch.equal(results[rank]["weights"], results[(rank - 1) % n]["weights"])
+        else:
+            assert torch.equal(results[rank]["weight"], results[(rank - 1) % n]["right"]), rank
+            assert torch.equal(results[rank]["weight"], results[(rank + 1) % n]["left"]), rank

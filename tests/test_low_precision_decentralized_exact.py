@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 from bagua_core.runtime import native
 from bagua_core.lifecycle.bucket_ops import pipeline
-from bagua_algorithms.decentralized.low_precision_op import LowPrecisionDecentralizedOp
+from bagua_algorithms.low_precision_decentralized.op import LowPrecisionDecentralizedOp
 from bagua_core.runtime.process_group import get_default_group
 from tests.distributed import run_workers
 from tests.test_bytegrad_exact import TorchMinMaxUInt8

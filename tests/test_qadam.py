@@ -26,7 +26,7 @@ def _run(rank: int, by_name: bool, hierarchical: bool) -> None:
     n = dist.get_world_size()
     model = SmallNet(seed=rank)
     optimizer = QAdamOptimizer(model.parameters(), lr=LR, warmup_steps=WARMUP, betas=BETAS, weight_decay=WD)
-    algorithm = {"name": "qadam", "hierarchical": hierarchical} if by_name else QAdamAlgorithm(optimizer, hierarchical)
+    algorithm = {"name": "qadam", "hierarchical": hierarchical} if by_name else QAdamAlgorithm(optimizer, hierarchical=hierarchical)
     model = model.with_bagua([optimizer], algorithm)
     assert model.bagua_algorithm.optimizer is optimizer
     reference = SmallNet(seed=0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-import bagua_algorithms.decentralized.full_precision_op as decentralized
+import bagua_algorithms.decentralized.op as decentralized
 
 
 class _Comm:

@@ -27,11 +27,11 @@ from bagua_core.runtime.communication import (
     send,
 )
 from bagua_core.module.backend import get_backend
+from bagua_core.bootstrap import init_process_group
 from bagua_core.runtime.process_group import (
     BaguaProcessGroup,
     from_torch_group,
     get_default_group as _get_default_group,
-    init_process_group,
     is_initialized,
     new_group,
     rank_not_in_group as _rank_not_in_group,

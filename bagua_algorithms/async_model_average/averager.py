@@ -46,11 +46,9 @@ from bagua_core.runtime import env, failure
 from bagua_core.runtime.communication import ReduceOp, allreduce_inplace
 from bagua_core.runtime.communication.communicator import BaguaCommunicator
 from bagua_core.runtime.exceptions import JobFailureError
-from bagua_core.runtime.process_group import get_default_group
 
 if TYPE_CHECKING:  # pragma: no cover
     from bagua_core.lifecycle.bucket import BaguaBucket
-    from bagua_core.runtime.process_group import BaguaProcessGroup
 
 __all__ = ["AsyncModelAverager", "new_async_communicator"]
 
@@ -77,26 +75,7 @@ def _add_to_bucket(bucket: BaguaBucket, delta: torch.Tensor) -> None:
 
 
 class AsyncModelAverager:
-    """The background averaging loop over ``buckets`` of weights (effective tensor = the weight).
-    Registered for ``BaguaBucket.append_asynchronous_model_average_op`` (hook ``bagua_register_bucket_ops``)."""
-
-    name = "append_asynchronous_model_average_op"
-    """The ``BaguaBucket`` method this averager serves."""
-
-    @classmethod
-    def append_to(cls, bucket: BaguaBucket, peer_selection_mode: str, group: BaguaProcessGroup | None = None,
-                  averager: AsyncModelAverager | None = None, sync_interval_ms: int = 500) -> AsyncModelAverager:
-        """Add ``bucket`` to ``averager``, or to a new one over ``group`` (collective over the whole job);
-        nothing is appended to the bucket's operations (the averaging runs in the background)."""
-        if peer_selection_mode != "all":
-            raise ValueError(f"peer_selection_mode must be 'all', got {peer_selection_mode!r}")
-        if averager is None:
-            if group is None:
-                group = get_default_group()
-            averager = cls([], new_async_communicator(group.ranks), sync_interval_ms)
-        if all(other is not bucket for other in averager.buckets):
-            averager.buckets.append(bucket)
-        return averager
+    """The background averaging loop over ``buckets`` of weights (effective tensor = the weight)."""
 
     def __init__(self, buckets: list[BaguaBucket], comm: BaguaCommunicator, sync_interval_ms: int,
                  step_bound: bool = False) -> None:
@@ -124,6 +103,12 @@ class AsyncModelAverager:
     @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    def add_bucket(self, bucket: BaguaBucket) -> None:
+        """Average ``bucket`` too (once; nothing is appended to its operations: the averaging runs in the
+        background)."""
+        if all(other is not bucket for other in self.buckets):
+            self.buckets.append(bucket)
 
     def start(self) -> None:
         """Start the loop (a daemon thread: it never keeps the interpreter alive)."""

@@ -34,16 +34,18 @@ class AutoImpl(AlgorithmImpl):
     """Read by ``bagua_core.selection.autotune``: this impl hands the module to the chosen impl, which is tuned
     (if its capabilities allow) once it runs the module by itself; this one is never tuned."""
 
-    def __init__(self, process_group: Any, auto: Algorithm) -> None:  # auto: the package's AutoAlgorithm
-        super().__init__(process_group)
-        self.auto = auto
+    def __init__(self, process_group: Any, config: Any, plan: Any) -> None:
+        """``config``: ``auto``'s options; ``plan``: its candidates for this group's membership
+        (``AutoAlgorithm.plan``)."""
+        super().__init__(process_group, config)
+        self.plan = plan
         self.index = 0
-        self.current: AlgorithmImpl = auto.declarations[0].reify(process_group)
+        self.current: AlgorithmImpl = plan.declarations[0].reify(process_group)
         self._module: torch.nn.Module | None = None
         self._first_step: int | None = None
         self._last: float | None = None
         self._times: dict[int, list[float]] = {}
-        self.keeps_module = auto.fault_tolerance is not None
+        self.keeps_module = plan.fault_tolerance is not None
         """Fault-tolerant mode: this impl runs the module after the choice too (a new quorum re-reifies the
         declaration, which stays ``auto``; :meth:`load_state_dict` switches the new impl to the choice)."""
         self.decided: int | None = None
@@ -59,7 +61,7 @@ class AutoImpl(AlgorithmImpl):
         if self._first_step is None:
             self._first_step = module.bagua_train_step_counter
         step = module.bagua_train_step_counter - self._first_step  # 0 for the first step trained
-        warmup, per_trial, count = self.auto.config.warmup_steps, self.auto.config.trial_steps, len(self.auto.declarations)
+        warmup, per_trial, count = self.config.warmup_steps, self.config.trial_steps, len(self.plan.declarations)
         if count == 1:
             return self._decide(module, [float("nan")])
         finished = step - 1 - warmup  # the step that just ended, counted from the first trial's
@@ -79,7 +81,7 @@ class AutoImpl(AlgorithmImpl):
     def _switch(self, module: torch.nn.Module, index: int) -> None:
         self.current.shutdown(module)
         self.index = index
-        declaration = self.auto.declarations[index]
+        declaration = self.plan.declarations[index]
         self.current = declaration.reify(self.process_group)
         module.bagua_capabilities = self._capabilities(declaration)
         logger.info("step %d: auto trial of %s", module.bagua_train_step_counter, declaration.name)
@@ -88,7 +90,7 @@ class AutoImpl(AlgorithmImpl):
         """The running candidate's, with auto's own fault tolerance (the runtime's policy never changes)."""
         capabilities = capabilities_of(declaration, self.current)
         if self.keeps_module:
-            capabilities = dataclasses.replace(capabilities, fault_tolerance=self.auto.fault_tolerance)
+            capabilities = dataclasses.replace(capabilities, fault_tolerance=self.plan.fault_tolerance)
         return capabilities
 
     def _decide(self, module: torch.nn.Module, medians: list[float]) -> bool:
@@ -113,12 +115,12 @@ class AutoImpl(AlgorithmImpl):
         best = int(choice[0])
         if best != self.index:
             self._switch(module, best)
-        chosen: Algorithm = self.auto.declarations[best]
+        chosen: Algorithm = self.plan.declarations[best]
         result = {
             "algorithm": chosen.name,
-            "step_time_s": {d.name: float(t) for d, t in zip(self.auto.declarations, times)},
-            "relative_bytes": {d.name: type(d).capabilities.relative_bytes for d in self.auto.declarations},
-            "options": dict(self.auto.overrides),  # non-default options of the candidates (single node)
+            "step_time_s": {d.name: float(t) for d, t in zip(self.plan.declarations, times)},
+            "relative_bytes": {d.name: type(d).capabilities.relative_bytes for d in self.plan.declarations},
+            "options": dict(self.plan.overrides),  # non-default options of the candidates (single node)
             "model_bytes": model_bytes,
             "decided_at_step": module.bagua_train_step_counter,
             **link,
@@ -145,7 +147,7 @@ class AutoImpl(AlgorithmImpl):
     def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
         if self._module is None:
             self._module = bagua_module
-            bagua_module.bagua_capabilities = self._capabilities(self.auto.declarations[self.index])
+            bagua_module.bagua_capabilities = self._capabilities(self.plan.declarations[self.index])
         return self.current.init_tensors(bagua_module)
 
     def bucket_size_bytes(self) -> int:

@@ -14,9 +14,9 @@ The buffers (uint8 send/receive/gather slots, the own chunk in the tensor's dtyp
 :class:`CompressedWorkspace` that a bucket keeps from step to step, so large allocations do not
 page-fault every step; the result is decompressed straight into the tensor.
 
-Hierarchical (:func:`bagua_core.lifecycle.bucket_ops.hierarchy.hierarchical`, the core's pattern): reduce (AVG when averaging, else
-SUM) to the node leader, run the compressed exchange among the node leaders (the inter-node
-communicator), then broadcast inside the node (full precision on both intra-node legs).
+Hierarchical (the core's pattern, :mod:`bagua_core.lifecycle.bucket_ops.hierarchy`): reduce (AVG when
+averaging, else SUM) to the node leader, run the compressed exchange among the node leaders (the
+inter-node communicator), then broadcast inside the node (full precision on both intra-node legs).
 
 Example::
 
@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from bagua_algorithms.bytegrad.compressed_pipeline import _nothing, start_pipelined_exchange
+from bagua_algorithms.bytegrad.compressed_pipeline import PipelinedExchange
 from bagua_algorithms.bytegrad.workspace import CompressedWorkspace
-from bagua_core.lifecycle.bucket_ops import hierarchy
+from bagua_core.lifecycle.bucket_ops.hierarchy import broadcast_from_leader, reduce_to_leader, resolve_group
 from bagua_core.runtime import env
-from bagua_core.codecs import DEFAULT_CODEC, Codec, check_codec_name, get_codec
+from bagua_core.codecs import Codec, check_codec_name, get_codec
 from bagua_core.runtime.communication import ReduceOp, allgather, alltoall
 from bagua_core.runtime.communication.communicator import BaguaCommunicator
 
@@ -45,6 +45,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["CompressedAllReduceOp", "CompressedWorkspace", "compressed_allreduce", "compressed_allreduce_on",
            "start_compressed_allreduce", "start_compressed_allreduce_on"]
+
+DEFAULT_CODEC = "MinMaxUInt8"
+"""The codec of the exchange when none is named (the algorithm's documented default)."""
 
 
 def _pieces(flat: torch.Tensor, n: int, ws: CompressedWorkspace) -> list[tuple[torch.Tensor, int, torch.Tensor]]:
@@ -93,10 +96,13 @@ def start_compressed_allreduce_on(
         return _nothing
     codec = codec or get_codec(DEFAULT_CODEC)
     ws = (workspace or CompressedWorkspace()).buffers(numel, n, flat.dtype, flat.device, codec)
-    if n > 1:
-        finish = start_pipelined_exchange(flat, comm, average, ws, _pieces(flat, n, ws), codec, defer)
-        if finish is not None:
-            return finish
+    if n > 1 and PipelinedExchange.applies(flat):
+        exchange = PipelinedExchange(flat, comm, average, ws, _pieces(flat, n, ws), codec)
+        if defer:
+            exchange.start()
+            return exchange.finish
+        exchange.run()
+        return _nothing
     nonfinite = env.get_nonfinite_policy()
     for values, chunks, slots in _pieces(flat, n, ws):
         codec.encode(values, chunks, out=slots, nonfinite=nonfinite)
@@ -134,24 +140,35 @@ def start_compressed_allreduce(tensor: torch.Tensor, group: BaguaProcessGroup, a
     leaders' exchange, then the broadcast inside the node; without ``defer`` only the broadcast)."""
     if not hierarchical:
         return start_compressed_allreduce_on(tensor, group.get_global_communicator(), average, workspace, codec, defer)
-    return hierarchy.start_hierarchical(
-        tensor, group, lambda inter: start_compressed_allreduce_on(tensor, inter, average, workspace, codec, defer),
-        ReduceOp.AVG if average else ReduceOp.SUM)
+    inter = reduce_to_leader(tensor, group, ReduceOp.AVG if average else ReduceOp.SUM)
+    finish = _nothing if inter is None else \
+        start_compressed_allreduce_on(tensor, inter, average, workspace, codec, defer)
+
+    def finish_and_broadcast() -> None:
+        finish()
+        broadcast_from_leader(tensor, group)
+
+    return finish_and_broadcast
+
+
+def _nothing() -> None:
+    return None
 
 
 class CompressedAllReduceOp:
-    """The bucket op of ``BaguaBucket.append_centralized_synchronous_op(compression=<codec>)``: the
-    exchange above over the bucket (AVG when ``average``), with a workspace kept from step to step.
-    Registered for that method through ``bagua_register_bucket_ops`` (``scattergather`` does not apply:
-    the exchange is already a reduce-scatter and an allgather). With more than one peer, and where the
-    bucket lets it (``bucket.may_defer``: its last op, run by the module's scheduler), it returns with
-    round 1 on the wire and the rest deferred to the end of backward, so the next buckets' round 1 can
-    use the link while this rank waits for its peers' chunks."""
+    """The bucket op of bytegrad (and of qadam's momentum, which imports it): the exchange above over
+    the bucket (AVG when ``average``), with a workspace kept from step to step. With more than one
+    peer, and where the bucket lets it (``bucket.may_defer``: its last op, run by the module's
+    scheduler), it returns with round 1 on the wire and the rest deferred to the end of backward, so the
+    next buckets' round 1 can use the link while this rank waits for its peers' chunks.
 
-    name = "append_centralized_synchronous_op"
-    """The ``BaguaBucket`` method this op serves (when it is given a codec)."""
+    Example::
 
-    def __init__(self, group: BaguaProcessGroup | None, hierarchical: bool, average: bool, compression: str) -> None:
+        >>> bucket.append_op(CompressedAllReduceOp(group, hierarchical=False, average=True, compression="MinMaxUInt8"))
+    """
+
+    def __init__(self, group: BaguaProcessGroup | None = None, hierarchical: bool = False, average: bool = True,
+                 compression: str = DEFAULT_CODEC) -> None:
         self.codec = get_codec(check_codec_name(compression))  # an installed codec (ValueError lists them)
         self.group = group
         self.hierarchical = bool(hierarchical)
@@ -159,14 +176,8 @@ class CompressedAllReduceOp:
         self.compression = compression
         self.workspace = CompressedWorkspace()
 
-    @classmethod
-    def append_to(cls, bucket: BaguaBucket, hierarchical: bool = False, average: bool = True,
-                  scattergather: bool = False, compression: str = "MinMaxUInt8",
-                  group: BaguaProcessGroup | None = None) -> BaguaBucket:
-        return bucket.append_op(cls(group, hierarchical, average, compression))
-
     def __call__(self, bucket: BaguaBucket) -> None:
-        group = hierarchy.resolve_group(self.group, bucket)
+        group = resolve_group(self.group, bucket)
         tensor = bucket.flattened_view()
         flattened = tensor is bucket.buffer
         # in flight while later buckets start, whose round 1 then fills the link while this rank waits

@@ -2,7 +2,7 @@
 bucket's parameters mixed with the peers of the step's topology edge while the next iteration runs.
 
 Two call forms over one implementation, both on the core's lifecycle
-(:class:`~.plugin.DecentralizedDPAlgorithmImpl`: the core's buckets hold the parameters, its bucket
+(:class:`~.algorithm.DecentralizedDPAlgorithmImpl`: the core's buckets hold the parameters, its bucket
 ready hook steps each bucket's optimizer inside backward; :class:`~.engine.DecentralizedEngine` holds
 the topology, the per-bucket optimizers and the rounds in flight):
 
@@ -12,7 +12,11 @@ the topology, the per-bucket optimizers and the rounds in flight):
   ``zero_grad / backward / step``.
 
 Topologies are plugins (hook ``bagua_register_topologies``, specified by this package in
-:mod:`~.hookspecs`; base :class:`Topology`).
+:mod:`~.hookspecs`; base :class:`Topology`; the built-in ones in :mod:`~.topologies`, a plugin of their own).
+
+The package: :mod:`.config` (the options), :mod:`.algorithm` (Algorithm and Impl), :mod:`.engine` (the
+rounds, the per-bucket optimizers), :mod:`.buckets`, :mod:`.topology`, :mod:`.optimizers`,
+:mod:`.optim_fns`, :mod:`.wrapper` (``DecentralizedDataParallel``).
 
 Example::
 
@@ -23,6 +27,9 @@ Example::
 
 from __future__ import annotations
 
+from bagua_algorithms.decentralized_dp import hookspecs
+from bagua_algorithms.decentralized_dp.algorithm import DecentralizedDPAlgorithm, DecentralizedDPAlgorithmImpl
+from bagua_algorithms.decentralized_dp.config import DecentralizedDPConfig
 from bagua_algorithms.decentralized_dp.engine import DecentralizedEngine
 from bagua_algorithms.decentralized_dp.optim_fns import optim_fn_for, optim_fn_like, weight_decay_groups
 from bagua_algorithms.decentralized_dp.optimizers import AccumAdam, AccumAdamW, DecentralizedOptimizer
@@ -34,10 +41,15 @@ from bagua_algorithms.decentralized_dp.topology import (
     topology_names,
 )
 from bagua_algorithms.decentralized_dp.wrapper import DecentralizedDataParallel
+from bagua_core.lifecycle.algorithm import Algorithm
+from bagua_core.plugins import hookimpl
 
 __all__ = [
     "AccumAdam",
     "AccumAdamW",
+    "DecentralizedDPAlgorithm",
+    "DecentralizedDPAlgorithmImpl",
+    "DecentralizedDPConfig",
     "DecentralizedDataParallel",
     "DecentralizedEngine",
     "DecentralizedOptimizer",
@@ -50,3 +62,13 @@ __all__ = [
     "topology_names",
     "weight_decay_groups",
 ]
+
+
+@hookimpl
+def bagua_add_hookspecs(plugin_manager) -> None:
+    plugin_manager.add_hookspecs(hookspecs)  # the topology spec; the topologies plugin adds it too
+
+
+@hookimpl
+def bagua_register_algorithms() -> list[type[Algorithm]]:
+    return [DecentralizedDPAlgorithm]

@@ -33,16 +33,14 @@ from bagua_algorithms.decentralized_dp.engine import (
     validate_engine_options,
 )
 from bagua_algorithms.decentralized_dp.topology import Topology, get_topology
-from bagua_algorithms.decentralized_dp.plugin import (
-    DecentralizedDPAlgorithm,
-    DecentralizedDPAlgorithmImpl,
-    DecentralizedDPConfig,
-)
+from bagua_algorithms.decentralized_dp.algorithm import DecentralizedDPAlgorithm, DecentralizedDPAlgorithmImpl
+from bagua_algorithms.decentralized_dp.config import DecentralizedDPConfig
 from bagua_core.runtime import env
 from bagua_core.runtime.agreement import Prepared, agree_or_raise
 from bagua_core.runtime.communication import stats
 from bagua_core.module.initial_sync import model_signature
-from bagua_core.runtime.process_group import get_default_group_or_none, init_process_group
+from bagua_core.bootstrap import init_process_group
+from bagua_core.runtime.process_group import get_default_group_or_none
 
 __all__ = ["DecentralizedDataParallel"]
 

@@ -1,5 +1,9 @@
 """``diloco``: DiLoCo and Streaming DiLoCo (see ``algorithm.py``).
 
+The package: :mod:`.config` (the options), :mod:`.algorithm` (Algorithm and Impl), :mod:`.fragments`
+(the parameters cut into fragments and their schedules), :mod:`.exchange` (a fragment's outer-gradient
+exchange, compressed with error feedback), :mod:`.state` (checkpoints and healing).
+
 Example::
 
     >>> model = model.with_bagua([optimizer], {"name": "diloco", "inner_steps": 100})
@@ -12,7 +16,7 @@ from bagua_algorithms.diloco.config import DiLoCoConfig
 from bagua_core.lifecycle.algorithm import Algorithm
 from bagua_core.plugins import hookimpl
 
-__all__ = ["DiLoCoAlgorithm", "DiLoCoAlgorithmImpl", "DiLoCoConfig", "bagua_register_algorithms"]
+__all__ = ["DiLoCoAlgorithm", "DiLoCoAlgorithmImpl", "DiLoCoConfig"]
 
 
 @hookimpl

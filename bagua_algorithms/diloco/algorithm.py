@@ -37,26 +37,30 @@ from bagua_algorithms.diloco.config import DiLoCoConfig
 from bagua_algorithms.diloco.exchange import FragmentExchange
 from bagua_algorithms.diloco.fragments import Schedule, gather_flat, scatter_flat, split_fragments
 from bagua_algorithms.diloco.state import restore, state_of
-from bagua_core.runtime import env
-from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmImpl
-from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
-from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.codecs import get_codec
-from bagua_core.fault_tolerance.quorum_group import QuorumGroup
+from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmImpl
+from bagua_core.lifecycle.bucket import BaguaBucket
+from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp
+from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
+from bagua_core.runtime import env
 
 __all__ = ["DiLoCoAlgorithm", "DiLoCoAlgorithmImpl"]
 
 
 class DiLoCoAlgorithmImpl(AlgorithmImpl):
+    """Inner steps with nothing communicated, then each fragment's outer step (module docstring)."""
+
+    config: DiLoCoConfig
+
     def __init__(self, process_group: Any, config: DiLoCoConfig) -> None:
-        super().__init__(process_group)
-        self.config = config
+        super().__init__(process_group, config)
         self.codec = get_codec(config.compression) if config.compression else None
         self.nranks = len(process_group.ranks)
         timeout = datetime.timedelta(seconds=env.get_comm_timeout_s())
-        # fault-tolerant mode: the quorum's managed group is the only one between replicas (no new group)
-        self.fault_tolerant = isinstance(process_group, QuorumGroup)
-        self.group = process_group.managed if self.fault_tolerant else \
+        # on a quorum (fault-tolerant mode) its group is the only one between replicas: no new group
+        membership = process_group.membership
+        self.fault_tolerant = membership.on_quorum
+        self.group = membership.between_replicas if self.fault_tolerant else \
             dist.new_group(process_group.ranks, timeout=timeout)  # collective
         self.schedule = Schedule(config.inner_steps, config.fragment_count, config.overlap)
         self._module: torch.nn.Module | None = None
@@ -98,7 +102,7 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
     def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
         bucket.clear_ops()
         if not self._inner_phase:
-            bucket.append_centralized_synchronous_op(hierarchical=False, average=True, group=self.process_group)
+            bucket.append_op(CentralizedSynchronousOp(self.process_group, hierarchical=False, average=True))
 
     def init_backward_hook(self, bagua_module: torch.nn.Module) -> Callable[[str, torch.nn.Parameter], None]:
         warmup = super().init_backward_hook(bagua_module)
@@ -194,11 +198,9 @@ class DiLoCoAlgorithm(Algorithm):
 
     name = "diloco"
     Config = DiLoCoConfig
+    Impl = DiLoCoAlgorithmImpl
     capabilities = Capabilities(communicates="weights", weights_differ_across_ranks=True, relative_bytes=None,
                                 fault_tolerance=FaultTolerance(
                                     heals=("weights", "optimizer", "algorithm_state", "step"), commit="after_step",
                                     rederives=("averaging denominator",)))
     """Pseudo-gradients of the weights every ``inner_steps`` steps: ~1/H of allreduce's bytes."""
-
-    def reify(self, process_group: Any) -> DiLoCoAlgorithmImpl:
-        return DiLoCoAlgorithmImpl(process_group, self.config)

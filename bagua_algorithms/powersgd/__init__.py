@@ -1,5 +1,8 @@
 """``powersgd``: low-rank gradient compression with error feedback (see ``algorithm.py``).
 
+The package: :mod:`.config` (the options), :mod:`.algorithm` (Algorithm and Impl), :mod:`.low_rank` (the
+bucket op: P and Q, their allreduces, the error feedback).
+
 Example::
 
     >>> model = model.with_bagua([optimizer], "powersgd")
@@ -7,11 +10,12 @@ Example::
 
 from __future__ import annotations
 
-from bagua_algorithms.powersgd.algorithm import PowerSGDAlgorithm, PowerSGDAlgorithmImpl, PowerSGDConfig
+from bagua_algorithms.powersgd.algorithm import PowerSGDAlgorithm, PowerSGDAlgorithmImpl
+from bagua_algorithms.powersgd.config import PowerSGDConfig
 from bagua_core.lifecycle.algorithm import Algorithm
 from bagua_core.plugins import hookimpl
 
-__all__ = ["PowerSGDAlgorithm", "PowerSGDAlgorithmImpl", "PowerSGDConfig", "bagua_register_algorithms"]
+__all__ = ["PowerSGDAlgorithm", "PowerSGDAlgorithmImpl", "PowerSGDConfig"]
 
 
 @hookimpl

@@ -19,46 +19,28 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
-from pydantic import Field, StrictInt
 
+from bagua_algorithms.powersgd.config import PowerSGDConfig
 from bagua_algorithms.powersgd.low_rank import PowerSGDOp
-from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
+from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmImpl
 from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
 from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.runtime.exceptions import BaguaError
 
-__all__ = ["PowerSGDConfig", "PowerSGDAlgorithm", "PowerSGDAlgorithmImpl"]
-
-
-class PowerSGDConfig(AlgorithmConfig):
-    name: Literal["powersgd"] = "powersgd"
-    matrix_approximation_rank: StrictInt = Field(1, ge=1)
-    """Rank r of the approximation ``P Q^T`` of each gradient matrix (1-4 is typical)."""
-    start_iter: StrictInt = Field(10, ge=0)
-    """Steps of plain gradient allreduce (full precision) before compression starts."""
-    min_compression_rate: float = Field(2.0, gt=0)
-    """Compress a matrix only if ``(rows + cols) * r * min_compression_rate < rows * cols``; others are
-    averaged uncompressed."""
-    use_error_feedback: bool = True
-    """Add what the approximation missed to the next step's gradient (strongly recommended)."""
-    warm_start: bool = True
-    """Start each step's power iteration from the previous step's Q (else a fresh random Q every step)."""
-    orthogonalization_epsilon: float = Field(0.0, ge=0)
-    """Added to each column norm when orthonormalising (guards against all-zero columns)."""
-    random_seed: StrictInt = Field(0, ge=0, lt=2**32)
-    """Seed of the random initial Q (the same on every rank)."""
+__all__ = ["PowerSGDAlgorithm", "PowerSGDAlgorithmImpl"]
 
 
 class PowerSGDAlgorithmImpl(AlgorithmImpl):
     """Holds the step counter and the RNG shared by the buckets; each bucket's op holds its own state."""
 
+    config: PowerSGDConfig
+
     def __init__(self, process_group: Any, config: PowerSGDConfig) -> None:
-        super().__init__(process_group)
-        self.config = config
+        super().__init__(process_group, config)
         self.iter = 0
         """Steps whose gradients were communicated (counted at the end of backward, as torch's hook)."""
         self.rng = np.random.RandomState(config.random_seed)
@@ -107,20 +89,10 @@ class PowerSGDAlgorithm(Algorithm):
 
     name = "powersgd"
     Config = PowerSGDConfig
+    Impl = PowerSGDAlgorithmImpl
     capabilities = Capabilities(communicates="gradients", relative_bytes=None, fault_tolerance=FaultTolerance(
         heals=("weights", "optimizer", "algorithm_state", "step"), commit="after_step",
         rederives=("averaging denominator",)))
     """Not an ``auto`` candidate: the optimizer sees a low-rank approximation with error feedback (more
     than a codec's rounding), the first ``start_iter`` steps are plain allreduce, and the buckets keep
     residuals across steps (no bucket-size tuning). The bytes depend on the rank and the shapes."""
-
-    def __init__(self, matrix_approximation_rank: int = 1, start_iter: int = 10, min_compression_rate: float = 2.0,
-                 use_error_feedback: bool = True, warm_start: bool = True, orthogonalization_epsilon: float = 0.0,
-                 random_seed: int = 0) -> None:
-        super().__init__(matrix_approximation_rank=matrix_approximation_rank, start_iter=start_iter,
-                         min_compression_rate=min_compression_rate, use_error_feedback=use_error_feedback,
-                         warm_start=warm_start, orthogonalization_epsilon=orthogonalization_epsilon,
-                         random_seed=random_seed)
-
-    def reify(self, process_group: Any) -> PowerSGDAlgorithmImpl:
-        return PowerSGDAlgorithmImpl(process_group, self.config)

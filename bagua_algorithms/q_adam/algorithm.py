@@ -5,7 +5,7 @@ allreduced (AVG) in full precision, in their dtype, bucket by bucket while backw
 optimizer does Adam, exactly ``torch.optim.Adam`` on the averaged gradient. From then on the
 buckets hold the optimizer's momentum ``exp_avg`` instead: when a bucket's gradients are ready, each
 worker updates m from its local gradient (weight decay included) and the bucket is averaged with
-the bytegrad exchange (MinMaxUInt8, every rank bit-identical); the optimizer then applies m with
+bytegrad's exchange (its op, imported: MinMaxUInt8, every rank bit-identical); the optimizer then applies m with
 the frozen v. ``need_reset`` is True once, before the first step after warmup, to rebuild the
 buckets over the momentum tensors. Under ``torch.amp.GradScaler`` an overflow on any rank is skipped
 on every rank, with the same scale everywhere (see ``bagua_algorithms.q_adam.loss_scaling``).
@@ -18,41 +18,31 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any
 
 import torch
 
+from bagua_algorithms.bytegrad.compressed import CompressedAllReduceOp
+from bagua_algorithms.q_adam.config import QAdamConfig
 from bagua_algorithms.q_adam.optimizer import QAdamOptimizer
-from pydantic import field_validator
-
-from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
-from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
+from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmImpl
 from bagua_core.lifecycle.bucket import BaguaBucket
-from bagua_core.codecs import check_codec_name
-from bagua_core.runtime.exceptions import BaguaConfigError
+from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp
+from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
 from bagua_core.module.nonfinite import has_nonfinite
+from bagua_core.runtime.exceptions import BaguaConfigError
 
-__all__ = ["QAdamAlgorithm", "QAdamAlgorithmImpl", "QAdamConfig"]
-
-
-class QAdamConfig(AlgorithmConfig):
-    name: Literal["qadam"] = "qadam"
-    hierarchical: bool = True
-    """After warmup: average the momentum inside each node first, compress among the node leaders."""
-    compression: str = "MinMaxUInt8"
-    """The codec of the momentum exchange after warmup (any installed one, ``bagua plugins`` lists them: MinMaxUInt4, fp16,
-    bf16, ScaledSign, ...); MinMaxUInt8 runs the native fused kernels."""
-
-    _check_compression = field_validator("compression")(lambda cls, value: check_codec_name(value))
+__all__ = ["QAdamAlgorithm", "QAdamAlgorithmImpl"]
 
 
 class QAdamAlgorithmImpl(AlgorithmImpl):
-    def __init__(self, process_group, q_adam_optimizer: QAdamOptimizer, hierarchical: bool = True,
-                 compression: str = "MinMaxUInt8") -> None:
-        super().__init__(process_group)
+    """Full-precision gradient buckets during warmup, then buckets of momentum averaged by bytegrad's op."""
+
+    config: QAdamConfig
+
+    def __init__(self, process_group, config: QAdamConfig, q_adam_optimizer: QAdamOptimizer) -> None:
+        super().__init__(process_group, config)
         self.optimizer = q_adam_optimizer
-        self.hierarchical = hierarchical
-        self.compression = compression
         self._momentum_phase: bool | None = None
 
     def need_reset(self) -> bool:
@@ -81,12 +71,11 @@ class QAdamAlgorithmImpl(AlgorithmImpl):
     def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
         bucket.clear_ops()
         if not self._momentum_phase:
-            bucket.append_centralized_synchronous_op(hierarchical=False, average=True, group=self.process_group)
+            bucket.append_op(CentralizedSynchronousOp(self.process_group, hierarchical=False, average=True))
             return
         bucket.append_op(lambda b: self.optimizer.update_external_momentum_(b.tensors))
-        bucket.append_centralized_synchronous_op(
-            hierarchical=self.hierarchical, average=True, compression=self.compression, group=self.process_group
-        )
+        bucket.append_op(CompressedAllReduceOp(self.process_group, self.config.hierarchical, True,
+                                               self.config.compression))
 
     def init_post_backward_hook(self, bagua_module: torch.nn.Module):
         """Wait for the buckets; after warmup, an averaged momentum holding inf/NaN (the same bytes on
@@ -124,14 +113,14 @@ class QAdamAlgorithm(Algorithm):
                                                "hierarchy (a replica is a node)")))
     """Full-precision gradients during warmup, then the momentum compressed to a byte per value."""
 
-    def __init__(self, q_adam_optimizer: QAdamOptimizer, hierarchical: bool = True,
-                 compression: str = "MinMaxUInt8") -> None:
+    def __init__(self, q_adam_optimizer: QAdamOptimizer, **options: Any) -> None:
+        """``q_adam_optimizer``: the ``QAdamOptimizer`` of the model; ``options``: those of ``QAdamConfig``."""
         if not isinstance(q_adam_optimizer, QAdamOptimizer):
             raise BaguaConfigError(
                 "QAdamAlgorithm needs a bagua_algorithms.q_adam.QAdamOptimizer, got "
                 f"{type(q_adam_optimizer).__name__}"
             )
-        super().__init__(hierarchical=hierarchical, compression=compression)
+        super().__init__(**options)
         self.optimizer = q_adam_optimizer
 
     @classmethod
@@ -144,7 +133,7 @@ class QAdamAlgorithm(Algorithm):
                 f"found {len(found)} (optimizers given: {given}); create it with "
                 "bagua_algorithms.q_adam.QAdamOptimizer(model.parameters(), ...)"
             )
-        return cls(found[0], hierarchical=config.hierarchical, compression=config.compression)
+        return cls(found[0], **config.model_dump(exclude={"name"}))
 
     @classmethod
     def build_optimizer(cls, params, *, lr: float | None = None, steps_per_epoch: int = 1) -> QAdamOptimizer:
@@ -159,4 +148,4 @@ class QAdamAlgorithm(Algorithm):
         return {**super().canonical_options(), "optimizer warmup_steps": self.optimizer.warmup_steps}
 
     def reify(self, process_group) -> QAdamAlgorithmImpl:
-        return QAdamAlgorithmImpl(process_group, self.optimizer, self.config.hierarchical, self.config.compression)
+        return QAdamAlgorithmImpl(process_group, self.config, self.optimizer)

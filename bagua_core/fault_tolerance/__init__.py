@@ -4,8 +4,10 @@ Replicas (one rank, or the ranks of a node) are each started by their own torchr
 forms a quorum every step; between replicas the algorithms' collectives run on torchft's managed,
 reconfigurable gloo group. Each step is a transaction: a step during which a participant failed is
 committed nowhere. A script opts in with ``init_process_group(fault_tolerant=True)`` (or
-``bagua run --fault-tolerant``, which sets ``BAGUA_FAULT_TOLERANT=1``); ``with_bagua`` then attaches the
-runtime, refusing an algorithm that declares no ``Capabilities.fault_tolerance``.
+``bagua run --fault-tolerant``, which sets ``BAGUA_FAULT_TOLERANT=1``): ``bagua_core.bootstrap`` then
+marks the replica's own group (``membership.changes``) and calls :func:`start`; ``with_bagua`` attaches the
+runtime, refusing an algorithm that declares no ``Capabilities.fault_tolerance``. The algorithms learn
+all of it from the group they are reified on (``process_group.membership``), never from this package.
 
 The pieces: :mod:`.options` (what a replica needs), :mod:`.managed_group` (the quorum's group as torch
 sees it, errors reported instead of raised), :mod:`.quorum_group` (the ``BaguaProcessGroup`` the
@@ -33,7 +35,6 @@ from typing import Any
 from bagua_core.fault_tolerance.current import current_runtime, set_runtime
 from bagua_core.fault_tolerance.options import FaultTolerantOptions, enabled_by_env
 from bagua_core.fault_tolerance.sampler import QuorumSampler
-from bagua_core.runtime import process_group
 from bagua_core.runtime.exceptions import BaguaConfigError
 
 __all__ = ["FaultTolerantOptions", "QuorumSampler", "current_runtime", "start", "attach", "resolve_options"]
@@ -81,6 +82,3 @@ def attach(module: Any) -> None:
     if runtime is not None:
         runtime.attach(module)
 
-
-# The runtime wing is below this package: init_process_group(fault_tolerant=...) reaches it through this.
-process_group.set_fault_tolerance(resolve_options, start)

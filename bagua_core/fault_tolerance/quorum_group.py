@@ -6,7 +6,8 @@ communicator the quorum's managed group among the replicas' first ranks, and the
 quorum's managed group over every rank of every replica
 (:class:`~bagua_core.fault_tolerance.managed_group.ManagedGroup`), so whatever an algorithm derives from
 its group (world size, chunking, peers, rings, denominators) is derived from the step's quorum, and the
-hierarchical algorithms split exactly as on a multi-node job.
+hierarchical algorithms split exactly as on a multi-node job. Its ``membership`` names the quorum and the
+managed group, which is all an algorithm learns of fault-tolerant mode.
 
 Example::
 
@@ -22,6 +23,7 @@ import torch.distributed as dist
 from bagua_core.runtime.communication.communicator import BaguaCommunicator
 from bagua_core.runtime.communication.worker import CommunicationWorker
 from bagua_core.fault_tolerance.managed_group import VIRTUAL_RANK_BASE, ManagedGroup
+from bagua_core.runtime.membership import Membership
 from bagua_core.runtime.process_group import BaguaProcessGroup, _all_groups
 
 __all__ = ["QuorumGroup"]
@@ -40,6 +42,7 @@ class QuorumGroup(BaguaProcessGroup):
         self.replica_rank = replica_rank
         self.quorum_id = quorum_id
         self.managed = everyone
+        self.membership = Membership(changes=True, quorum_id=quorum_id, between_replicas=everyone, commit="quorum")
         self.ranks = list(everyone.ranks)  # quorum order (virtual ranks, see managed_group)
         self.name = self.group_name = f"quorum{quorum_id}"
         self.stream = None

@@ -11,7 +11,7 @@ is increased, ``need_reset`` asked (True redoes tensors/buckets/operations), the
 
 from __future__ import annotations
 
-import abc
+import inspect
 from typing import TYPE_CHECKING, Any, ClassVar
 from collections.abc import Callable, Sequence
 
@@ -41,14 +41,37 @@ class AlgorithmConfig(BaseModel):
     """The registered name of the algorithm."""
 
 
-class Algorithm(abc.ABC):
+class Algorithm:
     """A declaration of an algorithm: its name, what it can do (``capabilities``, see
-    ``bagua_core.lifecycle.capabilities``) and validated options; ``reify`` builds the impl."""
+    ``bagua_core.lifecycle.capabilities``) and validated options; ``reify`` builds the impl.
+
+    An algorithm spells each option once, in its ``Config``; the class takes the options as keywords
+    (its signature is derived from the config) and ``reify`` hands the validated config to ``Impl``.
+
+    Example::
+
+        >>> class MyConfig(AlgorithmConfig):
+        ...     name: Literal["mine"] = "mine"
+        ...     average: bool = True
+        >>> class MyAlgorithm(Algorithm):
+        ...     name, Config, Impl = "mine", MyConfig, MyImpl      # MyImpl(process_group, config)
+        >>> MyAlgorithm(average=False).reify(group).config.average
+        False
+    """
 
     name: ClassVar[str] = ""
     Config: ClassVar[type[AlgorithmConfig]] = AlgorithmConfig
+    Impl: ClassVar[type[AlgorithmImpl] | None] = None
+    """The impl :meth:`reify` builds as ``Impl(process_group, config)`` (None: the subclass overrides ``reify``)."""
     capabilities: ClassVar[Capabilities] = NOT_DECLARED
     """What the core, the CLI, Lightning, autotune and ``algorithm="auto"`` need to know (class level)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:  # a signature of its own (inspect reads it from __init__)
+            cls.__signature__ = None
+        elif cls.Config is not AlgorithmConfig:
+            cls.__signature__ = _options_signature(cls.Config)
 
     def __init__(self, **options: Any) -> None:
         try:
@@ -105,15 +128,30 @@ class Algorithm(abc.ABC):
         except Exception:  # a plugin's option without a JSON form: compare the Python values
             return self.config.model_dump(exclude={"name"})
 
-    @abc.abstractmethod
     def reify(self, process_group: BaguaProcessGroup) -> AlgorithmImpl:
-        """Create the implementation bound to ``process_group``."""
+        """Create the implementation bound to ``process_group``: ``Impl(process_group, config)``. What
+        the impl may assume about who trains with it is ``process_group.membership``
+        (:class:`~bagua_core.runtime.membership.Membership`: fixed, or replicas that come and go)."""
+        if self.Impl is None:
+            raise NotImplementedError(f"{type(self).__name__} sets no Impl and does not override reify")
+        return self.Impl(process_group, self.config)
 
     def __repr__(self) -> str:
         if "config" not in self.__dict__:
             return f"{type(self).__name__}()"
         options = ", ".join(f"{k}={v!r}" for k, v in self.config.model_dump(exclude={"name"}).items())
         return f"{type(self).__name__}({options})"
+
+
+def _options_signature(config: type[AlgorithmConfig]) -> inspect.Signature:
+    """``(*, option=default, ...)`` of every field of ``config`` but ``name``."""
+    parameters = [
+        inspect.Parameter(field, inspect.Parameter.KEYWORD_ONLY,
+                          default=info.default if not info.is_required() else inspect.Parameter.empty,
+                          annotation=info.annotation)
+        for field, info in config.model_fields.items() if field != "name"
+    ]
+    return inspect.Signature(parameters)
 
 
 def group_tensors(tensors: Sequence[torch.Tensor], bucket_size: int) -> list[list[torch.Tensor]]:
@@ -177,8 +215,17 @@ class AlgorithmImpl:
         super().__init_subclass__(**kwargs)
         adapt_hooks(cls)
 
-    def __init__(self, process_group: BaguaProcessGroup) -> None:
+    def __init__(self, process_group: BaguaProcessGroup, config: AlgorithmConfig | None = None) -> None:
         self.process_group = process_group
+        if config is not None:
+            self.config = config  # the validated options (the algorithm's Config)
+
+    def __getattr__(self, item: str) -> Any:
+        # the original's impls kept their options as attributes (impl.hierarchical): read them from the config
+        config = self.__dict__.get("config")
+        if config is not None and item in type(config).model_fields:
+            return getattr(config, item)
+        raise AttributeError(f"{type(self).__name__} has no attribute {item!r}")
 
     def _older_form_capabilities(self) -> dict[str, bool]:
         """What this impl declares in the older, impl-level form, as ``Capabilities`` fields: the class

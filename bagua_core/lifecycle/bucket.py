@@ -12,8 +12,6 @@ from collections.abc import Callable
 
 import torch
 
-from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp
-from bagua_core.lifecycle.bucket_ops.registry import append_provided_op
 from bagua_core.runtime.communication import streams
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -27,8 +25,9 @@ BucketOp = Callable[["BaguaBucket"], None]
 class BaguaBucket:
     """Example::
 
+    >>> from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp
     >>> bucket = BaguaBucket([p1, p2], "bucket_0", flatten=True)
-    >>> bucket.append_centralized_synchronous_op(hierarchical=False, average=True)
+    >>> bucket.append_op(CentralizedSynchronousOp(hierarchical=False, average=True))
     """
 
     BIND_MAX_MEAN_BYTES = 64 * 1024
@@ -274,94 +273,12 @@ class BaguaBucket:
         return self
 
     def append_op(self, op: BucketOp) -> BaguaBucket:
-        """Append any callable ``op(bucket)``; it runs on the communication thread."""
+        """Append ``op``, any callable ``op(bucket)`` (an op object an algorithm built from classes it
+        imports, e.g. ``bagua_core.lifecycle.bucket_ops.centralized.CentralizedSynchronousOp``); the bucket
+        runs its ops in order on the communication thread when all its tensors are ready. An op may leave
+        its communication in flight (:meth:`may_defer`, :meth:`defer`). Returns the bucket."""
         self._ops.append(op)
         return self
-
-    def append_python_op(self, python_function: Callable[[str], None], group: BaguaProcessGroup | None = None) -> BaguaBucket:
-        """Append ``python_function(bucket_name)`` to the bucket's operations."""
-        return self.append_op(lambda bucket: python_function(bucket.name))
-
-    def append_centralized_synchronous_op(
-        self,
-        hierarchical: bool = False,
-        average: bool = True,
-        scattergather: bool = False,
-        compression: str | None = None,
-        group: BaguaProcessGroup | None = None,
-    ) -> BaguaBucket:
-        """Append an allreduce of the bucket over ``group`` (the module's group by default).
-
-        ``hierarchical``: reduce inside each node, allreduce among node leaders, broadcast inside the
-        node. ``scattergather``: reduce-scatter then allgather. ``compression="MinMaxUInt8"`` (or any
-        installed codec's name, ``bagua_core.codecs``): the bytegrad exchange (compressed alltoall +
-        allgather), provided by the plugin registering this method's name
-        (:mod:`bagua_core.lifecycle.bucket_ops.registry`)."""
-        if compression is not None:
-            self._append_provided(BaguaBucket.append_centralized_synchronous_op, hierarchical=hierarchical,
-                                  average=average, scattergather=scattergather, compression=compression, group=group)
-            return self
-        return self.append_op(CentralizedSynchronousOp(group, hierarchical, average, scattergather))
-
-    def append_decentralized_synchronous_op(
-        self,
-        peer_weight: torch.Tensor,
-        hierarchical: bool = True,
-        peer_selection_mode: str = "all",
-        group: BaguaProcessGroup | None = None,
-    ):
-        """Append a decentralized weight-averaging op and return it. It is not in place: the bucket's
-        weights are copied into ``peer_weight`` (a tensor of the bucket's total size, owned by the
-        algorithm: ``bucket.flattened_tensor().ensure_bagua_tensor("peer_weight")``) and averaged there
-        with the peers; ``op.copy_back_peer_weight(bucket)`` writes the result back. ``peer_selection_mode``:
-        ``"all"`` or ``"shift_one"`` (one partner that changes every execution, or every round given to
-        ``op.take_snapshot(bucket, round)``). Provided by the plugin registering this method's name
-        (built in: ``bagua_algorithms.decentralized.full_precision_op``)."""
-        return self._append_provided(BaguaBucket.append_decentralized_synchronous_op, peer_weight=peer_weight,
-                                     hierarchical=hierarchical, peer_selection_mode=peer_selection_mode, group=group)
-
-    def append_low_precision_decentralized_synchronous_op(
-        self,
-        weight: torch.Tensor,
-        left_peer_weight: torch.Tensor,
-        right_peer_weight: torch.Tensor,
-        hierarchical: bool = True,
-        compression: str = "MinMaxUInt8",
-        group: BaguaProcessGroup | None = None,
-    ):
-        """Append a low-precision decentralized op over the replicas the algorithm owns: ``weight`` (this
-        rank's model as its neighbours know it), ``left_peer_weight`` and ``right_peer_weight`` (the ring
-        neighbours'), each a tensor of the bucket's total size starting at the initial weights
-        (``bucket.flattened_tensor().ensure_bagua_tensor(...)``); the op updates them in place. Returns
-        the op. Provided by the plugin registering this method's name (built in:
-        ``bagua_algorithms.decentralized.low_precision_op``)."""
-        return self._append_provided(BaguaBucket.append_low_precision_decentralized_synchronous_op, weight=weight,
-                                     left_peer_weight=left_peer_weight, right_peer_weight=right_peer_weight,
-                                     hierarchical=hierarchical, compression=compression, group=group)
-
-    def append_asynchronous_model_average_op(
-        self,
-        peer_selection_mode: str,
-        group: BaguaProcessGroup | None = None,
-        *,
-        averager=None,
-        sync_interval_ms: int = 500,
-    ):
-        """Append an asynchronous model average op and return it: a background thread averages the
-        bucket's weights with every rank of ``group`` (``peer_selection_mode="all"``) every
-        ``sync_interval_ms`` while training runs; nothing runs when the bucket is marked ready. Hold
-        ``op.lock_weight()`` / ``op.unlock_weight()`` around what reads or writes the weights; start it
-        with ``op.start()``, stop it (collectively) with ``op.abort()``. ``averager``: an op returned
-        before, to which this bucket is added (one thread and one communicator for several buckets);
-        creating a new op is collective over the whole job. Provided by the plugin registering this
-        method's name (built in: ``bagua_algorithms.async_model_average.averager``)."""
-        return self._append_provided(BaguaBucket.append_asynchronous_model_average_op,
-                                     peer_selection_mode=peer_selection_mode, group=group, averager=averager,
-                                     sync_interval_ms=sync_interval_ms)
-
-    def _append_provided(self, method: Callable, **arguments):
-        # the kind is the documented method's own name, so the core spells out no algorithm's name
-        return append_provided_op(self, method.__name__, **arguments)
 
     def __repr__(self) -> str:
         return f"BaguaBucket({self.name!r}, tensors={len(self.tensors)}, bytes={self.bytes()}, flatten={self.flatten})"

@@ -39,7 +39,6 @@ from bagua_core.plugins.manager import BaguaPluginManager, get_plugin_manager, r
 from bagua_core.plugins.registry import (  # noqa: E402
     NamedRegistry,
     algorithm_registry,
-    bucket_op_registry,
     codec_registry,
     registration_hooks,
 )
@@ -51,7 +50,6 @@ __all__ = [
     "reset_plugin_manager",
     "NamedRegistry",
     "algorithm_registry",
-    "bucket_op_registry",
     "codec_registry",
     "registration_hooks",
     "ENTRY_POINT_GROUP",

@@ -10,8 +10,9 @@ Each registration hook returns a list of classes; every class declares its ``nam
 refuses a missing or duplicate name and names both providers of a duplicate.
 
 Only the hooks whose contract lives in the core are specified here: algorithms
-(:mod:`bagua_core.lifecycle.algorithm`), codecs (:mod:`bagua_core.codecs`) and the bucket operations behind
-``BaguaBucket``'s documented ``append_*_op`` methods (:mod:`bagua_core.lifecycle.bucket_ops.registry`). A plugin package whose contract
+(:mod:`bagua_core.lifecycle.algorithm`) and codecs (:mod:`bagua_core.codecs`). Nothing is looked up by
+name between an algorithm and its own code: an algorithm imports the op classes it appends to its
+buckets (its own, or another algorithm's). A plugin package whose contract
 lives in the package brings its own specs through :func:`bagua_add_hookspecs`, like pytest's
 ``pytest_addhooks`` (the communication topologies and the cache stores are specified this way, by
 their packages; docs/plugins.md lists every spec).
@@ -62,16 +63,4 @@ def bagua_register_codecs() -> list[type]:
     Fires once, when the codec registry is first built (the first ``get_codec``, a config naming a
     ``compression``, or ``bagua plugins``). Each class sets ``name`` (the ``compression=`` string),
     ``bits_per_element``, ``header_bytes`` and ``unbiased``, and is built with no arguments.
-    """
-
-
-@hookspec
-def bagua_register_bucket_ops() -> list[type]:
-    """Return the bucket operations this plugin provides to ``BaguaBucket``'s documented methods.
-
-    Fires when one of those methods is called (``append_decentralized_synchronous_op``,
-    ``append_low_precision_decentralized_synchronous_op``, ``append_asynchronous_model_average_op``, or
-    ``append_centralized_synchronous_op`` with a ``compression`` codec): the method looks up the class whose
-    ``name`` is its own name and calls ``cls.append_to(bucket, **the_method_arguments)``, which appends the
-    operation to the bucket and returns what the method documents (:mod:`bagua_core.lifecycle.bucket_ops.registry`).
     """

@@ -1,5 +1,5 @@
-"""Registries keyed by name, built from a registration hook (the core's: algorithms, codecs and bucket
-operations; a plugin package keeps its own next to the hook spec it adds, e.g. topologies and cache stores).
+"""Registries keyed by name, built from a registration hook (the core's: algorithms and codecs; a plugin
+package keeps its own next to the hook spec it adds, e.g. topologies and cache stores).
 
 Registries are rebuilt from the plugin manager on every lookup, so a plugin registered or unregistered
 at run time (tests do that) is seen at once; the hook calls are cheap.
@@ -12,7 +12,7 @@ from typing import Generic, TypeVar
 from bagua_core.runtime.exceptions import DuplicateNameError, PluginError, UnknownNameError
 from bagua_core.plugins.manager import get_plugin_manager
 
-__all__ = ["NamedRegistry", "algorithm_registry", "bucket_op_registry", "codec_registry", "registration_hooks",
+__all__ = ["NamedRegistry", "algorithm_registry", "codec_registry", "registration_hooks",
            "REGISTER_PREFIX"]
 
 REGISTER_PREFIX = "bagua_register_"
@@ -93,4 +93,3 @@ def registration_hooks() -> dict[str, NamedRegistry]:
 
 algorithm_registry: NamedRegistry = NamedRegistry("algorithm", "bagua_register_algorithms")
 codec_registry: NamedRegistry = NamedRegistry("codec", "bagua_register_codecs")
-bucket_op_registry: NamedRegistry = NamedRegistry("bucket operation", "bagua_register_bucket_ops")

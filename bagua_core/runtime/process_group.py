@@ -13,7 +13,7 @@ import gc
 import logging
 import os
 import weakref
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Iterator, MutableMapping
 
 import torch
 import torch.distributed as dist
@@ -23,6 +23,7 @@ from bagua_core.runtime.communication import small_allreduce
 from bagua_core.runtime.communication.communicator import BaguaCommunicator
 from bagua_core.runtime.communication.worker import CommunicationWorker
 from bagua_core.runtime.exceptions import BaguaError, NotInitializedError, RepeatedInitializationError
+from bagua_core.runtime.membership import FIXED, Membership
 
 __all__ = [
     "BaguaProcessGroup",
@@ -51,6 +52,11 @@ class BaguaProcessGroup:
     Creating one is collective: every process of the job must create the same groups in the same
     order (torch's ``new_group`` requires it).
     """
+
+    membership: Membership = FIXED
+    """Who trains with this group and how that may change (:mod:`bagua_core.runtime.membership`): fixed in
+    a fail-fast job; a fault-tolerant job's bootstrap marks the replica's own group, and each quorum's
+    group carries its quorum."""
 
     def __init__(self, ranks: list[int], stream: object, group_name: str, torch_group: object = _CREATE) -> None:
         """``ranks``: global ranks of the members; ``stream``: the CUDA stream of the group's
@@ -184,39 +190,19 @@ def _elastic_attempt_store() -> dist.Store | None:
     return dist.PrefixStore(f"/bagua/attempt_{attempt}", store)
 
 
-_fault_tolerance: tuple[Callable[[object], object], Callable[[object], object]] | None = None
-
-
-def set_fault_tolerance(resolve_options: Callable[[object], object], start: Callable[[object], object]) -> None:
-    """Called by ``bagua_core.fault_tolerance`` (above this wing) when it is imported: how
-    :func:`init_process_group` turns its ``fault_tolerant`` argument into options and starts a replica."""
-    global _fault_tolerance
-    _fault_tolerance = (resolve_options, start)
-
-
-def _fault_tolerance_options(fault_tolerant: object) -> object:
-    if _fault_tolerance is None:
-        if fault_tolerant:
-            raise BaguaError("fault-tolerant mode needs bagua_core.fault_tolerance: import bagua_core (not only "
-                             "bagua_core.runtime) before init_process_group(fault_tolerant=...)")
-        return None
-    return _fault_tolerance[0](fault_tolerant)
-
-
-def init_process_group(store: dist.Store | None = None, fault_tolerant: object = None) -> BaguaProcessGroup:
+def init_process_group(store: dist.Store | None = None, fault_tolerance: dict | None = None) -> BaguaProcessGroup:
     """Start the default process group from the torchrun variables: gloo on CPU; with CUDA, NCCL for
-    CUDA tensors and gloo for CPU tensors (see :func:`choose_backend`).
+    CUDA tensors and gloo for CPU tensors (see :func:`choose_backend`). The runtime's half of
+    ``bagua_core.init_process_group`` (:mod:`bagua_core.bootstrap`), which starts fault-tolerant mode on it.
 
     ``store`` replaces the ``MASTER_ADDR``/``MASTER_PORT`` rendezvous. If torch.distributed is already
     initialized (by Lightning, say) its default group is used. ``BAGUA_BACKEND`` overrides the backend;
     ``BAGUA_COMMUNICATOR=nccl`` runs the collectives on CUDA tensors through bagua's native NCCL
     communicator (an error here, on every rank, says why when it is unavailable).
 
-    ``fault_tolerant``: None follows ``BAGUA_FAULT_TOLERANT`` (set by ``bagua run --fault-tolerant``); True,
-    a dict of options (``min_replicas``, ``timeout_s``, ``quorum_timeout_s``, ``hang_timeout_s``, ``lighthouse``,
-    ``replica_id``)
-    or ``bagua_core.fault_tolerance.FaultTolerantOptions`` make this process a replica of a fault-tolerant job
-    (``docs/fault_tolerance.md``): the default group is then the replica's own.
+    ``fault_tolerance``: this process is a replica of a fault-tolerant job with these options (their
+    fields; None: fail-fast); every rank of the replica must say the same, which is checked here, before
+    the default group (then the replica's own) is built.
 
     Example::
 
@@ -225,7 +211,6 @@ def init_process_group(store: dist.Store | None = None, fault_tolerant: object =
         >>> bagua.get_rank(), bagua.get_world_size()
     """
     global _default_group, _node_keys
-    ft_options = _fault_tolerance_options(fault_tolerant)  # a bad option fails before any rendezvous
     if _default_group is not None:
         raise RepeatedInitializationError(
             "bagua's process group is already initialized; init_process_group() must be called once per process"
@@ -254,17 +239,14 @@ def init_process_group(store: dist.Store | None = None, fault_tolerant: object =
         else:
             dist.init_process_group(backend, init_method="env://", timeout=timeout)
     facts: list[tuple | None] = [None] * dist.get_world_size()
-    ft_fields = None if ft_options is None else dict(vars(ft_options))
     dist.all_gather_object(facts, (env.get_node_key(), os.environ.get("BAGUA_SMALL_ALLREDUCE_BYTES", ""),
-                                   failure.record.this_process(), ft_fields))
+                                   failure.record.this_process(), fault_tolerance))
     _node_keys = [str(fact[0]) for fact in facts]
     _agree_small_allreduce_bytes([fact[1] for fact in facts])
     _agree_fault_tolerance([fact[3] for fact in facts])
     _default_group = BaguaProcessGroup(list(range(dist.get_world_size())), None, "default", torch_group=dist.group.WORLD)
     failure.start(dist.get_rank(), dist.get_world_size(), [tuple(fact[2]) for fact in facts])
     atexit.register(_destroy_at_exit)
-    if ft_options is not None:
-        _fault_tolerance[1](ft_options)
     return _default_group
 
 

@@ -18,49 +18,24 @@ Example::
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
-from pydantic import Field, StrictInt, field_validator
 
-from bagua_core import (
-    Algorithm, AlgorithmConfig, AlgorithmImpl, BaguaBucket, Capabilities, FaultTolerance, ReduceOp,
-    allreduce_inplace,
-)
+from bagua_core import Algorithm, AlgorithmImpl, BaguaBucket, Capabilities, FaultTolerance, ReduceOp, allreduce_inplace
+from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp
 
-__all__ = ["LocalSGDConfig", "LocalSGDAlgorithm", "LocalSGDAlgorithmImpl"]
+from bagua_local_sgd.config import LocalSGDConfig
 
-
-class LocalSGDConfig(AlgorithmConfig):
-    name: Literal["local_sgd"] = "local_sgd"
-    sync_every: StrictInt = Field(4)
-    """Average the parameters over all ranks after every ``sync_every`` local optimizer steps."""
-    warmup_steps: StrictInt = Field(0)
-    """Steps of plain gradient allreduce before the local steps begin (0: local from the first step)."""
-
-    @field_validator("sync_every")
-    @classmethod
-    def _sync_every_positive(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError(f"sync_every must be a positive integer, got {value}")
-        return value
-
-    @field_validator("warmup_steps")
-    @classmethod
-    def _warmup_not_negative(cls, value: int) -> int:
-        if value < 0:
-            raise ValueError(f"warmup_steps must be a non-negative integer, got {value}")
-        return value
+__all__ = ["LocalSGDAlgorithm", "LocalSGDAlgorithmImpl"]
 
 
 class LocalSGDAlgorithmImpl(AlgorithmImpl):
     """Hooks of local SGD: gradient buckets with an allreduce during warmup, no bucket op after it;
     the parameter average runs after the optimizer step on the group's communication thread."""
 
-    def __init__(self, process_group, sync_every: int, warmup_steps: int) -> None:
-        super().__init__(process_group)
-        self.sync_every = sync_every
-        self.warmup_steps = warmup_steps
+    config: LocalSGDConfig
+
+    def __init__(self, process_group, config: LocalSGDConfig) -> None:
+        super().__init__(process_group, config)
         self._module: torch.nn.Module | None = None
         self._buckets_for_warmup = False
         self._stepped: set[int] = set()
@@ -70,7 +45,7 @@ class LocalSGDAlgorithmImpl(AlgorithmImpl):
         return getattr(self._module, "bagua_train_step_counter", 0) if self._module is not None else 0
 
     def _in_warmup(self, step: int) -> bool:
-        return max(step, 1) <= self.warmup_steps
+        return max(step, 1) <= self.config.warmup_steps
 
     def need_reset(self) -> bool:
         """True once: at the first step after warmup, to drop the gradient allreduce."""
@@ -84,11 +59,11 @@ class LocalSGDAlgorithmImpl(AlgorithmImpl):
     def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
         bucket.clear_ops()
         if self._buckets_for_warmup:
-            bucket.append_centralized_synchronous_op(hierarchical=False, average=True, group=self.process_group)
+            bucket.append_op(CentralizedSynchronousOp(self.process_group, hierarchical=False, average=True))
 
     def is_sync_step(self, step: int) -> bool:
         """Whether the parameters are averaged after the optimizer step of train step ``step``."""
-        return step >= 1 and not self._in_warmup(step) and (step - self.warmup_steps) % self.sync_every == 0
+        return step >= 1 and not self._in_warmup(step) and (step - self.config.warmup_steps) % self.config.sync_every == 0
 
     def average_parameters(self, bagua_module: torch.nn.Module) -> None:
         """Allreduce (AVG) every trainable parameter, flattened per dtype and device, in its own dtype.
@@ -132,15 +107,10 @@ class LocalSGDAlgorithm(Algorithm):
 
     name = "local_sgd"
     Config = LocalSGDConfig
+    Impl = LocalSGDAlgorithmImpl
     capabilities = Capabilities(communicates="weights", weights_differ_across_ranks=True,
                                 communicates_after_optimizer_step=True, relative_bytes=0.25,
                                 fault_tolerance=FaultTolerance(heals=("weights", "optimizer", "step"),
                                                                commit="after_step",
                                                                rederives=("averaging denominator",)))
     """Weights averaged after every ``sync_every``-th step: 1/sync_every of allreduce's bytes (default 4)."""
-
-    def __init__(self, sync_every: int = 4, warmup_steps: int = 0) -> None:
-        super().__init__(sync_every=sync_every, warmup_steps=warmup_steps)
-
-    def reify(self, process_group) -> LocalSGDAlgorithmImpl:
-        return LocalSGDAlgorithmImpl(process_group, self.config.sync_every, self.config.warmup_steps)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmImpl
-from bagua_core.plugins.runtime_registry import GlobalAlgorithmRegistry
+from bagua.torch_api.algorithms.base import Algorithm, AlgorithmImpl, GlobalAlgorithmRegistry
 from bagua.torch_api.algorithms import (  # noqa: E402
     async_model_average,
     base,

@@ -1,7 +1,25 @@
-"""ByteGrad: gradient allreduce compressed to 8 bits."""
+"""ByteGrad, with the original's documented signatures (``compression`` is this project's addition)."""
 
 from __future__ import annotations
 
-from bagua_algorithms.bytegrad import ByteGradAlgorithm, ByteGradAlgorithmImpl
+from bagua.torch_api.algorithms.base import LegacyBuckets
+from bagua_algorithms.bytegrad import ByteGradAlgorithm as _Algorithm
+from bagua_algorithms.bytegrad import ByteGradAlgorithmImpl as _Impl
+from bagua_algorithms.bytegrad import ByteGradConfig
 
 __all__ = ["ByteGradAlgorithm", "ByteGradAlgorithmImpl"]
+
+
+class ByteGradAlgorithmImpl(LegacyBuckets, _Impl):
+    def __init__(self, process_group, hierarchical: bool = True, average: bool = True,
+                 compression: str = "MinMaxUInt8") -> None:
+        super().__init__(process_group, ByteGradConfig(hierarchical=hierarchical, average=average,
+                                                       compression=compression))
+
+
+class ByteGradAlgorithm(_Algorithm):
+    def __init__(self, hierarchical: bool = True, average: bool = True, compression: str = "MinMaxUInt8") -> None:
+        super().__init__(hierarchical=hierarchical, average=average, compression=compression)
+
+    def reify(self, process_group) -> ByteGradAlgorithmImpl:
+        return ByteGradAlgorithmImpl(process_group, **self.config.model_dump(exclude={"name"}))

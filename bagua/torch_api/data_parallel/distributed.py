@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from bagua_algorithms.gradient_allreduce import GradientAllReduceAlgorithm
+from bagua.torch_api.algorithms.gradient_allreduce import GradientAllReduceAlgorithm
 from bagua_core.module.ddp import DistributedDataParallel as _DistributedDataParallel
 from bagua_core.module.ddp import to_bagua_process_group
 

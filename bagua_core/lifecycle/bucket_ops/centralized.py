@@ -16,7 +16,7 @@ from bagua_core.runtime.communication import (
     allreduce_inplace_start,
     reduce_scatter,
 )
-from bagua_core.lifecycle.bucket_ops.hierarchy import hierarchical, resolve_group
+from bagua_core.lifecycle.bucket_ops.hierarchy import broadcast_from_leader, reduce_to_leader, resolve_group
 from bagua_core.runtime.communication.common import finish_average
 from bagua_core.lifecycle.bucket_ops.operand import BucketOperand
 from bagua_core.runtime.communication.communicator import BaguaCommunicator
@@ -45,15 +45,14 @@ def start_allreduce_in_pieces(tensor: torch.Tensor, op: ReduceOp, comm: BaguaCom
 
 def hierarchical_allreduce(tensor: torch.Tensor, group: BaguaProcessGroup, average: bool) -> None:
     """Reduce (SUM) to the node leader, allreduce (SUM) among leaders, divide by the world size when
-    averaging, broadcast inside the node (:func:`~bagua_core.lifecycle.bucket_ops.hierarchy.hierarchical`)."""
-
-    def among_leaders(inter: BaguaCommunicator) -> None:
+    averaging, broadcast inside the node (:mod:`~bagua_core.lifecycle.bucket_ops.hierarchy`)."""
+    inter = reduce_to_leader(tensor, group, ReduceOp.SUM)
+    if inter is not None:
         if inter.nranks() > 1:
             allreduce_inplace(tensor, op=ReduceOp.SUM, comm=inter)
         if average:
             finish_average(tensor, group.world_size)
-
-    hierarchical(tensor, group, among_leaders, ReduceOp.SUM)
+    broadcast_from_leader(tensor, group)
 
 
 def scattergather_allreduce(tensor: torch.Tensor, group: BaguaProcessGroup, average: bool) -> None:
@@ -71,15 +70,20 @@ def scattergather_allreduce(tensor: torch.Tensor, group: BaguaProcessGroup, aver
 
 class CentralizedSynchronousOp:
     """Allreduce of the bucket (AVG when ``average``), plain, scatter-gather or hierarchical, in full
-    precision (a compressed allreduce is an algorithm's: ``BaguaBucket.append_centralized_synchronous_op``
-    finds it through the bucket-op registry)."""
+    precision, in the bucket's dtype. The op of gradient_allreduce, and of the full-precision phases of
+    other algorithms (a compressed allreduce is an algorithm's own op).
+
+    Example::
+
+        >>> bucket.append_op(CentralizedSynchronousOp(group, hierarchical=False, average=True))
+    """
 
     def __init__(
         self,
-        group: BaguaProcessGroup | None,
-        hierarchical: bool,
-        average: bool,
-        scattergather: bool,
+        group: BaguaProcessGroup | None = None,
+        hierarchical: bool = False,
+        average: bool = True,
+        scattergather: bool = False,
     ) -> None:
         self.group = group
         self.hierarchical = bool(hierarchical)

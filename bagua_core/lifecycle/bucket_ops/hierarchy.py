@@ -1,21 +1,25 @@
 """The two pieces every bucket operation shares: which process group it runs on, and the hierarchical
 pattern (reduce inside the node, exchange among the node leaders, broadcast inside the node).
 
-Communicated by :func:`hierarchical`, with ``L`` ranks per node: a reduce of ``tensor`` (``reduce_op``)
-to the node's leader over the intra-node communicator (skipped with one rank per node), the caller's
-``exchange`` among the node leaders over the inter-node communicator (run only on the leaders; it may
-do nothing with one node), then a broadcast of the leader's result inside the node (skipped with one
-rank per node). Every rank of the group must call it, with the same ``reduce_op``.
+The pattern is two calls around the operation's own exchange, which the operation runs itself between
+them (nothing here calls back into it): :func:`reduce_to_leader` reduces ``tensor`` (``reduce_op``) to
+the node's leader over the intra-node communicator (skipped with one rank per node) and returns the
+inter-node communicator on the leaders, None elsewhere; :func:`broadcast_from_leader` broadcasts the
+leader's result inside the node (skipped with one rank per node). Every rank of the group calls both,
+in the same order as the other ranks of its node (so the intra-node collectives of several buckets pair
+up: reduces as the buckets start, broadcasts as they finish).
 
 Example::
 
     >>> group = resolve_group(self.group, bucket)
-    >>> hierarchical(tensor, group, lambda inter: allreduce_inplace(tensor, op=ReduceOp.AVG, comm=inter))
+    >>> inter = reduce_to_leader(tensor, group, ReduceOp.AVG)
+    >>> if inter is not None:                       # a node leader: the exchange among the leaders
+    ...     allreduce_inplace(tensor, op=ReduceOp.AVG, comm=inter)
+    >>> broadcast_from_leader(tensor, group)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -27,12 +31,12 @@ from bagua_core.runtime.communication.communicator import BaguaCommunicator
 if TYPE_CHECKING:  # pragma: no cover
     from bagua_core.runtime.process_group import BaguaProcessGroup
 
-__all__ = ["hierarchical", "resolve_group", "start_hierarchical"]
+__all__ = ["broadcast_from_leader", "reduce_to_leader", "resolve_group"]
 
 
 def resolve_group(op_group: BaguaProcessGroup | None, bucket: BucketOperand) -> BaguaProcessGroup:
-    """The group an operation runs on: its own (``group=`` when it was appended), else the bucket's
-    (the wrapped module's), else the default group.
+    """The group an operation runs on: its own (``group=`` when it was built), else the bucket's (the
+    wrapped module's), else the default group.
 
     Example::
 
@@ -47,42 +51,20 @@ def resolve_group(op_group: BaguaProcessGroup | None, bucket: BucketOperand) -> 
     return group
 
 
-def hierarchical(tensor: torch.Tensor, group: BaguaProcessGroup, exchange: Callable[[BaguaCommunicator], None],
-                 reduce_op: ReduceOp = ReduceOp.AVG) -> None:
-    """Reduce ``tensor`` (``reduce_op``) to the node leader, call ``exchange(inter_node_communicator)``
-    on the leaders (it updates ``tensor`` in place), broadcast the leader's ``tensor`` inside the node.
-
-    Example::
-
-        >>> hierarchical(x, group, lambda inter: compressed_allreduce_on(x, inter, average=True))
-    """
-    def start(inter: BaguaCommunicator) -> Callable[[], None]:
-        exchange(inter)
-        return _nothing
-
-    start_hierarchical(tensor, group, start, reduce_op)()
-
-
-def start_hierarchical(tensor: torch.Tensor, group: BaguaProcessGroup,
-                       start: Callable[[BaguaCommunicator], Callable[[], None]],
-                       reduce_op: ReduceOp = ReduceOp.AVG) -> Callable[[], None]:
-    """:func:`hierarchical` in two halves, for an exchange that stays in flight: reduces to the node
-    leader, calls ``start(inter_node_communicator)`` on the leaders (it returns what finishes the
-    exchange) and returns what finishes it and broadcasts the result inside the node. Every rank of
-    the group calls the halves in the same order as the other ranks (so the intra-node collectives
-    of several buckets pair up: reduces as the buckets start, broadcasts as they finish)."""
+def reduce_to_leader(tensor: torch.Tensor, group: BaguaProcessGroup,
+                     reduce_op: ReduceOp = ReduceOp.AVG) -> BaguaCommunicator | None:
+    """Reduce ``tensor`` (``reduce_op``) to the leader of this rank's node, in place on the leader;
+    return the inter-node communicator when this rank is a node leader (the caller runs the exchange
+    among the leaders on it), else None. Follow it with :func:`broadcast_from_leader`."""
     intra, inter = group.get_intra_node_communicator(), group.get_inter_node_communicator()
     if intra.nranks() > 1:
         reduce_inplace(tensor, dst=0, op=reduce_op, comm=intra)
-    finish = start(inter) if inter.is_member else _nothing
-
-    def finish_and_broadcast() -> None:
-        finish()
-        if intra.nranks() > 1:
-            broadcast(tensor, src=0, comm=intra)
-
-    return finish_and_broadcast
+    return inter if inter.is_member else None
 
 
-def _nothing() -> None:
-    return None
+def broadcast_from_leader(tensor: torch.Tensor, group: BaguaProcessGroup) -> None:
+    """Broadcast the node leader's ``tensor`` to the other ranks of the node (nothing with one rank per
+    node)."""
+    intra = group.get_intra_node_communicator()
+    if intra.nranks() > 1:
+        broadcast(tensor, src=0, comm=intra)

@@ -1,33 +1,36 @@
-"""The pipelined exchange that every compressed operation shares: encode, send and decode a payload
-segment by segment, so that encoding, the wire and decoding overlap.
+"""The pipelined exchange every compressed operation shares: encode, send and decode a payload segment
+by segment, so that encoding, the wire and decoding overlap.
 
-A payload is split into *segments* (:func:`segments`): chunk-local element ranges and the bytes of a
-slot that carry them. The receives of a round are posted first (:func:`post_receives`: gloo sends a
-message only once its receive is posted, so this saves a one-way latency per message); then one
-*round* (:func:`exchange_round`) runs, for segment i = 0, 1, ...: ``encode(segment)`` (fill the bytes
-the sends of segment i read), non-blocking sends to every destination peer (tag ``tag + i``), and
-``decode`` (after waiting for its receives) of the segment ``LAG`` places behind, so decoding overlaps
-the wire while later segments are still being encoded. What to send, where to receive and the
-encode/decode steps are arguments: bytegrad's alltoall and allgather rounds, qadam's momentum
-exchange (the same op) and low_precision_decentralized's neighbour exchange are all rounds of this
-one function (in their packages), with the steps of a codec (:class:`bagua_core.codecs.Codec`, its
-fused steps where it has them). A round can also run in two halves, :func:`send_round` now and
-:func:`decode_round` later, for an operation that leaves its receives in flight while later buckets
-start (bytegrad's alltoall).
+The engine is data and a few point-to-point helpers; the operation that uses it runs the loop, so
+nothing here calls back into an algorithm. A payload is split into *segments* (:func:`segments`):
+chunk-local element ranges and the bytes of a slot that carry them. The receives of a round are posted
+first (:func:`post_receives`: gloo sends a message only once its receive is posted, so this saves a
+one-way latency per message). Then :func:`schedule` says, step by step, which segment to encode and
+send next and which received segment to decode: decoding runs ``LAG`` segments behind the encoding,
+so it overlaps the wire while later segments are still being encoded. :func:`send_segment` sends one
+segment's bytes to every destination (tag ``tag + segment.index``); :func:`wait_all` waits for works.
+bytegrad's alltoall and allgather rounds, qadam's momentum exchange (bytegrad's op) and the compressed
+decentralized ring are all loops over this engine, in their own packages, with the steps of a codec
+(:class:`bagua_core.codecs.Codec`).
 
 Example (send the same compressed payload to both ring neighbours, decode what arrives)::
 
-    >>> segs = segments(numel, codec.encoded_size(numel, 1))
-    >>> received = post_receives(comm, segs, [(left, lambda s: from_left[s.lo:s.hi]), ...], TAG)
-    >>> sends = exchange_round(comm, segs, [(left, lambda s: mine[s.lo:s.hi]), (right, ...)], received,
-    ...                        encode=lambda s: codec.encode_range(z, 1, mine, s.begin, s.end),
-    ...                        decode=lambda s: update(s.begin, s.end), tag=TAG)
+    >>> segs = segments(numel, codec.encoded_size(numel, 1), codec.header_bytes, codec.bytes_per_element)
+    >>> received = post_receives(comm, segs, [(left, from_left), (right, from_right)], TAG)
+    >>> sends = []
+    >>> for encode, decode in schedule(segs):
+    ...     if encode is not None:
+    ...         codec.encode_range(z, 1, mine, encode.begin, encode.end)
+    ...         sends += send_segment(comm, encode, [(left, mine), (right, mine)], TAG)
+    ...     if decode is not None:
+    ...         wait_all(received[decode.index])
+    ...         update(decode.begin, decode.end)
     >>> wait_all(sends)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 import torch
@@ -35,15 +38,12 @@ import torch.distributed as dist
 
 from bagua_core.runtime.communication.communicator import BaguaCommunicator
 
-__all__ = ["LAG", "SEGMENT_NUMEL", "Segment", "decode_round", "exchange_round", "post_receives", "segments", "send_round",
-           "wait_all"]
+__all__ = ["LAG", "SEGMENT_NUMEL", "Segment", "post_receives", "schedule", "segments", "send_segment", "wait_all"]
 
 SEGMENT_NUMEL = 1 << 19
-"""Elements of a chunk encoded and sent together (512 KiB of uint8 per message with MinMaxUInt8)."""
+"""Elements of a chunk encoded and sent together (512 KiB of one-byte codes per message)."""
 LAG = 4
 """Segments posted ahead of the one being decoded: they keep the link busy while it is decoded."""
-
-Piece = Callable[["Segment"], torch.Tensor]
 
 
 class Segment(NamedTuple):
@@ -78,74 +78,47 @@ def segments(chunk_numel: int, slot_bytes: int, header_bytes: int = 8, bytes_per
     return out
 
 
-def post_receives(comm: BaguaCommunicator, segs: Sequence[Segment], recvs: Sequence[tuple[int, Piece]],
+def post_receives(comm: BaguaCommunicator, segs: Sequence[Segment], sources: Sequence[tuple[int, torch.Tensor]],
                   tag: int) -> list[list]:
-    """Post now, for every segment, the receives from every source peer (``(peer, piece)``: ``peer`` a
-    rank of ``comm``, ``piece(segment)`` the contiguous uint8 tensor the segment arrives in; tag
-    ``tag + segment.index``). gloo starts sending a message only once the receiver has posted its
-    receive, so posting them all before the round (and a later round's before an earlier one runs)
-    saves a one-way latency per message. Returns the works of each segment, for :func:`exchange_round`."""
+    """Post now, for every segment, the receives from every source: ``(peer, slot)``, ``peer`` a rank of
+    ``comm`` and ``slot`` the contiguous uint8 tensor the peer's slot arrives in (segment ``s`` into
+    ``slot[s.lo:s.hi]``, tag ``tag + s.index``). gloo starts sending a message only once the receiver
+    has posted its receive, so posting them all before the round (and a later round's before an earlier
+    one runs) saves a one-way latency per message. Returns the works of each segment, by index."""
     group = comm.torch_group
-    return [[dist.irecv(piece(s), comm.global_rank(peer), group=group, tag=tag + s.index) for peer, piece in recvs]
-            for s in segs]
+    return [[dist.irecv(slot[s.lo : s.hi], comm.global_rank(peer), group=group, tag=tag + s.index)
+             for peer, slot in sources] for s in segs]
 
 
-def exchange_round(comm: BaguaCommunicator, segs: Sequence[Segment], sends: Sequence[tuple[int, Piece]],
-                   received: Sequence[Sequence], encode: Callable[[Segment], None],
-                   decode: Callable[[Segment], None], tag: int) -> list:
-    """One pipelined round over ``comm``: for each segment, ``encode`` it, then send ``piece(segment)``
-    to every ``(peer, piece)`` of ``sends`` (tag ``tag + segment.index``); ``decode`` each segment once
-    its receives (``received``, from :func:`post_receives` with the same segments and tag) completed,
-    ``LAG`` segments behind the encoding and in order. Every rank must run the same segments with the
-    same ``tag``. Returns the sends, possibly still in flight: :func:`wait_all` them before the send
-    buffers are written again."""
-    pending: list[tuple[Segment, Sequence]] = []
-    in_flight: list = []
-
-    def decode_oldest() -> None:
-        segment, works = pending.pop(0)
-        wait_all(works)
-        decode(segment)
-
-    for segment, works in zip(segs, received):
-        encode(segment)
-        in_flight += _send(comm, segment, sends, tag)
-        pending.append((segment, works))
-        if len(pending) > LAG:
-            decode_oldest()
-    while pending:
-        decode_oldest()
-    return in_flight
+def send_segment(comm: BaguaCommunicator, segment: Segment, targets: Sequence[tuple[int, torch.Tensor]],
+                 tag: int) -> list:
+    """Send ``slot[segment.lo:segment.hi]`` to every ``(peer, slot)`` of ``targets`` (tag ``tag +
+    segment.index``), without waiting. Returns the works in flight: :func:`wait_all` them before the
+    slots are written again."""
+    return [dist.isend(slot[segment.lo : segment.hi], comm.global_rank(peer), group=comm.torch_group,
+                       tag=tag + segment.index) for peer, slot in targets]
 
 
-def send_round(comm: BaguaCommunicator, segs: Sequence[Segment], sends: Sequence[tuple[int, Piece]],
-               encode: Callable[[Segment], None], tag: int) -> list:
-    """The sending half of a round, for an operation that leaves its receives for later (a bucket op
-    that defers, ``BaguaBucket.may_defer``): ``encode`` each segment and send ``piece(segment)`` to every
-    ``(peer, piece)`` (tag ``tag + segment.index``), without waiting for anything. Returns the sends in
-    flight; :func:`decode_round` finishes the receiving half."""
-    in_flight: list = []
-    for segment in segs:
-        encode(segment)
-        in_flight += _send(comm, segment, sends, tag)
-    return in_flight
+def schedule(segs: Sequence[Segment], lag: int | None = None) -> Iterator[tuple[Segment | None, Segment | None]]:
+    """The steps of one pipelined round, ``(encode, decode)``: encode and send segment ``encode`` (None:
+    nothing left to send), then wait for the receives of segment ``decode`` and decode it (None: nothing
+    to decode yet). Decoding runs ``lag`` (default :data:`LAG`) segments behind the encoding, in order;
+    every segment is encoded once and decoded once. With ``lag=len(segs)`` every segment is sent before
+    any is decoded.
 
+    Example::
 
-def _send(comm: BaguaCommunicator, segment: Segment, sends: Sequence[tuple[int, Piece]], tag: int) -> list:
-    """``piece(segment)`` to every ``(peer, piece)``, tag ``tag + segment.index``; the works in flight."""
-    return [dist.isend(piece(segment), comm.global_rank(peer), group=comm.torch_group, tag=tag + segment.index)
-            for peer, piece in sends]
-
-
-def decode_round(segs: Sequence[Segment], received: Sequence[Sequence], decode: Callable[[Segment], None]) -> None:
-    """The receiving half of a round: ``decode`` each segment, in order, once its receives (from
-    :func:`post_receives`) completed."""
-    for segment, works in zip(segs, received):
-        wait_all(works)
-        decode(segment)
+        >>> [(e and e.index, d and d.index) for e, d in schedule(segments(4, 12, 8, 1, 1), lag=1)]
+        [(0, None), (1, 0), (2, 1), (3, 2), (None, 3)]
+    """
+    lag = LAG if lag is None else lag
+    for i, segment in enumerate(segs):
+        yield segment, (segs[i - lag] if i >= lag else None)
+    for segment in segs[max(0, len(segs) - lag):]:
+        yield None, segment
 
 
 def wait_all(works: Sequence) -> None:
-    """Wait for every work of ``works`` (the sends :func:`exchange_round` returned)."""
+    """Wait for every work of ``works``."""
     for work in works:
         work.wait()

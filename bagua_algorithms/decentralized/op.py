@@ -148,11 +148,7 @@ def _average_in_node_then_with_peers(tensor: torch.Tensor, group: BaguaProcessGr
 
 
 class DecentralizedSynchronousOp:
-    """Averages a snapshot of the bucket's weights with the peers of round ``round_index``. Registered
-    for ``BaguaBucket.append_decentralized_synchronous_op`` (hook ``bagua_register_bucket_ops``)."""
-
-    name = "append_decentralized_synchronous_op"
-    """The ``BaguaBucket`` method this op serves."""
+    """Averages a snapshot of the bucket's weights with the peers of round ``round_index``."""
 
     def __init__(
         self,
@@ -174,13 +170,6 @@ class DecentralizedSynchronousOp:
         shift the peer every run)."""
         self._snapshot_pending = False
         self._receive_buffer: torch.Tensor | None = None
-
-    @classmethod
-    def append_to(cls, bucket: BaguaBucket, peer_weight: torch.Tensor, hierarchical: bool = True,
-                  peer_selection_mode: str = "all", group: BaguaProcessGroup | None = None) -> DecentralizedSynchronousOp:
-        op = cls(group, hierarchical, peer_selection_mode, peer_weight=peer_weight)
-        bucket.append_op(op)
-        return op
 
     def take_snapshot(self, bucket: BaguaBucket, round_index: int) -> None:
         """Copy the weights to send into :attr:`peer_weight` (on the caller's thread, before forward may

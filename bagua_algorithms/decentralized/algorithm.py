@@ -17,42 +17,26 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
 
 import torch
-from pydantic import field_validator
 
-from bagua_algorithms.decentralized.common import WeightCommunicatingImpl, check_positive_int, is_communication_step
-from bagua_algorithms.decentralized.full_precision_op import DecentralizedSynchronousOp, check_peers
-from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig
-from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
+from bagua_algorithms.decentralized.config import DecentralizedConfig
+from bagua_algorithms.decentralized.op import DecentralizedSynchronousOp
+from bagua_algorithms.decentralized.weights import WeightCommunicatingImpl, is_communication_step
+from bagua_core.lifecycle.algorithm import Algorithm
 from bagua_core.lifecycle.bucket import BaguaBucket
+from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
 
-__all__ = ["DecentralizedAlgorithm", "DecentralizedAlgorithmImpl", "DecentralizedConfig"]
-
-
-class DecentralizedConfig(AlgorithmConfig):
-    name: Literal["decentralized"] = "decentralized"
-    hierarchical: bool = True
-    """Average inside each node first; the peers are then the nodes."""
-    peer_selection_mode: Literal["all", "shift_one"] = "all"
-    """"all": average with every peer; "shift_one": with one partner that changes every round (an odd number of
-    peers: one of them, in turn, has no partner in a round and keeps its weights)."""
-    communication_interval: int = 1
-    """Communicate every this many training steps (steps t with t % communication_interval == 0)."""
-
-    _check_interval = field_validator("communication_interval", mode="before")(check_positive_int)
+__all__ = ["DecentralizedAlgorithm", "DecentralizedAlgorithmImpl"]
 
 
 class DecentralizedAlgorithmImpl(WeightCommunicatingImpl):
-    def __init__(
-        self, process_group, hierarchical: bool = True, peer_selection_mode: str = "all", communication_interval: int = 1
-    ) -> None:
-        check_peers(process_group, hierarchical, peer_selection_mode)
-        super().__init__(process_group)
-        self.hierarchical = hierarchical
-        self.peer_selection_mode = peer_selection_mode
-        self.communication_interval = communication_interval
+    """One bucket of all the weights, with :class:`~bagua_algorithms.decentralized.op.DecentralizedSynchronousOp`."""
+
+    config: DecentralizedConfig
+
+    def __init__(self, process_group, config: DecentralizedConfig) -> None:
+        super().__init__(process_group, config)
         self._ops: list[tuple[BaguaBucket, DecentralizedSynchronousOp]] = []
         self._in_flight = False
 
@@ -66,11 +50,11 @@ class DecentralizedAlgorithmImpl(WeightCommunicatingImpl):
 
     def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
         bucket.clear_ops()
-        bucket._peer_weight = bucket.flattened_tensor().ensure_bagua_tensor("peer_weight", bagua_module.bagua_module_name)
-        op = bucket.append_decentralized_synchronous_op(
-            bucket._peer_weight, self.hierarchical, self.peer_selection_mode, self.process_group
-        )
-        bucket._decentralized_op = op
+        peer_weight = bucket.flattened_tensor().ensure_bagua_tensor("peer_weight", bagua_module.bagua_module_name)
+        op = DecentralizedSynchronousOp(self.process_group, self.config.hierarchical, self.config.peer_selection_mode,
+                                        peer_weight=peer_weight)
+        bucket.append_op(op)
+        bucket._peer_weight = peer_weight  # the original's bucket attribute
         self._ops.append((bucket, op))
 
     def init_forward_pre_hook(self, bagua_module: torch.nn.Module) -> Callable:
@@ -78,9 +62,10 @@ class DecentralizedAlgorithmImpl(WeightCommunicatingImpl):
             if self._in_flight:  # a forward without backward left a round running: finish it
                 bagua_module.bagua_wait_for_communication()
                 self._in_flight = False
-            if not is_communication_step(bagua_module, self.communication_interval):
+            interval = self.config.communication_interval
+            if not is_communication_step(bagua_module, interval):
                 return
-            round_index = (bagua_module.bagua_train_step_counter - 1) // self.communication_interval
+            round_index = (bagua_module.bagua_train_step_counter - 1) // interval
             self._in_flight = True
             for bucket, op in self._ops:
                 op.take_snapshot(bucket, round_index)
@@ -106,6 +91,7 @@ class DecentralizedAlgorithm(Algorithm):
 
     name = "decentralized"
     Config = DecentralizedConfig
+    Impl = DecentralizedAlgorithmImpl
     capabilities = Capabilities(communicates="weights", weights_differ_across_ranks=True, relative_bytes=1.0,
                                 fault_tolerance=FaultTolerance(
                                     heals=("weights", "optimizer", "algorithm_state", "step"), commit="after_step",
@@ -113,12 +99,3 @@ class DecentralizedAlgorithm(Algorithm):
                                                "quorum's replicas, one without a partner per round when odd)",
                                                "averaging denominator", "hierarchy (a replica is a node)")))
     """Weights averaged with the peers (all: an allreduce of the weights; shift_one: one exchange)."""
-
-    def __init__(self, hierarchical: bool = True, peer_selection_mode: str = "all", communication_interval: int = 1) -> None:
-        super().__init__(
-            hierarchical=hierarchical, peer_selection_mode=peer_selection_mode, communication_interval=communication_interval
-        )
-
-    def reify(self, process_group) -> DecentralizedAlgorithmImpl:
-        c = self.config
-        return DecentralizedAlgorithmImpl(process_group, c.hierarchical, c.peer_selection_mode, c.communication_interval)

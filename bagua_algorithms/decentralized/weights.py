@@ -1,4 +1,5 @@
-"""What both decentralized algorithms share: the weights as effective tensors, the interval option."""
+"""What the weight-communicating algorithms share (decentralized, low_precision_decentralized): the weights
+as effective tensors, the communication interval and its option check."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ from pydantic import ValidationInfo
 
 from bagua_core.lifecycle.algorithm import AlgorithmImpl
 
-__all__ = ["WeightCommunicatingImpl", "check_positive_int", "is_communication_step", "on_a_quorum",
-           "fault_tolerant_mode", "weight_tensors"]
+__all__ = ["WeightCommunicatingImpl", "check_positive_int", "is_communication_step", "weight_tensors"]
 
 
 def check_positive_int(value: object, info: ValidationInfo) -> int:
@@ -44,19 +44,3 @@ def weight_tensors(bagua_module: torch.nn.Module) -> list[torch.Tensor]:
 def is_communication_step(bagua_module: torch.nn.Module, communication_interval: int) -> bool:
     """Whether the current step t (the train step counter - 1) communicates."""
     return (bagua_module.bagua_train_step_counter - 1) % communication_interval == 0
-
-
-def on_a_quorum(process_group: object) -> bool:
-    """Whether ``process_group`` is one quorum's group of fault-tolerant mode: the algorithm is reified
-    again on the next quorum's (with its state carried over), and its ring or pairs are other replicas then."""
-    from bagua_core.fault_tolerance.quorum_group import QuorumGroup
-
-    return isinstance(process_group, QuorumGroup)
-
-
-def fault_tolerant_mode() -> bool:
-    """Whether this process is a replica of a fault-tolerant job (``with_bagua`` reifies the algorithm on
-    the replica's own group first, then the runtime on every quorum's)."""
-    from bagua_core.fault_tolerance.current import current_runtime
-
-    return current_runtime() is not None

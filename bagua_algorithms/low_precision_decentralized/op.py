@@ -10,8 +10,8 @@ neighbour's), all starting at the bucket's initial weights. Run after the optimi
 
 Communicated: ``C(z)``, the MinMaxUInt8 compression of the whole bucket (one min/max), about
 ``numel`` bytes to each of the two neighbours (one message stream when they are the same rank).
-Pipelined (``bagua_core.lifecycle.bucket_ops.pipeline``, the core's exchange engine, which bytegrad's uses
-too): z and its min/max in one pass, then each segment of C(z) is quantised and sent while the next
+Pipelined (over ``bagua_core.lifecycle.bucket_ops.pipeline``, the core's exchange engine, which bytegrad's
+uses too): z and its min/max in one pass, then each segment of C(z) is quantised and sent while the next
 one is, and each received segment updates l, r, w and x in one pass while later ones travel. Hierarchical: the weights are
 averaged inside the node (reduce to the leader) first, the ring runs among the node leaders, and
 the result is broadcast in the node.
@@ -28,8 +28,8 @@ backward run while the bytes are on the wire. A failed receive is then raised by
 
 Example::
 
-    >>> w, l, r = (bucket.flattened_tensor() for _ in range(3))
-    >>> bucket.append_op(LowPrecisionDecentralizedOp(group, False, w, l, r))
+    >>> w, l, r = (bucket.flattened_tensor().float() for _ in range(3))
+    >>> bucket.append_op(LowPrecisionDecentralizedOp(group, False, w, l, r, compression="MinMaxUInt8"))
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ from torch.autograd.graph import increment_version
 
 from bagua_core.runtime import env
 from bagua_core.runtime.communication import ReduceOp, allreduce_inplace
-from bagua_core.lifecycle.bucket_ops.pipeline import exchange_round, post_receives, segments, wait_all
-from bagua_core.codecs import DEFAULT_CODEC, Codec, check_codec_name, get_codec
-from bagua_core.lifecycle.bucket_ops.hierarchy import hierarchical, resolve_group
+from bagua_core.lifecycle.bucket_ops.pipeline import post_receives, schedule, segments, send_segment, wait_all
+from bagua_core.codecs import Codec, check_codec_name, get_codec
+from bagua_core.lifecycle.bucket_ops.hierarchy import broadcast_from_leader, reduce_to_leader, resolve_group
 from bagua_core.runtime.communication.common import record
 from bagua_core.runtime.communication.communicator import BaguaCommunicator
 from bagua_core.runtime.communication.host_staging import irecv, isend
@@ -59,14 +59,8 @@ _TAG = 0x6c70_0000  # point-to-point tags of the ring exchange: _TAG + segment i
 
 
 class LowPrecisionDecentralizedOp:
-    """One round of low-precision decentralized averaging of a bucket of weights. Registered for
-    ``BaguaBucket.append_low_precision_decentralized_synchronous_op`` (hook ``bagua_register_bucket_ops``)."""
-
-    name = "append_low_precision_decentralized_synchronous_op"
-    """The ``BaguaBucket`` method this op serves."""
-    codec: Codec
-    """How z is compressed (a registered :class:`~bagua_core.codecs.Codec`; its fused steps where it has
-    them): ``compression`` of :meth:`append_to`, the registered ``DEFAULT_CODEC`` unless set."""
+    """One round of low-precision decentralized averaging of a bucket of weights, z compressed by the
+    installed codec named ``compression`` (its fused steps where it has them)."""
 
     def __init__(
         self,
@@ -75,6 +69,7 @@ class LowPrecisionDecentralizedOp:
         weight: torch.Tensor,
         left_peer_weight: torch.Tensor,
         right_peer_weight: torch.Tensor,
+        compression: str = "MinMaxUInt8",
     ) -> None:
         for name, replica in (("weight", weight), ("left_peer_weight", left_peer_weight),
                               ("right_peer_weight", right_peer_weight)):
@@ -85,7 +80,7 @@ class LowPrecisionDecentralizedOp:
                                  f"{replica.dtype}; create it with bucket.flattened_tensor().float()")
         self.group = group
         self.hierarchical = bool(hierarchical)
-        self.codec = get_codec(DEFAULT_CODEC)
+        self.codec: Codec = get_codec(check_codec_name(compression))  # an installed codec (ValueError lists them)
         # the algorithm's tensors, updated in place (1-D views)
         self.weight = weight.detach().view(-1)
         self.left_peer_weight = left_peer_weight.detach().view(-1)
@@ -96,15 +91,6 @@ class LowPrecisionDecentralizedOp:
         """Leave the neighbours' messages in flight when the round returns (see the module docstring);
         :meth:`complete` finishes them."""
         self._in_flight: Callable[[], None] | None = None
-
-    @classmethod
-    def append_to(cls, bucket: BaguaBucket, weight: torch.Tensor, left_peer_weight: torch.Tensor,
-                  right_peer_weight: torch.Tensor, hierarchical: bool = True, compression: str = "MinMaxUInt8",
-                  group: BaguaProcessGroup | None = None) -> LowPrecisionDecentralizedOp:
-        op = cls(group, hierarchical, weight, left_peer_weight, right_peer_weight)
-        op.codec = get_codec(check_codec_name(compression))  # an installed codec's name (ValueError lists them)
-        bucket.append_op(op)
-        return op
 
     def _workspace(self, numel: int) -> tuple[torch.Tensor, ...]:
         """``(z, sent, from_left, from_right)``, kept from round to round."""
@@ -154,18 +140,22 @@ class LowPrecisionDecentralizedOp:
             peers = [((rank - 1) % n, from_left), ((rank + 1) % n, from_right)]
         segs = segments(numel, sent.numel(), codec.header_bytes, codec.bytes_per_element)
         # receives first: the neighbours' segments can go as soon as they are encoded
-        received = post_receives(comm, segs, [(peer, lambda s, buf=buf: buf[s.lo : s.hi]) for peer, buf in peers], _TAG)
+        received = post_receives(comm, segs, peers, _TAG)
         if not prepared:
             self._difference(x)
         for _ in peers:
             record("send", sent)
         if defer:
             return _send_and_defer(comm, segs, peers, received, codec, z, sent, w, left, right, x, from_left, from_right)
-        sends = exchange_round(
-            comm, segs, [(peer, lambda s: sent[s.lo : s.hi]) for peer, _ in peers], received,
-            lambda s: codec.encode_range(z, 1, sent, s.begin, s.end),
-            lambda s: codec.lpd_update(from_left, from_right, sent, w, left, right, x, s.begin, s.end), _TAG,
-        )
+        targets = [(peer, sent) for peer, _ in peers]
+        sends = []
+        for encode, decode in schedule(segs):
+            if encode is not None:
+                codec.encode_range(z, 1, sent, encode.begin, encode.end)
+                sends += send_segment(comm, encode, targets, _TAG)
+            if decode is not None:
+                wait_all(received[decode.index])
+                codec.lpd_update(from_left, from_right, sent, w, left, right, x, decode.begin, decode.end)
         wait_all(sends)
         return None
 
@@ -222,16 +212,16 @@ class LowPrecisionDecentralizedOp:
         self.complete()  # the previous round, if its caller did not (its l and r are this round's input)
         group = self._group(bucket)
         prepared, self._prepared = self._prepared, None
-
-        def ring(comm: BaguaCommunicator) -> None:
-            self._in_flight = self._ring_step(x, comm, prepared is not None, defer=self.overlap)
-
         with torch.no_grad():
             flat, x = prepared if prepared is not None else self._weights(bucket)
             if not self.hierarchical:
-                ring(group.get_global_communicator())
+                self._in_flight = self._ring_step(x, group.get_global_communicator(), prepared is not None,
+                                                  defer=self.overlap)
             else:
-                hierarchical(x, group, ring)
+                inter = reduce_to_leader(x, group, ReduceOp.AVG)
+                if inter is not None:
+                    self._in_flight = self._ring_step(x, inter, prepared is not None, defer=self.overlap)
+                broadcast_from_leader(x, group)
             if x is flat and flat is bucket.buffer:  # the weights were written in place, behind autograd
                 increment_version([tensor.bagua_getter_closure() for tensor in bucket.tensors])
             else:
@@ -264,12 +254,10 @@ def _send_and_defer(comm: BaguaCommunicator, segs: list, peers: list[tuple[int, 
     """Encode and send every segment of C(z) to ``peers``, then ``w += D(C(z))``, ``x = w`` (the sends
     only read ``sent``); return what waits for the neighbours' segments and adds them into ``left`` and
     ``right`` (the decode of the fused update, target by target: the same bits)."""
-    group = comm.torch_group
     sends = []
     for segment in segs:
         codec.encode_range(z, 1, sent, segment.begin, segment.end)
-        sends += [isend(sent[segment.lo : segment.hi], comm.global_rank(peer), group, tag=_TAG + segment.index)
-                  for peer, _ in peers]
+        sends += send_segment(comm, segment, [(peer, sent) for peer, _ in peers], _TAG)
     for segment in segs:
         codec.decode(sent, 1, w, accumulate=True, begin=segment.begin, end=segment.end)
         x[segment.begin : segment.end].copy_(w[segment.begin : segment.end])

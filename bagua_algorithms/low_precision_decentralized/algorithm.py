@@ -4,13 +4,14 @@ differences with the two ring neighbours.
 Every bucket (default bucket size, effective tensors = the weights) keeps the replicas ``w``, ``l``,
 ``r``; after the optimizer step of a communication step (``t % communication_interval == 0``) the
 stepped weights x become ``w + D(C(x + l/3 + r/3 - 5/3 w))`` (see
-``bagua_algorithms.decentralized.low_precision_op``). Communicated: one MinMaxUInt8-compressed
+``bagua_algorithms.low_precision_decentralized.op``). Communicated: one MinMaxUInt8-compressed
 copy of each bucket (uint8 payload plus its fp32 min/max) to each ring neighbour. The training thread
 computes each bucket's difference pass while the communication thread exchanges the buckets before
 it. The step returns once this rank's messages are sent and its weights updated (they depend on its own
 message only); the neighbours' messages, which update only the replicas ``l`` and ``r``, travel during the
 next step's forward and backward and are added before the next difference (same bits as waiting for
-them: ``low_precision_op``'s "Overlapped"). Hierarchical: averaged inside the node first, the ring runs
+them: the op's "Overlapped"); whatever reads the replicas between steps (the buckets' ``_weight``,
+``_left_peer_weight``, ``_right_peer_weight``, ``state_dict``, a checkpoint, shutdown) adds them first. Hierarchical: averaged inside the node first, the ring runs
 among the node leaders, broadcast inside the node.
 Fault-tolerant mode: the ring is the quorum's replicas, so the first step on every new quorum averages the
 weights over the quorum and restarts ``w``, ``l``, ``r`` from the average (the way the algorithm starts).
@@ -23,78 +24,75 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
 
 import torch
-from pydantic import field_validator
 
-from bagua_algorithms.decentralized.common import (
-    WeightCommunicatingImpl,
-    check_positive_int,
-    is_communication_step,
-    on_a_quorum,
-)
-from bagua_algorithms.decentralized.low_precision_op import LowPrecisionDecentralizedOp
-from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig
-from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
+from bagua_algorithms.decentralized.weights import WeightCommunicatingImpl, is_communication_step
+from bagua_algorithms.low_precision_decentralized.config import LowPrecisionDecentralizedConfig
+from bagua_algorithms.low_precision_decentralized.op import LowPrecisionDecentralizedOp
+from bagua_core.lifecycle.algorithm import Algorithm
 from bagua_core.lifecycle.bucket import BaguaBucket
-from bagua_core.codecs import check_codec_name
+from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
 from bagua_core.runtime.failure.record import state as failure_state
 from bagua_core.runtime.exceptions import BaguaError
 
 _REPLICAS = ("weight", "left_peer_weight", "right_peer_weight")
 
-__all__ = [
-    "LowPrecisionDecentralizedAlgorithm",
-    "LowPrecisionDecentralizedAlgorithmImpl",
-    "LowPrecisionDecentralizedConfig",
-]
+__all__ = ["LowPrecisionDecentralizedAlgorithm", "LowPrecisionDecentralizedAlgorithmImpl", "ReplicaBucket"]
 
 
-class LowPrecisionDecentralizedConfig(AlgorithmConfig):
-    name: Literal["low_precision_decentralized"] = "low_precision_decentralized"
-    hierarchical: bool = True
-    """Average inside each node first; the ring then runs among the nodes."""
-    communication_interval: int = 1
-    """Communicate every this many training steps (steps t with t % communication_interval == 0)."""
+class ReplicaBucket(BaguaBucket):
+    """A bucket of weights with its ring op's replicas as the original's attributes ``_weight``,
+    ``_left_peer_weight`` and ``_right_peer_weight``: reading one first adds the neighbours' messages
+    still in flight (the impl's :meth:`~LowPrecisionDecentralizedAlgorithmImpl.complete_exchanges`), so
+    what is read between steps is current."""
 
-    _check_interval = field_validator("communication_interval", mode="before")(check_positive_int)
-    compression: str = "MinMaxUInt8"
-    """The codec of the weight differences (any installed one, ``bagua plugins`` lists them: MinMaxUInt4, fp16,
-    bf16, ScaledSign, ...); MinMaxUInt8 runs the native fused kernels."""
+    ring: LowPrecisionDecentralizedOp | None = None
+    settle: Callable[[], None] | None = None
 
-    _check_compression = field_validator("compression")(lambda cls, value: check_codec_name(value))
+    def _replica(self, key: str) -> torch.Tensor:
+        if self.settle is not None:
+            self.settle()
+        return getattr(self.ring, key)
+
+    _weight = property(lambda self: self._replica("weight"))
+    _left_peer_weight = property(lambda self: self._replica("left_peer_weight"))
+    _right_peer_weight = property(lambda self: self._replica("right_peer_weight"))
 
 
 class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
-    def __init__(self, process_group, hierarchical: bool = True, communication_interval: int = 1,
-                 compression: str = "MinMaxUInt8") -> None:
-        super().__init__(process_group)
-        self.compression = compression
-        self.hierarchical = hierarchical
-        self.communication_interval = communication_interval
+    """Buckets of weights (:class:`ReplicaBucket`), each with a
+    :class:`~bagua_algorithms.low_precision_decentralized.op.LowPrecisionDecentralizedOp` run after the
+    optimizer step."""
+
+    config: LowPrecisionDecentralizedConfig
+
+    def __init__(self, process_group, config: LowPrecisionDecentralizedConfig) -> None:
+        super().__init__(process_group, config)
         self._stepped = 0
         self._module: torch.nn.Module | None = None
-        self._resynchronize = on_a_quorum(process_group)
-        """Fault-tolerant mode: this impl was reified on a new quorum; its first step re-derives the replicas."""
-
+        # reified on a quorum (fault-tolerant mode): the ring is other replicas now, the first step re-derives
+        # the replicas
+        self._resynchronize = process_group.membership.on_quorum
     def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
         self.complete_exchanges()  # buckets are being rebuilt: the old ops' rounds must not stay in flight
         return super().init_tensors(bagua_module)
+
+    def tensors_to_buckets(self, tensors: list[list[torch.Tensor]], do_flatten: bool) -> list[BaguaBucket]:
+        """One :class:`ReplicaBucket` per suggested group."""
+        return [ReplicaBucket(group, f"bucket_{i}", do_flatten) for i, group in enumerate(tensors)]
 
     def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
         self._module = bagua_module  # its buckets hold the replicas (state_dict)
         bucket.clear_ops()
         name = bagua_module.bagua_module_name
-        bucket._weight = bucket.flattened_tensor().float().ensure_bagua_tensor("weight", name)
-        bucket._left_peer_weight = bucket.flattened_tensor().float().ensure_bagua_tensor("left_peer_weight", name)
-        bucket._right_peer_weight = bucket.flattened_tensor().float().ensure_bagua_tensor("right_peer_weight", name)
-        op = bucket.append_low_precision_decentralized_synchronous_op(
-            bucket._weight, bucket._left_peer_weight, bucket._right_peer_weight, self.hierarchical,
-            compression=self.compression, group=self.process_group,
-        )
-        # the neighbours' messages travel during the next forward and backward (complete_exchanges)
-        op.overlap = isinstance(op, LowPrecisionDecentralizedOp)
+        weight, left, right = (bucket.flattened_tensor().float().ensure_bagua_tensor(key, name) for key in _REPLICAS)
+        op = LowPrecisionDecentralizedOp(self.process_group, self.config.hierarchical, weight, left, right,
+                                         compression=self.config.compression)
+        op.overlap = True  # the neighbours' messages travel during the next forward and backward (complete_exchanges)
+        bucket.append_op(op)
+        if isinstance(bucket, ReplicaBucket):
+            bucket.ring, bucket.settle = op, self.complete_exchanges
 
     def _finish_in_background(self) -> bool:
         """Queue every op's :meth:`~LowPrecisionDecentralizedOp.complete` on the communication thread (after
@@ -109,8 +107,8 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
 
     def complete_exchanges(self) -> None:
         """Wait until the neighbours' messages of the last round are added into the replicas ``l`` and
-        ``r``: before the next difference reads them, before they are saved, and before the module is
-        unwrapped (so no message is left in flight)."""
+        ``r``: before the next difference reads them, before they are read or saved, and before the module
+        is unwrapped (so no message is left in flight)."""
         if self._finish_in_background():
             self._module.process_group.worker.synchronize()
 
@@ -154,7 +152,7 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
                     getattr(op, key).copy_(state[name][key])
 
     def communicates_after_optimizer_step(self, bagua_module: torch.nn.Module) -> bool:
-        return is_communication_step(bagua_module, self.communication_interval)
+        return is_communication_step(bagua_module, self.config.communication_interval)
 
     def quiesce(self, bagua_module: torch.nn.Module) -> None:
         """Fault-tolerant mode: the step's neighbour messages are part of its transaction, so they are added
@@ -171,7 +169,7 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
             self._stepped += 1
             if self._stepped != len(bagua_module.bagua_optimizers):
                 return
-            if not is_communication_step(bagua_module, self.communication_interval):
+            if not is_communication_step(bagua_module, self.config.communication_interval):
                 return
             self.complete_exchanges()  # the last round's l and r: this round's difference reads them
             for bucket in bagua_module.bagua_buckets:
@@ -193,6 +191,7 @@ class LowPrecisionDecentralizedAlgorithm(Algorithm):
 
     name = "low_precision_decentralized"
     Config = LowPrecisionDecentralizedConfig
+    Impl = LowPrecisionDecentralizedAlgorithmImpl
     capabilities = Capabilities(communicates="weights", weights_differ_across_ranks=True,
                                 communicates_after_optimizer_step=True, relative_bytes=0.5,
                                 fault_tolerance=FaultTolerance(
@@ -204,13 +203,3 @@ class LowPrecisionDecentralizedAlgorithm(Algorithm):
     """Compressed weight differences to the two ring neighbours (a byte per value each way). In
     fault-tolerant mode the first step on each new quorum averages the weights over the quorum and
     restarts ``w``, ``l``, ``r`` from them (:meth:`LowPrecisionDecentralizedOp.resynchronize`)."""
-
-    def __init__(self, hierarchical: bool = True, communication_interval: int = 1,
-                 compression: str = "MinMaxUInt8") -> None:
-        super().__init__(hierarchical=hierarchical, communication_interval=communication_interval,
-                         compression=compression)
-
-    def reify(self, process_group) -> LowPrecisionDecentralizedAlgorithmImpl:
-        c = self.config
-        return LowPrecisionDecentralizedAlgorithmImpl(process_group, c.hierarchical, c.communication_interval,
-                                                      c.compression)

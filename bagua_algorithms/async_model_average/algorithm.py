@@ -1,0 +1,181 @@
+"""``AsyncModelAverageAlgorithm`` and its impl (the package docstring says what is communicated)."""
+
+from __future__ import annotations
+
+import atexit
+import weakref
+from collections.abc import Callable
+
+import torch
+
+from bagua_algorithms.async_model_average.averager import AsyncModelAverager, new_async_communicator
+from bagua_algorithms.async_model_average.config import AsyncModelAverageConfig
+from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmImpl, split_into_buckets
+from bagua_core.lifecycle.bucket import BaguaBucket
+from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp
+from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
+from bagua_core.runtime import env, failure
+from bagua_core.runtime.communication.communicator import BaguaCommunicator
+
+__all__ = ["AsyncModelAverageAlgorithm", "AsyncModelAverageAlgorithmImpl"]
+
+_live_averagers: weakref.WeakSet[AsyncModelAverager] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_at_exit() -> None:
+    for averager in list(_live_averagers):
+        averager.stop_locally(timeout=1.0)
+
+
+class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
+    """Gradient allreduce during warmup, then the weights in buckets of the background averager."""
+
+    config: AsyncModelAverageConfig
+
+    def __init__(self, process_group, config: AsyncModelAverageConfig) -> None:
+        super().__init__(process_group, config)
+        membership = process_group.membership
+        self.fault_tolerant = membership.on_quorum
+        # on a quorum (fault-tolerant mode) its group is the only one between replicas: no new group
+        self.comm = BaguaCommunicator(membership.between_replicas, process_group.ranks, f"{process_group.name}/async") \
+            if self.fault_tolerant else new_async_communicator(process_group.ranks)  # collective: every process
+        self.averager: AsyncModelAverager | None = None
+        self._module: torch.nn.Module | None = None
+        self._async_phase: bool | None = None
+        self._forced_async = False
+        self._active = True
+        self._holds_lock = False
+        self._stepped = 0
+
+    # --- phases ----------------------------------------------------------------------------------
+    def _wants_async(self) -> bool:
+        return self._forced_async or self._module.bagua_train_step_counter > self.config.warmup_steps
+
+    def need_reset(self) -> bool:
+        return self._wants_async() != self._async_phase
+
+    def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
+        self._module = bagua_module
+        self._async_phase = self._wants_async()
+        if not self._async_phase:
+            return super().init_tensors(bagua_module)
+        return [p.ensure_bagua_tensor(n, bagua_module.bagua_module_name) for n, p in bagua_module.bagua_build_params()]
+
+    def tensors_to_buckets(self, tensors: list[list[torch.Tensor]], do_flatten: bool) -> list[BaguaBucket]:
+        if not self._async_phase:
+            return super().tensors_to_buckets(tensors, do_flatten)
+        self.averager = AsyncModelAverager([], self.comm, self.config.sync_interval_ms, step_bound=self.fault_tolerant)
+        _live_averagers.add(self.averager)
+        weights = [t for group in tensors for t in group]
+        return split_into_buckets(weights, 2**62, do_flatten, name_prefix="async_weights")  # one per dtype
+
+    def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
+        bucket.clear_ops()
+        if self._async_phase:
+            self.averager.add_bucket(bucket)  # averaged in the background: no op runs when the bucket is ready
+        else:
+            bucket.append_op(CentralizedSynchronousOp(self.process_group, hierarchical=False, average=True))
+
+    # --- the weight lock -----------------------------------------------------------------------
+    def _release_lock(self) -> None:
+        if self._holds_lock:
+            self._holds_lock = False
+            self.averager.weight_lock.release()
+
+    def init_forward_pre_hook(self, bagua_module: torch.nn.Module) -> Callable:
+        def hook(inputs) -> None:
+            self._stepped = 0
+            if not self._async_phase:
+                return
+            if not self._holds_lock:
+                self.averager.weight_lock.acquire()
+                self._holds_lock = True
+            self.averager.apply_pending()
+            if self._active and not self.averager.running:
+                self.averager.raise_if_failed()
+                self.averager.start()
+
+        return hook
+
+    def init_backward_hook(self, bagua_module: torch.nn.Module) -> Callable:
+        default = super().init_backward_hook(bagua_module)
+
+        def hook(parameter_name: str, parameter: torch.nn.Parameter) -> None:
+            if not self._async_phase:
+                default(parameter_name, parameter)
+
+        return hook
+
+    def init_post_backward_hook(self, bagua_module: torch.nn.Module) -> Callable:
+        def hook() -> None:
+            if not self._async_phase:
+                bagua_module.bagua_wait_for_communication()
+            elif not bagua_module.bagua_optimizers:
+                self._release_lock()
+
+        return hook
+
+    def init_post_optimizer_step_hook(self, bagua_module: torch.nn.Module) -> Callable:
+        def hook(optimizer: torch.optim.Optimizer) -> None:
+            self._stepped += 1
+            if self._async_phase and self._stepped >= len(bagua_module.bagua_optimizers):
+                self._release_lock()
+
+        return hook
+
+    # --- control -------------------------------------------------------------------------------
+    def abort(self, bagua_module: torch.nn.Module) -> None:
+        """Stop the averaging; returns once every rank has aborted (collective). A no-op if stopped.
+        ``bagua_module``: the wrapped module, or a ``data_parallel.DistributedDataParallel`` of it."""
+        bagua_module = getattr(bagua_module, "inner", bagua_module)
+        if not self._active:
+            return
+        with failure.guard("aborting asynchronous model averaging"):
+            if not self._async_phase:  # still in warmup here, but other ranks may be averaging already
+                self._forced_async = True
+                bagua_module.bagua_reset()
+            self._release_lock()
+            self._active = False
+            self.averager.abort(timeout=env.get_comm_timeout_s())
+
+    def resume(self, bagua_module: torch.nn.Module) -> None:
+        """Restart the averaging stopped by :meth:`abort` (every rank must resume). ``bagua_module``: the
+        wrapped module or its ``data_parallel.DistributedDataParallel``."""
+        if self._active:
+            return
+        self._active = True
+        if self._async_phase:
+            self.averager.start()
+
+    def quiesce(self, bagua_module: torch.nn.Module) -> None:
+        """Fault-tolerant mode: end this step's rounds (``AsyncModelAverager.stop_for_step``); the next forward
+        starts them again. Raises the error of a failed round (nothing of it was applied)."""
+        if self.fault_tolerant and self.averager is not None:
+            self._release_lock()
+            self.averager.stop_for_step(timeout=env.get_comm_timeout_s())
+
+    def shutdown(self, bagua_module: torch.nn.Module) -> None:
+        """Stop the loop (collectively: every rank re-wraps or shuts down the module; in fault-tolerant mode
+        the loop was stopped at the end of the last step, and a quorum's group is not agreed on again)."""
+        if self.averager is not None and self.averager.running:
+            if failure.first_failure() is not None or self.fault_tolerant:  # the others will not agree to stop
+                self.averager.stop_locally(timeout=1.0)
+            else:
+                self.abort(bagua_module)
+        if self.averager is not None:
+            self._release_lock()
+
+
+class AsyncModelAverageAlgorithm(Algorithm):
+    """Asynchronous model averaging: weights averaged by a background thread while training runs."""
+
+    name = "async"
+    Config = AsyncModelAverageConfig
+    Impl = AsyncModelAverageAlgorithmImpl
+    capabilities = Capabilities(communicates="weights", background_work=True, weights_differ_across_ranks=True,
+                                exact_resume=False, relative_bytes=None,
+                                fault_tolerance=FaultTolerance(
+                                    heals=("weights", "optimizer", "step"), commit="after_step",
+                                    rederives=("averaging denominator", "the group of the averaging rounds")))
+    """Rounds of weight averaging every ``sync_interval_ms``: the bytes per step depend on timing."""

@@ -1,0 +1,32 @@
+"""``low_precision_decentralized``: after each optimizer step, exchange compressed weight differences
+with the two ring neighbours.
+
+The package: :mod:`.config` (the options), :mod:`.algorithm` (Algorithm, Impl and the buckets that
+hold the replicas), :mod:`.op` (the ring exchange, pipelined over the core's engine). It imports what
+it shares with ``decentralized`` from ``bagua_algorithms.decentralized.weights``.
+
+Example::
+
+    >>> from bagua_algorithms.low_precision_decentralized import LowPrecisionDecentralizedAlgorithm
+    >>> model = model.with_bagua([optimizer], LowPrecisionDecentralizedAlgorithm(hierarchical=False))
+"""
+
+from __future__ import annotations
+
+from bagua_algorithms.low_precision_decentralized.algorithm import (
+    LowPrecisionDecentralizedAlgorithm,
+    LowPrecisionDecentralizedAlgorithmImpl,
+    ReplicaBucket,
+)
+from bagua_algorithms.low_precision_decentralized.config import LowPrecisionDecentralizedConfig
+from bagua_algorithms.low_precision_decentralized.op import LowPrecisionDecentralizedOp
+from bagua_core.lifecycle.algorithm import Algorithm
+from bagua_core.plugins import hookimpl
+
+__all__ = ["LowPrecisionDecentralizedAlgorithm", "LowPrecisionDecentralizedAlgorithmImpl",
+           "LowPrecisionDecentralizedConfig", "LowPrecisionDecentralizedOp", "ReplicaBucket"]
+
+
+@hookimpl
+def bagua_register_algorithms() -> list[type[Algorithm]]:
+    return [LowPrecisionDecentralizedAlgorithm]
