@@ -142,21 +142,23 @@ def test_auto_in_fault_tolerant_mode_chooses_among_fault_tolerant_candidates(mon
     refused when named."""
     import dataclasses
 
-    import bagua_core.fault_tolerance.current as current
     from bagua_algorithms.auto import AutoAlgorithm
     from bagua_core.plugins import algorithm_registry
+    from bagua_core.runtime.membership import Membership
 
-    monkeypatch.setattr(current, "_runtime", object())  # fault-tolerant mode
+    changing = Membership(changes=True, commit="quorum")  # what a fault-tolerant replica's group says
     auto = AutoAlgorithm(candidates=["bytegrad", "gradient_allreduce"])
-    assert [d.name for d in auto.declarations] == ["bytegrad", "gradient_allreduce"]
-    assert auto.fault_tolerance.commit == "before_optimizer_step"
-    assert auto.fault_tolerance.heals == ("weights", "optimizer", "algorithm_state", "step")
-    assert auto.overrides == {}
+    plan = auto.plan(changing)
+    assert [d.name for d in plan.declarations] == ["bytegrad", "gradient_allreduce"]
+    assert plan.fault_tolerance.commit == "before_optimizer_step"
+    assert plan.fault_tolerance.heals == ("weights", "optimizer", "algorithm_state", "step")
+    assert plan.overrides == {}
     allreduce = algorithm_registry.get("gradient_allreduce")
     monkeypatch.setattr(allreduce, "capabilities", dataclasses.replace(allreduce.capabilities, fault_tolerance=None))
-    assert [d.name for d in AutoAlgorithm().declarations] == ["bytegrad"]
+    assert [d.name for d in AutoAlgorithm().plan(changing).declarations] == ["bytegrad"]
+    assert "gradient_allreduce" in [d.name for d in AutoAlgorithm().declarations]  # a fixed membership keeps it
     with pytest.raises(BaguaConfigError, match=r"candidate\(s\) \['gradient_allreduce'\] cannot run in fault-tolerant"):
-        AutoAlgorithm(candidates=["bytegrad", "gradient_allreduce"])
+        AutoAlgorithm(candidates=["bytegrad", "gradient_allreduce"]).plan(changing)
 
 
 def test_runtime_quiesces_before_the_quorum_and_the_commit_decision() -> None:
