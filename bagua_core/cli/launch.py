@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import logging
 import os
 import sys
 from importlib import metadata
@@ -29,6 +30,28 @@ def extract_config(argv: list[str]) -> tuple[str | None, list[str]]:
         if token.startswith("--config="):
             return token.split("=", 1)[1], argv[:i] + argv[i + 1 :]
     return None, argv
+
+
+def extract_verbose(argv: list[str]) -> tuple[bool, list[str]]:
+    """Take ``--verbose`` out of the launcher options (those before the script or ``-m module``)."""
+    for i, token in enumerate(argv):
+        if token.endswith(".py") or token in ("-m", "--module", "--"):
+            break
+        if token == "--verbose":
+            return True, argv[:i] + argv[i + 1 :]
+    return False, argv
+
+
+def quiet_launcher_logs() -> None:
+    """torch's launcher logs each failed worker at ERROR level, before bagua's own summary of the failure;
+    unless ``BAGUA_VERBOSE`` asks for them, only its critical messages are shown."""
+    from bagua_core.runtime import env
+
+    if env.verbose():
+        return
+    prefix = "torch.distributed.elastic"
+    for name in [prefix, *(n for n in logging.root.manager.loggerDict if n.startswith(prefix + "."))]:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def _with_stderr_capture(torchrun_args: list[str]) -> list[str]:
@@ -79,6 +102,7 @@ def _launch(torchrun_args: list[str]) -> int:
     from torch.distributed import run as torchrun
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    quiet_launcher_logs()
     try:
         torchrun.main(_with_stderr_capture(torchrun_args))
     except SystemExit as exc:  # torchrun exits on argument errors
@@ -125,6 +149,9 @@ def run_command(argv: list[str]) -> int:
     The config file is validated here, before any worker starts, and handed to the workers in
     ``BAGUA_CONFIG_FILE`` (``with_bagua(optimizers)`` with no algorithm reads it)."""
     config, rest = extract_config(argv)
+    verbose, rest = extract_verbose(rest)
+    if verbose:
+        os.environ["BAGUA_VERBOSE"] = "1"  # the workers inherit it
     if _asks_for_help(rest):
         _print_run_help()
         return 0

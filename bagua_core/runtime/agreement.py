@@ -98,8 +98,10 @@ def describe_differences(fields: list[Mapping[str, Any]], infos: list[Mapping[st
     return lines
 
 
-def _coordinated(error: BaseException) -> BaseException:
+def _coordinated(error: BaseException, origin: int | None = None) -> BaseException:
     error.bagua_coordinated = True  # type: ignore[attr-defined]  # raised on every rank: nobody waits
+    if origin is not None:  # raised here because rank ``origin`` of the group failed (its traceback is its own)
+        error.bagua_failed_elsewhere = origin  # type: ignore[attr-defined]
     return error
 
 
@@ -133,7 +135,7 @@ def agree_or_raise(comm: Any, prepare: Callable[[], Any], signature: object = No
         raise _coordinated(error)
     for rank, (message, *_rest) in enumerate(gathered):
         if message is not None:
-            raise _coordinated(BaguaError(f"{what} failed on rank {rank} of the group: {message}"))
+            raise _coordinated(BaguaError(f"{what} failed on rank {rank} of the group: {message}"), origin=rank)
     lines = describe_differences([g[2] for g in gathered], [g[3] for g in gathered])
     if lines:
         shown = lines[:_MAX_LISTED_FIELDS] + ([f"... and {len(lines) - _MAX_LISTED_FIELDS} more"]

@@ -32,7 +32,8 @@ __all__ = [
     "get_nonfinite_policy",
     "find_free_network_port",
     "get_autotune_server_wait_time",
-    "Membership",
+    "RankFacts",
+    "verbose",
     "set_membership_source",
 ]
 
@@ -50,7 +51,7 @@ def _int_env(name: str, default: int) -> int:
         raise ValueError(f"environment variable {name} must be an integer, got {raw!r}") from None
 
 
-class Membership(Protocol):
+class RankFacts(Protocol):
     """What the environment reads from the default process group once there is one."""
 
     @property
@@ -65,21 +66,21 @@ class Membership(Protocol):
     def node_rank(self) -> int: ...
 
 
-def _no_group() -> Membership | None:
+def _no_group() -> RankFacts | None:
     return None
 
 
-_membership_source: Callable[[], Membership | None] = _no_group
+_membership_source: Callable[[], RankFacts | None] = _no_group
 
 
-def set_membership_source(source: Callable[[], Membership | None]) -> None:
+def set_membership_source(source: Callable[[], RankFacts | None]) -> None:
     """Where :func:`get_rank` and the others find the default process group (None: not initialized).
     Called by ``bagua_core.runtime.process_group`` at import: env, below it, must not import it."""
     global _membership_source
     _membership_source = source
 
 
-def _group() -> Membership | None:
+def _group() -> RankFacts | None:
     return _membership_source()
 
 
@@ -192,6 +193,12 @@ def find_free_network_port() -> int:
         sock.bind(("", 0))
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         return sock.getsockname()[1]
+
+
+def verbose() -> bool:
+    """``BAGUA_VERBOSE=1`` (``bagua run --verbose``): every rank's traceback, and the logs of the libraries
+    bagua runs on (torchft, torch's launcher) at their own level instead of warnings only."""
+    return os.environ.get("BAGUA_VERBOSE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def get_autotune_server_wait_time() -> int:

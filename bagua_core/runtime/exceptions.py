@@ -109,5 +109,13 @@ def format_validation_error(error: ValidationError, what: str, prefix: str = "",
         message = item.get("msg", "invalid value")
         if item.get("type") == "extra_forbidden" and allowed:
             message = f"{message} (unknown field; allowed: {', '.join(allowed)})"
+        elif "input" in item and item.get("type") not in ("missing", "extra_forbidden") and \
+                not isinstance(item["input"], (dict, list)):
+            message = f"{message}, got {_shown(item['input'])}"  # the value echoed back
         lines.append(f"  {location or '(top level)'}: {message}")
     return "\n".join(lines)
+
+
+def _shown(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

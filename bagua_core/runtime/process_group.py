@@ -237,6 +237,7 @@ def init_process_group(store: dist.Store | None = None, fault_tolerance: dict | 
                 backend, store=store, rank=env.get_rank(), world_size=env.get_world_size(), timeout=timeout
             )
         else:
+            _require_launcher_environment()
             dist.init_process_group(backend, init_method="env://", timeout=timeout)
     facts: list[tuple | None] = [None] * dist.get_world_size()
     dist.all_gather_object(facts, (env.get_node_key(), os.environ.get("BAGUA_SMALL_ALLREDUCE_BYTES", ""),
@@ -248,6 +249,21 @@ def init_process_group(store: dist.Store | None = None, fault_tolerance: dict | 
     failure.start(dist.get_rank(), dist.get_world_size(), [tuple(fact[2]) for fact in facts])
     atexit.register(_destroy_at_exit)
     return _default_group
+
+
+_LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _require_launcher_environment() -> None:
+    """A script started without a launcher (``python train.py``) lacks the rendezvous variables: say how to
+    start it instead of torch's bare ``environment variable RANK expected``."""
+    missing = [name for name in _LAUNCHER_VARIABLES if not os.environ.get(name)]
+    if missing:
+        raise BaguaError(
+            f"this process was not started by a launcher ({', '.join(missing)} not set): start the script with "
+            f"`bagua run --nproc_per_node=N script.py` (or torchrun), which sets RANK, WORLD_SIZE, LOCAL_RANK, "
+            f"MASTER_ADDR and MASTER_PORT for every worker; one process alone: `bagua run --nproc_per_node=1 "
+            f"script.py`")
 
 
 def choose_backend() -> tuple[str, int | None, str]:

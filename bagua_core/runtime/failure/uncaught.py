@@ -1,10 +1,12 @@
 """Uncaught exceptions: the last place a rank's failure is reported before its process exits.
 
-``sys.excepthook`` and ``threading.excepthook`` are chained (the previous hooks still run): an
-uncaught exception is reported to the job (so the peers' errors name this rank and the cause), a
-collective error that is the consequence of a peer's failure is explained on stderr (``bagua: rank 1
-failed first (...)``), and under torchelastic (``bagua run``) the exception is written to the
-worker's error file, so the launcher's summary shows it as the root cause.
+``sys.excepthook`` and ``threading.excepthook`` are chained: an uncaught exception is reported to the job
+(so the peers' errors name this rank and the cause), and under torchelastic (``bagua run``) it is written
+to the worker's error file, so the launcher's summary shows it as the root cause. Only the rank where a
+failure began prints a traceback: a rank that stopped because another one failed (a ``PeerFailureError``,
+or an agreement that failed on another rank) prints one line naming that rank and the cause, so a failed
+job's output is one traceback and a line per other rank. ``BAGUA_VERBOSE=1`` (``bagua run --verbose``)
+prints every rank's traceback.
 
 Example::
 
@@ -23,6 +25,8 @@ import traceback
 from types import TracebackType
 from typing import Any
 
+from bagua_core.runtime import env
+from bagua_core.runtime.exceptions import PeerFailureError
 from bagua_core.runtime.failure.record import state
 from bagua_core.runtime.failure.translate import translate
 
@@ -31,16 +35,23 @@ __all__ = ["install", "uninstall"]
 _previous: dict[str, Any] = {}
 
 
-def _handle(exc: BaseException | None, where: str) -> None:
+def _handle(exc: BaseException | None, where: str) -> bool:
+    """Report ``exc``; True when its traceback is not worth printing (one line said it all)."""
     if exc is None or not state.started or isinstance(exc, SystemExit):
-        return
+        return False
     try:
         translated = translate(exc, where)
+        _write_elastic_error_file(translated)
+        elsewhere = isinstance(translated, PeerFailureError) or getattr(exc, "bagua_failed_elsewhere", None) is not None
+        if elsewhere and not env.verbose():
+            print(f"bagua: rank {state.rank} stopped: {type(translated).__name__}: {translated}", file=sys.stderr,
+                  flush=True)
+            return True
         if translated is not exc:
             print(f"bagua: {translated}", file=sys.stderr, flush=True)
-        _write_elastic_error_file(translated)
     except Exception:  # never hide the original traceback
         pass
+    return False
 
 
 def _write_elastic_error_file(exc: BaseException) -> None:
@@ -58,14 +69,14 @@ def _write_elastic_error_file(exc: BaseException) -> None:
 
 
 def _excepthook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
-    _handle(exc, "an uncaught exception in the main thread")
-    _previous["sys"](exc_type, exc, tb)
+    if not _handle(exc, "an uncaught exception in the main thread"):
+        _previous["sys"](exc_type, exc, tb)
 
 
 def _threading_excepthook(args: threading.ExceptHookArgs) -> None:
     name = args.thread.name if args.thread is not None else "a thread"
-    _handle(args.exc_value, f"an uncaught exception in thread {name!r}")
-    _previous["threading"](args)
+    if not _handle(args.exc_value, f"an uncaught exception in thread {name!r}"):
+        _previous["threading"](args)
 
 
 def install() -> None:
