@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -140,14 +141,23 @@ def run_block(block: Block, earlier: list[Block], tmp_path: Path, repo: Path = R
             code = "\n".join(line[2:] for line in code.splitlines() if line.startswith("$ ")) + "\n"
         (work / "_block.sh").write_text(code)
         command = ["bash", "-e", "-o", "pipefail", "_block.sh"]
+    proc = subprocess.Popen(command, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
     try:
-        proc = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=timeout,
-                              start_new_session=True)
-    except subprocess.TimeoutExpired as exc:
-        out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        err = (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-        return None, out + err
-    return proc.returncode, proc.stdout + proc.stderr
+        output, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, output
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        return None, proc.communicate()[0]
+    finally:
+        _kill_group(proc)  # whatever the block started and left behind (workers, a lighthouse)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def failure_message(block: Block, status: int | None, output: str, timeout: float = TIMEOUT_S) -> str:
@@ -247,5 +257,11 @@ def test_a_broken_block_fails_with_its_place_and_output(tmp_path: Path) -> None:
     assert results[1][0] == 0 and "job 7" in results[1][1] and "42" in results[1][1]
     assert results[2][0] != 0 and "about to fail" in results[2][1] and "never" not in results[2][1]
     assert results[3][0] != 0 and "broken on purpose" in results[3][1]
+    hung = Block("guide.md", 40, "bash", "echo started\nsleep 60\n", None, "")
+    scratch = tmp_path / "hung"
+    scratch.mkdir()
+    status, output = run_block(hung, [], scratch, repo=repo, timeout=2)
+    assert status is None and "started" in output
+    assert "timed out after 2 s" in failure_message(hung, status, output, timeout=2)
     message = failure_message(blocks[4], *results[3])
     assert message.startswith("guide.md:26 (python block) exited with status 1") and "broken on purpose" in message
