@@ -23,6 +23,4 @@ __all__ = ["DecentralizedAlgorithm", "DecentralizedAlgorithmImpl", "Decentralize
 
 @hookimpl
 def bagua_register_algorithms() -> list[type[Algorithm]]:
-    from bagua_algorithms.low_precision_decentralized import LowPrecisionDecentralizedAlgorithm  # ENTRYPOINT-PENDING
-
-    return [DecentralizedAlgorithm, LowPrecisionDecentralizedAlgorithm]
+    return [DecentralizedAlgorithm]
