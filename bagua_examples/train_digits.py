@@ -15,23 +15,33 @@ import time
 import typing
 from typing import Any
 
+import logging
+
 import torch
 import torch.nn.functional as F
 import tqdm
+import yaml
 from pydantic import ValidationError
 
 import bagua_core as bagua
 from bagua_core.checkpoints.files import atomic_write
 from bagua_core.runtime.communication import stats
-from bagua_core.selection.config import algorithm_class_of, algorithm_config_of, validate_config_file
+from bagua_core.selection.config import (
+    algorithm_class_of,
+    algorithm_config_of,
+    algorithm_section,
+    load_config_file,
+    validate_algorithm_config,
+    validate_config_file,
+)
 from bagua_core.runtime.exceptions import BaguaConfigError
 from bagua_core.plugins import algorithm_registry
-from bagua_core.selection.single_node import on_one_node, one_node_note
+from bagua_core.selection.single_node import is_hierarchical, on_one_node, one_node_note, without_hierarchy
 from bagua_examples.digits import DigitsMLP, load_digits
 from bagua_examples.run_settings import make_optimizer, resolve_device
 from bagua_examples.training_config import TrainingConfig
 
-__all__ = ["train", "main", "parse_args", "CONFIG_TABLES"]
+__all__ = ["train", "main", "parse_args", "CONFIG_TABLES", "single_node_choice"]
 
 # the tables of a config file this job reads besides the algorithm's: `bagua check-config` validates them
 # through the bagua.jobs entry point (bagua_core.cli.jobs.job_config_tables)
@@ -44,9 +54,49 @@ def _mean_over_ranks(value: float) -> float:
     return float(t.item())
 
 
+def _chosen_options(algorithm: Any) -> set[str]:
+    """The options the user set explicitly (those of a dict, a config file's table, a config or algorithm
+    built with them); none for a bare name."""
+    if isinstance(algorithm, dict):
+        return set(algorithm) - {"name"}
+    if isinstance(algorithm, str) and not algorithm.endswith((".toml", ".yaml", ".yml", ".json")):
+        return set()
+    return set(algorithm_config_of(algorithm).model_fields_set) - {"name"}
+
+
+def single_node_choice(algorithm: Any) -> tuple[Any, str | None]:
+    """What this job runs on one machine, and what to tell the user about it. An algorithm whose
+    ``hierarchical`` option defaults to True would, on one machine, only average through the node leader
+    (its own exchange runs between nodes): unless the user set ``hierarchical``, the job runs the flat
+    variant and says so; an explicit ``hierarchical=True`` runs as asked, with a note."""
+    if not on_one_node():
+        return algorithm, None
+    config = algorithm_config_of(algorithm)
+    if is_hierarchical(config) and "hierarchical" not in _chosen_options(algorithm):
+        return without_hierarchy(config), (
+            f"note: {config.name} ran with hierarchical=False: every rank is on this machine, where hierarchical="
+            f"True would only average through the node leader ({config.name} itself runs between nodes); "
+            f"--option hierarchical=true keeps the default")
+    return algorithm, one_node_note(config)
+
+
+def _never_synchronised(config: Any, steps: int) -> str:
+    """A note for a run in which nothing reached another rank: which of the algorithm's schedule options
+    is longer than the run."""
+    longer = [f"{k}={v}" for k, v in config.model_dump().items()
+              if isinstance(v, int) and not isinstance(v, bool) and v > steps and k.endswith(("steps", "interval",
+                                                                                            "every"))]
+    why = f" ({', '.join(longer)} > the {steps} steps run)" if longer else ""
+    return (f"note: nothing was handed to collectives: {config.name} never synchronised the ranks in this run"
+            f"{why}; each rank trained alone")
+
+
 def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
     """Train on this worker's shard; every rank returns the same summary dict."""
     rank, world = bagua.get_rank(), bagua.get_world_size()
+    algorithm, note = single_node_choice(algorithm)
+    # auto's choice is in the summary; its log line would land in the progress bar's line
+    logging.getLogger("bagua.auto").addHandler(logging.NullHandler())
     device = resolve_device(cfg.device)
     train_x, train_y, test_x, test_y = (t.to(device) for t in load_digits(seed=cfg.seed))
     torch.manual_seed(cfg.seed)
@@ -83,6 +133,8 @@ def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
     with torch.no_grad():
         accuracy = (model(test_x).argmax(1) == test_y).float().mean().item()
     auto = getattr(model, "bagua_auto_result", None)
+    if world > 1 and communicated == 0:
+        note = _never_synchronised(config, cfg.epochs * steps_per_epoch)
     summary = {
         "algorithm": name,
         "auto": auto,
@@ -94,7 +146,7 @@ def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
         "samples_per_s": world * cfg.epochs * steps_per_epoch * cfg.batch_size / max(_mean_over_ranks(elapsed), 1e-9),
         "bytes_communicated_per_rank": int(_mean_over_ranks(float(communicated))),
         "seconds": _mean_over_ranks(elapsed),
-        "note": one_node_note(config) if on_one_node() else None,
+        "note": note,
     }
     model.bagua_shutdown()
     return summary
@@ -111,6 +163,9 @@ def parse_args(argv: list[str] | None, prog: str | None = None) -> tuple[Trainin
     parser.add_argument("--algorithm", default=None, choices=algorithm_registry.names(),
                         help="registered algorithm name, or auto: the fastest drop-in one, chosen while "
                              "training (default gradient_allreduce)")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="an option of the algorithm, written as in a config file (repeatable): --option "
+                             "hierarchical=false --option compression=MinMaxUInt4; validated like a config file")
     parser.add_argument("--config", default=os.environ.get("BAGUA_CONFIG_FILE"),
                         help="config file with [algorithm] and [training] tables")
     parser.add_argument("--summary-json", default=None,
@@ -142,11 +197,30 @@ def parse_args(argv: list[str] | None, prog: str | None = None) -> tuple[Trainin
     options.update(flags)
     if args.algorithm:
         algorithm = args.algorithm
+    if args.option:
+        algorithm = _with_options(algorithm, args.option)
     try:
         return TrainingConfig(**options), algorithm, args
     except ValidationError as exc:  # only a flag can be wrong here: the file's table validated above
         lines = [f"  {_flag(str(e['loc'][0]))} {e.get('input')!r}: {e['msg']}" for e in exc.errors()]
         raise BaguaConfigError("invalid training options:\n" + "\n".join(lines)) from None
+
+
+def _with_options(algorithm: str, pairs: list[str]) -> dict[str, Any]:
+    """``algorithm`` (a name or a config file) with the ``--option KEY=VALUE`` pairs on top, validated as a
+    config file's table is (a value is read as in YAML: ``false``, ``4``, ``MinMaxUInt4``)."""
+    data: dict[str, Any] = dict(algorithm_section(load_config_file(algorithm))) \
+        if algorithm.endswith((".toml", ".yaml", ".yml", ".json")) else {"name": algorithm}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise BaguaConfigError(f"--option {pair!r}: write KEY=VALUE, e.g. --option hierarchical=false")
+        data[key.strip()] = yaml.safe_load(raw) if raw.strip() else raw
+    try:
+        validate_algorithm_config(data, source="--option")
+    except BaguaConfigError as exc:
+        raise BaguaConfigError(f"{exc} (from --option {' --option '.join(pairs)})") from None
+    return data
 
 
 def format_summary(summary: dict[str, Any]) -> str:

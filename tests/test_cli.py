@@ -32,12 +32,12 @@ def test_plugins_lists_algorithms_with_options(capsys) -> None:
     assert "node" in options["hierarchical"]["help"]
     # where hierarchical=True is the default, the listing says what it means on one machine
     assert rows["gradient_allreduce"]["notes"] == []
-    assert any("only between nodes" in note and "hierarchical=False" in note for note in rows["bytegrad"]["notes"])
+    assert any("between nodes only" in note and "hierarchical=False" in note for note in rows["bytegrad"]["notes"])
     assert main(["plugins"]) == 0
     out = capsys.readouterr().out
     assert "gradient_allreduce" in out
     bytegrad_block = re.split(r"\n  \S", out.split("\n  bytegrad  (")[1])[0]  # up to the next algorithm
-    assert "note: hierarchical=True (the default) compresses" in bytegrad_block
+    assert "note: hierarchical=True (the default) runs the algorithm" in bytegrad_block
 
 
 def test_check_config(tmp_path, capsys) -> None:

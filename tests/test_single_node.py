@@ -1,5 +1,6 @@
-"""hierarchical=True on one node compresses nothing: said by ``bagua train``'s summary (with how to
-change it), and the helpers ask the config model, never a name."""
+"""hierarchical=True on one node runs nothing of the algorithm itself: ``bagua train`` runs the flat variant
+unless the user chose ``hierarchical``, says which it ran and how to change it, and the helpers ask the config
+model, never a name."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ def test_the_config_model_decides() -> None:
     assert without_hierarchy(algorithm_config_of("gradient_allreduce")) == algorithm_config_of("gradient_allreduce")
     assert one_node_note(flat) is None and one_node_note(algorithm_config_of("gradient_allreduce")) is None
     note = one_node_note(config)
-    assert "not compressed" in note and "hierarchical = false" in note and "'hierarchical': False" in note
+    assert "bytegrad ran with hierarchical=True on one machine" in note and "--option hierarchical=false" in note
+    assert "compress" not in one_node_note(algorithm_config_of("decentralized"))  # decentralized never compresses
 
 
 def _summary(rank: int, algorithm) -> dict:
@@ -31,13 +33,21 @@ def _summary(rank: int, algorithm) -> dict:
     return {"note": summary["note"], "bytes": summary["bytes_communicated_per_rank"]}
 
 
-def test_train_summary_says_so_on_one_node() -> None:
-    hierarchical = run_workers(_summary, 2, "bytegrad")
+def test_train_on_one_node_runs_the_flat_variant_unless_told() -> None:
+    default = run_workers(_summary, 2, "bytegrad")
+    hierarchical = run_workers(_summary, 2, {"name": "bytegrad", "hierarchical": True})
     flat = run_workers(_summary, 2, {"name": "bytegrad", "hierarchical": False})
     allreduce = run_workers(_summary, 2, "gradient_allreduce")
     two_nodes = run_workers(_summary, 2, "bytegrad", local_size=1)
-    assert hierarchical[0]["note"] and "bytegrad ran with hierarchical=True on a single node" in hierarchical[0]["note"]
+    assert "bytegrad ran with hierarchical=False: every rank is on this machine" in default[0]["note"]
+    assert "bytegrad ran with hierarchical=True on one machine" in hierarchical[0]["note"]
     assert flat[0]["note"] is None and allreduce[0]["note"] is None and two_nodes[0]["note"] is None
-    # the figures the note explains: twice an allreduce's bytes hierarchically, a fraction without
+    # what the notes explain: twice an allreduce's bytes hierarchically; compressed (a fraction) flat
     assert hierarchical[0]["bytes"] == 2 * allreduce[0]["bytes"]
-    assert flat[0]["bytes"] < allreduce[0]["bytes"] / 2
+    assert default[0]["bytes"] == flat[0]["bytes"] < allreduce[0]["bytes"] / 2
+
+
+def test_a_run_that_never_synchronised_says_so() -> None:
+    summary = run_workers(_summary, 2, {"name": "diloco", "inner_steps": 1000})[0]
+    assert summary["bytes"] == 0 and "diloco never synchronised the ranks" in summary["note"]
+    assert "inner_steps=1000 > the" in summary["note"]

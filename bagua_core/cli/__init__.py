@@ -1,11 +1,4 @@
-"""The ``bagua`` command.
-
-  bagua run [--config FILE] [torchrun options] script.py [args]   launch workers with torch's launcher
-  bagua run --fault-tolerant [--replicas K] [--min-replicas N] ...  replicas that train on when one fails
-  bagua train [--nproc N] [--algorithm NAME | --config FILE] ...  the main job: digits on N local workers
-  bagua plugins [--json]                                           installed algorithms, options, defaults
-  bagua check-config FILE                                          validate a config file
-"""
+"""The ``bagua`` command (:data:`USAGE`)."""
 
 from __future__ import annotations
 
@@ -14,13 +7,27 @@ import sys
 
 from bagua_core.runtime.exceptions import BaguaError
 
-__all__ = ["main"]
+__all__ = ["USAGE", "main"]
+
+USAGE = """usage: bagua COMMAND [options]
+
+commands:
+  bagua run [--config FILE] [--verbose] [torchrun options] script.py [args]
+                                      start the script's workers with torch's launcher (torchrun)
+  bagua run --fault-tolerant [--replicas K] [--min-replicas N] ... script.py
+                                      replicas that train on when one fails
+  bagua train [--nproc N] [--algorithm NAME] [--option KEY=VALUE] [--config FILE] ...
+                                      the main job: an MLP on the digits data on N local workers
+  bagua plugins [--json]              installed algorithms (options, defaults, capabilities) and codecs
+  bagua check-config FILE             validate a config file
+
+`bagua COMMAND --help` lists a command's options."""
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__)
+        print(USAGE)
         return 0
     command, rest = argv[0], argv[1:]
     try:

@@ -21,24 +21,31 @@ import subprocess
 import sys
 import time
 
-__all__ = ["split_fault_tolerant_args", "parse_fault_tolerant_options", "run_fault_tolerant"]
+__all__ = ["add_fault_tolerant_arguments", "split_fault_tolerant_args", "parse_fault_tolerant_options",
+           "run_fault_tolerant"]
 
 _FLAGS = ("--fault-tolerant", "--replicas", "--lighthouse", "--lighthouse-port", "--lighthouse-host", "--min-replicas",
           "--ft-timeout",
           "--ft-hang-timeout", "--ft-join-timeout-ms", "--ft-heartbeat-timeout-ms")
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bagua run --fault-tolerant", add_help=False)
-    parser.add_argument("--fault-tolerant", action="store_true")
+def add_fault_tolerant_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """The options of fault-tolerant mode (``bagua run --help`` and ``bagua train --help`` list them)."""
+    parser.add_argument("--fault-tolerant", action="store_true",
+                        help="replicas that train on when one fails (docs/fault_tolerance.md): each replica is its "
+                             "own torchrun, a torchft lighthouse forms a quorum every step")
     parser.add_argument("--replicas", type=int, default=1, help="replicas to start on this host (each its own torchrun)")
     parser.add_argument("--lighthouse", default="", help="join this lighthouse (http://host:port) instead of starting one")
     parser.add_argument("--lighthouse-port", type=int, default=29510, help="port of the lighthouse started here")
     parser.add_argument("--lighthouse-host", default=socket.gethostname(),
                         help="the name other hosts reach the lighthouse started here by (default: this host's name)")
     parser.add_argument("--min-replicas", type=int, default=1, help="a step commits only with this many replicas")
-    parser.add_argument("--ft-timeout", type=float, default=None, help="BAGUA_FT_TIMEOUT_S: collective/commit timeout")
-    parser.add_argument("--ft-hang-timeout", type=float, default=None, help="BAGUA_FT_HANG_TIMEOUT_S")
+    parser.add_argument("--ft-timeout", type=float, default=None, metavar="SECONDS",
+                        help="a collective between replicas, a commit decision or a heal that takes longer fails the "
+                             "step (BAGUA_FT_TIMEOUT_S, default 30)")
+    parser.add_argument("--ft-hang-timeout", type=float, default=None, metavar="SECONDS",
+                        help="a replica whose step runs this long after its quorum formed leaves the job so the "
+                             "others go on (BAGUA_FT_HANG_TIMEOUT_S, default 300)")
     # 1 s, not 5: after a kill the survivors wait this long for the dead replica (it still heartbeats until
     # --ft-heartbeat-timeout-ms) before they form a quorum without it; benchmarks/fault_tolerance.py measured
     # 5.1 s of stall per kill with 5000 and 1.1 s with 1000 (a live replica asking later than this after the
@@ -47,6 +54,11 @@ def _parser() -> argparse.ArgumentParser:
                         help="how long the lighthouse waits for heartbeating stragglers before forming a quorum")
     parser.add_argument("--ft-heartbeat-timeout-ms", type=int, default=5000,
                         help="the lighthouse drops a replica whose heartbeat stopped this long ago (torchft's default)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bagua run --fault-tolerant", add_help=False)
+    add_fault_tolerant_arguments(parser)
     return parser
 
 

@@ -132,14 +132,22 @@ def _asks_for_help(launcher_args: list[str]) -> bool:
 def _print_run_help() -> None:
     from torch.distributed import run as torchrun
 
+    from bagua_core.cli.fault_tolerant import add_fault_tolerant_arguments
+
     parser = torchrun.get_args_parser()
     parser.prog = "bagua run"
     parser.description = ("Start workers through torch.distributed.run (torchrun): every torchrun option below "
-                          "passes through, and --config FILE is bagua's own.")
-    parser.add_argument("--config", metavar="FILE",
-                        help="bagua config file (.toml/.yaml/.yml/.json): validated before any worker starts, "
-                             "then handed to the workers in BAGUA_CONFIG_FILE (with_bagua(optimizers) with no "
-                             "algorithm uses it)")
+                          "passes through; the options in the groups 'bagua' and 'bagua: fault-tolerant mode' are "
+                          "bagua's own.")
+    ours = parser.add_argument_group("bagua")
+    ours.add_argument("--config", metavar="FILE",
+                      help="bagua config file (.toml/.yaml/.yml/.json): validated before any worker starts, then "
+                           "handed to the workers in BAGUA_CONFIG_FILE (with_bagua(optimizers) with no algorithm "
+                           "uses it)")
+    ours.add_argument("--verbose", action="store_true",
+                      help="every rank's traceback, and the logs of torch's launcher and torchft at their own level "
+                           "(default: warnings only); sets BAGUA_VERBOSE=1 for the workers")
+    add_fault_tolerant_arguments(parser.add_argument_group("bagua: fault-tolerant mode (docs/fault_tolerance.md)"))
     parser.print_help()
 
 
@@ -172,17 +180,31 @@ def train_command(argv: list[str]) -> int:
     [--replicas K ...]``: K replicas of N ranks (default 1) on torchft (``docs/fault_tolerance.md``)."""
     parser = argparse.ArgumentParser(prog="bagua train", add_help=False)
     parser.add_argument("--nproc", type=int, default=None)
+    parser.add_argument("--verbose", action="store_true")
     parser.add_argument("-h", "--help", action="store_true")
     known, worker_args = parser.parse_known_args(argv)
-    from bagua_core.cli.fault_tolerant import parse_fault_tolerant_options
+    if known.verbose:
+        os.environ["BAGUA_VERBOSE"] = "1"  # the workers inherit it
+    from bagua_core.cli.fault_tolerant import add_fault_tolerant_arguments, parse_fault_tolerant_options
 
     fault_tolerant, worker_args = parse_fault_tolerant_options(worker_args)
     job_module, job = find_job("train")
     # the job's usage line says `bagua train` (a job written before the prog= keyword gets its own name)
     prog = {"prog": "bagua train [--nproc N]"} if "prog" in inspect.signature(job.parse_args).parameters else {}
     if known.help:
-        print("usage: bagua train [--nproc N] [--fault-tolerant [--replicas K] ...] [worker options]\n\n--nproc N  "
-              "local worker processes (default 2; with --fault-tolerant: ranks per replica, default 1)\n")
+        launcher = argparse.ArgumentParser(
+            prog="bagua train", usage="bagua train [--nproc N] [--verbose] [--fault-tolerant [--replicas K] ...] "
+                                      "[worker options]", add_help=False,
+            description="Start the main job on local workers; the worker options (below the launcher's) go to "
+                        "every worker.")
+        ours = launcher.add_argument_group("launcher")
+        ours.add_argument("--nproc", metavar="N", help="local worker processes (default 2; with --fault-tolerant: "
+                                                       "ranks per replica, default 1)")
+        ours.add_argument("--verbose", action="store_true", help="every rank's traceback and the third-party logs "
+                                                                 "(BAGUA_VERBOSE=1)")
+        add_fault_tolerant_arguments(launcher.add_argument_group("fault-tolerant mode (docs/fault_tolerance.md)"))
+        launcher.print_help()
+        print("\nworker options:")
         try:
             job.parse_args(["--help"], **prog)
         except SystemExit:  # argparse exits after printing the help

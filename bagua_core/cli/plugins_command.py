@@ -32,9 +32,16 @@ def _type_name(annotation: Any) -> str:
         return "None"
     if origin is typing.Annotated:
         return _type_name(args[0])
+    if origin in (tuple, list) and (origin is list or (len(args) == 2 and args[1] is Ellipsis)):
+        return f"list of {_type_name(args[0])}"  # tuple[str, ...]: what a user writes is a list
     if origin is not None and args:
         return f"{getattr(origin, '__name__', str(origin))}[{', '.join(_type_name(a) for a in args)}]"
     return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+
+
+def _plain(text: str | None) -> str:
+    """A field's docstring as one line of plain text (no reStructuredText quoting, no line breaks)."""
+    return " ".join((text or "").replace("``", "").split())
 
 
 def describe_algorithms() -> list[dict[str, Any]]:
@@ -46,7 +53,7 @@ def describe_algorithms() -> list[dict[str, Any]]:
                 continue
             default = None if field.default is PydanticUndefined else field.default
             options.append({"name": field_name, "type": _type_name(field.annotation), "default": default,
-                            "required": field.is_required(), "help": field.description or ""})
+                            "required": field.is_required(), "help": _plain(field.description)})
         caps = dataclasses.asdict(getattr(cls, "capabilities", None) or Capabilities())
         notes = [HIERARCHICAL_NOTE] if defaults_to_hierarchical(cls.Config) else []
         rows.append({"name": name, "plugin": plugin, "class": f"{cls.__module__}.{cls.__qualname__}", "options": options,
@@ -93,7 +100,8 @@ def plugins_command(argv: list[str]) -> int:
     print("codecs (compression=):")
     for row in report["codecs"]:
         kind = ("unbiased" if row["unbiased"] else "biased") + (", native" if row["native"] else "")
-        print(f"  {row['name']}  {row['bits_per_element']} bits/value + {row['header_bytes']} header bytes/chunk, "
+        bits = row["bits_per_element"]
+        print(f"  {row['name']}  {bits} bit{'' if bits == 1 else 's'}/value + {row['header_bytes']} header bytes/chunk, "
               f"{kind}  ({row['class']}, plugin {row['plugin']!r})")
     return 0
 

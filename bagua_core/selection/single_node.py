@@ -18,9 +18,9 @@ __all__ = ["HIERARCHICAL_NOTE", "defaults_to_hierarchical", "is_hierarchical", "
            "without_hierarchy"]
 
 HIERARCHICAL_NOTE = (
-    "hierarchical=True (the default) compresses and exchanges with peers only between nodes: inside a node "
-    "the ranks average in full precision through their leader, so on one machine nothing is compressed or "
-    "exchanged with peers; pass hierarchical=False there"
+    "hierarchical=True (the default) runs the algorithm's own exchange between nodes only: inside a node the "
+    "ranks average in full precision through their leader, so on one machine the algorithm itself never runs; "
+    "pass hierarchical=False there"
 )
 
 
@@ -55,9 +55,6 @@ def one_node_note(config: AlgorithmConfig) -> str | None:
     """What to tell a user whose run of ``config`` is on one node with ``hierarchical=True`` (else None)."""
     if not is_hierarchical(config):
         return None
-    return (f"note: {config.name} ran with hierarchical=True on a single node: the ranks averaged in full "
-            f"precision through the node leader (reduce + broadcast, twice an allreduce's bytes) and "
-            f"{config.name} itself, which runs only between nodes, never ran: the bytes above are not "
-            f"compressed. On one "
-            f"machine set hierarchical = false in the [algorithm] table of a config file (bagua train --config "
-            f"FILE), or pass {{'name': '{config.name}', 'hierarchical': False}} to with_bagua")
+    return (f"note: {config.name} ran with hierarchical=True on one machine, where its own exchange (between nodes "
+            f"only) never runs: the ranks averaged in full precision through the node leader. Pass "
+            f"hierarchical=False there (bagua train --option hierarchical=false)")
