@@ -62,3 +62,49 @@ def test_last_error_picks_the_last_traceback() -> None:
     assert last_error("usage: x.py [-h]\nx.py: error: unrecognized arguments: --bad\n")[0] == \
         "x.py: error: unrecognized arguments: --bad"
     assert last_error("") == ("", [])
+
+
+BAD_OPTION = """\
+import torch
+import bagua_core as bagua
+
+bagua.init_process_group()
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model = model.with_bagua([optimizer], "bytegradd" if bagua.get_rank() == 1 else "bytegrad")
+"""
+
+
+def test_a_failed_job_fits_one_screen_and_starts_with_the_cause(tmp_path) -> None:
+    """One traceback (the rank where it began), one line for each other rank, no launcher log lines, and
+    bagua's summary last: under 40 lines of output, the first of them naming the cause."""
+    script = tmp_path / "bad.py"
+    script.write_text(BAD_OPTION)
+    result = _run(["run", "--standalone", "--nproc_per_node=3", str(script)], cwd=tmp_path)
+    assert result.returncode == 1
+    lines = (result.stderr + result.stdout).strip().splitlines()
+    assert len(lines) < 40, "\n".join(lines)
+    assert (result.stderr + result.stdout).count("Traceback (most recent call last)") == 1
+    cause = "unknown algorithm 'bytegradd'"
+    assert cause in lines[0], lines[0]
+    stopped = [line for line in lines if "stopped: BaguaError: with_bagua failed on rank 1" in line]
+    assert len(stopped) == 2  # ranks 0 and 2: a line each
+    assert not [line for line in lines if line.startswith(("E1", "W1", "I1"))]  # torch's launcher logs
+    assert lines[-1].startswith("bagua: workers failed; first failure: rank ") and cause in lines[-1]
+
+
+def test_every_rank_traceback_with_verbose(tmp_path) -> None:
+    script = tmp_path / "bad.py"
+    script.write_text(BAD_OPTION)
+    result = _run(["run", "--verbose", "--standalone", "--nproc_per_node=2", str(script)], cwd=tmp_path)
+    assert result.returncode == 1
+    assert (result.stderr + result.stdout).count("Traceback (most recent call last)") == 2
+
+
+def test_a_script_started_without_a_launcher_is_told_how(tmp_path) -> None:
+    script = tmp_path / "plain.py"
+    script.write_text("import bagua_core as bagua\nbagua.init_process_group()\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 1
+    assert "not started by a launcher" in result.stderr and "bagua run --nproc_per_node" in result.stderr
