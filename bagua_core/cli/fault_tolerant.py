@@ -6,9 +6,16 @@ lighthouse (or joins ``--lighthouse``), starts ``--replicas`` replicas on this h
 in the environment (``BAGUA_FAULT_TOLERANT=1``, ``TORCHFT_LIGHTHOUSE``, ``BAGUA_FT_*``), and returns 0 when
 every replica finished, else the first failing replica's exit status.
 
-Example (two replicas here; a third host joins with ``--lighthouse http://this-host:29510``)::
+What listens, and where: the lighthouse on ``--lighthouse-host`` (default loopback: a one-host job; give this
+host's address for replicas on other hosts), on a free port unless ``--lighthouse-port`` names one; the
+replicas' own servers on the same address (``BAGUA_FT_HOST``; a host that joins with ``--lighthouse`` uses
+its address on the route to the lighthouse). A replica heals over the replicas' process group, so no server
+hands out the model. torchft's logs (Rust and Python) are shown at warning level unless ``--verbose``
+(``BAGUA_VERBOSE=1``) or ``RUST_LOG`` says otherwise.
 
-    bagua run --fault-tolerant --replicas 2 --min-replicas 1 --max-restarts 3 train.py
+Example (two replicas here; a third host joins with ``--lighthouse http://10.0.0.1:29510``)::
+
+    bagua run --fault-tolerant --replicas 2 --lighthouse-host 10.0.0.1 --lighthouse-port 29510 train.py
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import socket
 import subprocess
 import sys
 import time
+from urllib.parse import urlparse
 
 __all__ = ["add_fault_tolerant_arguments", "split_fault_tolerant_args", "parse_fault_tolerant_options",
            "run_fault_tolerant"]
@@ -36,9 +44,12 @@ def add_fault_tolerant_arguments(parser: argparse.ArgumentParser | argparse._Arg
                              "own torchrun, a torchft lighthouse forms a quorum every step")
     parser.add_argument("--replicas", type=int, default=1, help="replicas to start on this host (each its own torchrun)")
     parser.add_argument("--lighthouse", default="", help="join this lighthouse (http://host:port) instead of starting one")
-    parser.add_argument("--lighthouse-port", type=int, default=29510, help="port of the lighthouse started here")
-    parser.add_argument("--lighthouse-host", default=socket.gethostname(),
-                        help="the name other hosts reach the lighthouse started here by (default: this host's name)")
+    parser.add_argument("--lighthouse-port", type=int, default=0,
+                        help="port of the lighthouse started here (default: a free one)")
+    parser.add_argument("--lighthouse-host", default="127.0.0.1",
+                        help="the address the lighthouse started here, and this host's replicas' servers, listen on "
+                             "and are reached at (default 127.0.0.1: a one-host job; give this host's address for "
+                             "replicas on other hosts to join)")
     parser.add_argument("--min-replicas", type=int, default=1, help="a step commits only with this many replicas")
     parser.add_argument("--ft-timeout", type=float, default=None, metavar="SECONDS",
                         help="a collective between replicas, a commit decision or a heal that takes longer fails the "
@@ -102,15 +113,45 @@ def parse_fault_tolerant_options(argv: list[str]) -> tuple[argparse.Namespace | 
     return options, rest
 
 
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+def _address_towards(url: str) -> str:
+    """This host's address on the route to ``url``'s host (no packet is sent): where its replicas' servers
+    listen when it joins another host's lighthouse."""
+    host = urlparse(url).hostname or "127.0.0.1"
+    try:
+        family = socket.getaddrinfo(host, None)[0][0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, 9))
+            return probe.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+def _quiet_env(env: dict[str, str]) -> dict[str, str]:
+    """torchft's Rust logs at warning level unless the user asked (``RUST_LOG``, ``--verbose``)."""
+    if "RUST_LOG" not in env and env.get("BAGUA_VERBOSE", "") not in ("1", "true", "yes", "on"):
+        env["RUST_LOG"] = "warn"
+    return env
+
+
 def _start_lighthouse(options: argparse.Namespace) -> tuple[subprocess.Popen, str]:
     binary = shutil.which("torchft_lighthouse")
     if binary is None:
         raise ValueError("torchft_lighthouse was not found: install the fault-tolerant extra "
                          "(pip install -e '.[ft]' or bash setup.sh)")
-    proc = subprocess.Popen([binary, "--min_replicas", str(options.min_replicas), "--bind",
-                             f"[::]:{options.lighthouse_port}", "--join_timeout_ms", str(options.ft_join_timeout_ms),
-                             "--heartbeat_timeout_ms", str(options.ft_heartbeat_timeout_ms)])
-    return proc, f"http://{options.lighthouse_host}:{options.lighthouse_port}"
+    host = options.lighthouse_host
+    port = options.lighthouse_port or _free_port(host)
+    bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    proc = subprocess.Popen([binary, "--min_replicas", str(options.min_replicas), "--bind", bind,
+                             "--join_timeout_ms", str(options.ft_join_timeout_ms),
+                             "--heartbeat_timeout_ms", str(options.ft_heartbeat_timeout_ms)],
+                            env=_quiet_env(dict(os.environ)))
+    return proc, f"http://{bind}"
 
 
 def run_fault_tolerant(options: argparse.Namespace, torchrun_args: list[str]) -> int:
@@ -119,9 +160,12 @@ def run_fault_tolerant(options: argparse.Namespace, torchrun_args: list[str]) ->
     address = options.lighthouse
     if not address:
         lighthouse_proc, address = _start_lighthouse(options)
-        print(f"bagua: lighthouse at {address} (other hosts join with --lighthouse {address})", flush=True)
-    env = {**os.environ, "BAGUA_FAULT_TOLERANT": "1", "TORCHFT_LIGHTHOUSE": address,
-           "BAGUA_FT_MIN_REPLICAS": str(options.min_replicas)}
+        where = "this host only" if options.lighthouse_host in ("127.0.0.1", "::1", "localhost") else \
+            f"other hosts join with --lighthouse {address}"
+        print(f"bagua: lighthouse at {address} ({where})", flush=True)
+    host = options.lighthouse_host if not options.lighthouse else _address_towards(address)
+    env = _quiet_env({**os.environ, "BAGUA_FAULT_TOLERANT": "1", "TORCHFT_LIGHTHOUSE": address,
+                      "BAGUA_FT_MIN_REPLICAS": str(options.min_replicas), "BAGUA_FT_HOST": host})
     env.setdefault("OMP_NUM_THREADS", "1")
     if options.ft_timeout is not None:
         env["BAGUA_FT_TIMEOUT_S"] = str(options.ft_timeout)
@@ -130,7 +174,8 @@ def run_fault_tolerant(options: argparse.Namespace, torchrun_args: list[str]) ->
     replicas = []
     try:
         for index in range(options.replicas):
-            replica_env = {**env, "BAGUA_FT_REPLICA_ID": env.get("BAGUA_FT_REPLICA_ID_PREFIX", "replica_") + str(index)}
+            replica_env = {**env, "BAGUA_FT_REPLICA_ID": env.get("BAGUA_FT_REPLICA_ID_PREFIX", "replica_") + str(index),
+                           "BAGUA_FT_REPLICA_INDEX": str(index)}
             per_replica = [] if any(t.split("=")[0] in ("--nproc_per_node", "--nproc-per-node") for t in torchrun_args) \
                 else ["--nproc_per_node=1"]  # a replica is one rank unless told otherwise
             command = [sys.executable, "-m", "torch.distributed.run", "--standalone", *per_replica, *torchrun_args]
