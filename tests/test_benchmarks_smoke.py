@@ -141,3 +141,25 @@ def test_a_run_on_the_codecs_python_fallback_is_said_before_it_measures(capsys: 
     e2e.warn_unless_native("python fallback: bagua_core._native_minmax is not built", "benchmarks.scale")
     err = capsys.readouterr().err
     assert err.startswith("benchmarks.scale: WARNING") and "is not built" in err and "pip install -e ." in err
+
+
+def test_optimizer_step_benchmark_counts_and_times(tmp_path: Path) -> None:
+    """benchmarks.optimizer_step on ResNet-50's 161 parameters: every optimizer timed, its aten operators
+    counted, the ratios against Adam(foreach) written."""
+    from benchmarks.optimizer_step import count_aten_ops, main, resnet50_shapes
+
+    shapes = resnet50_shapes()
+    assert len(shapes) == 161 and sum(torch_numel(s) for s in shapes) == 25_557_032
+    assert count_aten_ops(lambda: __import__("torch").ones(3).add_(1)) == 2
+    out = tmp_path / "optimizer.json"
+    report = main(["--rounds", "1", "--steps", "1", "--devices", "cpu", "--json", str(out)])["cpu"]
+    assert set(report) == {"adam_foreach", "qadam_warmup", "qadam_after_warmup"}
+    assert all(row["step_s"] > 0 and row["aten_ops"] > 0 for row in report.values())
+    assert json.loads(out.read_text())["results"]["cpu"]["adam_foreach"]["ratio"] == 1.0
+
+
+def torch_numel(shape: tuple[int, ...]) -> int:
+    total = 1
+    for size in shape:
+        total *= size
+    return total
