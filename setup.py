@@ -1,9 +1,11 @@
 """Build glue for the native parts; the project metadata lives in pyproject.toml.
 
-``pip install .`` (or ``pip install -e .``) compiles ``bagua_core._native_minmax`` from ``native/``
-with cffi (gcc is the only requirement), writes the ABI-mode ffi modules of the CUDA kernels and of
-NCCL, and compiles ``bagua_core/_native_cuda.so`` when nvcc is found (``BAGUA_BUILD_CUDA=0`` skips
-it; a missing or failing nvcc never fails the install).
+``pip install .`` (or ``pip install -e .``) compiles the CPU kernel library ``bagua_core._native_cpu``
+from ``native/`` with cffi (gcc is the only requirement), writes the ABI-mode ffi modules of the CUDA
+kernels and of NCCL, and compiles the CUDA kernel library ``bagua_core/_native_cuda.so`` when nvcc is
+found (``BAGUA_BUILD_CUDA=0`` skips it; a missing or failing nvcc never fails the install). The
+libraries' names say nothing of their kernels: the packages that own the kernels (``bagua_codecs``,
+``bagua_algorithms.<name>``) wrap them; ``bagua_core.runtime.native`` only loads them.
 """
 
 from __future__ import annotations
@@ -33,6 +35,6 @@ class BuildExtWithNative(build_ext):
 
 
 setup(
-    cffi_modules=["native/build_minmax.py:ffibuilder"],
+    cffi_modules=["native/build_cpu.py:ffibuilder"],
     cmdclass={"build_ext": BuildExtWithNative},
 )

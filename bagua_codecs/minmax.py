@@ -1,4 +1,4 @@
-"""``MinMaxUInt8`` (the native kernels of ``bagua_core.runtime.native``, byte for byte, with their fused steps) and
+"""``MinMaxUInt8`` (the kernels of ``bagua_codecs.minmax_kernels``, byte for byte, with their fused steps) and
 ``MinMaxUInt4``.
 
 MinMaxUInt8 of a chunk ``x`` (eps = 1e-7, rint = round half to even): ``scale = 255 / (max - min + eps)``,
@@ -9,7 +9,7 @@ per byte (the first in the low nibble). Both store the chunk's fp32 min and max 
 Example::
 
     >>> codec = get_codec("MinMaxUInt8")
-    >>> torch.equal(codec.encode(x, 4), bagua_core.runtime.native.compress_minmax_uint8(x, 4))
+    >>> torch.equal(codec.encode(x, 4), bagua_codecs.minmax_kernels.compress_minmax_uint8(x, 4))
     True
 """
 
@@ -19,18 +19,19 @@ from collections.abc import Sequence
 
 import torch
 
-from bagua_core.runtime import native
+from bagua_codecs import minmax_kernels as kernels
+from bagua_codecs.minmax_kernels.layout import EPS
 from bagua_core.codecs import Codec, RowwiseCodec
-from bagua_core.runtime.native.layout import EPS
+from bagua_core.runtime import native
 
 __all__ = ["MinMaxUInt8Codec", "MinMaxUInt4Codec"]
 
 
 class MinMaxUInt8Codec(Codec):
-    """One byte per value between the chunk's min and max; ``bagua_core.runtime.native``'s kernels, fused where
-    it pays: the min/max of an averaged chunk is gathered while it is written (its header needs no
-    second pass), the own chunk is decoded while it is encoded, and the compressed decentralized ring's
-    difference (with its min/max) and update are one pass each."""
+    """One byte per value between the chunk's min and max; ``bagua_codecs.minmax_kernels``' kernels (C, CUDA,
+    or their torch fallback), fused where it pays: the min/max of an averaged chunk is gathered while it is
+    written (its header needs no second pass), and the own chunk is decoded while it is encoded. (The
+    low-precision decentralized ring fuses its own steps with this codec's kernels, in its package.)"""
 
     name = "MinMaxUInt8"
     bits_per_element = 8
@@ -43,48 +44,40 @@ class MinMaxUInt8Codec(Codec):
 
     def encode(self, x: torch.Tensor, n_chunks: int = 1, *, out: torch.Tensor | None = None,
                nonfinite: str = "propagate") -> torch.Tensor:
-        return native.compress_minmax_uint8(x, n_chunks, nonfinite=nonfinite, out=out)
+        return kernels.compress_minmax_uint8(x, n_chunks, nonfinite=nonfinite, out=out)
 
     def encode_headers(self, x: torch.Tensor, n_chunks: int, out: torch.Tensor, *, nonfinite: str = "propagate") -> torch.Tensor:
-        return native.compress_minmax_uint8_headers(x, n_chunks, out, nonfinite=nonfinite)
+        return kernels.compress_minmax_uint8_headers(x, n_chunks, out, nonfinite=nonfinite)
 
     def encode_range(self, x: torch.Tensor, n_chunks: int, out: torch.Tensor, begin: int, end: int) -> torch.Tensor:
-        return native.quantise_minmax_uint8(x, n_chunks, out, begin, min(end, self.chunk_numel(x.numel(), n_chunks)))
+        return kernels.quantise_minmax_uint8(x, n_chunks, out, begin, min(end, self.chunk_numel(x.numel(), n_chunks)))
 
     def decode(self, buf: torch.Tensor, n_chunks: int, out: torch.Tensor, *, accumulate: bool = False,
                begin: int = 0, end: int | None = None) -> torch.Tensor:
-        return native.decompress_minmax_uint8(buf, n_chunks, out, accumulate=accumulate, begin=begin, end=end)
+        return kernels.decompress_minmax_uint8(buf, n_chunks, out, accumulate=accumulate, begin=begin, end=end)
 
     def decode_average(self, bufs: Sequence[torch.Tensor] | torch.Tensor, n: int, out: torch.Tensor, *,
                        average: bool = True, begin: int = 0, end: int | None = None) -> torch.Tensor:
-        return native.decompress_average_minmax_uint8(bufs, n, out, average, begin=begin, end=end)
+        return kernels.decompress_average_minmax_uint8(bufs, n, out, average, begin=begin, end=end)
 
     # --- the fused steps (bagua_core.codecs.base) ---------------------------------------------------------
     def new_stats(self) -> torch.Tensor:
-        return native.minmax_stats()
+        return kernels.minmax_stats()
 
     def decode_average_with_stats(self, bufs: Sequence[torch.Tensor] | torch.Tensor, n: int, out: torch.Tensor,
                                   stats: torch.Tensor | None, *, average: bool = True, begin: int = 0,
                                   end: int | None = None) -> torch.Tensor:
-        return native.decompress_average_minmax_uint8(bufs, n, out, average, begin=begin, end=end, stats=stats)
+        return kernels.decompress_average_minmax_uint8(bufs, n, out, average, begin=begin, end=end, stats=stats)
 
     def encode_headers_with_stats(self, x: torch.Tensor, n_chunks: int, out: torch.Tensor, stats: torch.Tensor | None,
                                   *, nonfinite: str = "propagate") -> torch.Tensor:
         if stats is not None and n_chunks == 1:
-            return native.minmax_uint8_headers_from_stats(stats, x.numel(), out, nonfinite=nonfinite)
-        return native.compress_minmax_uint8_headers(x, n_chunks, out, nonfinite=nonfinite)
+            return kernels.minmax_uint8_headers_from_stats(stats, x.numel(), out, nonfinite=nonfinite)
+        return kernels.compress_minmax_uint8_headers(x, n_chunks, out, nonfinite=nonfinite)
 
     def encode_range_decoding(self, x: torch.Tensor, out: torch.Tensor, begin: int, end: int,
                               decoded: torch.Tensor) -> torch.Tensor:
-        return native.quantise_minmax_uint8(x, 1, out, begin, end, decompressed=decoded)
-
-    def lpd_difference(self, x: torch.Tensor, w: torch.Tensor, left: torch.Tensor, right: torch.Tensor,
-                       z: torch.Tensor, stats: torch.Tensor | None = None) -> torch.Tensor:
-        return native.lpd_difference(x, w, left, right, z, stats)
-
-    def lpd_update(self, from_left: torch.Tensor, from_right: torch.Tensor, own: torch.Tensor, w: torch.Tensor,
-                   left: torch.Tensor, right: torch.Tensor, x: torch.Tensor | None, begin: int, end: int) -> None:
-        native.lpd_update(from_left, from_right, own, w, left, right, x, begin=begin, end=end)
+        return kernels.quantise_minmax_uint8(x, 1, out, begin, end, decompressed=decoded)
 
 
 class MinMaxUInt4Codec(RowwiseCodec):

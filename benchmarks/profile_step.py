@@ -8,7 +8,7 @@ timed steps itself, after the wrap and the warmup steps (so the wrap's broadcast
   ``low_precision_decentralized`` runs there) and ``zero_grad``, on the training thread;
 * per thread (``main`` = the training thread, ``comm`` = the communication thread, where buckets run
   while backward goes on): ``ops`` (time inside bucket operations), the compression kernels of
-  ``bagua_core.runtime.native`` (``k:<name>``), waits for point-to-point messages (``wait:p2p``) and for
+  ``bagua_codecs.minmax_kernels`` and low_precision_decentralized's fused steps (``k:<name>``), waits for point-to-point messages (``wait:p2p``) and for
   collectives (``wait:<collective>``), ``other`` = ops minus kernels minus waits (Python, copies,
   the optimizer's momentum update of qadam, and time spent runnable but without a core or the GIL),
   and ``ops cpu``, the CPU time the thread got inside bucket operations (``ops`` minus ``ops cpu`` is
@@ -101,9 +101,10 @@ def _timed_async(name: str, fn):  # noqa: ANN001, ANN202
 
 
 def instrument() -> None:
-    """Put timers around the collectives, every compression kernel of ``bagua_core.runtime.native``, bucket
-    operations and bagua's end-of-backward wait."""
-    import bagua_core.runtime.native as native
+    """Put timers around the collectives, every compression kernel of ``bagua_codecs.minmax_kernels``,
+    low_precision_decentralized's two fused steps, bucket operations and bagua's end-of-backward wait."""
+    import bagua_codecs.minmax_kernels as minmax
+    from bagua_algorithms.low_precision_decentralized import kernels as lpd
     from bagua_core.lifecycle.bucket import BaguaBucket
     from bagua_core.module import hooks
 
@@ -112,11 +113,13 @@ def instrument() -> None:
     for name in COLLECTIVES:
         if hasattr(dist, name):
             setattr(dist, name, _timed_async(f"wait:{name}", getattr(dist, name)))
-    for name in native.__all__:
-        value = getattr(native, name)
-        if callable(value) and ("minmax" in name or name.startswith(("lpd_", "quantise", "decompress"))) \
+    for name in minmax.__all__:
+        value = getattr(minmax, name)
+        if callable(value) and ("minmax" in name or name.startswith(("quantise", "decompress"))) \
                 and not isinstance(value, type):
-            setattr(native, name, _timed(f"k:{name}", value))
+            setattr(minmax, name, _timed(f"k:{name}", value))
+    for name in ("difference", "update"):  # what the op calls, under the names of the fused kernels
+        setattr(lpd, name, _timed(f"k:lpd_{name}", getattr(lpd, name)))
     BaguaBucket.execute_ops = _timed("ops", BaguaBucket.execute_ops, cpu=True)
     BaguaBucket.complete_deferred = _timed("ops", BaguaBucket.complete_deferred, cpu=True)
     hooks._post_backward = _timed("wait@backward", hooks._post_backward)

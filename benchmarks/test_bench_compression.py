@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
-from bagua_core.runtime.native import compressed_size, fallback
+from bagua_codecs.minmax_kernels import compressed_size, fallback
 
 try:
-    from bagua_core.runtime.native import cpu as native_cpu
+    from bagua_codecs.minmax_kernels import cpu as native_cpu
 except ImportError:  # not built: the native rows are skipped
     native_cpu = None
 
@@ -85,7 +85,7 @@ def single_thread() -> Iterator[None]:
 def test_roundtrip_throughput(benchmark, single_thread, case: str) -> None:
     cases = roundtrips(NUMEL)
     if case not in cases:
-        pytest.skip("bagua_core._native_minmax is not built")
+        pytest.skip("bagua_core._native_cpu is not built")
     benchmark.extra_info["numel"] = NUMEL
     benchmark.pedantic(cases[case], rounds=20, warmup_rounds=2)
     benchmark.extra_info["GB/s"] = 4 * NUMEL / benchmark.stats.stats.min / 1e9

@@ -6,8 +6,8 @@
 
 #include <math.h>
 
-#include "minmax_uint8.h"
-#include "minmax_uint8_internal.h"
+#include "bagua_native.h"
+#include "parallel.h"
 
 typedef struct {
     float *p;
@@ -31,8 +31,8 @@ static void adam_task(void *ctx, int t, int n) {
 
 int bagua_adam_update_f32(float *p, const float *m, const float *v, int64_t numel, float step, float c,
                           float eps) {
-    if (numel < 0 || (numel > 0 && (p == NULL || m == NULL || v == NULL))) return BAGUA_MINMAX_ERR_ARGUMENT;
+    if (numel < 0 || (numel > 0 && (p == NULL || m == NULL || v == NULL))) return BAGUA_NATIVE_ERR_ARGUMENT;
     adam_job_t j = {p, m, v, numel, step, c, eps};
     run_parallel(numel, adam_task, &j);
-    return BAGUA_MINMAX_OK;
+    return BAGUA_NATIVE_OK;
 }

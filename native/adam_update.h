@@ -1,6 +1,6 @@
 /*
- * Fused pointwise optimizer kernels (CPU), part of the same cffi library as the MinMaxUInt8 kernels;
- * this header is part of its cdef (native/build_minmax.py).
+ * qadam's fused Adam update (CPU; bagua_algorithms/q_adam/kernels.py calls it), part of the CPU kernel
+ * library; this header is part of its cdef (native/build_cpu.py). Returns bagua_native.h's codes.
  *
  * bagua_adam_update_f32: Adam's parameter update with the second moment given, in one pass:
  *   p[i] = p[i] + (step * m[i]) / (sqrt(v[i]) / c + eps)

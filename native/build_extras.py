@@ -1,8 +1,9 @@
 """Build steps ``setup.py`` runs after the cffi extension: the run-time loaded pieces.
 
 * ``write_abi_modules``: cffi out-of-line ABI modules ``_native_cuda_ffi.py`` and ``_nccl_ffi.py``
-  (the parsed cdefs of ``minmax_uint8_cuda.h`` and ``nccl_api.h``; the libraries are dlopen-ed).
-* ``build_cuda_library``: ``_native_cuda.so`` from ``minmax_uint8_cuda.cu`` with nvcc, skipped with
+  (the parsed cdefs of the headers ``ABI_MODULES`` lists; the libraries are dlopen-ed).
+* ``build_cuda_library``: ``_native_cuda.so`` from ``CUDA_SOURCES`` with nvcc (one library: its shared
+  part, the MinMaxUInt8 codec's kernels, low_precision_decentralized's fused steps), skipped with
   a printed note when nvcc is missing, fails, or ``BAGUA_BUILD_CUDA=0``; never fails the install.
   ``BAGUA_CUDA_ARCHS`` (default ``"80;90"``) lists the SM binaries; PTX of the lowest is added so
   newer GPUs JIT it.
@@ -23,18 +24,26 @@ from cdef_header import cdef_from_header, header_path
 __all__ = ["ABI_MODULES", "build_cuda_library", "find_nvcc", "write_abi_modules"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ABI_MODULES = {"_native_cuda_ffi": "minmax_uint8_cuda.h", "_nccl_ffi": "nccl_api.h"}
-CUDA_SOURCE = os.path.join(HERE, "minmax_uint8_cuda.cu")
+ABI_MODULES = {
+    "_native_cuda_ffi": ("bagua_cuda.h", "minmax_uint8_cuda.h", "low_precision_decentralized_cuda.h"),
+    "_nccl_ffi": ("nccl_api.h",),
+}
+"""The run-time loaded libraries' ffi modules and the headers of each one's cdef (``bagua_core.runtime.native``
+parses these headers itself in a source checkout that was never built)."""
+CUDA_SOURCES = tuple(os.path.join(HERE, name) for name in
+                     ("bagua_cuda.cu", "minmax_uint8_cuda.cu", "low_precision_decentralized_cuda.cu"))
+CUDA_INTERNAL_HEADERS = ("minmax_uint8_cuda_internal.cuh",)
 CUDA_LIBRARY = "_native_cuda.so"
 
 
 def write_abi_modules(package_dir: str, package: str = "bagua_core") -> list[str]:
     """Writes the ABI-mode ffi modules into ``package_dir``; returns their paths."""
     written = []
-    for module, header in ABI_MODULES.items():
+    for module, headers in ABI_MODULES.items():
         ffi = FFI()
-        with open(header_path(header)) as f:
-            ffi.cdef(cdef_from_header(f.read()))
+        for header in headers:
+            with open(header_path(header)) as f:
+                ffi.cdef(cdef_from_header(f.read()))
         ffi.set_source(f"{package}.{module}", None)
         path = os.path.join(package_dir, module + ".py")
         ffi.emit_python_code(path)
@@ -72,7 +81,7 @@ def _nvcc_command(nvcc: str, output: str) -> list[str]:
         "static",
         *gencode,
         f"-I{HERE}",
-        CUDA_SOURCE,
+        *CUDA_SOURCES,
         "-o",
         output,
     ]
@@ -88,7 +97,8 @@ def build_cuda_library(package_dir: str) -> str | None:
         print("bagua: nvcc not found, CUDA kernels not built (CUDA tensors use the torch formula)")
         return None
     output = os.path.join(package_dir, CUDA_LIBRARY)
-    sources = [CUDA_SOURCE, header_path("minmax_uint8_cuda.h"), os.path.abspath(__file__)]
+    headers = ABI_MODULES["_native_cuda_ffi"] + CUDA_INTERNAL_HEADERS
+    sources = [*CUDA_SOURCES, *map(header_path, headers), os.path.abspath(__file__)]
     if os.path.exists(output) and os.path.getmtime(output) >= max(map(os.path.getmtime, sources)):
         print(f"bagua: {output} is up to date")
         return output

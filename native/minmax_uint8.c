@@ -7,17 +7,15 @@
  * Speed: one pass for min/max, one pass to quantise. The hot loops have AVX2 versions picked at run
  * time (__builtin_cpu_supports) and SSE2/scalar ones for other CPUs; dequantise is compiled for several
  * instruction sets (target_clones). The library is built for baseline x86-64 and runs on any of it.
- * Threads: bagua_minmax_set_threads(n) splits every chunk of large tensors over n pthreads.
+ * Threads: bagua_native_set_threads(n) (parallel.c) splits every chunk of large tensors over n pthreads.
  */
 #include "minmax_uint8.h"
+#include "bagua_native.h"
 #include "minmax_uint8_internal.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int g_threads = 1;
 
 int64_t chunk_numel_of(int64_t numel, int64_t n_chunks) {
     return numel == 0 ? 0 : (numel + n_chunks - 1) / n_chunks;
@@ -202,46 +200,6 @@ void read_params(const uint8_t *slot, params_t *p) {
     if (make_params(mm[0], mm[1], p) != BAGUA_MINMAX_OK) p->scale = p->lower = p->upper = NAN;
 }
 
-/* ---- threads: worker t of n handles the t-th piece of every chunk ---- */
-typedef struct {
-    task_fn fn;
-    void *ctx;
-    int t, n;
-} task_arg_t;
-
-static void *task_entry(void *arg) {
-    task_arg_t *a = (task_arg_t *)arg;
-    a->fn(a->ctx, a->t, a->n);
-    return NULL;
-}
-
-void run_parallel(int64_t numel, task_fn fn, void *ctx) {
-    int n = g_threads;
-    if (numel < MIN_PARALLEL_NUMEL || n <= 1) {
-        fn(ctx, 0, 1);
-        return;
-    }
-    pthread_t ids[MAX_THREADS];
-    task_arg_t args[MAX_THREADS];
-    int started = 0;
-    for (int t = 1; t < n; t++) {
-        args[t] = (task_arg_t){fn, ctx, t, n};
-        if (pthread_create(&ids[t], NULL, task_entry, &args[t]) != 0) break;
-        started = t;
-    }
-    /* threads that could not start: the caller does their share */
-    for (int t = started + 1; t < n; t++) fn(ctx, t, n);
-    fn(ctx, 0, n);
-    for (int t = 1; t <= started; t++) pthread_join(ids[t], NULL);
-}
-
-void piece(int64_t begin, int64_t end, int t, int n, int64_t *b, int64_t *e) {
-    int64_t len = end - begin, step = (len + n - 1) / n;
-    int64_t lo = begin + step * t, hi = lo + step;
-    *b = lo < end ? lo : end;
-    *e = hi < end ? hi : end;
-}
-
 typedef struct {
     const float *x;
     const uint8_t *cbuf;
@@ -356,7 +314,7 @@ static int compress_impl(const float *x, int64_t numel, int64_t n_chunks, uint8_
     j.part_bad = iscratch;
     j.status = iscratch + nc * MAX_THREADS;
     j.params = params;
-    int n_threads = (numel < MIN_PARALLEL_NUMEL) ? 1 : g_threads;
+    int n_threads = (numel < MIN_PARALLEL_NUMEL) ? 1 : bagua_native_get_threads();
     run_parallel(numel, minmax_task, &j);
     int rc = BAGUA_MINMAX_OK;
     for (int64_t c = 0; c < n_chunks; c++) {
@@ -512,11 +470,3 @@ int bagua_minmax_decompress_sum_stats_f32(const uint8_t *const *bufs, int64_t n_
     if (stats != NULL) merge_stats(stats, part_mn, part_mx, part_bad, MAX_THREADS);
     return BAGUA_MINMAX_OK;
 }
-
-int bagua_minmax_set_threads(int n_threads) {
-    if (n_threads < 1 || n_threads > MAX_THREADS) return BAGUA_MINMAX_ERR_ARGUMENT;
-    g_threads = n_threads;
-    return BAGUA_MINMAX_OK;
-}
-
-int bagua_minmax_get_threads(void) { return g_threads; }

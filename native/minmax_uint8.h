@@ -1,6 +1,7 @@
 /*
- * MinMaxUInt8 compression kernels (CPU). This header is the single source of the cffi cdef
- * (native/build_minmax.py strips the preprocessor lines and feeds the rest to ffibuilder.cdef).
+ * MinMaxUInt8 compression kernels (CPU), the codec's part of the CPU library. This header is part of
+ * its cffi cdef (native/build_cpu.py strips the preprocessor lines and feeds the rest to
+ * ffibuilder.cdef); the threads and the shared status codes are in bagua_native.h.
  *
  * Formula, per chunk x, all in fp32 (eps = 1e-7, rint = round half to even):
  *   scale = 255 / (max - min + eps), upper = rint(max * scale), lower = upper - 255,
@@ -20,6 +21,7 @@
 
 #include <stdint.h>
 
+/* BAGUA_MINMAX_OK, _ERR_SIZE and _ERR_ARGUMENT equal bagua_native.h's BAGUA_NATIVE_* codes. */
 #define BAGUA_MINMAX_OK 0
 #define BAGUA_MINMAX_ERR_SIZE -1
 #define BAGUA_MINMAX_ERR_NONFINITE -2
@@ -83,19 +85,5 @@ int bagua_minmax_headers_from_stats_f32(const float *stats, int64_t numel, uint8
                                         int nonfinite_raise);
 int bagua_minmax_quantise_decompress_f32(const float *x, int64_t numel, uint8_t *out, int64_t out_bytes,
                                          int64_t begin, int64_t end, float *deq, int64_t deq_numel);
-
-/* low_precision_decentralized. lpd_diff_f32: z = ((x + l / 3) + r / 3) - w * 1.6666666f (torch's
- * order of `x + l / 3 + r / 3 - w * (5 / 3)` in fp32), merging the stats of z. lpd_update_f32, for
- * the elements [begin, end) of the one-chunk buffers of numel elements: l += D(q_left),
- * r += D(q_right), w += D(q_own), then x = w (x may be NULL); q_left may equal q_right. */
-int bagua_lpd_diff_f32(const float *x, const float *w, const float *l, const float *r, int64_t numel,
-                       float *z, float *stats);
-int bagua_lpd_update_f32(const uint8_t *q_left, const uint8_t *q_right, const uint8_t *q_own,
-                         int64_t buf_bytes, int64_t numel, float *w, float *l, float *r, float *x,
-                         int64_t begin, int64_t end);
-
-/* Number of worker threads the kernels may use (1 = the calling thread only). */
-int bagua_minmax_set_threads(int n_threads);
-int bagua_minmax_get_threads(void);
 
 #endif /* BAGUA_MINMAX_UINT8_H */

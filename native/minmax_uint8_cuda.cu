@@ -2,66 +2,13 @@
 // Build with -fmad=false and without --use_fast_math: every step must be one IEEE fp32 operation
 // (no FMA contraction, rintf is round-half-to-even, '/' is correctly rounded) so the bytes equal
 // the CPU kernels and the torch fallback.
-#include <cuda_runtime.h>
-#include <math.h>
-#include <stdint.h>
-
+#include "bagua_cuda.h"
 #include "minmax_uint8_cuda.h"
+#include "minmax_uint8_cuda_internal.cuh"
 
-#define BAGUA_MINMAX_ERR_NONFINITE -2
-#define BAGUA_MINMAX_ERR_OVERFLOW -3
-#define THREADS 256
 #define MAX_BLOCKS_PER_CHUNK 128
-#define EPS 1e-7f
 
 namespace {
-
-__host__ __device__ inline int64_t chunk_numel_of(int64_t numel, int64_t n_chunks) {
-    return numel == 0 ? 0 : (numel + n_chunks - 1) / n_chunks;
-}
-
-__host__ __device__ inline int64_t slot_bytes(int64_t chunk_numel) {
-    return 8 + ((chunk_numel + 7) / 8) * 8;
-}
-
-__host__ __device__ inline int64_t compressed_size(int64_t numel, int64_t n_chunks) {
-    return n_chunks * slot_bytes(chunk_numel_of(numel, n_chunks));
-}
-
-__device__ inline void chunk_range(int64_t numel, int64_t chunk_numel, int64_t c, int64_t *b,
-                                   int64_t *e) {
-    int64_t lo = c * chunk_numel, hi = lo + chunk_numel;
-    *b = lo < numel ? lo : numel;
-    *e = hi < numel ? hi : numel;
-}
-
-struct Params {
-    float scale, upper, lower;
-};
-
-// 0, or the error code of a chunk that cannot be represented.
-__device__ inline int make_params(float mn, float mx, Params *p) {
-    if (!isfinite(mn) || !isfinite(mx)) return BAGUA_MINMAX_ERR_NONFINITE;
-    float range = __fadd_rn(__fsub_rn(mx, mn), EPS);
-    p->scale = __fdiv_rn(255.0f, range);
-    p->upper = rintf(__fmul_rn(mx, p->scale));
-    p->lower = __fsub_rn(p->upper, 255.0f);
-    float lowest = rintf(__fmul_rn(mn, p->scale));
-    if (!isfinite(range) || !isfinite(p->upper) || !isfinite(lowest) || !isfinite(p->lower))
-        return BAGUA_MINMAX_ERR_OVERFLOW;
-    return 0;
-}
-
-__device__ inline Params read_params(const uint8_t *slot) {
-    const float *mm = reinterpret_cast<const float *>(slot);  // slots are 8-byte aligned
-    Params p;
-    if (make_params(mm[0], mm[1], &p) != 0) p.scale = p.upper = p.lower = nanf("");
-    return p;
-}
-
-__device__ inline float dequantise(uint8_t q, const Params &p) {
-    return __fdiv_rn(__fadd_rn((float)q, p.lower), p.scale);
-}
 
 // grid (blocks_per_chunk, n_chunks): partial min / max / NaN flag of each block's share of a chunk.
 __global__ void minmax_partial(const float *x, int64_t numel, int64_t chunk_numel, float *part_mn,
@@ -198,52 +145,9 @@ __global__ void decompress_sum(const uint8_t *bufs, int64_t n_bufs, int64_t buf_
     }
 }
 
-// low_precision_decentralized: torch's fp32 order of x + l / 3 + r / 3 - w * (5 / 3)
-__global__ void lpd_diff(const float *x, const float *w, const float *l, const float *r, int64_t numel,
-                         float *z) {
-    const float five_thirds = (float)(5.0 / 3.0);
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < numel;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        float a = __fadd_rn(x[i], __fdiv_rn(l[i], 3.0f));
-        a = __fadd_rn(a, __fdiv_rn(r[i], 3.0f));
-        z[i] = __fsub_rn(a, __fmul_rn(w[i], five_thirds));
-    }
-}
-
-__global__ void lpd_update(const uint8_t *q_left, const uint8_t *q_right, const uint8_t *q_own,
-                           int64_t begin, int64_t end, float *w, float *l, float *r, float *x) {
-    Params pl = read_params(q_left), pr = read_params(q_right), po = read_params(q_own);
-    for (int64_t i = begin + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < end;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        l[i] = __fadd_rn(l[i], dequantise(q_left[8 + i], pl));
-        r[i] = __fadd_rn(r[i], dequantise(q_right[8 + i], pr));
-        float v = __fadd_rn(w[i], dequantise(q_own[8 + i], po));
-        w[i] = v;
-        if (x != nullptr) x[i] = v;
-    }
-}
-
-int blocks_for(int64_t n, int cap) {
-    int64_t blocks = (n + THREADS * 4 - 1) / (THREADS * 4);
-    return (int)(blocks < 1 ? 1 : (blocks > cap ? cap : blocks));
-}
-
 }  // namespace
 
 extern "C" {
-
-int bagua_cuda_probe(void) {
-    int count = 0;
-    cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess) return (int)err;
-    return count > 0 ? 0 : (int)cudaErrorNoDevice;
-}
-
-const char *bagua_cuda_error_string(int code) {
-    if (code == BAGUA_CUDA_ERR_SIZE) return "buffer size does not match the compressed layout";
-    if (code == BAGUA_CUDA_ERR_ARGUMENT) return "invalid argument";
-    return cudaGetErrorString((cudaError_t)code);
-}
 
 static int blocks_per_chunk(int64_t chunk_numel) {
     int64_t b = (chunk_numel + THREADS * 8 - 1) / (THREADS * 8);
@@ -291,26 +195,6 @@ int bagua_cuda_minmax_decompress_sum_f32(const uint8_t *bufs, int64_t n_bufs, in
     if (numel == 0) return 0;
     decompress_sum<<<blocks_for(numel, 4096), THREADS, 0, (cudaStream_t)stream>>>(
         bufs, n_bufs, buf_bytes, numel, out, average);
-    return (int)cudaGetLastError();
-}
-
-int bagua_cuda_lpd_diff_f32(const float *x, const float *w, const float *l, const float *r,
-                            int64_t numel, float *z, void *stream) {
-    if (numel < 0) return BAGUA_CUDA_ERR_ARGUMENT;
-    if (numel == 0) return 0;
-    lpd_diff<<<blocks_for(numel, 4096), THREADS, 0, (cudaStream_t)stream>>>(x, w, l, r, numel, z);
-    return (int)cudaGetLastError();
-}
-
-int bagua_cuda_lpd_update_f32(const uint8_t *q_left, const uint8_t *q_right, const uint8_t *q_own,
-                              int64_t buf_bytes, int64_t numel, float *w, float *l, float *r, float *x,
-                              int64_t begin, int64_t end, void *stream) {
-    if (numel < 0 || begin < 0 || end < begin) return BAGUA_CUDA_ERR_ARGUMENT;
-    if (buf_bytes != compressed_size(numel, 1)) return BAGUA_CUDA_ERR_SIZE;
-    end = end < numel ? end : numel;
-    if (end <= begin) return 0;
-    lpd_update<<<blocks_for(end - begin, 4096), THREADS, 0, (cudaStream_t)stream>>>(
-        q_left, q_right, q_own, begin, end, w, l, r, x);
     return (int)cudaGetLastError();
 }
 

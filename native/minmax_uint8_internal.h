@@ -1,5 +1,6 @@
 /*
- * Helpers shared by the kernel files of the CPU library (minmax_uint8.c, minmax_uint8_fused.c).
+ * MinMaxUInt8's helpers shared by the kernel files that read or write its buffers (minmax_uint8.c,
+ * minmax_uint8_fused.c, low_precision_decentralized.c).
  * Not part of the library's API and not in the cffi cdef; the library is built with
  * -fvisibility=hidden, so these names stay inside it.
  */
@@ -8,24 +9,9 @@
 
 #include <stdint.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define BAGUA_HAVE_SSE 1
-#if defined(__GNUC__) && defined(__x86_64__)
-#define BAGUA_AVX2_DISPATCH 1
-#endif
-#if defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
-/* loops the compiler vectorises, compiled for several instruction sets and picked at load time */
-#define BAGUA_CLONES __attribute__((target_clones("avx2", "sse4.1", "default")))
-#endif
-#endif
-#ifndef BAGUA_CLONES
-#define BAGUA_CLONES
-#endif
+#include "parallel.h"
 
 #define EPS 1e-7f
-#define MIN_PARALLEL_NUMEL (1 << 18)
-#define MAX_THREADS 64
 
 typedef struct {
     float scale, upper, lower;
@@ -47,12 +33,6 @@ void quantise(const float *restrict x, int64_t n, float scale, float upper, floa
 /* out[i] = (q[i] + lower) / scale, or out[i] += that with accumulate. */
 void dequantise(const uint8_t *restrict q, int64_t n, float scale, float lower, float *restrict out,
                 int accumulate);
-
-/* fn(ctx, t, n) for t < n on up to the configured number of threads (one when numel is small). */
-typedef void (*task_fn)(void *ctx, int t, int n);
-void run_parallel(int64_t numel, task_fn fn, void *ctx);
-/* The t-th of n equal pieces of [begin, end). */
-void piece(int64_t begin, int64_t end, int t, int n, int64_t *b, int64_t *e);
 
 /* Merges n partial {min, max, NaN seen} results into stats = {min, max, NaN seen (0 or 1)}. */
 void merge_stats(float *stats, const float *mn, const float *mx, const int *bad, int n);

@@ -138,7 +138,7 @@ def test_a_run_on_the_codecs_python_fallback_is_said_before_it_measures(capsys: 
 
     e2e.warn_unless_native("native", "benchmarks.e2e")
     assert capsys.readouterr().err == ""
-    e2e.warn_unless_native("python fallback: bagua_core._native_minmax is not built", "benchmarks.scale")
+    e2e.warn_unless_native("python fallback: bagua_core._native_cpu is not built", "benchmarks.scale")
     err = capsys.readouterr().err
     assert err.startswith("benchmarks.scale: WARNING") and "is not built" in err and "pip install -e ." in err
 

@@ -13,7 +13,7 @@ from bagua_core.lifecycle.bucket_ops import pipeline
 from bagua_algorithms.bytegrad.compressed import (CompressedWorkspace, compressed_allreduce_on,
                                                    start_compressed_allreduce_on)
 from bagua_core.codecs import Codec, get_codec
-from bagua_core.runtime.native import fallback
+from bagua_codecs.minmax_kernels import fallback
 from bagua_core.runtime.process_group import get_default_group
 from tests.distributed import run_workers
 

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from bagua_core.lifecycle.bucket_ops import pipeline
 from bagua_algorithms.bytegrad.compressed import CompressedWorkspace, compressed_allreduce_on
+from bagua_algorithms.low_precision_decentralized import kernels as lpd_kernels
 from bagua_algorithms.low_precision_decentralized.op import LowPrecisionDecentralizedOp
 from bagua_core.codecs import Codec, get_codec
 from bagua_core.runtime.process_group import get_default_group
@@ -117,13 +118,13 @@ def test_unknown_codec_is_refused_naming_the_installed_ones() -> None:
         LowPrecisionDecentralizedOp(None, False, *(torch.zeros(2) for _ in range(3)), compression="MinMaxUInt3")
 
 
-FUSED_STEPS = ("new_stats", "decode_average_with_stats", "encode_headers_with_stats", "encode_range_decoding",
-               "lpd_difference", "lpd_update")
+FUSED_STEPS = ("new_stats", "decode_average_with_stats", "encode_headers_with_stats", "encode_range_decoding")
 
 
 def test_minmax_uint8_keeps_the_native_fused_steps() -> None:
     """One codec contract: the registered MinMaxUInt8 (bagua_codecs) carries the native fused steps, the
-    others run on the base class's compositions of their plain steps."""
+    others run on the base class's compositions of their plain steps. The steps that fuse an algorithm's
+    math with a codec are the algorithm's (low_precision_decentralized's kernels fuse MinMaxUInt8 only)."""
     from bagua_codecs import MinMaxUInt8Codec
 
     minmax, fp16 = get_codec("MinMaxUInt8"), get_codec("fp16")
@@ -131,11 +132,14 @@ def test_minmax_uint8_keeps_the_native_fused_steps() -> None:
     for step in FUSED_STEPS:
         assert getattr(type(minmax), step) is not getattr(Codec, step), step
         assert getattr(type(fp16), step) is getattr(Codec, step), step
+    assert not [step for step in dir(Codec) if step.startswith("lpd_")]
+    assert lpd_kernels.fuses(minmax) and not lpd_kernels.fuses(fp16)
 
 
 def test_fused_steps_give_the_bytes_of_their_default_compositions() -> None:
-    """MinMaxUInt8's native fused steps against the base class's compositions of its plain steps (the
-    path of a codec without fused steps): the same bytes and values, a short last chunk included."""
+    """MinMaxUInt8's native fused steps (its own, and low_precision_decentralized's with it) against the
+    compositions of its plain steps (the path of a codec without fused steps): the same bytes and values, a
+    short last chunk included."""
     codec = get_codec("MinMaxUInt8")
     gen = torch.Generator().manual_seed(3)
     n, numel = 3, 1000
@@ -159,11 +163,11 @@ def test_fused_steps_give_the_bytes_of_their_default_compositions() -> None:
         assert torch.equal(fused_decoded, plain_decoded)
     x, w, left, right = (torch.randn(numel, generator=gen) for _ in range(4))
     z_fused, z_plain, stats = torch.empty(numel), torch.empty(numel), codec.new_stats()
-    codec.lpd_difference(x, w, left, right, z_fused, stats)
-    Codec.lpd_difference(codec, x, w, left, right, z_plain)
+    lpd_kernels.difference(codec, x, w, left, right, z_fused, stats)
+    lpd_kernels.lpd_difference(x, w, left, right, z_plain)
     assert torch.equal(z_fused, z_plain)
     sent = codec.encode(z_fused, 1)
     replicas = [[t.clone() for t in (w, left, right, x)] for _ in range(2)]
-    codec.lpd_update(sent, sent, sent, *replicas[0][:3], replicas[0][3], 0, numel)
-    Codec.lpd_update(codec, sent, sent, sent, *replicas[1][:3], replicas[1][3], 0, numel)
+    lpd_kernels.update(codec, sent, sent, sent, *replicas[0][:3], replicas[0][3], 0, numel)
+    lpd_kernels.composed_update(codec, sent, sent, sent, *replicas[1][:3], replicas[1][3], 0, numel)
     assert all(torch.equal(a, b) for a, b in zip(*replicas))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from bagua_core.runtime import native
+from bagua_codecs import minmax_kernels as minmax
 from bagua_core.lifecycle.bucket_ops import pipeline
 from bagua_algorithms.low_precision_decentralized.op import LowPrecisionDecentralizedOp
 from bagua_core.runtime.process_group import get_default_group
@@ -26,8 +26,8 @@ def _reference_round(x: torch.Tensor, w: torch.Tensor, left: torch.Tensor, right
     """This rank's (x, w, left, right) after one round, from every rank's state."""
     n, me = dist.get_world_size(), dist.get_rank()
     xs, ws, ls, rs = (_gather(t) for t in (x, w, left, right))
-    c = [native.compress_minmax_uint8(xs[k] + ls[k] / 3 + rs[k] / 3 - ws[k] * (5 / 3), 1) for k in range(n)]
-    w, left, right = (native.decompress_minmax_uint8(c[k], 1, t.clone(), accumulate=True)
+    c = [minmax.compress_minmax_uint8(xs[k] + ls[k] / 3 + rs[k] / 3 - ws[k] * (5 / 3), 1) for k in range(n)]
+    w, left, right = (minmax.decompress_minmax_uint8(c[k], 1, t.clone(), accumulate=True)
                for k, t in ((me, w), ((me - 1) % n, left), ((me + 1) % n, right)))
     return w.clone(), w, left, right
 
@@ -88,8 +88,8 @@ def test_exact_alone() -> None:
     initial = torch.randn(1001, generator=torch.Generator().manual_seed(0))
     op = _op(initial)
     x = initial + 0.5
-    c = native.compress_minmax_uint8(x + initial / 3 + initial / 3 - initial * (5 / 3), 1)
-    expected = native.decompress_minmax_uint8(c, 1, initial.clone(), accumulate=True)
+    c = minmax.compress_minmax_uint8(x + initial / 3 + initial / 3 - initial * (5 / 3), 1)
+    expected = minmax.decompress_minmax_uint8(c, 1, initial.clone(), accumulate=True)
     op._ring_step(x, _Alone())
     for got in (x, op.weight, op.left_peer_weight, op.right_peer_weight):
         assert torch.equal(got, expected)

@@ -6,18 +6,18 @@ import numpy as np
 import pytest
 import torch
 
-from bagua_core.runtime import native
-from bagua_core.runtime.native import fallback, layout
+from bagua_codecs import minmax_kernels as minmax
+from bagua_codecs.minmax_kernels import fallback, layout
 
 try:
-    from bagua_core.runtime.native import cpu
+    from bagua_codecs.minmax_kernels import cpu
 except ImportError:  # pragma: no cover - only where the extension was not built
     cpu = None
 
 IMPLS = [pytest.param(fallback, id="fallback")]
 if cpu is not None:
     IMPLS.append(pytest.param(cpu, id="native"))
-needs_native = pytest.mark.skipif(cpu is None, reason="bagua_core._native_minmax is not built")
+needs_native = pytest.mark.skipif(cpu is None, reason="bagua_core._native_cpu is not built")
 F32 = np.float32
 
 
@@ -74,7 +74,7 @@ def _inputs() -> list[tuple[str, torch.Tensor]]:
 @pytest.mark.parametrize("name,x", _inputs(), ids=[name for name, _ in _inputs()])
 def test_round_trip_matches_the_formula(impl, n_chunks: int, name: str, x: torch.Tensor) -> None:
     buf = impl.compress(x, n_chunks, "raise")
-    assert buf.dtype == torch.uint8 and buf.numel() == native.compressed_size(x.numel(), n_chunks)
+    assert buf.dtype == torch.uint8 and buf.numel() == minmax.compressed_size(x.numel(), n_chunks)
     assert bytes(buf.numpy()) == reference_compress(x, n_chunks)
     out = impl.decompress(buf, n_chunks, torch.empty(x.numel()), accumulate=False)
     np.testing.assert_array_equal(out.numpy(), reference_decompress(bytes(buf.numpy()), x.numel(), n_chunks))
@@ -106,23 +106,23 @@ def test_native_is_bit_identical_to_fallback(dtype: torch.dtype, numel: int, n_c
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_accumulate_adds_in_fp32(dtype: torch.dtype) -> None:
     x = torch.linspace(-2, 3, 101)
-    buf = native.compress_minmax_uint8(x)
+    buf = minmax.compress_minmax_uint8(x)
     base = torch.full((101,), 0.5, dtype=dtype)
-    expected = (base.float() + native.decompress_minmax_uint8(buf, 1, torch.empty(101))).to(dtype)
-    assert torch.equal(native.decompress_minmax_uint8(buf, 1, base, accumulate=True), expected)
+    expected = (base.float() + minmax.decompress_minmax_uint8(buf, 1, torch.empty(101))).to(dtype)
+    assert torch.equal(minmax.decompress_minmax_uint8(buf, 1, base, accumulate=True), expected)
 
 
 def test_layout_slots_are_one_chunk_buffers() -> None:
-    assert native.compressed_size(10, 3) == 48 and native.compressed_size(0, 2) == 16
+    assert minmax.compressed_size(10, 3) == 48 and minmax.compressed_size(0, 2) == 16
     assert layout.slot_bytes(10, 3) == 16 and layout.chunk_numel(10, 3) == 4
     x = torch.randn(4 * 24)
-    buf = native.compress_minmax_uint8(x, 4)
-    slot = native.compressed_size(24, 1)
+    buf = minmax.compress_minmax_uint8(x, 4)
+    slot = minmax.compressed_size(24, 1)
     for j in range(4):
         assert torch.equal(
-            buf[j * slot : (j + 1) * slot], native.compress_minmax_uint8(x[j * 24 : (j + 1) * 24])
+            buf[j * slot : (j + 1) * slot], minmax.compress_minmax_uint8(x[j * 24 : (j + 1) * 24])
         )
-    short = native.compress_minmax_uint8(torch.ones(10), 3)  # chunks 4, 4, 2: padding bytes are zero
+    short = minmax.compress_minmax_uint8(torch.ones(10), 3)  # chunks 4, 4, 2: padding bytes are zero
     assert short[12:16].tolist() == short[28:32].tolist() == [0] * 4 and short[42:].tolist() == [0] * 6
 
 
@@ -132,8 +132,8 @@ def test_layout_slots_are_one_chunk_buffers() -> None:
 def test_decompress_average(impl, average: bool, dtype: torch.dtype) -> None:
     n, m = 5, 333
     x = torch.randn(n * m, generator=torch.Generator().manual_seed(3))
-    stacked = native.compress_minmax_uint8(x, n)
-    size = native.compressed_size(m, 1)
+    stacked = minmax.compress_minmax_uint8(x, n)
+    size = minmax.compressed_size(m, 1)
     parts = list(stacked.view(n, size).unbind(0))
     acc = np.zeros(m, F32)
     for k in range(n):
@@ -141,10 +141,10 @@ def test_decompress_average(impl, average: bool, dtype: torch.dtype) -> None:
     expected = torch.from_numpy(acc / F32(n) if average else acc).to(dtype)
     got = impl.decompress_sum(parts, torch.empty(m, dtype=dtype), average)
     assert torch.equal(got, expected)
-    via_api = native.decompress_average_minmax_uint8(stacked, n, torch.empty(m, dtype=dtype), average=average)
+    via_api = minmax.decompress_average_minmax_uint8(stacked, n, torch.empty(m, dtype=dtype), average=average)
     assert torch.equal(via_api, expected)
     assert torch.equal(
-        native.decompress_average_minmax_uint8(parts, n, torch.empty(m, dtype=dtype), average), expected
+        minmax.decompress_average_minmax_uint8(parts, n, torch.empty(m, dtype=dtype), average), expected
     )
 
 
@@ -153,24 +153,24 @@ def test_decompress_average(impl, average: bool, dtype: torch.dtype) -> None:
 def test_nonfinite_raises_or_propagates(impl, bad: float) -> None:
     x = torch.randn(40)
     x[25] = bad  # chunk 2 of 4
-    with pytest.raises(native.NonFiniteError, match="NaN/Inf"):
+    with pytest.raises(minmax.NonFiniteError, match="NaN/Inf"):
         impl.compress(x, 4, "raise")
     buf = impl.compress(x, 4, "propagate")
     assert torch.equal(buf, fallback.compress(x, 4, "propagate"))
-    slot = native.compressed_size(10, 1)
+    slot = minmax.compressed_size(10, 1)
     assert buf[2 * slot : 2 * slot + 8].view(torch.float32).isnan().all()
     assert buf[2 * slot + 8 : 3 * slot].eq(0).all()
     out = impl.decompress(buf, 4, torch.empty(40), False)
     assert out[20:30].isnan().all() and out[:20].isfinite().all() and out[30:].isfinite().all()
     assert torch.equal(
-        out[:20], native.decompress_minmax_uint8(native.compress_minmax_uint8(x[:20], 2), 2, torch.empty(20))
+        out[:20], minmax.decompress_minmax_uint8(minmax.compress_minmax_uint8(x[:20], 2), 2, torch.empty(20))
     )
 
 
 @pytest.mark.parametrize("impl", IMPLS)
 def test_overflowing_values_are_rejected(impl) -> None:
     x = torch.full((16,), 1e30)  # range 0: scale = 255 / 1e-7 and x * scale overflows fp32
-    with pytest.raises(native.NonFiniteError, match="overflow"):
+    with pytest.raises(minmax.NonFiniteError, match="overflow"):
         impl.compress(x, 1, "raise")
     assert impl.compress(x, 1, "propagate")[:8].view(torch.float32).isnan().all()
 
@@ -178,34 +178,34 @@ def test_overflowing_values_are_rejected(impl) -> None:
 def test_argument_errors_are_python_exceptions() -> None:
     x = torch.randn(10)
     with pytest.raises(ValueError, match="contiguous"):
-        native.compress_minmax_uint8(torch.randn(4, 4).t())
+        minmax.compress_minmax_uint8(torch.randn(4, 4).t())
     with pytest.raises(TypeError, match="float32, float16 or bfloat16"):
-        native.compress_minmax_uint8(torch.arange(4))
+        minmax.compress_minmax_uint8(torch.arange(4))
     with pytest.raises(TypeError, match="torch.Tensor"):
-        native.compress_minmax_uint8([1.0, 2.0])  # type: ignore[arg-type]
+        minmax.compress_minmax_uint8([1.0, 2.0])  # type: ignore[arg-type]
     for n_chunks in (0, -1, True, 1.5):
         with pytest.raises(ValueError, match="n_chunks"):
-            native.compress_minmax_uint8(x, n_chunks)  # type: ignore[arg-type]
+            minmax.compress_minmax_uint8(x, n_chunks)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="nonfinite"):
-        native.compress_minmax_uint8(x, nonfinite="ignore")
-    buf = native.compress_minmax_uint8(x, 2)
+        minmax.compress_minmax_uint8(x, nonfinite="ignore")
+    buf = minmax.compress_minmax_uint8(x, 2)
     with pytest.raises(ValueError, match="compressed_size"):
-        native.decompress_minmax_uint8(buf, 3, torch.empty(10))
+        minmax.decompress_minmax_uint8(buf, 3, torch.empty(10))
     with pytest.raises(ValueError, match="compressed_size"):
-        native.decompress_minmax_uint8(buf[:-1], 2, torch.empty(10))
+        minmax.decompress_minmax_uint8(buf[:-1], 2, torch.empty(10))
     with pytest.raises(TypeError, match="uint8"):
-        native.decompress_minmax_uint8(buf.float(), 2, torch.empty(10))
+        minmax.decompress_minmax_uint8(buf.float(), 2, torch.empty(10))
     with pytest.raises(ValueError, match="contiguous"):
-        native.decompress_minmax_uint8(buf, 2, torch.empty(20)[::2])
+        minmax.decompress_minmax_uint8(buf, 2, torch.empty(20)[::2])
     with pytest.raises(TypeError, match="float32"):
-        native.decompress_minmax_uint8(buf, 2, torch.empty(10, dtype=torch.float64))
+        minmax.decompress_minmax_uint8(buf, 2, torch.empty(10, dtype=torch.float64))
     with pytest.raises(ValueError, match="compressed_size"):
-        native.compress_minmax_uint8(x, 2, out=torch.empty(5, dtype=torch.uint8))
-    one = native.compress_minmax_uint8(x)
+        minmax.compress_minmax_uint8(x, 2, out=torch.empty(5, dtype=torch.uint8))
+    one = minmax.compress_minmax_uint8(x)
     with pytest.raises(ValueError, match="got 1 buffers but n = 2"):
-        native.decompress_average_minmax_uint8([one], 2, torch.empty(10))
+        minmax.decompress_average_minmax_uint8([one], 2, torch.empty(10))
     with pytest.raises(ValueError, match="n must be a positive integer"):
-        native.decompress_average_minmax_uint8([one], 0, torch.empty(10))
+        minmax.decompress_average_minmax_uint8([one], 0, torch.empty(10))
 
 
 @needs_native

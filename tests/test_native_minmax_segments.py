@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from bagua_codecs import minmax_kernels as minmax
+from bagua_codecs.minmax_kernels import fallback
+from bagua_codecs.minmax_kernels.layout import chunk_numel
 from bagua_core.runtime import native
-from bagua_core.runtime.native import fallback
-from bagua_core.runtime.native.layout import chunk_numel
 
-BACKENDS = [fallback] + ([native.cpu] if native.backend == "native" else [])  # type: ignore[attr-defined]
+BACKENDS = [fallback] + ([minmax.cpu] if native.backend == "native" else [])  # type: ignore[attr-defined]
 
 
 def _inputs() -> list[tuple[torch.Tensor, int]]:
@@ -32,14 +33,14 @@ def _splits(m: int) -> list[tuple[int, int]]:
 @pytest.mark.parametrize("impl", BACKENDS, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
 def test_segments_equal_whole_chunks(impl) -> None:  # noqa: ANN001
     for x, n in _inputs():
-        whole = native.compress_minmax_uint8(x, n, nonfinite="propagate")
+        whole = minmax.compress_minmax_uint8(x, n, nonfinite="propagate")
         m = chunk_numel(x.numel(), n)
         out = torch.full_like(whole, 77)  # garbage: every byte must be written
         impl.headers(x, n, "propagate", out)
         for begin, end in reversed(_splits(m)):
             impl.quantise(x, n, out, begin, end)
         assert torch.equal(out, whole), (x.numel(), n)
-        expected = native.decompress_minmax_uint8(whole, n, torch.empty_like(x))
+        expected = minmax.decompress_minmax_uint8(whole, n, torch.empty_like(x))
         got = torch.full_like(x, 3.0)
         for begin, end in _splits(m):
             impl.decompress(whole, n, got, False, begin, end)
@@ -48,11 +49,11 @@ def test_segments_equal_whole_chunks(impl) -> None:  # noqa: ANN001
         acc = torch.ones_like(x)
         for begin, end in _splits(m):
             impl.decompress(whole, n, acc, True, begin, end)
-        assert torch.equal(torch.nan_to_num(acc), torch.nan_to_num(native.decompress_minmax_uint8(
+        assert torch.equal(torch.nan_to_num(acc), torch.nan_to_num(minmax.decompress_minmax_uint8(
             whole, n, torch.ones_like(x), accumulate=True)))
         if x.numel() % n == 0:  # the slots of one buffer as the n inputs of an average
             parts = list(whole.view(n, -1).unbind(0))
-            mean = native.decompress_average_minmax_uint8(whole, n, torch.empty(m))
+            mean = minmax.decompress_average_minmax_uint8(whole, n, torch.empty(m))
             got = torch.zeros(m)
             for begin, end in _splits(m):
                 impl.decompress_sum(parts, got, True, begin, end)
@@ -61,11 +62,11 @@ def test_segments_equal_whole_chunks(impl) -> None:  # noqa: ANN001
 
 def test_public_api_checks_ranges() -> None:
     x = torch.randn(10)
-    buf = native.compress_minmax_uint8(x, 2)
+    buf = minmax.compress_minmax_uint8(x, 2)
     with pytest.raises(ValueError, match="begin must be"):
-        native.quantise_minmax_uint8(x, 2, buf, -1, 3)
+        minmax.quantise_minmax_uint8(x, 2, buf, -1, 3)
     with pytest.raises(ValueError, match="end must be"):
-        native.decompress_minmax_uint8(buf, 2, torch.empty(10), begin=4, end=2)
-    native.compress_minmax_uint8_headers(x, 2, buf)
-    native.quantise_minmax_uint8(x, 2, buf, 0, 5)
-    assert torch.equal(buf, native.compress_minmax_uint8(x, 2))
+        minmax.decompress_minmax_uint8(buf, 2, torch.empty(10), begin=4, end=2)
+    minmax.compress_minmax_uint8_headers(x, 2, buf)
+    minmax.quantise_minmax_uint8(x, 2, buf, 0, 5)
+    assert torch.equal(buf, minmax.compress_minmax_uint8(x, 2))

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from bagua_codecs import minmax_kernels as minmax
 from bagua_core.runtime import native
 from bagua_core.runtime.native import policy
 
@@ -38,8 +39,7 @@ def test_python_policy_never_loads_native() -> None:
 
 
 def test_missing_module_fails_loudly_only_under_native(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "bagua_core._native_minmax", None)  # import now raises ImportError
-    monkeypatch.delitem(sys.modules, "bagua_core.runtime.native.cpu", raising=False)
+    monkeypatch.setitem(sys.modules, "bagua_core._native_cpu", None)  # import now raises ImportError
     with pytest.raises(ImportError, match="BAGUA_NATIVE=native.*pip install"):
         policy.load_cpu_backend("native")
     module, reason = policy.load_cpu_backend("auto")
@@ -60,8 +60,8 @@ def test_backend_reports_what_loaded() -> None:
 
 def test_python_policy_end_to_end_gives_the_same_bytes() -> None:
     code = (
-        "import torch, bagua_core.runtime.native as n; x = torch.linspace(-3, 5, 1001);"
-        "print(n.backend, n.compress_minmax_uint8(x, 3).sum().item())"
+        "import torch, bagua_core.runtime.native as n, bagua_codecs.minmax_kernels as m;"
+        "x = torch.linspace(-3, 5, 1001); print(n.backend, m.compress_minmax_uint8(x, 3).sum().item())"
     )
     env = dict(os.environ, BAGUA_NATIVE="python")
     result = subprocess.run(
@@ -70,18 +70,21 @@ def test_python_policy_end_to_end_gives_the_same_bytes() -> None:
     assert result.returncode == 0, result.stderr
     backend, checksum = result.stdout.split()
     assert backend == "python"
-    assert int(checksum) == native.compress_minmax_uint8(torch.linspace(-3, 5, 1001), 3).sum().item()
+    assert int(checksum) == minmax.compress_minmax_uint8(torch.linspace(-3, 5, 1001), 3).sum().item()
 
 
 def test_headers_are_the_cdef_source() -> None:
+    saved = list(sys.path)
     sys.path.insert(0, str(ROOT / "native"))
     try:
+        from build_cpu import HEADERS  # every header of the CPU library's cdef
+        from build_extras import ABI_MODULES  # and of the run-time loaded libraries'
         from cdef_header import cdef_from_header, header_path
     finally:
-        sys.path.pop(0)
+        sys.path[:] = saved
     import cffi
 
-    for header in ("minmax_uint8.h", "minmax_uint8_cuda.h", "nccl_api.h"):
+    for header in HEADERS + sum(ABI_MODULES.values(), ()):
         text = cdef_from_header(Path(header_path(header)).read_text())
         assert "#include" not in text and 'extern "C"' not in text
         cffi.FFI().cdef(text)  # parses

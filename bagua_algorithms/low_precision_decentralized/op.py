@@ -8,8 +8,11 @@ neighbour's), all starting at the bucket's initial weights. Run after the optimi
     send C(z) to (rank - 1) % n and (rank + 1) % n; receive C(z_left), C(z_right)
     l += D(C(z_left)); r += D(C(z_right)); x = w + D(C(z)); w = x
 
-Communicated: ``C(z)``, the MinMaxUInt8 compression of the whole bucket (one min/max), about
-``numel`` bytes to each of the two neighbours (one message stream when they are the same rank).
+Communicated: ``C(z)``, the compression of the whole bucket by the codec named ``compression``
+(MinMaxUInt8 by default: one min/max, about ``numel`` bytes) to each of the two neighbours (one message
+stream when they are the same rank). The difference and the update are this package's
+(:mod:`bagua_algorithms.low_precision_decentralized.kernels`): fused with MinMaxUInt8's kernels, composed
+of the codec's plain steps for any other codec.
 Pipelined (over ``bagua_core.lifecycle.bucket_ops.pipeline``, the core's exchange engine, which bytegrad's
 uses too): z and its min/max in one pass, then each segment of C(z) is quantised and sent while the next
 one is, and each received segment updates l, r, w and x in one pass while later ones travel. Hierarchical: the weights are
@@ -40,6 +43,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch.autograd.graph import increment_version
 
+from bagua_algorithms.low_precision_decentralized import kernels
 from bagua_core.runtime import env
 from bagua_core.runtime.communication import ReduceOp, allreduce_inplace
 from bagua_core.lifecycle.bucket_ops.pipeline import post_receives, schedule, segments, send_segment, wait_all
@@ -60,7 +64,7 @@ _TAG = 0x6c70_0000  # point-to-point tags of the ring exchange: _TAG + segment i
 
 class LowPrecisionDecentralizedOp:
     """One round of low-precision decentralized averaging of a bucket of weights, z compressed by the
-    installed codec named ``compression`` (its fused steps where it has them)."""
+    installed codec named ``compression`` (this package's fused steps for the codecs it knows)."""
 
     def __init__(
         self,
@@ -104,8 +108,8 @@ class LowPrecisionDecentralizedOp:
     def _difference(self, x: torch.Tensor) -> None:
         """z = x + l/3 + r/3 - (5/3) w and its header (one pass for z and its min/max)."""
         z, sent = self._workspace(x.numel())[:2]
-        stats = self.codec.new_stats()
-        self.codec.lpd_difference(x, self.weight, self.left_peer_weight, self.right_peer_weight, z, stats)
+        stats = self.codec.new_stats() if kernels.fuses(self.codec) else None
+        kernels.difference(self.codec, x, self.weight, self.left_peer_weight, self.right_peer_weight, z, stats)
         self.codec.encode_headers_with_stats(z, 1, sent, stats, nonfinite=env.get_nonfinite_policy())
 
     def complete(self) -> None:
@@ -128,10 +132,10 @@ class LowPrecisionDecentralizedOp:
                     self._difference(x)
                 codec.encode_range(z, 1, sent, 0, numel)
             else:
-                codec.lpd_difference(x, w, left, right, z)
+                kernels.difference(codec, x, w, left, right, z)
                 codec.encode(z, 1, out=sent, nonfinite=env.get_nonfinite_policy())
             from_left, from_right = _exchange_whole(sent, from_left, from_right, comm) if n > 1 else (sent, sent)
-            codec.lpd_update(from_left, from_right, sent, w, left, right, x, 0, numel)
+            kernels.update(codec, from_left, from_right, sent, w, left, right, x, 0, numel)
             return None
         if n == 2:  # both neighbours are the same rank: one message stream serves both
             from_right = from_left
@@ -155,7 +159,7 @@ class LowPrecisionDecentralizedOp:
                 sends += send_segment(comm, encode, targets, _TAG)
             if decode is not None:
                 wait_all(received[decode.index])
-                codec.lpd_update(from_left, from_right, sent, w, left, right, x, decode.begin, decode.end)
+                kernels.update(codec, from_left, from_right, sent, w, left, right, x, decode.begin, decode.end)
         wait_all(sends)
         return None
 

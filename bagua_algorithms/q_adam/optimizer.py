@@ -9,7 +9,7 @@ Per step, with ``g = grad + weight_decay * p``:
   qadam algorithm on the communication thread, which then averages m compressed, or here when no
   algorithm took that over);
 - update: ``p -= lr / (1 - b1^step) * m / (sqrt(v) / sqrt(1 - b2^step) + eps)``; after warmup in one
-  fused pass (``bagua_core.runtime.native.adam_update``: torch's operations in order, the square root
+  fused pass (``bagua_algorithms.q_adam.kernels.adam_update``: torch's operations in order, the square root
   correctly rounded).
 
 Caution (inherent to freezing v): a weight whose gradient is exactly zero through the whole warmup
@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
+from bagua_algorithms.q_adam.kernels import adam_update
 from bagua_algorithms.q_adam.loss_scaling import LossScaling, unscale_gradients
-from bagua_core.runtime import native
 
 __all__ = ["QAdamOptimizer"]
 
@@ -144,7 +144,7 @@ class QAdamOptimizer(torch.optim.Optimizer):
                     else:
                         self.update_momentum_([param])
                     # v is frozen: one fused pass (same arithmetic, correctly rounded sqrt, no temporaries)
-                    native.adam_update(param, exp_avg, exp_avg_sq, -(lr / bias_correction1), bias_correction2**0.5, eps)
+                    adam_update(param, exp_avg, exp_avg_sq, -(lr / bias_correction1), bias_correction2**0.5, eps)
                     continue
                 denom = (exp_avg_sq.sqrt() / bias_correction2**0.5).add_(eps)
                 param.addcdiv_(exp_avg, denom, value=-(lr / bias_correction1))

@@ -2,8 +2,8 @@
 
 Codecs are plugins: a plugin returns :class:`Codec` subclasses from the hook
 ``bagua_register_codecs`` (the built-ins, in the ``bagua_codecs`` package, are registered the same
-way). ``bagua plugins`` lists what is installed; an unknown name lists the available ones.
-``DEFAULT_CODEC`` is the documented default of the algorithms that compress gradients.
+way). ``bagua plugins`` lists what is installed; an unknown name lists the available ones. Each
+algorithm that compresses keeps its own documented default codec.
 
 Example::
 
@@ -21,10 +21,7 @@ from bagua_core.codecs.base import Codec
 from bagua_core.codecs.rowwise import RowwiseCodec
 from bagua_core.runtime.exceptions import PluginError
 
-__all__ = ["Codec", "RowwiseCodec", "DEFAULT_CODEC", "get_codec", "codec_names", "check_codec_name", "describe_codecs"]
-
-DEFAULT_CODEC = "MinMaxUInt8"
-"""The codec of bytegrad, qadam and low_precision_decentralized unless ``compression=`` says otherwise."""
+__all__ = ["Codec", "RowwiseCodec", "get_codec", "codec_names", "check_codec_name", "describe_codecs"]
 
 
 def _registry():

@@ -20,9 +20,10 @@ Fused steps (optional; the exchanges call them, and the defaults here compose th
 steps above, so a codec implementing only the plain steps runs in every exchange with the same bytes):
 :meth:`new_stats` / :meth:`decode_average_with_stats` / :meth:`encode_headers_with_stats` (statistics of
 an averaged chunk gathered while it is written, so its headers need no second pass),
-:meth:`encode_range_decoding` (the own chunk decoded while it is encoded), :meth:`lpd_difference` and
-:meth:`lpd_update` (the replica difference and update of the compressed decentralized ring, one pass
-each). MinMaxUInt8 (``bagua_codecs``) overrides all of them with the native fused kernels.
+:meth:`encode_range_decoding` (the own chunk decoded while it is encoded). A codec with compiled kernels
+overrides them with its fused ones. A step that fuses one algorithm's math with a codec belongs to that
+algorithm's package, which specialises it for the codecs it knows and composes the plain steps above for
+the others.
 
 Non-finite input: a chunk holding NaN/Inf decodes to NaN (``nonfinite="propagate"``, the default, so
 a ``GradScaler`` sees the overflow on every rank) or raises ``NonFiniteError`` (``"raise"``).
@@ -42,13 +43,12 @@ from typing import ClassVar
 
 import torch
 
-from bagua_core.runtime import native
-from bagua_core.runtime.native.layout import check_input, check_nonfinite, check_output
+from bagua_core.runtime.native.checks import check_input, check_nonfinite, check_output
 
 __all__ = ["Codec"]
 
 SLOT_ALIGNMENT = 8
-"""Slots are padded to a multiple of this many bytes (as MinMaxUInt8's layout has always been)."""
+"""Slots are padded to a multiple of this many bytes (every built-in codec's layout)."""
 
 
 def _count(name: str, value: object, minimum: int) -> int:
@@ -169,7 +169,7 @@ class Codec(abc.ABC):
     def new_stats(self) -> torch.Tensor | None:
         """A fresh accumulator for the statistics :meth:`decode_average_with_stats` gathers and
         :meth:`encode_headers_with_stats` reads (None, the default: this codec gathers nothing, and
-        those steps are the plain ones). A codec returning one overrides both, and :meth:`lpd_difference`."""
+        those steps are the plain ones). A codec returning one overrides both."""
         return None
 
     def decode_average_with_stats(self, bufs: Sequence[torch.Tensor] | torch.Tensor, n: int, out: torch.Tensor,
@@ -201,23 +201,6 @@ class Codec(abc.ABC):
             self.decode(out, 1, scratch, begin=begin, end=end)
             decoded[begin:stop].copy_(scratch[begin:stop])
         return out
-
-    def lpd_difference(self, x: torch.Tensor, w: torch.Tensor, left: torch.Tensor, right: torch.Tensor,
-                       z: torch.Tensor, stats: torch.Tensor | None = None) -> torch.Tensor:
-        """``z = x + left/3 + right/3 - (5/3) w`` (fp32, as torch evaluates it), merging the statistics of
-        ``z`` into ``stats`` (a :meth:`new_stats` tensor, or None) in the same pass; the difference the
-        compressed decentralized ring encodes. The default gathers nothing."""
-        return native.lpd_difference(x, w, left, right, z)
-
-    def lpd_update(self, from_left: torch.Tensor, from_right: torch.Tensor, own: torch.Tensor, w: torch.Tensor,
-                   left: torch.Tensor, right: torch.Tensor, x: torch.Tensor | None, begin: int, end: int) -> None:
-        """On ``[begin, end)``: ``left += D(from_left)``, ``right += D(from_right)``, ``w += D(own)`` (one-chunk
-        buffers; ``from_left`` may be ``from_right``), then ``x = w`` when ``x`` is given. The default
-        decodes each buffer with ``accumulate=True``."""
-        for buf, target in ((from_left, left), (from_right, right), (own, w)):
-            self.decode(buf, 1, target, accumulate=True, begin=begin, end=end)
-        if x is not None:
-            x[begin:end].copy_(w[begin:end])
 
     # --- helpers for subclasses ----------------------------------------------------------------------
     def _parts(self, bufs: Sequence[torch.Tensor] | torch.Tensor, n: int, numel: int) -> list[torch.Tensor]:

@@ -25,7 +25,7 @@ import abc
 import torch
 
 from bagua_core.codecs.base import Codec
-from bagua_core.runtime.native.layout import NonFiniteError, check_input, check_output
+from bagua_core.runtime.native.checks import NonFiniteError, check_input, check_output
 
 __all__ = ["RowwiseCodec"]
 

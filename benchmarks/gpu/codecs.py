@@ -6,7 +6,7 @@ and writes the payload (``4 + bytes_per_element`` bytes a value), decode the rev
 reads x, w, left, right and writes z (20 bytes a value); ``lpd_update`` reads three one-chunk MinMaxUInt8
 buffers, reads and writes left, right and w, and writes x (31 bytes a value); a copy reads and writes 4
 bytes a value (8). The fused kernels are checked bit for bit against their torch composition
-(``bagua_core.runtime.native.fallback_fused``) before they are timed, and timed beside it. Times are
+(``bagua_algorithms.low_precision_decentralized.kernels.reference``) before they are timed, and timed beside it. Times are
 CUDA-event medians over interleaved rounds, after a warm-up.
 
     python -m benchmarks.gpu.codecs [--numel 67108864] [--chunks 8] [--codecs MinMaxUInt8 bf16] [--json out.json]
@@ -20,8 +20,11 @@ from collections.abc import Callable
 
 import torch
 
+from bagua_algorithms.low_precision_decentralized import kernels as lpd
+from bagua_algorithms.low_precision_decentralized.kernels import reference as lpd_reference
+from bagua_codecs.minmax_kernels import compressed_size
 from bagua_core.codecs import codec_names, get_codec
-from bagua_core.runtime.native import compressed_size, cuda, fallback_fused, fused
+from bagua_core.runtime.native import cuda
 from benchmarks.gpu.kernels import time_cases
 
 __all__ = ["measure", "main"]
@@ -32,25 +35,25 @@ def _fused_cases(numel: int, gen: torch.Generator) -> dict[str, tuple[Callable[[
     composition, after checking that they agree bit for bit."""
     x, w, left, right = (torch.randn(numel, device="cuda", generator=gen) for _ in range(4))
     z, z_ref = torch.empty_like(x), torch.empty_like(x)
-    fused.lpd_difference(x, w, left, right, z)
-    fallback_fused.lpd_diff(x, w, left, right, z_ref)
+    lpd.lpd_difference(x, w, left, right, z)
+    lpd_reference.lpd_diff(x, w, left, right, z_ref)
     codec = get_codec("MinMaxUInt8")
     bufs = [codec.encode(torch.randn(numel, device="cuda", generator=gen) * 1e-3) for _ in range(3)]
     state = [t.clone() for t in (w, left, right)]
     ref_state = [t.clone() for t in (w, left, right)]
     out_x, ref_x = torch.empty_like(x), torch.empty_like(x)
-    fused.lpd_update(bufs[0], bufs[1], bufs[2], state[0], state[1], state[2], out_x)
-    fallback_fused.lpd_update(bufs[0], bufs[1], bufs[2], ref_state[0], ref_state[1], ref_state[2], ref_x, 0, numel)
+    lpd.lpd_update(bufs[0], bufs[1], bufs[2], state[0], state[1], state[2], out_x)
+    lpd_reference.lpd_update(bufs[0], bufs[1], bufs[2], ref_state[0], ref_state[1], ref_state[2], ref_x, 0, numel)
     torch.cuda.synchronize()
     if not torch.equal(z, z_ref) or not all(torch.equal(a, b) for a, b in zip(state + [out_x], ref_state + [ref_x])):
         raise SystemExit("the fused CUDA kernels and their torch composition disagree: the comparison would be void")
     if bufs[0].numel() != compressed_size(numel, 1):
         raise SystemExit("MinMaxUInt8's one-chunk buffer is not the size the fused kernels read")
     return {
-        "lpd_difference bagua": (lambda: fused.lpd_difference(x, w, left, right, z), 20 * numel),
-        "lpd_difference torch ops": (lambda: fallback_fused.lpd_diff(x, w, left, right, z_ref), 20 * numel),
-        "lpd_update bagua": (lambda: fused.lpd_update(bufs[0], bufs[1], bufs[2], *state, out_x), 31 * numel),
-        "lpd_update torch ops": (lambda: fallback_fused.lpd_update(bufs[0], bufs[1], bufs[2], *ref_state, ref_x, 0,
+        "lpd_difference bagua": (lambda: lpd.lpd_difference(x, w, left, right, z), 20 * numel),
+        "lpd_difference torch ops": (lambda: lpd_reference.lpd_diff(x, w, left, right, z_ref), 20 * numel),
+        "lpd_update bagua": (lambda: lpd.lpd_update(bufs[0], bufs[1], bufs[2], *state, out_x), 31 * numel),
+        "lpd_update torch ops": (lambda: lpd_reference.lpd_update(bufs[0], bufs[1], bufs[2], *ref_state, ref_x, 0,
                                                                    numel), 31 * numel),
     }
 

@@ -17,7 +17,8 @@ from collections.abc import Callable
 
 import torch
 
-from bagua_core.runtime.native import compressed_size, cuda, fallback
+from bagua_codecs.minmax_kernels import compressed_size, cuda, fallback
+from bagua_core.runtime.native import cuda as cuda_library
 
 __all__ = ["measure", "time_cases", "main"]
 
@@ -34,8 +35,8 @@ def _time_ms(fn: Callable[[], object], repeats: int) -> float:
 
 def measure(numel: int, chunks: int, rounds: int = 15, repeats: int = 10) -> dict[str, dict[str, float]]:
     """name -> {"ms": median milliseconds, "GB/s": minimal bytes moved per second}."""
-    if not cuda.available():
-        raise SystemExit(f"the bagua CUDA kernels are unavailable: {cuda.unavailable_reason()}")
+    if not cuda_library.available():
+        raise SystemExit(f"the bagua CUDA kernels are unavailable: {cuda_library.unavailable_reason()}")
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(numel, device="cuda", generator=gen)
     out = torch.empty_like(x)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import torch
 
-from bagua_core.runtime.native.layout import (
+from bagua_codecs.minmax_kernels.layout import (
     EPS,
     HEADER_BYTES,
     NonFiniteError,
@@ -47,7 +47,7 @@ def minmax_params(mn: torch.Tensor, mx: torch.Tensor) -> tuple[torch.Tensor, ...
 
 
 def compress(x: torch.Tensor, n_chunks: int, nonfinite: str, out: torch.Tensor | None = None) -> torch.Tensor:
-    """The compressed uint8 buffer of ``x`` (see ``bagua_core.runtime.native.layout``)."""
+    """The compressed uint8 buffer of ``x`` (see ``bagua_codecs.minmax_kernels.layout``)."""
     xf = x.reshape(-1).float()
     numel, m, slot = xf.numel(), chunk_numel(x.numel(), n_chunks), slot_bytes(x.numel(), n_chunks)
     if out is None:

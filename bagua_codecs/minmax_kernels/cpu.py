@@ -1,8 +1,9 @@
-"""The compiled CPU kernels (``bagua_core._native_minmax``, cffi API mode) behind the public API.
+"""MinMaxUInt8's C kernels (``native/minmax_uint8*.c`` in the CPU library ``bagua_core._native_cpu``, cffi
+API mode) behind :mod:`bagua_codecs.minmax_kernels`.
 
 Inputs of fp16/bf16 are converted to fp32 by torch first; fp16/bf16 outputs are written through an
 fp32 buffer, exactly as the fallback rounds them, so results are bit-identical to it. The C calls
-release the GIL.
+release the GIL. Importing this module raises ImportError where the library was not built.
 
 Example::
 
@@ -17,33 +18,31 @@ from collections.abc import Sequence
 
 import torch
 
-from bagua_core._native_minmax import ffi, lib
-from bagua_core.runtime.native.layout import NonFiniteError, compressed_size, nonfinite_message
-from bagua_core.runtime.native.layout import chunk_numel as compressed_chunk
+from bagua_codecs.minmax_kernels.layout import NonFiniteError, compressed_size, nonfinite_message
+from bagua_codecs.minmax_kernels.layout import chunk_numel as compressed_chunk
+from bagua_core.runtime.native.library import check_status, get_threads, library, set_threads
 
 __all__ = [
-    "adam_update", "compress", "decompress", "decompress_sum", "get_threads", "headers", "headers_from_stats", "lib", "lpd_diff",
-    "lpd_update", "quantise", "set_threads",
+    "compress", "decompress", "decompress_sum", "ffi", "get_threads", "headers", "headers_from_stats", "lib",
+    "quantise", "set_threads",
 ]
+
+ffi, lib = library().ffi, library().lib  # ImportError where it was not built
 
 
 def _check(rc: int, what: str) -> None:
-    if rc == lib.BAGUA_MINMAX_OK:
-        return
     if rc == lib.BAGUA_MINMAX_ERR_NONFINITE:
         raise NonFiniteError(nonfinite_message(None, overflow=False))
     if rc == lib.BAGUA_MINMAX_ERR_OVERFLOW:
         raise NonFiniteError(nonfinite_message(None, overflow=True))
-    if rc == lib.BAGUA_MINMAX_ERR_SIZE:
-        raise ValueError(f"{what}: buffer size does not match compressed_size(numel, n_chunks)")
-    raise ValueError(f"{what}: invalid argument (native error code {rc})")
+    check_status(rc, what)
 
 
-def _float_ptr(t: torch.Tensor):
+def _float_ptr(t: torch.Tensor):  # noqa: ANN202
     return ffi.cast("float *", t.data_ptr())
 
 
-def _byte_ptr(t: torch.Tensor):
+def _byte_ptr(t: torch.Tensor):  # noqa: ANN202
     return ffi.cast("uint8_t *", t.data_ptr())
 
 
@@ -92,24 +91,6 @@ def quantise(x: torch.Tensor, n_chunks: int, out: torch.Tensor, begin: int, end:
     return out
 
 
-def lpd_diff(x: torch.Tensor, w: torch.Tensor, left: torch.Tensor, right: torch.Tensor, z: torch.Tensor,
-             stats: torch.Tensor) -> torch.Tensor:
-    """``z = x + left/3 + right/3 - (5/3) w`` in torch's fp32 order, merging the min/max/NaN flag of z into ``stats``."""
-    rc = lib.bagua_lpd_diff_f32(_float_ptr(x), _float_ptr(w), _float_ptr(left), _float_ptr(right), x.numel(),
-                                _float_ptr(z), _float_ptr(stats))
-    _check(rc, "lpd_difference")
-    return z
-
-
-def lpd_update(q_left: torch.Tensor, q_right: torch.Tensor, q_own: torch.Tensor, w: torch.Tensor, left: torch.Tensor,
-               right: torch.Tensor, x: torch.Tensor | None, begin: int, end: int) -> None:
-    """``left += D(q_left)``, ``right += D(q_right)``, ``w += D(q_own)``, ``x = w`` on the elements [begin, end)."""
-    rc = lib.bagua_lpd_update_f32(_byte_ptr(q_left), _byte_ptr(q_right), _byte_ptr(q_own), q_own.numel(), w.numel(),
-                                  _float_ptr(w), _float_ptr(left), _float_ptr(right),
-                                  ffi.NULL if x is None else _float_ptr(x), begin, end)
-    _check(rc, "lpd_update")
-
-
 def decompress(
     buf: torch.Tensor, n_chunks: int, out: torch.Tensor, accumulate: bool, begin: int = 0, end: int | None = None
 ) -> torch.Tensor:
@@ -146,22 +127,3 @@ def decompress_sum(
     if target is not out:
         out.copy_(target)
     return out
-
-
-def set_threads(n_threads: int) -> None:
-    """Lets the kernels split large tensors over ``n_threads`` threads (1 = the calling thread)."""
-    if lib.bagua_minmax_set_threads(n_threads) != lib.BAGUA_MINMAX_OK:
-        raise ValueError(f"threads must be an integer in 1..64, got {n_threads!r}")
-
-
-def get_threads() -> int:
-    """The number of threads the kernels may use."""
-    return lib.bagua_minmax_get_threads()
-
-
-def adam_update(param: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, step_size: float,
-                bias_correction2_sqrt: float, eps: float) -> None:
-    """``param += step_size * exp_avg / (sqrt(exp_avg_sq) / c + eps)``, fp32, one pass."""
-    rc = lib.bagua_adam_update_f32(_float_ptr(param), _float_ptr(exp_avg), _float_ptr(exp_avg_sq), param.numel(),
-                                   step_size, bias_correction2_sqrt, eps)
-    _check(rc, "adam_update")

@@ -1,4 +1,4 @@
-"""The compressed buffer layout of MinMaxUInt8 and the argument checks every backend shares.
+"""The compressed buffer layout of MinMaxUInt8 and the checks of its buffers.
 
 For ``numel`` elements in ``n_chunks`` chunks: ``chunk_numel = ceil(numel / n_chunks)`` (the last
 chunk shorter, trailing chunks possibly empty); each chunk owns a slot of
@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import torch
 
+from bagua_core.runtime.native.checks import NonFiniteError
+
 __all__ = [
     "EPS",
-    "FLOAT_DTYPES",
     "HEADER_BYTES",
     "NonFiniteError",
     "check_buffer",
-    "check_input",
-    "check_nonfinite",
-    "check_output",
     "chunk_numel",
     "compressed_size",
     "nonfinite_message",
@@ -35,12 +33,6 @@ __all__ = [
 
 EPS = 1e-7
 HEADER_BYTES = 8
-FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-NONFINITE_MODES = ("raise", "propagate")
-
-
-class NonFiniteError(ValueError):
-    """A chunk holds NaN/Inf, or values so large that ``x * scale`` overflows fp32."""
 
 
 def _check_count(name: str, value: object, minimum: int) -> int:
@@ -66,25 +58,6 @@ def compressed_size(numel: int, n_chunks: int = 1) -> int:
     return n_chunks * slot_bytes(numel, n_chunks)
 
 
-def check_input(x: object, name: str = "x") -> torch.Tensor:
-    """A contiguous fp32/fp16/bf16 tensor, or a ValueError/TypeError that says what to change."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{name} must be float32, float16 or bfloat16, got {x.dtype}")
-    if not x.is_contiguous():
-        raise ValueError(f"{name} must be contiguous; call {name}.contiguous() first")
-    return x
-
-
-def check_output(out: object, device: torch.device | None = None, name: str = "out") -> torch.Tensor:
-    """Like ``check_input``, plus: on ``device`` when given."""
-    out = check_input(out, name)
-    if device is not None and out.device != device:
-        raise ValueError(f"{name} is on {out.device} but the compressed buffer is on {device}")
-    return out
-
-
 def check_buffer(buf: object, numel: int, n_chunks: int, name: str = "buf") -> torch.Tensor:
     """A contiguous uint8 tensor of exactly ``compressed_size(numel, n_chunks)`` bytes."""
     if not isinstance(buf, torch.Tensor):
@@ -100,13 +73,6 @@ def check_buffer(buf: object, numel: int, n_chunks: int, name: str = "buf") -> t
             f"compressed_size({numel}, {n_chunks}) = {expected} bytes"
         )
     return buf
-
-
-def check_nonfinite(mode: str) -> str:
-    """``"raise"`` or ``"propagate"``."""
-    if mode not in NONFINITE_MODES:
-        raise ValueError(f"nonfinite must be 'raise' or 'propagate', got {mode!r}")
-    return mode
 
 
 def nonfinite_message(chunk: int | None, overflow: bool) -> str:

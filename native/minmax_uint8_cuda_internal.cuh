@@ -1,0 +1,74 @@
+// Device helpers of MinMaxUInt8's buffers shared by the CUDA files that read or write them
+// (minmax_uint8_cuda.cu, low_precision_decentralized_cuda.cu): formula, layout and NaN rules as in
+// minmax_uint8.h. Not part of the library's API; everything here has internal linkage.
+// Every step is one IEEE fp32 operation (__f*_rn, built with -fmad=false): the bytes equal the CPU
+// kernels and the torch fallback.
+#ifndef BAGUA_MINMAX_UINT8_CUDA_INTERNAL_CUH
+#define BAGUA_MINMAX_UINT8_CUDA_INTERNAL_CUH
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#define BAGUA_MINMAX_ERR_NONFINITE -2
+#define BAGUA_MINMAX_ERR_OVERFLOW -3
+#define THREADS 256
+#define EPS 1e-7f
+
+namespace {
+
+__host__ __device__ inline int64_t chunk_numel_of(int64_t numel, int64_t n_chunks) {
+    return numel == 0 ? 0 : (numel + n_chunks - 1) / n_chunks;
+}
+
+__host__ __device__ inline int64_t slot_bytes(int64_t chunk_numel) {
+    return 8 + ((chunk_numel + 7) / 8) * 8;
+}
+
+__host__ __device__ inline int64_t compressed_size(int64_t numel, int64_t n_chunks) {
+    return n_chunks * slot_bytes(chunk_numel_of(numel, n_chunks));
+}
+
+__device__ inline void chunk_range(int64_t numel, int64_t chunk_numel, int64_t c, int64_t *b,
+                                   int64_t *e) {
+    int64_t lo = c * chunk_numel, hi = lo + chunk_numel;
+    *b = lo < numel ? lo : numel;
+    *e = hi < numel ? hi : numel;
+}
+
+struct Params {
+    float scale, upper, lower;
+};
+
+// 0, or the error code of a chunk that cannot be represented.
+__device__ inline int make_params(float mn, float mx, Params *p) {
+    if (!isfinite(mn) || !isfinite(mx)) return BAGUA_MINMAX_ERR_NONFINITE;
+    float range = __fadd_rn(__fsub_rn(mx, mn), EPS);
+    p->scale = __fdiv_rn(255.0f, range);
+    p->upper = rintf(__fmul_rn(mx, p->scale));
+    p->lower = __fsub_rn(p->upper, 255.0f);
+    float lowest = rintf(__fmul_rn(mn, p->scale));
+    if (!isfinite(range) || !isfinite(p->upper) || !isfinite(lowest) || !isfinite(p->lower))
+        return BAGUA_MINMAX_ERR_OVERFLOW;
+    return 0;
+}
+
+__device__ inline Params read_params(const uint8_t *slot) {
+    const float *mm = reinterpret_cast<const float *>(slot);  // slots are 8-byte aligned
+    Params p;
+    if (make_params(mm[0], mm[1], &p) != 0) p.scale = p.upper = p.lower = nanf("");
+    return p;
+}
+
+__device__ inline float dequantise(uint8_t q, const Params &p) {
+    return __fdiv_rn(__fadd_rn((float)q, p.lower), p.scale);
+}
+
+inline int blocks_for(int64_t n, int cap) {
+    int64_t blocks = (n + THREADS * 4 - 1) / (THREADS * 4);
+    return (int)(blocks < 1 ? 1 : (blocks > cap ? cap : blocks));
+}
+
+}  // namespace
+
+#endif  // BAGUA_MINMAX_UINT8_CUDA_INTERNAL_CUH
