@@ -68,6 +68,10 @@ from bagua_core.runtime.process_group import (
 )
 from bagua_core.bootstrap import init_process_group
 
+from bagua_core import moved as _moved
+
+_moved.install()  # bagua 0.9's flat module paths still import, with a DeprecationWarning
+
 __version__ = "0.10.0"  # above the original's last release, 0.9.2: docs/migrating.md#requirements-written-for-the-original
 
 __all__ = [

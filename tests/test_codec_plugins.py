@@ -114,4 +114,4 @@ def test_duplicate_unknown_and_foreign_classes() -> None:
 def test_plugins_command_lists_codecs(capsys) -> None:
     assert bagua_main(["plugins"]) == 0
     text = capsys.readouterr().out
-    assert "codecs (compression=):" in text and "MinMaxUInt4  4 bits/value" in text and "ScaledSign  1 bits/value" in text
+    assert "codecs (compression=):" in text and "MinMaxUInt4  4 bits/value" in text and "ScaledSign  1 bit/value" in text
