@@ -19,7 +19,15 @@ from torch.autograd.graph import increment_version
 from bagua_core.runtime.native.library import check_status, float_ptr, library
 from bagua_core.runtime.native.policy import cpu_kernels_take
 
-__all__ = ["adam_update", "reference_adam_update"]
+__all__ = ["adam_update", "native_takes", "reference_adam_update"]
+
+
+def native_takes(*tensor_lists: list[torch.Tensor]) -> bool:
+    """Whether :func:`adam_update` runs the C kernel for every tensor of these lists (contiguous fp32 CPU
+    tensors, the native library loaded under the ``BAGUA_NATIVE`` policy)."""
+    tensors = [t for tensors in tensor_lists for t in tensors]
+    return bool(tensors) and all(t.dtype == torch.float32 and t.is_contiguous() for t in tensors) and \
+        cpu_kernels_take(*tensors)
 
 
 def adam_update(param: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, step_size: float,

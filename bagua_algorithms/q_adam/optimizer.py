@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from bagua_algorithms.q_adam.kernels import adam_update
+from bagua_algorithms.q_adam.kernels import adam_update, native_takes, reference_adam_update
 from bagua_algorithms.q_adam.loss_scaling import LossScaling, unscale_gradients
 
 __all__ = ["QAdamOptimizer"]
@@ -90,15 +90,21 @@ class QAdamOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def update_momentum_(self, params: Iterable[torch.Tensor], weight_decay: bool = True) -> None:
-        """``m = lerp(m, grad + weight_decay * p, 1 - b1)`` for ``params`` (a missing grad counts as 0)."""
+        """``m = lerp(m, grad + weight_decay * p, 1 - b1)`` for ``params`` (a missing grad counts as 0), a
+        few ``_foreach`` kernels per parameter group."""
         groups = self._group_of()
+        by_group: dict[int, list[torch.Tensor]] = {}
         for param in params:
-            group = groups[id(param)]
+            by_group.setdefault(id(groups[id(param)]), []).append(param)
+        for group in self.param_groups:
+            chosen = by_group.get(id(group))
+            if not chosen:
+                continue
             beta1, wd = group["betas"][0], group["weight_decay"]
-            grad = param.grad if param.grad is not None else torch.zeros_like(param)
+            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in chosen]
             if wd != 0 and weight_decay:
-                grad = grad.add(param, alpha=wd)
-            self.state[param]["exp_avg"].lerp_(grad, 1 - beta1)
+                grads = torch._foreach_add(grads, chosen, alpha=wd)
+            torch._foreach_lerp_([self.state[p]["exp_avg"] for p in chosen], grads, 1 - beta1)
 
     def update_external_momentum_(self, params: list[torch.Tensor]) -> None:
         """The qadam algorithm's update of the momentum during backward (then averaged): keeps what a
@@ -127,27 +133,28 @@ class QAdamOptimizer(torch.optim.Optimizer):
             lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
             bias_correction1 = 1 - beta1**self.step_id
             bias_correction2 = 1 - beta2**self.step_id
+            params, own_momentum = [], []
             for param in group["params"]:
                 fused = getattr(param, "bagua_fused_params", None) or [param]  # a fused optimizer's flat tensor
                 external = not warmup and all(id(p) in self.externally_updated_momentum for p in fused)
                 if param.grad is None and not external:
                     continue
-                state = self.state[param]
-                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-                if warmup:
-                    grad = param.grad if wd == 0 else param.grad.add(param, alpha=wd)
-                    exp_avg.lerp_(grad, 1 - beta1)
-                    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                else:
-                    if external:
-                        self._finish_external(fused, exp_avg, group, inv_scale)
-                    else:
-                        self.update_momentum_([param])
-                    # v is frozen: one fused pass (same arithmetic, correctly rounded sqrt, no temporaries)
-                    adam_update(param, exp_avg, exp_avg_sq, -(lr / bias_correction1), bias_correction2**0.5, eps)
-                    continue
-                denom = (exp_avg_sq.sqrt() / bias_correction2**0.5).add_(eps)
-                param.addcdiv_(exp_avg, denom, value=-(lr / bias_correction1))
+                params.append(param)
+                if external:
+                    self._finish_external(fused, self.state[param]["exp_avg"], group, inv_scale)
+                elif not warmup:
+                    own_momentum.append(param)
+            if not params:
+                continue
+            exp_avgs = [self.state[p]["exp_avg"] for p in params]
+            exp_avg_sqs = [self.state[p]["exp_avg_sq"] for p in params]
+            if warmup:
+                _adam_step(params, [p.grad for p in params], exp_avgs, exp_avg_sqs, beta1, beta2, wd,
+                           -(lr / bias_correction1), bias_correction2**0.5, eps)
+            else:
+                if own_momentum:  # no algorithm took the momentum over: update it from the local gradient
+                    self.update_momentum_(own_momentum)
+                _frozen_step(params, exp_avgs, exp_avg_sqs, -(lr / bias_correction1), bias_correction2**0.5, eps)
         return loss
 
     def _finish_external(self, params: list[torch.Tensor], exp_avg: torch.Tensor, group: dict[str, Any],
@@ -175,3 +182,40 @@ class QAdamOptimizer(torch.optim.Optimizer):
         step_id = int(state_dict.pop("step_id", 0))
         super().load_state_dict(state_dict)
         self.step_id = step_id
+
+
+def _adam_step(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[torch.Tensor],
+               exp_avg_sqs: list[torch.Tensor], beta1: float, beta2: float, weight_decay: float, step_size: float,
+               bias_correction2_sqrt: float, eps: float) -> None:
+    """One step of ``torch.optim.Adam`` (L2 weight decay) over every tensor, a kernel per operation."""
+    if weight_decay != 0:
+        grads = torch._foreach_add(grads, params, alpha=weight_decay)
+    torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+    torch._foreach_mul_(exp_avg_sqs, beta2)
+    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
+    denom = torch._foreach_sqrt(exp_avg_sqs)
+    torch._foreach_div_(denom, bias_correction2_sqrt)
+    torch._foreach_add_(denom, eps)
+    torch._foreach_addcdiv_(params, exp_avgs, denom, value=step_size)
+
+
+def _frozen_step(params: list[torch.Tensor], exp_avgs: list[torch.Tensor], exp_avg_sqs: list[torch.Tensor],
+                 step_size: float, bias_correction2_sqrt: float, eps: float) -> None:
+    """``p += step_size * m / (sqrt(v) / c + eps)`` with v frozen: on the CPU the native fused pass per tensor
+    (:func:`~bagua_algorithms.q_adam.kernels.adam_update`), on CUDA its operations as ``_foreach`` kernels in
+    the same order (``(step_size * m) / denom``; CUDA's ``sqrt`` is correctly rounded), elsewhere the torch
+    reference per tensor."""
+    if native_takes(params, exp_avgs, exp_avg_sqs):
+        for param, exp_avg, exp_avg_sq in zip(params, exp_avgs, exp_avg_sqs):
+            adam_update(param, exp_avg, exp_avg_sq, step_size, bias_correction2_sqrt, eps)
+        return
+    if all(p.device.type == "cuda" and p.dtype == torch.float32 for p in params):
+        denom = torch._foreach_sqrt(exp_avg_sqs)
+        torch._foreach_div_(denom, bias_correction2_sqrt)
+        torch._foreach_add_(denom, eps)
+        update = torch._foreach_mul(exp_avgs, step_size)
+        torch._foreach_div_(update, denom)
+        torch._foreach_add_(params, update)
+        return
+    for param, exp_avg, exp_avg_sq in zip(params, exp_avgs, exp_avg_sqs):
+        reference_adam_update(param, exp_avg, exp_avg_sq, step_size, bias_correction2_sqrt, eps)

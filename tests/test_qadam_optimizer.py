@@ -1,0 +1,93 @@
+"""``QAdamOptimizer`` steps with a few ``_foreach`` kernels per parameter group: on the CPU its values are
+the per-tensor operations' bit for bit (warmup: ``torch.optim.Adam(foreach=False)``; after warmup the
+reference update), on both the native and the Python backend; and it dispatches about as many aten
+operators per step as ``torch.optim.Adam(foreach=True)``, not several per tensor."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bagua_algorithms.q_adam import QAdamOptimizer
+from bagua_algorithms.q_adam.kernels import reference_adam_update
+from benchmarks.optimizer_step import count_aten_ops, resnet50_shapes
+
+LR, BETAS, EPS, WD = 1e-2, (0.9, 0.99), 1e-8, 0.01
+
+
+def _params(seed: int, shapes=((5, 3), (7,), (2, 2, 3), (1,))) -> list[torch.nn.Parameter]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.nn.Parameter(torch.randn(s, generator=generator)) for s in shapes]
+
+
+def _grads(params: list[torch.Tensor], step: int) -> None:
+    generator = torch.Generator().manual_seed(100 + step)
+    for i, p in enumerate(params):
+        p.grad = None if (i == 1 and step == 5) else torch.randn(p.shape, generator=generator)  # one skips a step
+
+
+def _per_tensor_step(params, state, step: int, warmup: bool) -> None:
+    """The step as written tensor by tensor (what QAdamOptimizer computed before its _foreach kernels)."""
+    beta1, beta2 = BETAS
+    bc1, bc2 = 1 - beta1**step, 1 - beta2**step
+    with torch.no_grad():
+        for p in params:
+            if p.grad is None:
+                continue
+            m, v = state[p]
+            grad = p.grad.add(p, alpha=WD)
+            m.lerp_(grad, 1 - beta1)
+            if warmup:
+                v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                p.addcdiv_(m, (v.sqrt() / bc2**0.5).add_(EPS), value=-(LR / bc1))
+            else:
+                reference_adam_update(p, m, v, -(LR / bc1), bc2**0.5, EPS)
+
+
+@pytest.mark.parametrize("policy", ["native", "python"])
+def test_steps_equal_the_per_tensor_operations(monkeypatch, policy: str) -> None:
+    from bagua_core.runtime.native import policy as native_policy
+
+    if policy == "python":
+        monkeypatch.setattr(native_policy, "cpu_backend", lambda: (None, "forced by the test"))
+    ours, theirs = _params(0), _params(0)
+    adam = _params(0)
+    optimizer = QAdamOptimizer([{"params": ours[:2]}, {"params": ours[2:], "lr": LR}], lr=LR, warmup_steps=3,
+                               betas=BETAS, eps=EPS, weight_decay=WD)
+    torch_adam = torch.optim.Adam(adam, lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, foreach=False)
+    state = {p: (torch.zeros_like(p), torch.zeros_like(p)) for p in theirs}
+    for step in range(1, 7):
+        for params in (ours, theirs, adam):
+            _grads(params, step)
+        optimizer.step()
+        _per_tensor_step(theirs, state, step, warmup=step <= 3)
+        if step <= 3:  # warmup: torch's Adam, bit for bit
+            torch_adam.step()
+            assert all(torch.equal(a, b) for a, b in zip(ours, adam)), step
+        assert all(torch.equal(a, b) for a, b in zip(ours, theirs)), (policy, step)
+        assert all(torch.equal(optimizer.state[a]["exp_avg"], state[b][0]) for a, b in zip(ours, theirs))
+
+
+def _resnet_optimizers() -> dict[str, torch.optim.Optimizer]:
+    generator = torch.Generator().manual_seed(0)
+    made = {}
+    for name in ("adam", "warmup", "frozen"):
+        params = [torch.nn.Parameter(torch.zeros(s)) for s in resnet50_shapes()[:40]]
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=generator)
+        made[name] = torch.optim.Adam(params, foreach=True) if name == "adam" else \
+            QAdamOptimizer(params, warmup_steps=10**6 if name == "warmup" else 1)
+    for optimizer in made.values():
+        optimizer.step()
+        optimizer.step()
+    return made
+
+
+def test_aten_operators_per_step_about_adams() -> None:
+    """Issue 39's bound: at most 1.5x the aten operators of Adam(foreach=True) per step, in warmup and after
+    (before the _foreach kernels, warmup dispatched 3.4x)."""
+    optimizers = _resnet_optimizers()
+    counts = {name: count_aten_ops(optimizer.step) for name, optimizer in optimizers.items()}
+    assert counts["warmup"] <= 1.5 * counts["adam"], counts
+    assert counts["frozen"] <= 1.5 * counts["adam"], counts
+    assert counts["warmup"] < len(resnet50_shapes()[:40]), counts  # not one operator (or more) per tensor
