@@ -66,19 +66,23 @@ class Schedule:
         return self.syncs_at(step - self.overlap)
 
 
-def gather_flat(params: Sequence[torch.Tensor], out: torch.Tensor) -> torch.Tensor:
-    """Copy ``params`` (any float dtype) one after the other into the flat fp32 ``out``."""
-    at = 0
+def _places(flat: torch.Tensor, params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Each parameter's place in ``flat`` (one after the other), in the parameter's shape."""
+    places, at = [], 0
     for param in params:
-        out[at : at + param.numel()].copy_(param.detach().reshape(-1))
+        places.append(flat[at : at + param.numel()].view(param.shape))
         at += param.numel()
+    return places
+
+
+def gather_flat(params: Sequence[torch.Tensor], out: torch.Tensor) -> torch.Tensor:
+    """Copy ``params`` (any float dtype) one after the other into the flat fp32 ``out`` (one ``_foreach``
+    copy over all of them)."""
+    torch._foreach_copy_(_places(out, params), [param.detach() for param in params])
     return out
 
 
 def scatter_flat(flat: torch.Tensor, params: Sequence[torch.Tensor]) -> None:
-    """Copy the flat ``flat`` back into ``params`` (rounded to their dtype)."""
-    at = 0
+    """Copy the flat ``flat`` back into ``params`` (rounded to their dtype; one ``_foreach`` copy)."""
     with torch.no_grad():
-        for param in params:
-            param.copy_(flat[at : at + param.numel()].view_as(param))
-            at += param.numel()
+        torch._foreach_copy_(list(params), _places(flat, params))

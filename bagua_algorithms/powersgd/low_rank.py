@@ -152,6 +152,16 @@ class PowerSGDOp:
         self._views = (*key, out)
         return out
 
+    def _uncompressed(self, flat: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The places of the tensors averaged uncompressed: in the message, and in ``flat``."""
+        assert self.layout is not None and self.message is not None
+        sent, kept, at = [], [], 0
+        for offset, numel in self.layout.uncompressed:
+            sent.append(self.message[at : at + numel])
+            kept.append(flat[offset : offset + numel])
+            at += numel
+        return sent, kept
+
     def compress_and_average(self, flat: torch.Tensor, bucket: BaguaBucket, comm: Any) -> None:
         config, n = self.impl.config, comm.nranks()
         if self.layout is None:
@@ -183,17 +193,14 @@ class PowerSGDOp:
             orthogonalise_(q, config.orthogonalization_epsilon)
         for m, p, q in matrices:
             torch.bmm(m, q, out=p)
-        at = 0
-        for offset, numel in layout.uncompressed:
-            self.message[at : at + numel].copy_(flat[offset : offset + numel])
-            at += numel
+        sent, kept = self._uncompressed(flat)
+        if sent:
+            torch._foreach_copy_(sent, kept)  # the tensors averaged uncompressed, into the message
         if self.message.numel():  # the same on every rank: the layout follows the model
             allreduce_inplace(self.message, op=ReduceOp.SUM, comm=comm)
-        uncompressed = self.message[: layout.u_numel].div_(n)
-        at = 0
-        for offset, numel in layout.uncompressed:
-            flat[offset : offset + numel].copy_(uncompressed[at : at + numel])
-            at += numel
+        self.message[: layout.u_numel].div_(n)
+        if sent:
+            torch._foreach_copy_(kept, sent)  # and their averages back into the bucket
         for _, p, _ in matrices:
             orthogonalise_(p, config.orthogonalization_epsilon)
         for m, p, q in matrices:
