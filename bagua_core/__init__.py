@@ -55,10 +55,25 @@ from bagua_core.runtime.env import (
 from bagua_core.runtime.exceptions import (
     BaguaConfigError,
     BaguaError,
+    CommunicationError,
+    CommunicationTimeoutError,
     NotInitializedError,
+    PeerFailureError,
+    PluginError,
+    RankMismatchError,
     RepeatedInitializationError,
+    UnknownNameError,
 )
+from bagua_core.runtime.membership import Membership
+from bagua_core.runtime.native import native_report
+from bagua_core.runtime.native.checks import NonFiniteError
+from bagua_core.codecs import Codec, codec_names, get_codec
+from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp
+from bagua_core.plugins import hookimpl
+from bagua_core.checkpoints.checkpoint import load_checkpoint, save_checkpoint
+from bagua_core.fault_tolerance import FaultTolerantOptions, QuorumSampler
 from bagua_core.module import BaguaModule, with_bagua
+from bagua_core.module.ddp import DistributedDataParallel
 from bagua_core.runtime.process_group import (
     BaguaProcessGroup,
     destroy_process_group,
@@ -74,33 +89,55 @@ _moved.install()  # bagua 0.9's flat module paths still import, with a Deprecati
 
 __version__ = "0.10.0"  # above the original's last release, 0.9.2: docs/migrating.md#requirements-written-for-the-original
 
+def algorithm_names() -> list[str]:
+    """The names of every installed algorithm (``with_bagua(..., name)``), sorted."""
+    from bagua_core.plugins import algorithm_registry
+
+    return algorithm_registry.names()
+
+
 __all__ = [
+    # setting up and wrapping
+    "init_process_group",
+    "is_initialized",
+    "destroy_process_group",
+    "with_bagua",
+    "BaguaModule",
+    "DistributedDataParallel",
+    "algorithm_names",
+    # checkpoints
+    "save_checkpoint",
+    "load_checkpoint",
+    # fault-tolerant mode
+    "FaultTolerantOptions",
+    "QuorumSampler",
+    # writing an algorithm
     "Algorithm",
     "AlgorithmConfig",
     "AlgorithmImpl",
     "BaguaBucket",
+    "CentralizedSynchronousOp",
     "Capabilities",
     "FaultTolerance",
+    "Membership",
+    "hookimpl",
+    # codecs and the native kernels
+    "Codec",
+    "get_codec",
+    "codec_names",
+    "native_report",
+    # process groups and collectives
     "BaguaCommunicator",
-    "BaguaModule",
     "BaguaProcessGroup",
-    "BaguaConfigError",
-    "BaguaError",
-    "NotInitializedError",
-    "RepeatedInitializationError",
     "ReduceOp",
-    "init_process_group",
-    "is_initialized",
     "new_group",
     "from_torch_group",
-    "destroy_process_group",
     "get_rank",
     "get_world_size",
     "get_local_rank",
     "get_local_size",
     "get_node_rank",
     "get_default_bucket_size",
-    "with_bagua",
     "allreduce",
     "allreduce_inplace",
     "reduce",
@@ -121,4 +158,16 @@ __all__ = [
     "send",
     "recv",
     "barrier",
+    # errors
+    "BaguaError",
+    "BaguaConfigError",
+    "NotInitializedError",
+    "RepeatedInitializationError",
+    "PluginError",
+    "UnknownNameError",
+    "RankMismatchError",
+    "PeerFailureError",
+    "CommunicationError",
+    "CommunicationTimeoutError",
+    "NonFiniteError",
 ]

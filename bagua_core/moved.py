@@ -70,6 +70,8 @@ class _Alias(importlib.abc.Loader):
 
 class _MovedFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
+        if not fullname.startswith("bagua_core."):
+            return None
         new = new_name(fullname)
         if new is None or importlib.util.find_spec(new) is None:
             return None
@@ -77,6 +79,7 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
 
 
 def install() -> None:
-    """Put the finder on ``sys.meta_path`` (once); ``bagua_core`` does it when imported."""
+    """Put the finder first on ``sys.meta_path`` (once; ``bagua_core`` does it when imported): a submodule of
+    a moved package must not be found again, as a second copy, in the package's new directory."""
     if not any(isinstance(finder, _MovedFinder) for finder in sys.meta_path):
-        sys.meta_path.append(_MovedFinder())
+        sys.meta_path.insert(0, _MovedFinder())

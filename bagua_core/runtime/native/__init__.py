@@ -36,11 +36,29 @@ __all__ = [
     "native_policy",
     "native_unavailable_reason",
     "nccl_unavailable_reason",
+    "native_report",
 ]
 
 native_policy: str = read_policy()  # not "policy": that name is the submodule
 _cpu, native_unavailable_reason = cpu_backend()
 backend: str = "native" if _cpu is not None else "python"
+
+
+def native_report() -> dict[str, object]:
+    """Which compiled kernels and communicator serve this process, and why not where they do not.
+
+    Example::
+
+        >>> native_report()
+        {'backend': 'native', 'policy': 'auto', 'reason': '', 'cuda_kernels': False, 'cuda_reason': '...',
+         'nccl': False, 'nccl_reason': '...'}
+    """
+    from bagua_core.runtime.native import nccl_lib
+
+    return {"backend": backend, "policy": native_policy, "reason": native_unavailable_reason,
+            "cuda_kernels": backend == "native" and _cuda.available(),
+            "cuda_reason": native_unavailable_reason if backend != "native" else _cuda.unavailable_reason(),
+            "nccl": nccl_lib.available(), "nccl_reason": nccl_lib.unavailable_reason()}
 
 
 def __getattr__(name: str) -> object:

@@ -1,0 +1,63 @@
+"""The public API is pinned: ``bagua_core.__all__`` is exactly the first table of docs/api.md, every name
+in it exists, and the paths that moved in 0.10 still import (with a DeprecationWarning naming the new one)."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+import bagua_core
+from bagua_core import moved
+
+API = Path(__file__).resolve().parents[1] / "docs" / "api.md"
+
+
+def _table(heading: str) -> list[list[str]]:
+    text = API.read_text()
+    section = text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    return [[cell.strip() for cell in row.strip("|").split("|")] for row in rows]
+
+
+def test_the_documented_names_are_bagua_core_all() -> None:
+    documented = [re.fullmatch(r"`([\w.]+)`", row[0]).group(1) for row in _table("`bagua_core`")]
+    assert len(documented) == len(set(documented))
+    assert sorted(documented) == sorted(bagua_core.__all__), (
+        f"in docs/api.md only: {sorted(set(documented) - set(bagua_core.__all__))}; "
+        f"in bagua_core.__all__ only: {sorted(set(bagua_core.__all__) - set(documented))}")
+    assert all(hasattr(bagua_core, name) for name in bagua_core.__all__)
+
+
+def test_the_moved_table_is_the_finder_s() -> None:
+    pairs = [(re.fullmatch(r"`([\w.]+)`", old), re.fullmatch(r"`([\w.]+)`", new))
+             for old, new in _table("Paths moved in 0.10")]
+    documented = {old.group(1): new.group(1) for old, new in pairs if old and new and old.group(1) in moved.MOVED}
+    assert len(documented) == len(moved.MOVED)
+    assert documented == moved.MOVED
+
+
+@pytest.mark.parametrize("old", sorted(moved.MOVED))
+def test_a_moved_path_imports_its_new_home_and_warns(old: str) -> None:
+    new = moved.MOVED[old]
+    for name in (old, *[n for n in list(sys.modules) if n.startswith(old + ".")]):
+        sys.modules.pop(name, None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module = importlib.import_module(old)
+    assert module is importlib.import_module(new)
+    assert module.__spec__.name == new  # the module keeps its own name
+    assert any(issubclass(w.category, DeprecationWarning) and new in str(w.message) for w in caught)
+
+
+def test_a_submodule_of_a_moved_package_follows_it() -> None:
+    sys.modules.pop("bagua_core.communication.reduce_op", None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from bagua_core.communication.reduce_op import ReduceOp
+    assert ReduceOp is bagua_core.ReduceOp
+    assert moved.new_name("bagua_core.processes") is None and moved.new_name("bagua_core.runtime.env") is None
