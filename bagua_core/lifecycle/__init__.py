@@ -3,8 +3,8 @@
 ``tensor`` (the tensor proxies), ``bucket`` and ``bucket_ops/`` (buckets, the generic operations on
 them and the registry through which a bucket finds an algorithm's operation), ``algorithm``
 (``Algorithm``/``AlgorithmImpl``: the hooks the core calls, in order), ``hook_parameters`` (the
-hooks' documented parameter names) and ``capabilities`` (what an algorithm declares, so the core asks
-instead of knowing names).
+hooks' documented parameter names), ``capabilities`` (what an algorithm declares, so the core asks
+instead of knowing names) and ``scheduler`` (launches a module's buckets in order).
 Imports the runtime, the plugin registries and the codec contract; never selection, checkpoints or
 the wrapped module.
 """

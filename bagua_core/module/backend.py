@@ -17,7 +17,7 @@ import weakref
 import torch
 
 from bagua_core.runtime.exceptions import BaguaError
-from bagua_core.module.scheduler import BucketScheduler
+from bagua_core.lifecycle.scheduler import BucketScheduler
 
 __all__ = ["ModuleBackend", "get_backend", "register_module"]
 

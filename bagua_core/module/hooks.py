@@ -13,7 +13,7 @@ from bagua_core.selection.autotune import on_train_step as _autotune_on_train_st
 from bagua_core.runtime.failure import call_guarded
 from bagua_core.runtime.failure.record import state as failure_state
 from bagua_core.module.nonfinite import agree_on_nonfinite_gradients
-from bagua_core.module.scheduler import BucketScheduler
+from bagua_core.lifecycle.scheduler import BucketScheduler
 from bagua_core.module.unused_params import agree_on_used_parameters
 
 __all__ = ["install", "uninstall", "rebuild_buckets"]

@@ -20,7 +20,7 @@ import torch
 
 from bagua_core.lifecycle.algorithm import group_tensors
 from bagua_core.runtime.communication import ReduceOp, allreduce_inplace
-from bagua_core.module.scheduler import BucketScheduler
+from bagua_core.lifecycle.scheduler import BucketScheduler
 
 __all__ = ["agree_on_used_parameters"]
 
