@@ -9,6 +9,7 @@ import torch
 
 from bagua_core.runtime import env
 from bagua_core.lifecycle.algorithm import group_tensors
+from bagua_core.lifecycle.state import tensor_state_of
 from bagua_core.selection.autotune import on_train_step as _autotune_on_train_step
 from bagua_core.runtime.failure import call_guarded
 from bagua_core.runtime.failure.record import state as failure_state
@@ -28,7 +29,7 @@ def rebuild_buckets(module: torch.nn.Module) -> None:
         old.detach()
         for bucket in getattr(module, "bagua_buckets", ()):
             for tensor in bucket.tensors:  # a parameter left out of the new buckets is in none
-                tensor._bagua_bucket = None
+                tensor_state_of(tensor).bucket = None
     tensors = impl.init_tensors(module)
     bucket_size = impl.bucket_size_bytes() if hasattr(impl, "bucket_size_bytes") else env.get_default_bucket_size()
     buckets = impl.tensors_to_buckets(group_tensors(tensors, bucket_size), module._bagua_do_flatten)
