@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from bagua_core.lifecycle.module_state import state_of
 from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError
 from bagua_core.fault_tolerance import state as ft_state
 from bagua_core.fault_tolerance.hang import HangWatchdog
@@ -92,14 +93,14 @@ class FaultTolerantRuntime:
 
             able = sorted(name for name in algorithm_registry.names()
                           if algorithm_registry.get(name).capabilities.fault_tolerance is not None)
-            name = module._bagua_algorithm_declaration.name
+            name = state_of(module).declaration.name
             raise BaguaConfigError(
                 f"algorithm {name!r} cannot run in fault-tolerant mode: it declares no "
                 f"Capabilities.fault_tolerance (what a joiner heals from a live peer, what it re-derives from each "
                 f"quorum, where a step commits); fault-tolerant algorithms: {', '.join(able)}; or run without "
                 f"--fault-tolerant"
             )
-        declaration = module._bagua_algorithm_declaration
+        declaration = state_of(module).declaration
         options = declaration.canonical_options()
         for option, value, why in policy.unsupported:
             if options.get(option) == value:
@@ -182,7 +183,7 @@ class FaultTolerantRuntime:
         self._healed_algorithm_state = None
         module.bagua_algorithm.shutdown(module)
         module.process_group = self.group
-        module.bagua_algorithm = module._bagua_algorithm_declaration.reify(self.group)
+        module.bagua_algorithm = state_of(module).declaration.reify(self.group)
         module.bagua_reset()  # steps 2-4 of the lifecycle on the new group
         for optimizer in module.bagua_optimizers:  # the new impl may have installed its own step
             self._wrap_step(optimizer)
