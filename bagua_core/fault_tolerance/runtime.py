@@ -42,6 +42,19 @@ __all__ = ["FaultTolerantRuntime"]
 logger = logging.getLogger("bagua.fault_tolerance")
 
 
+class _TransactionStep:
+    """``optimizer.step`` under fault-tolerant mode: closes the step's transaction around ``original``,
+    the step it wraps (the optimizer's own, or one an algorithm installed)."""
+
+    __slots__ = ("runtime", "optimizer", "original")
+
+    def __init__(self, runtime: FaultTolerantRuntime, optimizer: torch.optim.Optimizer, original: Any) -> None:
+        self.runtime, self.optimizer, self.original = runtime, optimizer, original
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.runtime._step(self.optimizer, self.original, args, kwargs)
+
+
 class FaultTolerantRuntime:
     """One replica's side of fault-tolerant training (module doc). Built by ``init_process_group``."""
 
@@ -121,13 +134,8 @@ class FaultTolerantRuntime:
         now: its own, or one the algorithm installed (an algorithm stepping inside backward silences it;
         re-reified on a new quorum it installs its step again, and this wraps the new one)."""
         current = optimizer.step
-        original = getattr(current, "_bagua_ft_wraps", current)  # already wrapped: wrap what that wraps
-
-        def step(*args: Any, **kwargs: Any) -> Any:
-            return self._step(optimizer, original, args, kwargs)
-
-        step._bagua_ft_wraps = original  # type: ignore[attr-defined]
-        optimizer.step = step
+        original = current.original if isinstance(current, _TransactionStep) else current  # wrap what that wraps
+        optimizer.step = _TransactionStep(self, optimizer, original)
 
     def _forward_pre_hook(self, module: torch.nn.Module, inputs: Any) -> None:
         if module.training and torch.is_grad_enabled() and not self.step_open:
