@@ -114,7 +114,7 @@ def names_set(sources: dict[str, str]) -> dict[str, list[str]]:
 
 
 def getattr_reads(sources: dict[str, str]) -> list[str]:
-    """``path:line: name`` of each ``getattr(x, "_bagua_...")``."""
+    """``path:line: name`` of each getattr call reading a private ``_bagua_*`` name."""
     return [f"{path}:{number}: {match.group(1)}" for path, source in sources.items()
             for number, line in enumerate(source.splitlines(), 1) for match in GETATTR_PATTERN.finditer(line)]
 
