@@ -32,6 +32,7 @@ from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
 from lightning.pytorch.trainer.states import TrainerFn
 
 import bagua_core as bagua
+from bagua_core.lifecycle.module_state import state_of
 from bagua_core.runtime.agreement import Prepared, agree_or_raise
 from bagua_core.selection.config import algorithm_class_of, algorithm_config_of
 from bagua_core.runtime.process_group import get_default_group
@@ -82,16 +83,16 @@ class BaguaStrategy(DDPStrategy):
     def __init__(self, algorithm: str = "gradient_allreduce", flatten: bool = True, **algorithm_options: Any) -> None:
         lightning_kwargs = {k: algorithm_options.pop(k) for k in self._LIGHTNING_ARGUMENTS if k in algorithm_options}
         super().__init__(**lightning_kwargs)
-        self._bagua_config = algorithm_config_of({"name": algorithm, **algorithm_options})  # fails fast
-        self._bagua_flatten = flatten
+        self._algorithm_config = algorithm_config_of({"name": algorithm, **algorithm_options})  # fails fast
+        self._flatten = flatten
 
-    def _bagua_algorithm_class(self) -> Any:
-        return algorithm_class_of(self._bagua_config.name)
+    def _algorithm_class(self) -> Any:
+        return algorithm_class_of(self._algorithm_config.name)
 
     @property
     def algorithm_config(self):
         """The validated config of the algorithm (a pydantic model)."""
-        return self._bagua_config
+        return self._algorithm_config
 
     def setup_distributed(self) -> None:
         super().setup_distributed()  # torch.distributed, as Lightning's DDP does
@@ -133,12 +134,12 @@ class BaguaStrategy(DDPStrategy):
         comm = get_default_group().get_global_communicator()
         agree_or_raise(comm, lambda: self._trainer_settings(trainer), what="BaguaStrategy")
         wrapper = LightningBaguaModule(self.model)
-        self.model = wrapper.with_bagua(self.optimizers, self._bagua_config, do_flatten=self._bagua_flatten)
+        self.model = wrapper.with_bagua(self.optimizers, self._algorithm_config, do_flatten=self._flatten)
         if self.model.bagua_capabilities.background_work:
             self.model.bagua_algorithm.resume(self.model)
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Any, model: Any = None, **kwargs: Any) -> Any:
-        if not self._bagua_algorithm_class().capabilities.steps_optimizer_in_backward:
+        if not self._algorithm_class().capabilities.steps_optimizer_in_backward:
             return super().optimizer_step(optimizer, closure, model, **kwargs)
         # the algorithm steps inside backward and its optimizer.step() takes no closure: run the closure
         # (forward, backward, Lightning's after-closure hooks) first, then the hook-only step
@@ -149,7 +150,7 @@ class BaguaStrategy(DDPStrategy):
     @contextlib.contextmanager
     def block_backward_sync(self) -> Generator:
         """Gradient accumulation: no communication in the accumulating backward passes."""
-        if isinstance(self.model, LightningBaguaModule) and getattr(self.model, "_bagua_hooks", None) is not None:
+        if isinstance(self.model, LightningBaguaModule) and state_of(self.model) is not None:
             with self.model.no_sync():
                 yield None
         else:

@@ -12,6 +12,7 @@ import torch
 
 from bagua_core import Algorithm, AlgorithmConfig, BaguaConfigError, Capabilities
 from bagua_algorithms.auto import AutoAlgorithm, candidate_names
+from bagua_core.lifecycle.module_state import state_of
 from bagua_core.selection.config import algorithm_config_of
 from tests.distributed import run_workers, run_workers_outcomes
 
@@ -64,7 +65,7 @@ def _train(rank: int, algorithm, steps: int, register: bool) -> dict:
         optimizer.step()
     result = {"auto": getattr(model, "bagua_auto_result", None),
               "autotune": getattr(model, "bagua_autotune_result", None), "impl": type(model.bagua_algorithm).__name__,
-              "declaration": model._bagua_algorithm_declaration.name,
+              "declaration": state_of(model).declaration.name,
               "params": torch.cat([p.detach().reshape(-1) for p in model.parameters()])}
     model.bagua_shutdown()
     return result

@@ -14,6 +14,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from bagua_core.checkpoints.checkpoint import TRACKER_FILENAME, load_checkpoint, save_checkpoint
+from bagua_core.lifecycle.module_state import state_of
 from bagua_core.runtime.exceptions import RankMismatchError
 from tests.distributed import run_workers
 from tests.faults import ALGORITHMS, OPTIONS, WRAPPER
@@ -61,7 +62,7 @@ def _stop(model: torch.nn.Module) -> None:
     capabilities = getattr(model, "bagua_capabilities", None)
     if capabilities is not None and capabilities.background_work:
         model.bagua_algorithm.abort(model)
-    if hasattr(model, "bagua_shutdown") and getattr(model, "_bagua_hooks", None) is not None:
+    if hasattr(model, "bagua_shutdown") and state_of(model) is not None:
         model.bagua_shutdown()
 
 

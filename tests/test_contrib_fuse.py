@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bagua_contrib.fuse import fuse_optimizer, fuse_step, is_fused_optimizer
+from bagua_contrib.fuse import fuse_optimizer, fuse_state_of, fuse_step, is_fused_optimizer
 from tests.distributed import run_workers
 from tests.models import SmallNet, batch
 
@@ -64,7 +64,7 @@ def test_fused_equals_unfused(cls, kwargs) -> None:
 
     _train(ref_model, ref_opt, ref_opt.step, 4)
     _train(model, optimizer, optimizer.fuse_step, 4)
-    runs = [len(key[0]) for key in optimizer._bagua_fuse.flats]
+    runs = [len(key[0]) for key in fuse_state_of(optimizer).flats]
     assert sorted(runs) == [2, 4], runs  # fc1 (group 1); fc2 and head (group 0; unused has no grad)
     for (name, a), b in zip(ref_model.named_parameters(), model.parameters(), strict=True):
         torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7, msg=name)

@@ -1,4 +1,5 @@
-"""``optimizer._bagua_fused_count`` counts as the original's: +1 per param group and fused step in which
+"""The fused count (``fuse_state_of(optimizer).fused_count``, the original's ``optimizer._bagua_fused_count``,
+kept by ``bagua.torch_api.contrib``) counts as the original's: +1 per param group and fused step in which
 some parameters were fused. With a bagua-wrapped module the optimizer's flat layout fuses only while the
 module's buckets are not flattened (``with_bagua(..., do_flatten=False)``); buckets that are flattened own
 the layout and nothing is fused (count 0). The weights equal the unfused run's in every case."""
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from bagua_contrib.fuse import fuse_optimizer
+from bagua_contrib.fuse import fuse_optimizer, fuse_state_of
 from tests.distributed import run_workers
 
 STEPS = 7  # fused on steps 0, 2, 4, 6: four fused steps
@@ -48,7 +49,8 @@ def _train(name: str, fuse: bool, optimizer_flatten: bool, bagua_flatten: bool, 
         optimizer.fuse_step() if fuse and step % 2 == 0 else optimizer.step()
     model.bagua_shutdown()
     weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-    return weights, getattr(optimizer, "_bagua_fused_count", None)
+    state = fuse_state_of(optimizer)
+    return weights, state.fused_count if state is not None else None
 
 
 def _counts(rank: int) -> dict:

@@ -313,9 +313,12 @@ def _attach_error(fault_tolerance: FaultTolerance | None, options: dict) -> str:
 
     runtime = FaultTolerantRuntime.__new__(FaultTolerantRuntime)  # no Manager: attach refuses first
     runtime.module, runtime._hook_handle = None, None
+    from bagua_core.lifecycle.module_state import ModuleState
+    from bagua_core.lifecycle.state import set_state
+
     declaration = types.SimpleNamespace(name="ft_probe", canonical_options=lambda: dict(options))
-    module = types.SimpleNamespace(bagua_capabilities=Capabilities(fault_tolerance=fault_tolerance),
-                                   _bagua_algorithm_declaration=declaration)
+    module = types.SimpleNamespace(bagua_capabilities=Capabilities(fault_tolerance=fault_tolerance))
+    set_state(module, ModuleState(declaration, do_flatten=True))  # type: ignore[arg-type]
     with pytest.raises(BaguaConfigError) as info:
         runtime.attach(module)  # type: ignore[arg-type]
     return str(info.value)

@@ -44,6 +44,7 @@ def _app(out_dir: str, names: list[str]) -> None:
     from torch.utils.data import DataLoader, TensorDataset
 
     from bagua_contrib.lightning import BaguaStrategy
+    from bagua_core.lifecycle.module_state import state_of
     from bagua_core.runtime.communication import stats
 
     class Tiny(pl.LightningModule):
@@ -104,7 +105,7 @@ def _app(out_dir: str, names: list[str]) -> None:
             "identical_on_all_ranks": all(torch.equal(gathered[0], g) for g in gathered),
             "params": params.tolist(),
             "trained": not torch.equal(params, initial),
-            "hooks_removed": getattr(seen["wrapper"], "_bagua_hooks", None) is None,
+            "hooks_removed": state_of(seen["wrapper"]) is None,
             "async_running_after_fit": bool(averager is not None and averager.running),
             "unwrapped": trainer.strategy.model is model,
             "bagua_steps": getattr(seen["wrapper"], "bagua_train_step_counter", None),  # validation not counted

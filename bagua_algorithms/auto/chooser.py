@@ -16,6 +16,7 @@ from bagua_algorithms.auto.link import measure_link
 from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmImpl
 from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.lifecycle.capabilities import Capabilities, capabilities_of
+from bagua_core.lifecycle.module_state import state_of
 from bagua_core.runtime.exceptions import BaguaConfigError
 from bagua_core.runtime.communication import ReduceOp, allreduce_inplace, broadcast
 
@@ -135,7 +136,7 @@ class AutoImpl(AlgorithmImpl):
             self.decided = best
         else:
             module.bagua_algorithm = self.current  # from now on the chosen impl runs the module by itself
-            module._bagua_algorithm_declaration = chosen
+            state_of(module).declaration = chosen
         logger.info("auto chose %s at step %d: step time (max over ranks) %s; link latency %.3g ms, bandwidth "
                     "%.3g MB/s; model %.3g MB; declared relative bytes %s; options %s", chosen.name,
                     result["decided_at_step"], {k: round(v, 6) for k, v in result["step_time_s"].items()},

@@ -38,6 +38,7 @@ from bagua_algorithms.decentralized_dp.config import DecentralizedDPConfig
 from bagua_core.runtime import env
 from bagua_core.runtime.agreement import Prepared, agree_or_raise
 from bagua_core.runtime.communication import stats
+from bagua_core.lifecycle.module_state import state_of
 from bagua_core.module.initial_sync import model_signature
 from bagua_core.bootstrap import init_process_group
 from bagua_core.runtime.process_group import get_default_group_or_none
@@ -106,7 +107,7 @@ class DecentralizedDataParallel(torch.nn.Module):
 
     def set_accumulate_grad(self, enable: bool = True) -> None:
         """While enabled, backward only accumulates gradients (no step, no communication, no step count)."""
-        self.module._bagua_sync_enabled = not enable  # the core's no_sync: the backward hooks do nothing
+        state_of(self.module).sync_enabled = not enable  # the core's no_sync: the backward hooks do nothing
 
     def global_avg(self, will_revert: bool = True, return_d2c: bool = False) -> float | None:
         """Average the parameters over all ranks exactly (and the buffers when
@@ -157,7 +158,7 @@ class DecentralizedDataParallel(torch.nn.Module):
     def remove_hooks(self) -> None:
         """Wait for the rounds in flight and remove bagua's hooks (the model trains plainly again)."""
         self.engine.wait()
-        if getattr(self.module, "_bagua_hooks", None) is not None:
+        if state_of(self.module) is not None:
             self.module.bagua_shutdown()
 
 

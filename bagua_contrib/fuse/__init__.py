@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from bagua_contrib.fuse.optimizer import fuse_optimizer, fuse_step, is_fused_optimizer
+from bagua_contrib.fuse.optimizer import FuseState, fuse_optimizer, fuse_state_of, fuse_step, is_fused_optimizer
 
-__all__ = ["fuse_optimizer", "fuse_step", "is_fused_optimizer"]
+__all__ = ["FuseState", "fuse_optimizer", "fuse_state_of", "fuse_step", "is_fused_optimizer"]

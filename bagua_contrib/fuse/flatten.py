@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from bagua_core.lifecycle.state import tensor_state_of
+
 __all__ = ["FlatBuffer", "calculate_mutual_groups", "contiguous_runs", "flatten_param_groups", "storage_view"]
 
 
@@ -57,8 +59,8 @@ class FlatBuffer:
 
 
 def _in_flattened_bucket(p: torch.Tensor) -> bool:
-    bucket = getattr(p, "_bagua_bucket", None)
-    return bucket is not None and getattr(bucket, "buffer", None) is not None
+    state = tensor_state_of(p)
+    return state is not None and state.bucket is not None and getattr(state.bucket, "buffer", None) is not None
 
 
 def flatten_param_groups(optimizer: torch.optim.Optimizer) -> list[FlatBuffer]:

@@ -12,7 +12,8 @@ gradients to None, a bagua bucket, ``param.data = ...``). Nothing is communicate
 Optimizers whose update is not element-wise (LBFGS, SparseAdam, Adafactor, unknown third-party
 classes) fall back to the unfused step, so results stay identical. A third-party optimizer whose update
 is element-wise declares it with the attribute ``bagua_elementwise_step = True``; during a fused step
-each flat tensor's ``bagua_fused_params`` lists the parameters it stands for (in memory order).
+each flat tensor's ``bagua_fused_params`` lists the parameters it stands for (in memory order). What
+fusing adds to the optimizer is one :class:`FuseState` at its bagua attribute (``fuse_state_of``).
 
 Example::
 
@@ -32,6 +33,7 @@ from typing import Any
 
 import torch
 
+from bagua_core.lifecycle.state import get_state, set_state
 from bagua_contrib.fuse.flatten import (
     FlatBuffer,
     calculate_mutual_groups,
@@ -40,25 +42,49 @@ from bagua_contrib.fuse.flatten import (
     storage_view,
 )
 
-__all__ = ["calculate_mutual_groups", "fuse_optimizer", "fuse_step", "is_fused_optimizer"]
+__all__ = ["FuseState", "calculate_mutual_groups", "fuse_optimizer", "fuse_state_of", "fuse_step",
+           "is_fused_optimizer"]
 
 _ELEMENTWISE = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW, torch.optim.Adamax, torch.optim.NAdam,
                 torch.optim.RAdam, torch.optim.RMSprop, torch.optim.Adagrad, torch.optim.Adadelta,
                 torch.optim.ASGD, torch.optim.Rprop)
 
 
-@dataclass
-class _FuseState:
+@dataclass(slots=True, eq=False)
+class FuseState:
+    """What ``fuse_optimizer`` adds to an optimizer."""
+
     do_flatten: bool
+    """The parameters and gradients were laid out in flat buffers when fusing."""
     check_flatten: bool
+    """Before each fused step, copy back into the buffers whatever was moved out of them."""
     buffers: list[FlatBuffer] = field(default_factory=list)
-    flats: dict[tuple, torch.Tensor] = field(default_factory=dict)  # run key -> flat param tensor
-    stash: dict[tuple, dict] = field(default_factory=dict)  # run key -> the flat optimizer state
+    """The flat buffers (one per param group, dtype and device), when ``do_flatten``."""
+    flats: dict[tuple, torch.Tensor] = field(default_factory=dict)
+    """Run key -> the flat tensor stepped for that run of contiguous parameters."""
+    stash: dict[tuple, dict] = field(default_factory=dict)
+    """Run key -> the flat optimizer state of that run."""
+    fused_count: int = 0
+    """+1 per param group and fused step in which some parameters were fused (the original's
+    ``optimizer._bagua_fused_count``, which ``bagua.torch_api.contrib`` keeps)."""
+    warned: bool = False
+    """Whether the warning for an optimizer not known to be element-wise was given."""
+
+
+def fuse_state_of(optimizer: torch.optim.Optimizer) -> FuseState | None:
+    """The fused optimizer's state, or None when ``optimizer`` is not fused.
+
+    Example::
+
+        >>> fuse_state_of(fuse_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))).fused_count
+        0
+    """
+    return get_state(optimizer, FuseState)
 
 
 def is_fused_optimizer(optimizer: torch.optim.Optimizer) -> bool:
     """Whether ``fuse_optimizer`` was applied to ``optimizer``."""
-    return hasattr(optimizer, "_bagua_fuse")
+    return fuse_state_of(optimizer) is not None
 
 
 def fuse_optimizer(optimizer: torch.optim.Optimizer, do_flatten: bool = True,
@@ -71,11 +97,10 @@ def fuse_optimizer(optimizer: torch.optim.Optimizer, do_flatten: bool = True,
     """
     if is_fused_optimizer(optimizer):
         raise RuntimeError("this optimizer is already fused; call fuse_optimizer once per optimizer")
-    state = _FuseState(do_flatten, check_flatten)
+    state = FuseState(do_flatten, check_flatten)
     if do_flatten:
         state.buffers = flatten_param_groups(optimizer)
-    optimizer._bagua_fuse = state
-    optimizer._bagua_fused_count = 0  # +1 per param group and step in which some parameters were fused
+    set_state(optimizer, state)
     optimizer.fuse_step = types.MethodType(fuse_step, optimizer)
     return optimizer
 
@@ -139,7 +164,7 @@ def _split_state(run: list[torch.Tensor], flat_state: dict, optimizer: torch.opt
         off += p.numel()
 
 
-def _flat_for(run: list[torch.Tensor], state: _FuseState) -> tuple[tuple, torch.Tensor]:
+def _flat_for(run: list[torch.Tensor], state: FuseState) -> tuple[tuple, torch.Tensor]:
     total = sum(p.numel() for p in run)
     key = (tuple(id(p) for p in run), run[0].data_ptr(), total)
     flat = state.flats.get(key)
@@ -153,11 +178,11 @@ def _flat_for(run: list[torch.Tensor], state: _FuseState) -> tuple[tuple, torch.
 
 def fuse_step(optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> Any:
     """One optimizer step over the flat tensors (see the module docstring); returns ``closure()``'s loss."""
-    if not is_fused_optimizer(optimizer):
+    state = fuse_state_of(optimizer)
+    if state is None:
         raise RuntimeError("fuse_step needs an optimizer fused with fuse_optimizer(optimizer)")
-    state: _FuseState = optimizer._bagua_fuse
     if not (isinstance(optimizer, _ELEMENTWISE) or getattr(optimizer, "bagua_elementwise_step", False)):
-        if not getattr(state, "warned", False):
+        if not state.warned:
             warnings.warn(f"{type(optimizer).__name__} is not known to be element-wise; fuse_step runs the "
                           f"unfused step", stacklevel=2)
             state.warned = True
@@ -203,5 +228,5 @@ def fuse_step(optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | Non
                 state.stash[key] = flat_state
                 _split_state(run, flat_state, optimizer)
         state.flats = {key: flat for key, flat, _ in fused}  # forget runs that no longer exist
-        optimizer._bagua_fused_count += len({id(group) for group, *_ in fused_groups})
+        state.fused_count += len({id(group) for group, *_ in fused_groups})
     return loss

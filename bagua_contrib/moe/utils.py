@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from bagua_core.lifecycle.module_state import params_and_buffers_to_ignore
+
 __all__ = ["ignore_moe_params", "is_moe_param", "mark_moe_param", "moe_param_names"]
 
 
@@ -26,12 +28,13 @@ def moe_param_names(module: torch.nn.Module) -> list[str]:
 
 def ignore_moe_params(module: torch.nn.Module) -> torch.nn.Module:
     """Make ``with_bagua`` leave the expert parameters alone (no broadcast from rank 0, no gradient
-    averaging): call it on the root module before wrapping. Returns ``module``.
+    averaging): call it on the root module before wrapping. Returns ``module``. It extends the module's
+    ``_bagua_params_and_buffers_to_ignore``, the list a user sets (the original's convention).
 
     Example::
 
         >>> model = ignore_moe_params(model).with_bagua([optimizer], "gradient_allreduce")
     """
-    ignored = set(getattr(module, "_bagua_params_and_buffers_to_ignore", ()))
+    ignored = set(params_and_buffers_to_ignore(module))
     module._bagua_params_and_buffers_to_ignore = sorted(ignored | set(moe_param_names(module)))
     return module

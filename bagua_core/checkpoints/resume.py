@@ -7,7 +7,8 @@ steps, peers and phases) and the impl's own ``state_dict``. ``load_checkpoint`` 
 :func:`load_checkpoint_state`: applied at once to a wrapped module, else kept for ``with_bagua``,
 which compares the resumed checkpoint across ranks, keeps each rank's own weights when the checkpoint
 has them for the same algorithm (instead of broadcasting rank 0's), then restores the counter and the
-impl's state once the buckets exist.
+impl's state once the buckets exist. A checkpoint waiting for ``with_bagua`` is the module's bagua state
+(``bagua_core.lifecycle.state``) until the wrap replaces it by the module's ``ModuleState``.
 
 Example::
 
@@ -23,7 +24,10 @@ from typing import Any
 
 import torch
 
-__all__ = ["ResumedState", "apply_resumed_state", "checkpoint_state", "load_checkpoint_state"]
+from bagua_core.lifecycle.module_state import state_of
+from bagua_core.lifecycle.state import get_state, set_state
+
+__all__ = ["ResumedState", "apply_resumed_state", "checkpoint_state", "load_checkpoint_state", "pending_resume"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,17 +51,19 @@ class ResumedState:
         return self.per_rank and algorithm == self.algorithm
 
 
-def _wrapped(module: torch.nn.Module) -> bool:
-    return getattr(module, "_bagua_hooks", None) is not None and getattr(module, "bagua_algorithm", None) is not None
+def pending_resume(module: torch.nn.Module) -> ResumedState | None:
+    """The checkpoint loaded into ``module`` before it was wrapped, if any (``with_bagua`` applies it)."""
+    return get_state(module, ResumedState)
 
 
 def checkpoint_state(module: torch.nn.Module) -> dict[str, Any] | None:
     """The bagua part of a checkpoint of ``module`` (None when it is not wrapped)."""
-    if not _wrapped(module):
+    state = state_of(module)
+    if state is None:
         return None
     impl = module.bagua_algorithm
     return {
-        "algorithm": module._bagua_algorithm_declaration.name,
+        "algorithm": state.declaration.name,
         "per_rank": module.bagua_capabilities.weights_differ_across_ranks,
         "exact": module.bagua_capabilities.exact_resume,
         "train_step_counter": int(module.bagua_train_step_counter),
@@ -68,7 +74,7 @@ def checkpoint_state(module: torch.nn.Module) -> dict[str, Any] | None:
 def apply_resumed_state(module: torch.nn.Module, resumed: ResumedState) -> None:
     """Restore the counter and, for the same algorithm, the impl's state into a wrapped module."""
     module.bagua_train_step_counter = resumed.train_step_counter
-    name = module._bagua_algorithm_declaration.name
+    name = state_of(module).declaration.name
     if name != resumed.algorithm:
         logger.warning("the checkpoint of iteration %d was saved with %s, the module now uses %s: its algorithm "
                        "state is not restored", resumed.iteration, resumed.algorithm, name)
@@ -80,7 +86,7 @@ def load_checkpoint_state(module: torch.nn.Module, iteration: int, saved: dict[s
     """Apply ``saved`` (from :func:`checkpoint_state`) now if ``module`` is wrapped, else at ``with_bagua``."""
     resumed = ResumedState(iteration, saved["algorithm"], bool(saved["per_rank"]), int(saved["train_step_counter"]),
                            dict(saved.get("state") or {}))
-    if _wrapped(module):
+    if state_of(module) is not None:
         apply_resumed_state(module, resumed)
     else:
-        module._bagua_resumed = resumed
+        set_state(module, resumed)

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from bagua_core.lifecycle.module_state import state_of
 from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError
 from bagua_core.fault_tolerance import state as ft_state
 from bagua_core.fault_tolerance.hang import HangWatchdog
@@ -39,6 +40,19 @@ from bagua_core.fault_tolerance.quorum_group import QuorumGroup
 __all__ = ["FaultTolerantRuntime"]
 
 logger = logging.getLogger("bagua.fault_tolerance")
+
+
+class _TransactionStep:
+    """``optimizer.step`` under fault-tolerant mode: closes the step's transaction around ``original``,
+    the step it wraps (the optimizer's own, or one an algorithm installed)."""
+
+    __slots__ = ("runtime", "optimizer", "original")
+
+    def __init__(self, runtime: FaultTolerantRuntime, optimizer: torch.optim.Optimizer, original: Any) -> None:
+        self.runtime, self.optimizer, self.original = runtime, optimizer, original
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.runtime._step(self.optimizer, self.original, args, kwargs)
 
 
 class FaultTolerantRuntime:
@@ -92,14 +106,14 @@ class FaultTolerantRuntime:
 
             able = sorted(name for name in algorithm_registry.names()
                           if algorithm_registry.get(name).capabilities.fault_tolerance is not None)
-            name = module._bagua_algorithm_declaration.name
+            name = state_of(module).declaration.name
             raise BaguaConfigError(
                 f"algorithm {name!r} cannot run in fault-tolerant mode: it declares no "
                 f"Capabilities.fault_tolerance (what a joiner heals from a live peer, what it re-derives from each "
                 f"quorum, where a step commits); fault-tolerant algorithms: {', '.join(able)}; or run without "
                 f"--fault-tolerant"
             )
-        declaration = module._bagua_algorithm_declaration
+        declaration = state_of(module).declaration
         options = declaration.canonical_options()
         for option, value, why in policy.unsupported:
             if options.get(option) == value:
@@ -120,13 +134,8 @@ class FaultTolerantRuntime:
         now: its own, or one the algorithm installed (an algorithm stepping inside backward silences it;
         re-reified on a new quorum it installs its step again, and this wraps the new one)."""
         current = optimizer.step
-        original = getattr(current, "_bagua_ft_wraps", current)  # already wrapped: wrap what that wraps
-
-        def step(*args: Any, **kwargs: Any) -> Any:
-            return self._step(optimizer, original, args, kwargs)
-
-        step._bagua_ft_wraps = original  # type: ignore[attr-defined]
-        optimizer.step = step
+        original = current.original if isinstance(current, _TransactionStep) else current  # wrap what that wraps
+        optimizer.step = _TransactionStep(self, optimizer, original)
 
     def _forward_pre_hook(self, module: torch.nn.Module, inputs: Any) -> None:
         if module.training and torch.is_grad_enabled() and not self.step_open:
@@ -182,7 +191,7 @@ class FaultTolerantRuntime:
         self._healed_algorithm_state = None
         module.bagua_algorithm.shutdown(module)
         module.process_group = self.group
-        module.bagua_algorithm = module._bagua_algorithm_declaration.reify(self.group)
+        module.bagua_algorithm = state_of(module).declaration.reify(self.group)
         module.bagua_reset()  # steps 2-4 of the lifecycle on the new group
         for optimizer in module.bagua_optimizers:  # the new impl may have installed its own step
             self._wrap_step(optimizer)

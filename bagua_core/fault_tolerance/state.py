@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from bagua_core.lifecycle.module_state import state_of
 from bagua_core.runtime.exceptions import BaguaConfigError
 
 __all__ = ["capture", "restore", "fingerprint", "check_joiner", "copy_tree", "tree_bytes"]
@@ -91,7 +92,7 @@ def restore(module: torch.nn.Module, saved: dict[str, Any], algorithm: bool = Tr
 def fingerprint(module: torch.nn.Module) -> dict[str, Any]:
     """What every replica of a quorum must share: the algorithm's name and options, the model's tensors
     (names, shapes, dtypes) and the optimizers' kinds and hyperparameters."""
-    declaration = module._bagua_algorithm_declaration
+    declaration = state_of(module).declaration
     tensors = module.bagua_named_parameters() + module.bagua_named_buffers()
     optimizers = [
         {"kind": type(opt).__name__,

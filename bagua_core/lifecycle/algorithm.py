@@ -23,6 +23,7 @@ from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.lifecycle.capabilities import NOT_DECLARED, Capabilities
 from bagua_core.runtime.exceptions import format_validation_error
 from bagua_core.lifecycle.hook_parameters import adapt_hooks
+from bagua_core.lifecycle.state import tensor_state_of
 from bagua_core.runtime.exceptions import BaguaConfigError
 from bagua_core.plugins import algorithm_registry
 
@@ -281,7 +282,8 @@ class AlgorithmImpl:
         """Called with each parameter once its gradient is accumulated: mark it ready."""
 
         def hook(parameter_name: str, parameter: torch.nn.Parameter) -> None:
-            if parameter.is_bagua_tensor() and parameter._bagua_bucket is not None:
+            state = tensor_state_of(parameter)
+            if state is not None and state.bucket is not None:
                 parameter.bagua_mark_communication_ready()
 
         return hook

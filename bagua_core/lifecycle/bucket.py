@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import torch
 
+from bagua_core.lifecycle.state import tensor_state_of
 from bagua_core.runtime.communication import streams
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -73,7 +74,7 @@ class BaguaBucket:
         self.padding = self.padded_numel - total
         self._buffer: torch.Tensor | None = None
         for tensor in self.tensors:
-            tensor._bagua_bucket = self
+            tensor_state_of(tensor).bucket = self  # every tensor is a bagua tensor (checked above)
         self._index = {id(tensor): i for i, tensor in enumerate(self.tensors)}
         self._views: list[torch.Tensor] = []  # per tensor: its slot of the buffer, in its shape and layout
         # A flattened bucket keeps each tensor's memory layout (channels_last stays channels_last, as DDP's

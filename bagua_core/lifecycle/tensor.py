@@ -2,7 +2,9 @@
 
 A bagua tensor is a torch tensor marked for communication. Its *effective tensor* is what is
 communicated: by default the tensor itself, or what ``getter_closure(tensor)`` returns (a
-parameter's ``.grad``, say). ``setter_closure(tensor, value)`` replaces the effective tensor.
+parameter's ``.grad``, say). ``setter_closure(tensor, value)`` replaces the effective tensor. What
+marks it is one ``TensorState`` (``bagua_core.lifecycle.state``); ``bagua_tensor_name`` and
+``bagua_module_name`` are properties over it.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+
+from bagua_core.lifecycle.state import TensorState, set_state, tensor_state_of
 
 __all__ = ["BaguaTensor", "install_tensor_methods"]
 
@@ -29,15 +33,10 @@ def ensure_bagua_tensor(
         >>> p.ensure_bagua_tensor("w", "model", getter_closure=lambda t: t.grad,
         ...                       setter_closure=lambda t, v: setattr(t, "grad", v))
     """
-    if getattr(self, "_bagua_is_tensor", False) and name is None:
+    if name is None and tensor_state_of(self) is not None:
         return self
-    self._bagua_is_tensor = True
-    self.bagua_tensor_name = name if name is not None else f"tensor_{id(self)}"
-    self.bagua_module_name = module_name
-    self._bagua_getter = getter_closure
-    self._bagua_setter = setter_closure
-    self._bagua_bucket = None
-    self._bagua_ready = False
+    set_state(self, TensorState(name if name is not None else f"tensor_{id(self)}", module_name, getter_closure,
+                                setter_closure))
     return self
 
 
@@ -57,18 +56,24 @@ def to_bagua_tensor(
 
 
 def is_bagua_tensor(self: torch.Tensor) -> bool:
-    return bool(getattr(self, "_bagua_is_tensor", False))
+    return tensor_state_of(self) is not None
+
+
+def _getter(tensor: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    state = tensor_state_of(tensor)
+    return state.getter if state is not None else None
 
 
 def bagua_getter_closure(self: torch.Tensor) -> torch.Tensor:
     """The effective tensor."""
-    getter = getattr(self, "_bagua_getter", None)
+    getter = _getter(self)
     return getter(self) if getter is not None else self
 
 
 def bagua_setter_closure(self: torch.Tensor, tensor: torch.Tensor) -> None:
     """Replace the effective tensor by ``tensor``."""
-    setter = getattr(self, "_bagua_setter", None)
+    state = tensor_state_of(self)
+    setter = state.setter if state is not None else None
     if setter is None:
         with torch.no_grad():
             self.set_(tensor)
@@ -87,7 +92,7 @@ def bagua_set_storage(self: torch.Tensor, storage: torch.UntypedStorage | torch.
         view.set_(storage, storage_offset, effective.shape, effective.stride())
         if view.data_ptr() != effective.data_ptr():
             view.copy_(effective)
-        if getattr(self, "_bagua_getter", None) is None:
+        if _getter(self) is None:
             self.set_(storage, storage_offset, effective.shape, effective.stride())
             return
     self.bagua_setter_closure(view)
@@ -102,10 +107,11 @@ def bagua_ensure_grad(self: torch.Tensor) -> torch.Tensor:
 
 
 def _bucket_of(tensor: torch.Tensor):
-    bucket = getattr(tensor, "_bagua_bucket", None)
-    if bucket is None:
-        raise RuntimeError(f"bagua tensor {getattr(tensor, 'bagua_tensor_name', '?')!r} is not in a bucket")
-    return bucket
+    state = tensor_state_of(tensor)
+    if state is None or state.bucket is None:
+        name = state.name if state is not None else "?"
+        raise RuntimeError(f"bagua tensor {name!r} is not in a bucket")
+    return state.bucket
 
 
 def bagua_mark_communication_ready(self: torch.Tensor) -> None:
@@ -120,6 +126,29 @@ def bagua_mark_communication_ready_without_synchronization(self: torch.Tensor) -
     caller guarantees that the tensor is written before the bucket's communication reads it (e.g. it
     synchronised the device)."""
     _bucket_of(self).mark_ready(self, synchronize=False)
+
+
+def _proxy_state(tensor: torch.Tensor, attribute: str) -> TensorState:
+    state = tensor_state_of(tensor)
+    if state is None:
+        raise AttributeError(f"{attribute}: this tensor is not a bagua tensor (call ensure_bagua_tensor first)")
+    return state
+
+
+def _get_tensor_name(self: torch.Tensor) -> str:
+    return _proxy_state(self, "bagua_tensor_name").name
+
+
+def _set_tensor_name(self: torch.Tensor, name: str) -> None:
+    _proxy_state(self, "bagua_tensor_name").name = name
+
+
+def _get_module_name(self: torch.Tensor) -> str | None:
+    return _proxy_state(self, "bagua_module_name").module_name
+
+
+def _set_module_name(self: torch.Tensor, module_name: str | None) -> None:
+    _proxy_state(self, "bagua_module_name").module_name = module_name
 
 
 def bagua_backend_tensor(self: torch.Tensor) -> torch.Tensor:
@@ -139,6 +168,9 @@ class BaguaTensor:
         True
     """
 
+    bagua_tensor_name = property(_get_tensor_name, _set_tensor_name, doc="The tensor's name (a bagua tensor's).")
+    bagua_module_name = property(_get_module_name, _set_module_name,
+                                 doc="The ``bagua_module_name`` of the module the bagua tensor belongs to, or None.")
     ensure_bagua_tensor = ensure_bagua_tensor
     to_bagua_tensor = to_bagua_tensor
     is_bagua_tensor = is_bagua_tensor

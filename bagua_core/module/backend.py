@@ -17,7 +17,8 @@ import weakref
 import torch
 
 from bagua_core.runtime.exceptions import BaguaError
-from bagua_core.module.scheduler import BucketScheduler
+from bagua_core.lifecycle.module_state import state_of
+from bagua_core.lifecycle.scheduler import BucketScheduler
 
 __all__ = ["ModuleBackend", "get_backend", "register_module"]
 
@@ -44,13 +45,15 @@ class ModuleBackend:
     def register_ordered_buckets(self, buckets: list) -> None:
         """Use ``buckets`` (launched strictly in this order) for the module's communication."""
         module = self.module
-        old = getattr(module, "_bagua_scheduler", None)
+        state = state_of(module)
+        if state is None:
+            raise BaguaError(f"module {module.bagua_module_name!r} is not wrapped (bagua_shutdown() was called)")
+        old = state.scheduler
         if old is not None:
             old.synchronize()
             old.detach()
         module.bagua_buckets = list(buckets)
-        module._bagua_scheduler = BucketScheduler(module.bagua_buckets, module.process_group.worker,
-                                                  getattr(module, "_bagua_bucket_ready_hook", None))
+        state.scheduler = BucketScheduler(module.bagua_buckets, module.process_group.worker, state.bucket_ready_hook)
 
 
 def register_module(module: torch.nn.Module) -> None:

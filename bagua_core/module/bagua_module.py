@@ -10,18 +10,26 @@ import torch
 
 from bagua_core.runtime.agreement import Prepared
 from bagua_core.lifecycle.capabilities import capabilities_of
+from bagua_core.lifecycle.module_state import ModuleState, params_and_buffers_to_ignore, state_of
+from bagua_core.lifecycle.state import set_state
 from bagua_core.selection.config import resolve_algorithm
 from bagua_core import fault_tolerance
 from bagua_core.module import hooks
 from bagua_core.module.agreed_settings import algorithm_source, wrap_settings
 from bagua_core.module.backend import ModuleBackend, register_module
-from bagua_core.checkpoints.resume import apply_resumed_state, checkpoint_state, load_checkpoint_state
+from bagua_core.checkpoints.resume import (
+    apply_resumed_state,
+    checkpoint_state,
+    load_checkpoint_state,
+    pending_resume,
+)
 from bagua_core.module.initial_sync import (
     agree_or_raise,
     broadcast_optimizer_state,
     broadcast_tensors,
     model_signature,
 )
+from bagua_core.runtime.exceptions import BaguaError
 from bagua_core.runtime.process_group import get_default_group
 
 __all__ = ["BaguaModule", "with_bagua"]
@@ -31,7 +39,8 @@ class BaguaModule:
     """Methods installed on ``torch.nn.Module``. After ``with_bagua`` a module has the seed's attributes
     ``bagua_optimizers``, ``bagua_algorithm`` (the reified impl), ``bagua_capabilities`` (what the
     algorithm declares, ``bagua_core.lifecycle.capabilities``), ``process_group``,
-    ``bagua_module_name``, ``bagua_train_step_counter`` and ``bagua_buckets``."""
+    ``bagua_module_name``, ``bagua_train_step_counter`` and ``bagua_buckets``; everything else bagua
+    keeps on it is one ``ModuleState`` (``bagua_core.lifecycle.module_state.state_of(module)``)."""
 
     def with_bagua(
         self: torch.nn.Module,
@@ -62,15 +71,16 @@ class BaguaModule:
         optimizers = list(optimizers)
         group = process_group if process_group is not None else get_default_group()
         comm = group.get_global_communicator()
-        if getattr(self, "_bagua_hooks", None) is not None:
-            hooks.uninstall(self)
+        previous = state_of(self)
+        if previous is not None:  # a re-wrap: what the user set on the module's state stays
+            hooks.uninstall(self, previous)
         self.bagua_optimizers = optimizers
         self.process_group = group
         if not getattr(self, "bagua_module_name", None):
             self.bagua_module_name = f"{type(self).__name__}_{id(self)}"
         register_module(self)
         named = self.bagua_named_parameters() + self.bagua_named_buffers()
-        resumed = getattr(self, "_bagua_resumed", None)
+        resumed = pending_resume(self)
 
         def prepare() -> Prepared:
             declaration = resolve_algorithm(algorithm, optimizers)
@@ -83,15 +93,15 @@ class BaguaModule:
             broadcast_tensors([t for _, t in named], src=0, comm=comm)
             for optimizer in optimizers:
                 broadcast_optimizer_state(optimizer, src=0, comm=comm)
-        self._bagua_algorithm_declaration = declaration
         self.bagua_algorithm = declaration.reify(group)
         self.bagua_capabilities = capabilities_of(declaration, self.bagua_algorithm)
         self.bagua_train_step_counter = 0
-        self._bagua_do_flatten = do_flatten
-        self._bagua_sync_enabled = True
-        hooks.install(self)
+        state = ModuleState(declaration, do_flatten)
+        if previous is not None:
+            state.find_unused_parameters, state.autotuner = previous.find_unused_parameters, previous.autotuner
+        set_state(self, state)  # (replaces the checkpoint kept for this wrap, if any)
+        hooks.install(self, state)
         if resumed is not None:  # a checkpoint loaded before wrapping: counter and algorithm state
-            del self._bagua_resumed
             apply_resumed_state(self, resumed)
         fault_tolerance.attach(self)  # fault-tolerant mode: the step transaction (else nothing)
         return self
@@ -109,7 +119,7 @@ class BaguaModule:
         """Trainable parameters in registration order, less those listed in
         ``_bagua_params_and_buffers_to_ignore`` and those marked ``param.allreduce = False`` (the MoE
         convention for expert parameters, which are sharded over ranks, not averaged)."""
-        ignore = set(getattr(self, "_bagua_params_and_buffers_to_ignore", ()))
+        ignore = set(params_and_buffers_to_ignore(self))
         return [
             (n, p)
             for n, p in self.named_parameters()
@@ -127,7 +137,8 @@ class BaguaModule:
             ['0.weight', '0.bias', '2.weight', '2.bias']
         """
         params = self.bagua_named_parameters()
-        in_use = getattr(self, "_bagua_params_in_use", None)
+        state = state_of(self)
+        in_use = state.params_in_use if state is not None else None
         return params if in_use is None else [(n, p) for n, p in params if n in in_use]
 
     @property
@@ -141,7 +152,7 @@ class BaguaModule:
         return self
 
     def bagua_named_buffers(self: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
-        ignore = set(getattr(self, "_bagua_params_and_buffers_to_ignore", ()))
+        ignore = set(params_and_buffers_to_ignore(self))
         return [(n, b) for n, b in self.named_buffers() if n not in ignore]
 
     @contextlib.contextmanager
@@ -155,27 +166,35 @@ class BaguaModule:
             ...     model(x1).sum().backward()
             >>> model(x2).sum().backward()     # communicates the sum of both gradients
         """
-        previous = getattr(self, "_bagua_sync_enabled", True)
-        self._bagua_sync_enabled = False
+        state = state_of(self)
+        if state is None:  # not wrapped: nothing communicates anyway
+            yield
+            return
+        previous, state.sync_enabled = state.sync_enabled, False
         try:
             yield
         finally:
-            self._bagua_sync_enabled = previous
+            state.sync_enabled = previous
 
     def bagua_wait_for_communication(self: torch.nn.Module) -> None:
         """Launch the buckets not launched yet, then wait for every pending bucket operation."""
-        scheduler = getattr(self, "_bagua_scheduler", None)
-        if scheduler is not None:
-            scheduler.wait()
+        state = state_of(self)
+        if state is not None and state.scheduler is not None:
+            state.scheduler.wait()
 
     def bagua_reset(self: torch.nn.Module) -> None:
         """Redo tensors, buckets and operations (the impl's ``need_reset`` asks for it)."""
-        hooks.rebuild_buckets(self)
+        state = state_of(self)
+        if state is None:
+            raise BaguaError(f"bagua_reset: {type(self).__name__} is not wrapped (call with_bagua first)")
+        hooks.rebuild_buckets(self, state)
 
     def bagua_shutdown(self: torch.nn.Module) -> None:
-        """Remove bagua's hooks and stop the algorithm's background work; the module is plain again."""
-        if getattr(self, "_bagua_hooks", None) is not None:
-            hooks.uninstall(self)
+        """Remove bagua's hooks and stop the algorithm's background work; the module is plain again: its
+        ``ModuleState`` goes (the documented attributes, ``bagua_algorithm`` and the others, stay)."""
+        state = state_of(self)
+        if state is not None:
+            hooks.uninstall(self, state)
 
 
 def with_bagua(module: torch.nn.Module, optimizers: Any, algorithm: Any = None, process_group: Any = None,

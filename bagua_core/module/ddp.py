@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from bagua_core.lifecycle.module_state import ModuleState, params_and_buffers_to_ignore, state_of
 from bagua_core.selection.config import resolve_algorithm
 from bagua_core.runtime.exceptions import BaguaConfigError
 from bagua_core.runtime.process_group import BaguaProcessGroup, get_default_group
@@ -44,6 +45,14 @@ def to_bagua_process_group(process_group: Any = None):
         f"process_group must be None, a torch.distributed ProcessGroup or a BaguaProcessGroup, got "
         f"{type(process_group).__name__}"
     )
+
+
+def _wrapped_state(module: torch.nn.Module) -> ModuleState:
+    state = state_of(module)
+    if state is None:
+        raise BaguaConfigError("the module of this DistributedDataParallel is no longer wrapped (bagua_shutdown() "
+                               "was called)")
+    return state
 
 
 class DistributedDataParallel(torch.nn.Module):
@@ -94,7 +103,7 @@ class DistributedDataParallel(torch.nn.Module):
         if hasattr(impl, "bucket_size_bytes") and bucket_cap_mb != 25 and not getattr(impl, "bucket_size", None):
             impl.bucket_size = int(bucket_cap_mb * 1024 * 1024)
             module.bagua_reset()
-        module._bagua_find_unused_parameters = find_unused_parameters
+        _wrapped_state(module).find_unused_parameters = find_unused_parameters
 
     @property
     def inner(self) -> torch.nn.Module:
@@ -106,17 +115,18 @@ class DistributedDataParallel(torch.nn.Module):
 
     @property
     def require_backward_grad_sync(self) -> bool:
-        """Whether backward communicates (False inside :meth:`no_sync`)."""
-        return self.module._bagua_sync_enabled
+        """Whether backward communicates (False inside :meth:`no_sync`, and once the module is shut down)."""
+        state = state_of(self.module)
+        return state is not None and state.sync_enabled
 
     @require_backward_grad_sync.setter
     def require_backward_grad_sync(self, value: bool) -> None:
-        self.module._bagua_sync_enabled = bool(value)
+        _wrapped_state(self.module).sync_enabled = bool(value)
 
     @property
     def parameters_to_ignore(self) -> list[str]:
         """The names in the module's ``_bagua_params_and_buffers_to_ignore``."""
-        return list(getattr(self.module, "_bagua_params_and_buffers_to_ignore", ()))
+        return params_and_buffers_to_ignore(self.module)
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:

@@ -32,6 +32,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
 
 from bagua_core.lifecycle.algorithm import AlgorithmImpl
+from bagua_core.lifecycle.module_state import ModuleState, state_of
 from bagua_core.runtime.communication import ReduceOp, allreduce_inplace, broadcast
 from bagua_core.runtime.exceptions import format_validation_error
 from bagua_core.runtime.exceptions import BaguaConfigError
@@ -184,15 +185,23 @@ def configure(module: torch.nn.Module, config: AutotuneConfig | None = None, **o
         >>> configure(model, warmup_steps=2, trial_steps=3, bucket_sizes=(1 << 20, 1 << 22))
     """
     config = config or AutotuneConfig(**{"enabled": True, **options})
-    module._bagua_autotuner = Autotuner(module, config) if config.enabled else False
+    _wrapped_state(module).autotuner = Autotuner(module, config) if config.enabled else False
+
+
+def _wrapped_state(module: torch.nn.Module) -> ModuleState:
+    state = state_of(module)
+    if state is None:
+        raise BaguaConfigError(f"autotune: {type(module).__name__} is not wrapped (call with_bagua first)")
+    return state
 
 
 def on_train_step(module: torch.nn.Module) -> None:
     """Called by the forward pre-hook after the step counter moved: run the tuner, if any."""
-    tuner = getattr(module, "_bagua_autotuner", None)
+    state = _wrapped_state(module)
+    tuner = state.autotuner
     if tuner is None or (tuner is not False and tuner.impl is not module.bagua_algorithm):  # new wrap
         config = AutotuneConfig.from_env()
         tuner = Autotuner(module, config) if config.enabled else False
-        module._bagua_autotuner = tuner
+        state.autotuner = tuner
     if tuner:
         tuner.on_step(module)

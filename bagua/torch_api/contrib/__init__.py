@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from bagua_contrib.cache_loader import CacheLoader
 from bagua_contrib.cached_dataset import CachedDataset
-from bagua_contrib.fuse.optimizer import fuse_optimizer
 from bagua_contrib.load_balancing_data_loader import (
     LoadBalancingDistributedBatchSampler,
     LoadBalancingDistributedSampler,
 )
+from bagua.torch_api.contrib.fuse.optimizer import fuse_optimizer  # noqa: E402
 from bagua.torch_api.contrib import (  # noqa: E402
     cache_loader,
     cached_dataset,
