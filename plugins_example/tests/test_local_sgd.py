@@ -33,7 +33,7 @@ def test_installed_and_found_through_its_entry_point() -> None:
     except importlib.metadata.PackageNotFoundError:
         pytest.fail(INSTALL_HINT)
     entry_points = {ep.name: ep.value for ep in dist.entry_points if ep.group == "bagua"}
-    assert entry_points == {"local_sgd": "bagua_local_sgd.plugin"}
+    assert entry_points == {"local_sgd": "bagua_local_sgd"}
     cls, plugin = algorithm_registry.providers()["local_sgd"]
     assert plugin == "local_sgd" and cls.__module__ == "bagua_local_sgd.algorithm"
     import bagua_local_sgd
