@@ -71,7 +71,7 @@ from bagua_core.codecs import Codec, codec_names, get_codec
 from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp
 from bagua_core.plugins import hookimpl
 from bagua_core.checkpoints.checkpoint import load_checkpoint, save_checkpoint
-from bagua_core.fault_tolerance import FaultTolerantOptions, QuorumSampler
+from bagua_core.fault_tolerance import FaultTolerantOptions, QuorumSampler, last_step_committed
 from bagua_core.module import BaguaModule, with_bagua
 from bagua_core.module.ddp import DistributedDataParallel
 from bagua_core.runtime.process_group import (
@@ -111,6 +111,7 @@ __all__ = [
     # fault-tolerant mode
     "FaultTolerantOptions",
     "QuorumSampler",
+    "last_step_committed",
     # writing an algorithm
     "Algorithm",
     "AlgorithmConfig",

@@ -170,7 +170,8 @@ def parse_args(argv: list[str] | None, prog: str | None = None) -> tuple[Trainin
                         help="config file with [algorithm] and [training] tables")
     parser.add_argument("--summary-json", default=None,
                         help="also write the summary to this file (rank 0; in a fault-tolerant job, each replica's "
-                             "rank 0 writes it whole, and the last one to finish stays)")
+                             "rank 0 writes it whole and the last one to finish stays, unless the name holds "
+                             "{replica}: then each replica writes its own)")
     for name, field in TrainingConfig.model_fields.items():
         flag = _flag(name)
         if field.annotation is bool:
@@ -223,6 +224,12 @@ def _with_options(algorithm: str, pairs: list[str]) -> dict[str, Any]:
     return data
 
 
+def _reports_fault_tolerant() -> bool:
+    from bagua_examples.train_digits_ft import reports
+
+    return reports()
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     """The summary line rank 0 prints."""
     epochs = summary["epochs"]
@@ -249,12 +256,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             summary = train(cfg, algorithm)
     finally:
         bagua.destroy_process_group()
-    if rank == 0:
+    fault_tolerant = summary.get("fault_tolerance") is not None
+    if rank == 0 and (not fault_tolerant or _reports_fault_tolerant()):
         print("\n" + format_summary(summary))
         if summary.get("note"):  # the fault-tolerant job's summary has none
             print(summary["note"])
-        if summary.get("fault_tolerance"):
-            print("fault-tolerant: " + ", ".join(f"{k} {v}" for k, v in summary["fault_tolerance"].items()))
+        if fault_tolerant:
+            from bagua_examples.train_digits_ft import format_fault_tolerance
+
+            print(format_fault_tolerance(summary["fault_tolerance"]))
         if summary["auto"]:
             auto = summary["auto"]
             times = ", ".join(f"{n} {t * 1e3:.2f} ms" for n, t in auto["step_time_s"].items())
@@ -264,9 +274,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   f"(step time per candidate: "
                   f"{times}; link latency {auto['latency_s'] * 1e3:.3f} ms, "
                   f"{auto['bandwidth_bytes_per_s'] / 1e6:.1f} MB/s)")
-        if args.summary_json:
-            # every replica's rank 0 of a fault-tolerant job writes it: each write is whole (the last stays)
-            atomic_write(args.summary_json, lambda fh: fh.write(json.dumps(summary, indent=2).encode()))
+    if rank == 0 and args.summary_json:
+        # every replica's rank 0 of a fault-tolerant job writes it: each write is whole (the last stays)
+        path = args.summary_json.replace("{replica}", os.environ.get("BAGUA_FT_REPLICA_INDEX", "0"))
+        atomic_write(path, lambda fh: fh.write(json.dumps(summary, indent=2).encode()))
     return summary
 
 

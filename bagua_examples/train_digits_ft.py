@@ -5,6 +5,7 @@ replica. The summary adds what the mode did: steps committed and discarded, quor
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -20,7 +21,27 @@ from bagua_examples.digits import DigitsMLP, load_digits
 from bagua_examples.run_settings import make_optimizer, resolve_device
 from bagua_examples.training_config import TrainingConfig
 
-__all__ = ["train_fault_tolerant"]
+__all__ = ["format_fault_tolerance", "reports", "train_fault_tolerant"]
+
+
+def reports() -> bool:
+    """Whether this process draws the job's progress bar and prints its summary: rank 0 of the first replica
+    ``bagua run --fault-tolerant`` started (``BAGUA_FT_REPLICA_INDEX``; every replica's rank 0 when unset)."""
+    return bagua.get_rank() == 0 and os.environ.get("BAGUA_FT_REPLICA_INDEX", "0") == "0"
+
+
+def format_fault_tolerance(stats: dict[str, Any]) -> str:
+    """The summary's fault-tolerance line, rounded."""
+    parts = [f"{stats['replicas_lost']} replica failure{'' if stats['replicas_lost'] == 1 else 's'} survived",
+             f"{stats['replicas_joined']} replica{'' if stats['replicas_joined'] == 1 else 's'} rejoined",
+             f"{stats['committed']} steps committed, {stats['discarded']} discarded",
+             f"{stats['quorums']} quorum{'' if stats['quorums'] == 1 else 's'}"]
+    if stats["healed"]:
+        parts.append(f"healed {stats['healed']} time{'' if stats['healed'] == 1 else 's'} "
+                     f"({stats['heal_s']:.1f} s, {stats['healed_bytes'] / 1e6:.1f} MB)")
+    if stats.get("first_commit_s") is not None:
+        parts.append(f"first commit after {stats['first_commit_s']:.1f} s")
+    return "fault tolerance (this replica's view): " + ", ".join(parts)
 
 
 def train_fault_tolerant(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
@@ -36,7 +57,7 @@ def train_fault_tolerant(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
     model = model.with_bagua([optimizer], algorithm)
     sampler = QuorumSampler(len(train_y), cfg.batch_size, seed=cfg.seed)
     stats.reset()
-    bar = tqdm.tqdm(disable=bagua.get_rank() != 0 or not cfg.progress, desc=f"{name} (fault-tolerant)", unit="step")
+    bar = tqdm.tqdm(disable=not reports() or not cfg.progress, desc=f"{name} (fault-tolerant)", unit="step")
     started = time.perf_counter()
     loss_value, samples = float("nan"), 0
     while sampler.epoch < cfg.epochs:

@@ -27,7 +27,8 @@ import socket
 import subprocess
 import sys
 import time
-from urllib.parse import urlparse
+
+from bagua_core.fault_tolerance.options import address_towards
 
 __all__ = ["add_fault_tolerant_arguments", "split_fault_tolerant_args", "parse_fault_tolerant_options",
            "run_fault_tolerant"]
@@ -119,19 +120,6 @@ def _free_port(host: str) -> int:
         return probe.getsockname()[1]
 
 
-def _address_towards(url: str) -> str:
-    """This host's address on the route to ``url``'s host (no packet is sent): where its replicas' servers
-    listen when it joins another host's lighthouse."""
-    host = urlparse(url).hostname or "127.0.0.1"
-    try:
-        family = socket.getaddrinfo(host, None)[0][0]
-        with socket.socket(family, socket.SOCK_DGRAM) as probe:
-            probe.connect((host, 9))
-            return probe.getsockname()[0]
-    except OSError:
-        return "127.0.0.1"
-
-
 def _quiet_env(env: dict[str, str]) -> dict[str, str]:
     """torchft's Rust logs at warning level unless the user asked (``RUST_LOG``, ``--verbose``)."""
     if "RUST_LOG" not in env and env.get("BAGUA_VERBOSE", "") not in ("1", "true", "yes", "on"):
@@ -163,7 +151,7 @@ def run_fault_tolerant(options: argparse.Namespace, torchrun_args: list[str]) ->
         where = "this host only" if options.lighthouse_host in ("127.0.0.1", "::1", "localhost") else \
             f"other hosts join with --lighthouse {address}"
         print(f"bagua: lighthouse at {address} ({where})", flush=True)
-    host = options.lighthouse_host if not options.lighthouse else _address_towards(address)
+    host = options.lighthouse_host if not options.lighthouse else address_towards(address)
     env = _quiet_env({**os.environ, "BAGUA_FAULT_TOLERANT": "1", "TORCHFT_LIGHTHOUSE": address,
                       "BAGUA_FT_MIN_REPLICAS": str(options.min_replicas), "BAGUA_FT_HOST": host})
     env.setdefault("OMP_NUM_THREADS", "1")
@@ -178,7 +166,8 @@ def run_fault_tolerant(options: argparse.Namespace, torchrun_args: list[str]) ->
                            "BAGUA_FT_REPLICA_INDEX": str(index)}
             per_replica = [] if any(t.split("=")[0] in ("--nproc_per_node", "--nproc-per-node") for t in torchrun_args) \
                 else ["--nproc_per_node=1"]  # a replica is one rank unless told otherwise
-            command = [sys.executable, "-m", "torch.distributed.run", "--standalone", *per_replica, *torchrun_args]
+            # each replica through bagua's own launcher: torchrun's logs quiet, one traceback per failure
+            command = [sys.executable, "-m", "bagua_core.cli", "run", "--standalone", *per_replica, *torchrun_args]
             replicas.append(subprocess.Popen(command, env=replica_env))
         status = 0
         while replicas:

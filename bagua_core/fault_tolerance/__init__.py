@@ -37,7 +37,8 @@ from bagua_core.fault_tolerance.options import FaultTolerantOptions, enabled_by_
 from bagua_core.fault_tolerance.sampler import QuorumSampler
 from bagua_core.runtime.exceptions import BaguaConfigError
 
-__all__ = ["FaultTolerantOptions", "QuorumSampler", "current_runtime", "start", "attach", "resolve_options"]
+__all__ = ["FaultTolerantOptions", "QuorumSampler", "current_runtime", "last_step_committed", "start", "attach",
+           "resolve_options"]
 
 def resolve_options(fault_tolerant: Any) -> FaultTolerantOptions | None:
     """``init_process_group``'s ``fault_tolerant`` argument as options, or None for fail-fast: None
@@ -74,6 +75,22 @@ def _stop() -> None:
     runtime = set_runtime(None)
     if runtime is not None:
         runtime.shutdown()
+
+
+def last_step_committed() -> bool:
+    """Whether the training step that ``optimizer.step()`` just closed counts: in fault-tolerant mode True when
+    every replica of its quorum committed it and False when it was discarded on every replica (its update
+    undone); in fail-fast mode always True (a step that returns is done on every rank). For a script's own
+    logging and checkpoints.
+
+    Example::
+
+        >>> optimizer.step()
+        >>> if bagua.last_step_committed():
+        ...     steps_done += 1
+    """
+    runtime = current_runtime()
+    return True if runtime is None else bool(runtime.decision)
 
 
 def attach(module: Any) -> None:

@@ -10,13 +10,14 @@ Example::
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from bagua_core.runtime.exceptions import BaguaConfigError
 
-__all__ = ["FaultTolerantOptions", "ENV_FLAG", "enabled_by_env"]
+__all__ = ["FaultTolerantOptions", "ENV_FLAG", "address_towards", "enabled_by_env"]
 
 ENV_FLAG = "BAGUA_FAULT_TOLERANT"
 _ENV = {  # option -> environment variable (set by `bagua run --fault-tolerant`)
@@ -26,7 +27,23 @@ _ENV = {  # option -> environment variable (set by `bagua run --fault-tolerant`)
     "quorum_timeout_s": "BAGUA_FT_QUORUM_TIMEOUT_S",
     "replica_id": "BAGUA_FT_REPLICA_ID",
     "hang_timeout_s": "BAGUA_FT_HANG_TIMEOUT_S",
+    "host": "BAGUA_FT_HOST",
 }
+
+
+def address_towards(url: str) -> str:
+    """This host's address on the route to ``url``'s host (no packet is sent): where a replica's servers
+    listen when nothing else says. Loopback when the route cannot be found."""
+    from urllib.parse import urlparse
+
+    host = urlparse(url).hostname or "127.0.0.1"
+    try:
+        family = socket.getaddrinfo(host, None)[0][0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, 9))
+            return probe.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
 
 
 def enabled_by_env(environ: Mapping[str, str] | None = None) -> bool:
@@ -56,6 +73,10 @@ class FaultTolerantOptions:
     (exit code 75) so the others go on; its launcher restarts it (``BAGUA_FT_HANG_TIMEOUT_S``)."""
     replica_id: str = ""
     """A name for this replica in the logs (torchft makes it unique); default: ``replica_<pid>``."""
+    host: str = ""
+    """The address this replica's own server (torchft's manager) listens on and is reached at
+    (``BAGUA_FT_HOST``, set by ``bagua run --fault-tolerant``); default: this host's address on the route to
+    the lighthouse (loopback for a lighthouse on this host)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.min_replicas, int) or self.min_replicas < 1:
@@ -91,4 +112,6 @@ class FaultTolerantOptions:
                                    "init_process_group(fault_tolerant={'lighthouse': ...})")
         if not options.replica_id:
             options = replace(options, replica_id=f"replica_{os.getpid()}")
+        if not options.host:
+            options = replace(options, host=address_towards(options.lighthouse))
         return options

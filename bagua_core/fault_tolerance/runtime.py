@@ -20,9 +20,13 @@ Each training step of a wrapped module is a transaction:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import re
 import time
+import warnings
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -30,11 +34,12 @@ import torch
 import torch.distributed as dist
 
 from bagua_core.lifecycle.module_state import state_of
+from bagua_core.runtime import env
 from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError
 from bagua_core.fault_tolerance import state as ft_state
 from bagua_core.fault_tolerance.hang import HangWatchdog
 from bagua_core.fault_tolerance.managed_group import ManagedGroup
-from bagua_core.fault_tolerance.options import FaultTolerantOptions
+from bagua_core.fault_tolerance.options import FaultTolerantOptions, address_towards
 from bagua_core.fault_tolerance.quorum_group import QuorumGroup
 
 __all__ = ["FaultTolerantRuntime"]
@@ -55,24 +60,72 @@ class _TransactionStep:
         return self.runtime._step(self.optimizer, self.original, args, kwargs)
 
 
+def quiet_torchft_logs() -> None:
+    """torchft's Python loggers at warning level (unless ``BAGUA_VERBOSE``), its CPU-only warnings dropped
+    (no NCCL flight recorder to reset; a read-only buffer it serialises from)."""
+    if env.verbose():
+        return
+    for name in ("torchft", *(n for n in logging.root.manager.loggerDict if n.startswith("torchft."))):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    if not torch.cuda.is_available():
+        logging.getLogger("torchft.manager").addFilter(lambda record: "flight recorder" not in record.getMessage())
+    warnings.filterwarnings("ignore", message="The given buffer is not writable", category=UserWarning)
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"torchft\.")  # its use of torch's pytree
+
+
+def _one_line(error: object) -> str:
+    """The cause of a torchft error in one line: its original exception's message, without gloo's source
+    path (``[.../pair.cc:537] Read error ...: Connection reset by peer`` -> ``Read error ...: Connection
+    reset by peer``)."""
+    cause = getattr(error, "original_exception", error)
+    text = " ".join(str(cause).split()) or type(cause).__name__
+    text = re.sub(r"^\[[^\]]*\.(?:cc|cpp|h):\d+\]\s*", "", text)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+@contextlib.contextmanager
+def _manager_server_on(host: str) -> Iterator[None]:
+    """torchft's ``Manager`` starts its server on every interface (``[::]:port``): while one is built, its
+    server listens on ``host`` only."""
+    import torchft.manager as ft_manager
+
+    serve = ft_manager.ManagerServer
+
+    def bound(*args: Any, bind: str, **kwargs: Any) -> Any:
+        port = bind.rsplit(":", 1)[1]
+        return serve(*args, bind=f"[{host}]:{port}" if ":" in host else f"{host}:{port}", **kwargs)
+
+    ft_manager.ManagerServer = bound
+    try:
+        yield
+    finally:
+        ft_manager.ManagerServer = serve
+
+
 class FaultTolerantRuntime:
     """One replica's side of fault-tolerant training (module doc). Built by ``init_process_group``."""
 
     def __init__(self, options: FaultTolerantOptions) -> None:
         from torchft import Manager
+        from torchft.checkpointing.pg_transport import PGTransport
 
         from bagua_core.fault_tolerance.replica_groups import ReplicaGroups
 
+        quiet_torchft_logs()
         self.options = options
         timeout = timedelta(seconds=options.timeout_s)
         self.ft_group = ReplicaGroups(timeout=timeout)
-        self.manager = Manager(
-            pg=self.ft_group, load_state_dict=self._load_healed, state_dict=self._healing_state,
-            min_replica_size=options.min_replicas, use_async_quorum=False, timeout=timeout,
-            quorum_timeout=timedelta(seconds=options.quorum_timeout_s), connect_timeout=timeout,
-            rank=dist.get_rank(), world_size=dist.get_world_size(), lighthouse_addr=options.lighthouse,
-            replica_id=options.replica_id, init_sync=True,
-        )
+        # a joiner heals over the replicas' own group: no server hands the model to whoever asks
+        transport = PGTransport(self.ft_group, timeout=timeout, device=torch.device("cpu"))
+        host = options.host or address_towards(options.lighthouse)
+        with _manager_server_on(host):
+            self.manager = Manager(
+                pg=self.ft_group, load_state_dict=self._load_healed, state_dict=self._healing_state,
+                min_replica_size=options.min_replicas, use_async_quorum=False, timeout=timeout,
+                quorum_timeout=timedelta(seconds=options.quorum_timeout_s), connect_timeout=timeout,
+                rank=dist.get_rank(), world_size=dist.get_world_size(), lighthouse_addr=options.lighthouse,
+                replica_id=options.replica_id, init_sync=True, hostname=host, checkpoint_transport=transport,
+            )
         self.module: torch.nn.Module | None = None
         self.group: QuorumGroup | None = None
         self.quorum_id: int | None = None
@@ -88,9 +141,12 @@ class FaultTolerantRuntime:
         """Samples of the epoch consumed by committed steps (``QuorumSampler``; healed with the state)."""
         self._batch_samples = 0
         self.data_epoch = 0
-        self.stats = {"committed": 0, "discarded": 0, "quorums": 0, "healed": 0, "healed_bytes": 0,
-                      "first_commit_s": None}
-        """``healed_bytes``: the tensor bytes of the states this replica was healed with (all heals)."""
+        self.stats = {"committed": 0, "discarded": 0, "quorums": 0, "healed": 0, "healed_bytes": 0, "heal_s": 0.0,
+                      "replicas_lost": 0, "replicas_joined": 0, "first_commit_s": None}
+        """``healed_bytes``/``heal_s``: the tensor bytes of the states this replica was healed with and the
+        seconds its heals took (all heals); ``replicas_lost``/``replicas_joined``: how many replicas left or
+        joined the quorum as this replica saw it (a failure it survived, a replica that came back)."""
+        self._replicas: int | None = None
         self._started = time.monotonic()
         self._hook_handle = None
         self._open_since: float | None = None
@@ -147,7 +203,11 @@ class FaultTolerantRuntime:
         would have to restore."""
         self.step_open, self.decision, self._stepped = True, None, set()
         self._quiesce(module)  # nothing of the impl's may run on the group while the quorum reconfigures it
+        started = time.monotonic()
+        healed = self.stats["healed"]
         self.manager.start_quorum()
+        if self.stats["healed"] != healed:  # this quorum healed us: the state came with it
+            self.stats["heal_s"] += time.monotonic() - started
         if self.manager._quorum_id != self.quorum_id:
             self._on_new_quorum(module)
         parts = ("algorithm_state", "step") if self.policy.commit == "before_optimizer_step" else \
@@ -162,6 +222,10 @@ class FaultTolerantRuntime:
         rank, size = self.manager.participating_rank(), self.manager.num_participants()
         per_replica, local = dist.get_world_size(), dist.get_rank()
         replica, replicas = (rank if rank is not None else 0), max(size, 1)
+        if self._replicas is not None:
+            self.stats["replicas_lost"] += max(0, self._replicas - replicas)
+            self.stats["replicas_joined"] += max(0, replicas - self._replicas)
+        self._replicas = replicas
         self._generation += 1
         on_error = functools.partial(self._on_group_error, self._generation)
         everyone = ManagedGroup(self.ft_group.everyone_inner(), replica * per_replica + local, replicas * per_replica,
@@ -279,8 +343,8 @@ class FaultTolerantRuntime:
         self.stats["discarded"] += 1
         ft_state.restore(module, self._saved)
         self.data_position = self._saved["data_position"]
-        logger.warning("bagua: step discarded on replica %s (a participant failed: %s); quorum is formed again",
-                       self.options.replica_id, self.manager.errored())
+        logger.warning("bagua: step discarded on replica %s: a participant failed (%s); the quorum forms again",
+                       self.options.replica_id, _one_line(self.manager.errored()))
         self.quorum_id = None  # the next step reconfigures even if the lighthouse kept the quorum id
 
     # --- healing ------------------------------------------------------------------------------------
