@@ -74,6 +74,7 @@ from bagua_core.checkpoints.checkpoint import load_checkpoint, save_checkpoint
 from bagua_core.fault_tolerance import FaultTolerantOptions, QuorumSampler, last_step_committed
 from bagua_core.module import BaguaModule, with_bagua
 from bagua_core.module.ddp import DistributedDataParallel
+from bagua_core.module.sharded import node_mesh
 from bagua_core.runtime.process_group import (
     BaguaProcessGroup,
     destroy_process_group,
@@ -105,6 +106,7 @@ __all__ = [
     "BaguaModule",
     "DistributedDataParallel",
     "algorithm_names",
+    "node_mesh",
     # checkpoints
     "save_checkpoint",
     "load_checkpoint",

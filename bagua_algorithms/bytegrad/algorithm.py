@@ -32,6 +32,7 @@ class ByteGradAlgorithm(Algorithm):
     Impl = ByteGradAlgorithmImpl
     capabilities = Capabilities(communicates="gradients", tunable_bucket_size=True, keeps_optimizer_semantics=True,
                                 relative_bytes=0.25,
+                                supports_sharding=True,
                                 fault_tolerance=FaultTolerance(
                                     heals=("weights", "optimizer", "step"), commit="before_optimizer_step",
                                     rederives=("chunking by world size", "averaging denominator",

@@ -31,6 +31,7 @@ class GradientAllReduceAlgorithm(Algorithm):
     Impl = GradientAllReduceAlgorithmImpl
     capabilities = Capabilities(communicates="gradients", tunable_bucket_size=True, keeps_optimizer_semantics=True,
                                 relative_bytes=1.0,
+                                supports_sharding=True,
                                 fault_tolerance=FaultTolerance(
                                     heals=("weights", "optimizer", "step"), commit="before_optimizer_step",
                                     rederives=("averaging denominator", "hierarchy (a replica is a node)")))

@@ -104,6 +104,10 @@ class Capabilities:
     """How the algorithm survives a change of membership in fault-tolerant mode (what a joiner heals
     from a live peer, what is re-derived from each quorum, where a step commits); None: the algorithm is
     refused in that mode."""
+    supports_sharding: bool = False
+    """The algorithm runs on a model sharded with FSDP2 inside each node (``bagua_core.module.sharded``): on
+    each rank's local shards, with the ranks of the other nodes that hold the same shard, its documented
+    semantics applied per shard. False: ``with_bagua`` refuses a sharded model, naming the algorithm."""
 
     def __post_init__(self) -> None:
         if self.communicates not in ("gradients", "weights", "momentum", "nothing"):

@@ -78,6 +78,8 @@ class ModuleState:
     """The impl's ``init_post_optimizer_step_hook(module)``."""
     autotuner: StepTuner | bool | None = None
     """The autotuner; False: tuning is off; None: decided at the next step (``BAGUA_AUTOTUNE``)."""
+    shard: Any = None
+    """A model sharded with FSDP2: this rank's ``ShardLayout`` (``bagua_core.module.sharded``); None: replicated."""
 
 
 def state_of(module: torch.nn.Module) -> ModuleState | None:

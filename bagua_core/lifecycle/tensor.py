@@ -10,8 +10,10 @@ marks it is one ``TensorState`` (``bagua_core.lifecycle.state``); ``bagua_tensor
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from bagua_core.lifecycle.state import TensorState, set_state, tensor_state_of
 
@@ -64,10 +66,16 @@ def _getter(tensor: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor] | No
     return state.getter if state is not None else None
 
 
+def _local(value: Any) -> Any:
+    """A ``DTensor`` (a parameter, gradient or state of a model sharded with FSDP2) as its local shard."""
+    return value._local_tensor if isinstance(value, DTensor) else value
+
+
 def bagua_getter_closure(self: torch.Tensor) -> torch.Tensor:
-    """The effective tensor."""
+    """The effective tensor; for a ``DTensor`` (a model sharded with FSDP2) its local shard: bagua
+    communicates each rank's own shard with the ranks holding the same one (``bagua_core.module.sharded``)."""
     getter = _getter(self)
-    return getter(self) if getter is not None else self
+    return _local(getter(self) if getter is not None else self)
 
 
 def bagua_setter_closure(self: torch.Tensor, tensor: torch.Tensor) -> None:

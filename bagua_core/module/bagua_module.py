@@ -23,13 +23,15 @@ from bagua_core.checkpoints.resume import (
     load_checkpoint_state,
     pending_resume,
 )
+from bagua_core.module import sharded
 from bagua_core.module.initial_sync import (
     agree_or_raise,
     broadcast_optimizer_state,
+    broadcast_sharded_optimizer_state,
     broadcast_tensors,
     model_signature,
 )
-from bagua_core.runtime.exceptions import BaguaError
+from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError
 from bagua_core.runtime.process_group import get_default_group
 
 __all__ = ["BaguaModule", "with_bagua"]
@@ -69,13 +71,15 @@ class BaguaModule:
         if isinstance(optimizers, torch.optim.Optimizer):
             optimizers = [optimizers]
         optimizers = list(optimizers)
-        group = process_group if process_group is not None else get_default_group()
-        comm = group.get_global_communicator()
+        is_sharded = sharded.is_sharded(self)
+        if is_sharded:  # FSDP2 inside the nodes: the algorithm runs on local shards, between the nodes
+            do_flatten = False  # FSDP2 owns the shards' storage
+        job = get_default_group()
+        group = process_group if process_group is not None else job
         previous = state_of(self)
         if previous is not None:  # a re-wrap: what the user set on the module's state stays
             hooks.uninstall(self, previous)
         self.bagua_optimizers = optimizers
-        self.process_group = group
         if not getattr(self, "bagua_module_name", None):
             self.bagua_module_name = f"{type(self).__name__}_{id(self)}"
         register_module(self)
@@ -84,19 +88,43 @@ class BaguaModule:
 
         def prepare() -> Prepared:
             declaration = resolve_algorithm(algorithm, optimizers)
+            mesh = None
+            if is_sharded:
+                if process_group is not None:
+                    raise BaguaConfigError("with_bagua(process_group=...) takes a replicated model; for a model "
+                                           "sharded with FSDP2 the group is the mesh's replicate dimension")
+                if not capabilities_of(declaration).supports_sharding:
+                    raise BaguaConfigError(
+                        f"algorithm {declaration.name!r} does not support models sharded with FSDP2 (its "
+                        f"capabilities declare no supports_sharding); bagua plugins lists those that do")
+                mesh = sharded.check_mesh(self)
             fields, info = wrap_settings(declaration, group, do_flatten, optimizers, algorithm_source(algorithm),
                                          resumed.key() if resumed is not None else None)
-            return Prepared(declaration, fields, info)
+            if mesh is not None:
+                fields["sharded: ranks holding each shard (FSDP2 mesh)"] = [list(r) for r in mesh.replica_sets]
+            return Prepared((declaration, mesh), fields, info)
 
-        declaration = agree_or_raise(comm, prepare, model_signature(named))
+        declaration, mesh = agree_or_raise(group.get_global_communicator(), prepare, model_signature(named))
+        layout = None
+        if mesh is not None:
+            layout, group = sharded.take_over(mesh)
+        self.process_group = group
+        comm = group.get_global_communicator()
         if resumed is None or not resumed.keeps_own_weights(declaration.name):  # (else: each rank its own)
-            broadcast_tensors([t for _, t in named], src=0, comm=comm)
-            for optimizer in optimizers:
-                broadcast_optimizer_state(optimizer, src=0, comm=comm)
+            if layout is None:
+                broadcast_tensors([t for _, t in named], src=0, comm=comm)
+                for optimizer in optimizers:
+                    broadcast_optimizer_state(optimizer, src=0, comm=comm)
+            else:  # each shard from the first node's holder; the buffers (not sharded) from rank 0 of the job
+                broadcast_tensors([p.to_local() for _, p in self.bagua_named_parameters()], src=0, comm=comm)
+                broadcast_tensors([b for _, b in self.bagua_named_buffers()], src=0, comm=job.get_global_communicator())
+                for optimizer in optimizers:
+                    broadcast_sharded_optimizer_state(optimizer, src=0, comm=comm)
         self.bagua_algorithm = declaration.reify(group)
         self.bagua_capabilities = capabilities_of(declaration, self.bagua_algorithm)
         self.bagua_train_step_counter = 0
         state = ModuleState(declaration, do_flatten)
+        state.shard = layout
         if previous is not None:
             state.find_unused_parameters, state.autotuner = previous.find_unused_parameters, previous.autotuner
         set_state(self, state)  # (replaces the checkpoint kept for this wrap, if any)

@@ -84,6 +84,27 @@ def _make_backward_hook(module: torch.nn.Module, state: ModuleState, name: str):
     return hook
 
 
+def _make_output_hook(module: torch.nn.Module, state: ModuleState):
+    """A model sharded with FSDP2: its parameters' gradients are the reduce-scattered shards FSDP2 sets at
+    the end of backward, not accumulated by autograd, so no per-parameter hook sees them. This forward hook
+    hooks the outputs instead: when backward reaches them, the end-of-backward callback is queued, after
+    FSDP2's own (its hooks on the same outputs were registered first), so it finds the final shards."""
+
+    def queue(grad: torch.Tensor) -> None:
+        if not state.post_backward_queued and state.sync_enabled:
+            state.post_backward_queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(lambda: _post_backward(module, state))
+
+    def hook(module: torch.nn.Module, inputs: Any, output: Any) -> None:
+        if not module.training or not torch.is_grad_enabled():
+            return
+        for tensor in torch.utils._pytree.tree_leaves(output):
+            if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
+                tensor.register_hook(queue)
+
+    return hook
+
+
 def _post_backward(module: torch.nn.Module, state: ModuleState) -> None:
     state.post_backward_queued = False
     state.scheduler.in_backward = False
@@ -107,8 +128,11 @@ def install(module: torch.nn.Module, state: ModuleState) -> None:
     """Steps 2-8: build buckets, register every hook, keep the handles in ``state`` for :func:`uninstall`."""
     rebuild_buckets(module, state)
     handles = [module.register_forward_pre_hook(_make_forward_pre_hook(state))]
-    for name, param in module.bagua_named_parameters():
-        handles.append(param.register_post_accumulate_grad_hook(_make_backward_hook(module, state, name)))
+    if state.shard is not None:  # FSDP2 sets the gradients' shards: the end of backward is found from the outputs
+        handles.append(module.register_forward_hook(_make_output_hook(module, state)))
+    else:
+        for name, param in module.bagua_named_parameters():
+            handles.append(param.register_post_accumulate_grad_hook(_make_backward_hook(module, state, name)))
     for optimizer in module.bagua_optimizers:
         handles.append(
             optimizer.register_step_post_hook(lambda opt, args, kwargs: _post_step(state, opt))

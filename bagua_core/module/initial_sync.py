@@ -18,12 +18,14 @@ from bagua_core.runtime.agreement import agree_or_raise
 from bagua_core.runtime.communication import broadcast
 from bagua_core.runtime.communication.communicator import BaguaCommunicator
 
-__all__ = ["agree_or_raise", "broadcast_tensors", "broadcast_optimizer_state", "model_signature"]
+__all__ = ["agree_or_raise", "broadcast_tensors", "broadcast_optimizer_state", "broadcast_sharded_optimizer_state",
+           "model_signature"]
 
 _BROADCAST_CHUNK_BYTES = 64 * 1024 * 1024
 
 
 def model_signature(named_tensors: Sequence[tuple[str, torch.Tensor]]) -> list[tuple[str, tuple, str]]:
+    """``(name, shape, dtype)`` of every tensor (a sharded parameter's global shape: the same on every rank)."""
     return [(name, tuple(t.shape), str(t.dtype)) for name, t in named_tensors]
 
 
@@ -54,3 +56,16 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, src: int, comm: 
     dist.broadcast_object_list(payload, src=comm.global_rank(src), group=comm.torch_group)
     if comm.rank() != src:
         optimizer.load_state_dict(payload[0])
+
+
+def broadcast_sharded_optimizer_state(optimizer: torch.optim.Optimizer, src: int, comm: BaguaCommunicator) -> None:
+    """For a model sharded with FSDP2: every tensor of the optimizer's state (a ``DTensor``'s local shard)
+    from ``src`` of ``comm``, the ranks holding the same shards. The rest of the state (step counts,
+    hyper-parameters) is the same on every rank of a job that starts or resumes together."""
+    tensors = []
+    for state in optimizer.state.values():
+        for value in state.values():
+            if isinstance(value, torch.Tensor) and value.dim() > 0:
+                tensors.append(value.to_local() if hasattr(value, "to_local") else value)
+    if tensors:
+        broadcast_tensors(tensors, src=src, comm=comm)
