@@ -137,14 +137,16 @@ def run_workers_outcomes(
     outcome: dict[int, tuple[str, Any]] = {}
     try:
         while len(outcome) < world_size:
-            remaining = deadline - time.monotonic()
             if any(status in ("error", "exited") for status, _ in outcome.values()):
-                remaining = min(remaining, 10.0)  # the others may be stuck waiting for the failed rank
-            try:
-                rank, status, value = results.get(timeout=max(remaining, 0.01))
+                deadline = min(deadline, time.monotonic() + 10.0)  # the others may be stuck waiting for it
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:  # a short wait: a worker that died without a result is reported as it dies, not at the timeout
+                rank, status, value = results.get(timeout=min(remaining, 1.0))
                 outcome[rank] = (status, value)
             except queue.Empty:
-                break
+                pass
             for rank, proc in enumerate(procs):
                 if rank not in outcome and not proc.is_alive() and proc.exitcode not in (None, 0):
                     outcome[rank] = ("exited", f"worker exited with code {proc.exitcode}")

@@ -47,7 +47,7 @@ def _hsdp_equal(rank: int, nodes: int, per_node: int, steps: int) -> float:
 
     reference = _shard(Blocks(), _torch_mesh(nodes, per_node))
     ref_opt = torch.optim.AdamW(reference.parameters(), lr=0.01)
-    ours = _shard(Blocks(), bagua.node_mesh())
+    ours = _shard(Blocks(), bagua.node_mesh("cpu"))
     optimizer = torch.optim.AdamW(ours.parameters(), lr=0.01)
     ours = ours.with_bagua([optimizer], "gradient_allreduce")
     assert list(ours.process_group.ranks) == [node * per_node + rank % per_node for node in range(nodes)]
@@ -74,7 +74,7 @@ def test_gradient_allreduce_on_shards_equals_torch_hsdp(nodes: int, per_node: in
 def _refused(rank: int, what: str) -> str:
     import bagua_core as bagua
 
-    mesh = _torch_mesh(1, 4) if what == "crossing" else bagua.node_mesh()
+    mesh = _torch_mesh(1, 4) if what == "crossing" else bagua.node_mesh("cpu")
     model = _shard(Blocks(), mesh)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     try:
@@ -92,6 +92,7 @@ def test_a_shard_dimension_across_nodes_is_refused() -> None:
 def test_an_algorithm_without_sharding_support_is_refused_by_name() -> None:
     for message in run_workers(_refused, 4, "unsupported", local_size=2):
         assert "algorithm 'decentralized_dp' does not support models sharded with FSDP2" in message
+        assert "those that do: " in message and "diloco" in message.split("those that do: ")[1], message
 
 
 def _replicated_path(rank: int) -> bool:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-from bagua_algorithms.async_model_average.averager import AsyncModelAverager, new_async_communicator
+from bagua_algorithms.async_model_average.averager import AsyncModelAverager
 from bagua_algorithms.async_model_average.config import AsyncModelAverageConfig
 from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmImpl, split_into_buckets
 from bagua_core.lifecycle.bucket import BaguaBucket
@@ -37,9 +37,10 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
         super().__init__(process_group, config)
         membership = process_group.membership
         self.fault_tolerant = membership.on_quorum
-        # on a quorum (fault-tolerant mode) its group is the only one between replicas: no new group
-        self.comm = BaguaCommunicator(membership.between_replicas, process_group.ranks, f"{process_group.name}/async") \
-            if self.fault_tolerant else new_async_communicator(process_group.ranks)  # collective: every process
+        # the background thread's own torch group (collective: every process); on a quorum (fault-tolerant
+        # mode) its group is the only one between replicas: no new group
+        group = membership.between_replicas if self.fault_tolerant else process_group.new_channel()
+        self.comm = BaguaCommunicator(group, process_group.ranks, f"{process_group.name}/async")
         self.averager: AsyncModelAverager | None = None
         self._module: torch.nn.Module | None = None
         self._async_phase: bool | None = None
@@ -174,6 +175,7 @@ class AsyncModelAverageAlgorithm(Algorithm):
     Config = AsyncModelAverageConfig
     Impl = AsyncModelAverageAlgorithmImpl
     capabilities = Capabilities(communicates="weights", background_work=True, weights_differ_across_ranks=True,
+                                supports_sharding=True,
                                 exact_resume=False, relative_bytes=None,
                                 fault_tolerance=FaultTolerance(
                                     heals=("weights", "optimizer", "step"), commit="after_step",

@@ -40,7 +40,7 @@ class AutoAlgorithm(Algorithm):
     name = AUTO
     Config = AutoConfig
     capabilities = Capabilities(
-        communicates="gradients", keeps_optimizer_semantics=True, relative_bytes=None,
+        communicates="gradients", keeps_optimizer_semantics=True, relative_bytes=None, supports_sharding=True,
         fault_tolerance=FaultTolerance(heals=_HEALS, commit="after_step", rederives=(_TRIALS_AGAIN,)))
     """During the trials the module's ``bagua_capabilities`` are the current candidate's; when replicas
     come and go with the ``fault_tolerance`` of the plan's candidates, whichever runs."""
@@ -60,12 +60,14 @@ class AutoAlgorithm(Algorithm):
     def from_config(cls, config: AlgorithmConfig, optimizers: Sequence[torch.optim.Optimizer] = ()) -> AutoAlgorithm:
         return cls(**config.model_dump(exclude={"name"}), optimizers=optimizers)
 
-    def plan(self, membership: Membership) -> Plan:
+    def plan(self, membership: Membership, sharded: bool = False) -> Plan:
         """The candidates for ``membership``: when replicas come and go, only those that declare fault
         tolerance (a ``candidates`` option naming another is refused), and every replica is a node (no
-        single-node variants)."""
+        single-node variants). ``sharded``: a model sharded with FSDP2, only those that support sharding."""
         changes = membership.changes
         names = list(self.config.candidates or candidate_names())
+        if sharded:
+            names = [n for n in names if algorithm_registry.get(n).capabilities.supports_sharding]
         if changes:
             refused = [n for n in names if algorithm_registry.get(n).capabilities.fault_tolerance is None]
             if self.config.candidates and refused:
@@ -89,7 +91,8 @@ class AutoAlgorithm(Algorithm):
                 "candidates": {d.name: d.canonical_options() for d in self.declarations}}
 
     def reify(self, process_group: Any) -> AutoImpl:
-        return AutoImpl(process_group, self.config, self.plan(process_group.membership))
+        return AutoImpl(process_group, self.config,
+                        self.plan(process_group.membership, sharded=getattr(process_group, "shard", None) is not None))
 
 
 def _fault_tolerance(declarations: Sequence[Algorithm]) -> FaultTolerance:

@@ -93,6 +93,7 @@ class DecentralizedAlgorithm(Algorithm):
     Config = DecentralizedConfig
     Impl = DecentralizedAlgorithmImpl
     capabilities = Capabilities(communicates="weights", weights_differ_across_ranks=True, relative_bytes=1.0,
+                                supports_sharding=True,
                                 fault_tolerance=FaultTolerance(
                                     heals=("weights", "optimizer", "algorithm_state", "step"), commit="after_step",
                                     rederives=("peers (all: the quorum's replicas; shift_one: the pairs among the "

@@ -26,12 +26,10 @@ Example::
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from bagua_algorithms.diloco.config import DiLoCoConfig
 from bagua_algorithms.diloco.exchange import FragmentExchange
@@ -42,7 +40,7 @@ from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmImpl
 from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp
 from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
-from bagua_core.runtime import env
+from bagua_core.lifecycle.tensor import local_shard
 
 __all__ = ["DiLoCoAlgorithm", "DiLoCoAlgorithmImpl"]
 
@@ -56,12 +54,10 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         super().__init__(process_group, config)
         self.codec = get_codec(config.compression) if config.compression else None
         self.nranks = len(process_group.ranks)
-        timeout = datetime.timedelta(seconds=env.get_comm_timeout_s())
         # on a quorum (fault-tolerant mode) its group is the only one between replicas: no new group
         membership = process_group.membership
         self.fault_tolerant = membership.on_quorum
-        self.group = membership.between_replicas if self.fault_tolerant else \
-            dist.new_group(process_group.ranks, timeout=timeout)  # collective
+        self.group = membership.between_replicas if self.fault_tolerant else process_group.new_channel()  # collective
         self.schedule = Schedule(config.inner_steps, config.fragment_count, config.overlap)
         self._module: torch.nn.Module | None = None
         self._inner_phase: bool | None = None
@@ -114,7 +110,9 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         return hook
 
     def _begin_inner(self, bagua_module: torch.nn.Module) -> None:
-        params = [p for _, p in bagua_module.bagua_named_parameters()]
+        # this rank's weights (a model sharded with FSDP2: its shards, whose pseudo-gradients the ranks holding
+        # the same shards average)
+        params = [local_shard(p) for _, p in bagua_module.bagua_named_parameters()]
         self.fragments = [[params[i] for i in indices] for indices in split_fragments(params, self.schedule.count)]
         self.starts = [gather_flat(f, torch.empty(sum(p.numel() for p in f), device=f[0].device))
                        for f in self.fragments]  # fp32, on the parameters' device
@@ -200,6 +198,7 @@ class DiLoCoAlgorithm(Algorithm):
     Config = DiLoCoConfig
     Impl = DiLoCoAlgorithmImpl
     capabilities = Capabilities(communicates="weights", weights_differ_across_ranks=True, relative_bytes=None,
+                                supports_sharding=True,
                                 fault_tolerance=FaultTolerance(
                                     heals=("weights", "optimizer", "algorithm_state", "step"), commit="after_step",
                                     rederives=("averaging denominator",)))

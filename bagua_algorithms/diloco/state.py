@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import torch
 
 from bagua_algorithms.diloco.exchange import FragmentExchange
+from bagua_core.lifecycle.tensor import local_shard
 
 __all__ = ["DiLoCoRankState", "state_of", "restore"]
 
@@ -71,7 +72,7 @@ def state_of(impl: DiLoCoRankState, wait: bool = True) -> dict[str, Any]:
              "residuals": [e.residual for e in impl.exchanges],
              "pending": [[f, step] for f, step in sorted(impl.pending.items())],
              "landed": [[f, t] for f, t in sorted(impl.landed.items())],
-             "local": [clone(p.detach()) for _, p in module.bagua_named_parameters()],
+             "local": [clone(local_shard(p).detach()) for _, p in module.bagua_named_parameters()],
              "inner_optimizers": [optimizer.state_dict() for optimizer in module.bagua_optimizers]}
     if sent:
         state["sent"] = sent
@@ -87,7 +88,7 @@ def restore(impl: DiLoCoRankState, state: dict[str, Any]) -> None:
     if impl.need_reset():
         module.bagua_reset()  # into the inner phase
     with torch.no_grad():
-        for param, saved in zip((p for _, p in module.bagua_named_parameters()), state["local"]):
+        for param, saved in zip((local_shard(p) for _, p in module.bagua_named_parameters()), state["local"]):
             param.copy_(saved)
         for start, saved in zip(impl.starts, state["starts"]):
             start.copy_(saved)

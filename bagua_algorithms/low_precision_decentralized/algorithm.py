@@ -193,6 +193,7 @@ class LowPrecisionDecentralizedAlgorithm(Algorithm):
     Config = LowPrecisionDecentralizedConfig
     Impl = LowPrecisionDecentralizedAlgorithmImpl
     capabilities = Capabilities(communicates="weights", weights_differ_across_ranks=True,
+                                supports_sharding=True,
                                 communicates_after_optimizer_step=True, relative_bytes=0.5,
                                 fault_tolerance=FaultTolerance(
                                     heals=("weights", "optimizer", "step"), commit="after_step",

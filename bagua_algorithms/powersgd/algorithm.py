@@ -90,7 +90,8 @@ class PowerSGDAlgorithm(Algorithm):
     name = "powersgd"
     Config = PowerSGDConfig
     Impl = PowerSGDAlgorithmImpl
-    capabilities = Capabilities(communicates="gradients", relative_bytes=None, fault_tolerance=FaultTolerance(
+    capabilities = Capabilities(communicates="gradients", relative_bytes=None,
+                                supports_sharding=True, fault_tolerance=FaultTolerance(
         heals=("weights", "optimizer", "algorithm_state", "step"), commit="after_step",
         rederives=("averaging denominator",)))
     """Not an ``auto`` candidate: the optimizer sees a low-rank approximation with error feedback (more

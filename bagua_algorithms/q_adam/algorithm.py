@@ -29,6 +29,7 @@ from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmImpl
 from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp
 from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
+from bagua_core.lifecycle.tensor import local_shard
 from bagua_core.module.nonfinite import has_nonfinite
 from bagua_core.runtime.exceptions import BaguaConfigError
 
@@ -92,7 +93,7 @@ class QAdamAlgorithmImpl(AlgorithmImpl):
                     for bucket in bagua_module.bagua_buckets:
                         for tensor in bucket.tensors:
                             if tensor.grad is not None:
-                                tensor.grad.view(-1)[0] = float("nan")
+                                local_shard(tensor.grad).view(-1)[0] = float("nan")
 
         return hook
 
@@ -106,7 +107,7 @@ class QAdamAlgorithm(Algorithm):
     name = "qadam"
     Config = QAdamConfig
     capabilities = Capabilities(communicates="momentum", tunable_bucket_size=True, builds_optimizer=True,
-                                relative_bytes=0.25,
+                                relative_bytes=0.25, supports_sharding=True,
                                 fault_tolerance=FaultTolerance(
                                     heals=("weights", "optimizer", "step"), commit="after_step",
                                     rederives=("chunking by world size", "averaging denominator",

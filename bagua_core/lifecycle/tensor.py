@@ -17,7 +17,7 @@ from torch.distributed.tensor import DTensor
 
 from bagua_core.lifecycle.state import TensorState, set_state, tensor_state_of
 
-__all__ = ["BaguaTensor", "install_tensor_methods"]
+__all__ = ["local_shard", "BaguaTensor", "install_tensor_methods"]
 
 
 def ensure_bagua_tensor(
@@ -66,8 +66,14 @@ def _getter(tensor: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor] | No
     return state.getter if state is not None else None
 
 
-def _local(value: Any) -> Any:
-    """A ``DTensor`` (a parameter, gradient or state of a model sharded with FSDP2) as its local shard."""
+def local_shard(value: Any) -> Any:
+    """``value`` as the tensor this rank holds: a ``DTensor`` (a parameter, gradient or optimizer state of a
+    model sharded with FSDP2) as its local shard, any other value as it is.
+
+    Example::
+
+        >>> [local_shard(p).shape for p in sharded_model.parameters()]   # this rank's shards
+    """
     return value._local_tensor if isinstance(value, DTensor) else value
 
 
@@ -75,7 +81,7 @@ def bagua_getter_closure(self: torch.Tensor) -> torch.Tensor:
     """The effective tensor; for a ``DTensor`` (a model sharded with FSDP2) its local shard: bagua
     communicates each rank's own shard with the ranks holding the same one (``bagua_core.module.sharded``)."""
     getter = _getter(self)
-    return _local(getter(self) if getter is not None else self)
+    return local_shard(getter(self) if getter is not None else self)
 
 
 def bagua_setter_closure(self: torch.Tensor, tensor: torch.Tensor) -> None:

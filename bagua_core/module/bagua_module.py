@@ -96,7 +96,8 @@ class BaguaModule:
                 if not capabilities_of(declaration).supports_sharding:
                     raise BaguaConfigError(
                         f"algorithm {declaration.name!r} does not support models sharded with FSDP2 (its "
-                        f"capabilities declare no supports_sharding); bagua plugins lists those that do")
+                        f"capabilities declare no supports_sharding); those that do: "
+                        f"{', '.join(sharded.algorithms_supporting_sharding())}")
                 mesh = sharded.check_mesh(self)
             fields, info = wrap_settings(declaration, group, do_flatten, optimizers, algorithm_source(algorithm),
                                          resumed.key() if resumed is not None else None)

@@ -127,7 +127,9 @@ def _post_step(state: ModuleState, optimizer: torch.optim.Optimizer) -> None:
 def install(module: torch.nn.Module, state: ModuleState) -> None:
     """Steps 2-8: build buckets, register every hook, keep the handles in ``state`` for :func:`uninstall`."""
     rebuild_buckets(module, state)
-    handles = [module.register_forward_pre_hook(_make_forward_pre_hook(state))]
+    # a model sharded with FSDP2: bagua's pre-forward runs before FSDP2's all-gather (the weights an algorithm
+    # changes there, or rebuilds its buckets on, are the shards, not the gathered parameters of this forward)
+    handles = [module.register_forward_pre_hook(_make_forward_pre_hook(state), prepend=state.shard is not None)]
     if state.shard is not None:  # FSDP2 sets the gradients' shards: the end of backward is found from the outputs
         handles.append(module.register_forward_hook(_make_output_hook(module, state)))
     else:

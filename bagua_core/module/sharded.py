@@ -30,10 +30,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from bagua_core.plugins import algorithm_registry
 from bagua_core.runtime.exceptions import BaguaConfigError
 from bagua_core.runtime.process_group import BaguaProcessGroup, get_default_group, new_group
 
-__all__ = ["Mesh", "ShardLayout", "check_mesh", "is_sharded", "node_mesh", "take_over"]
+__all__ = ["Mesh", "ShardLayout", "algorithms_supporting_sharding", "check_mesh", "is_sharded", "node_mesh", "take_over"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,9 @@ class ShardLayout:
     """The global ranks of this rank's shard group (one node)."""
     replica_ranks: tuple[int, ...]
     """The global ranks holding the same shard, one per node, in node order: the algorithm's group."""
+    replica_sets: tuple[tuple[int, ...], ...] = ()
+    """Every shard's ``replica_ranks``, by shard index: an algorithm that makes groups of its own over its
+    ranks makes one per set, in this order, on every rank (torch's ``new_group`` is collective)."""
 
 
 def is_sharded(module: torch.nn.Module) -> bool:
@@ -144,8 +148,16 @@ def take_over(mesh: Mesh) -> tuple[ShardLayout, BaguaProcessGroup]:
             mesh_info.replicate_mesh_size, mesh_info.replicate_mesh_rank = 1, 0
     replica_ranks = next(ranks for ranks in mesh.replica_sets if me in ranks)
     layout = ShardLayout(index=mesh.shard_ranks.index(me), count=len(mesh.shard_ranks),
-                         shard_ranks=mesh.shard_ranks, replica_ranks=replica_ranks)
+                         shard_ranks=mesh.shard_ranks, replica_ranks=replica_ranks,
+                         replica_sets=mesh.replica_sets)
+    group.shard = layout  # what the algorithm reified on it learns: it runs on shards
     return layout, group
+
+
+def algorithms_supporting_sharding() -> list[str]:
+    """The installed algorithms whose capabilities declare ``supports_sharding``."""
+    return [name for name in algorithm_registry.names()
+            if algorithm_registry.get(name).capabilities.supports_sharding]
 
 
 def node_mesh(device_type: str | None = None) -> Any:

@@ -14,6 +14,7 @@ import logging
 import os
 import weakref
 from collections.abc import Iterator, MutableMapping
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -57,6 +58,9 @@ class BaguaProcessGroup:
     """Who trains with this group and how that may change (:mod:`bagua_core.runtime.membership`): fixed in
     a fail-fast job; a fault-tolerant job's bootstrap marks the replica's own group, and each quorum's
     group carries its quorum."""
+    shard: Any = None
+    """For the group of a model sharded with FSDP2 (the ranks of the nodes holding the same shard): this
+    rank's ``ShardLayout`` (``bagua_core.module.sharded``); None for a replicated model's group."""
 
     def __init__(self, ranks: list[int], stream: object, group_name: str, torch_group: object = _CREATE) -> None:
         """``ranks``: global ranks of the members; ``stream``: the CUDA stream of the group's
@@ -103,6 +107,23 @@ class BaguaProcessGroup:
         for comm in (self._global, self._intra, self._inter):
             if comm is not None:
                 comm.release()
+
+    def new_channel(self) -> dist.ProcessGroup | None:
+        """A torch process group of its own over this group's ranks (None on a rank outside them), for an
+        algorithm's messages that travel beside the group's other ones (an exchange left in flight, a
+        background thread). Collective over the whole job, in the same order everywhere (torch's
+        ``new_group``); for the group of a sharded model (:attr:`shard`) one is made per set of same-shard
+        ranks and this rank's is returned.
+
+        Example::
+
+            >>> side = process_group.new_channel()
+            >>> work = dist.all_reduce(delta, group=side, async_op=True)   # beside the buckets' traffic
+        """
+        sets = self.shard.replica_sets if self.shard is not None else (tuple(self.ranks),)
+        made = [_new_torch_group(list(ranks)) for ranks in sets]
+        me = dist.get_rank()
+        return next((group for group, ranks in zip(made, sets) if me in ranks), None)
 
     # seed API -------------------------------------------------------------------------------
     def get_global_communicator(self) -> BaguaCommunicator:
