@@ -3,7 +3,8 @@ can learn it, and this process's view of it.
 
 Store keys (under ``bagua/failure/`` of the default process group's store, so a restarted attempt
 under torchelastic starts clean): ``first`` (the first failure, set with ``compare_set``: the first
-writer wins), ``rank_<r>`` (rank r's own failure), ``ack_<r>`` (rank r has learned of the failure).
+writer wins), ``rank_<r>`` (rank r's own failure), ``ack_<r>`` (rank r has learned of the failure),
+``said_<r>`` (rank r has printed its one line about a failure that began elsewhere).
 Store operations use a clone of the store with a short timeout, so reporting never blocks a failing
 rank for long, even when the store's host is gone.
 
@@ -33,8 +34,8 @@ import torch.distributed as dist
 from bagua_core.runtime.exceptions import GroupAbortedError, JobFailureError, PeerFailureError
 from bagua_core.runtime.failure.abort import abort_process_groups
 
-__all__ = ["FailureRecord", "first_failure", "is_started", "learn", "raise_if_aborted", "report", "start", "state",
-           "stop"]
+__all__ = ["FailureRecord", "first_failure", "is_started", "learn", "raise_if_aborted", "report", "said", "start",
+           "state", "stop", "wait_until_said"]
 
 _STORE_TIMEOUT = datetime.timedelta(seconds=5)
 
@@ -145,6 +146,33 @@ def learn(record: FailureRecord) -> bool:
             pass
     abort_process_groups()
     return True
+
+
+def said() -> None:
+    """This rank has printed its line about a failure that began on another rank (:func:`wait_until_said`)."""
+    if state.store is not None:
+        try:
+            state.store.set(f"said_{state.rank}", b"1")
+        except Exception:
+            pass
+
+
+def wait_until_said(timeout_s: float, gone: Any = ()) -> None:
+    """On the rank where a failure began, before its process exits: give the other ranks (less ``gone``)
+    up to ``timeout_s`` to print their line, since a launcher stops the survivors once one worker has
+    exited (torchrun does), and a rank stopped first would say nothing."""
+    store = state.store
+    if store is None:
+        return
+    keys = [f"said_{rank}" for rank in range(state.world_size) if rank != state.rank and rank not in set(gone)]
+    deadline = time.monotonic() + timeout_s
+    while keys and time.monotonic() < deadline:
+        try:
+            keys = [key for key in keys if not store.check([key])]
+        except Exception:
+            return
+        if keys:
+            time.sleep(0.05)
 
 
 def first_failure(of_peer: bool = False, wait_s: float = 0.0) -> FailureRecord | None:

@@ -5,7 +5,8 @@
 to the worker's error file, so the launcher's summary shows it as the root cause. Only the rank where a
 failure began prints a traceback: a rank that stopped because another one failed (a ``PeerFailureError``,
 or an agreement that failed on another rank) prints one line naming that rank and the cause, so a failed
-job's output is one traceback and a line per other rank. ``BAGUA_VERBOSE=1`` (``bagua run --verbose``)
+job's output is one traceback and a line per other rank; under torchelastic the first rank waits (a few
+seconds at most) for those lines before it exits, since the launcher then stops the others. ``BAGUA_VERBOSE=1`` (``bagua run --verbose``)
 prints every rank's traceback.
 
 Example::
@@ -27,8 +28,8 @@ from typing import Any
 
 from bagua_core.runtime import env
 from bagua_core.runtime.exceptions import PeerFailureError
-from bagua_core.runtime.failure.record import state
-from bagua_core.runtime.failure.translate import translate
+from bagua_core.runtime.failure.record import said, state, wait_until_said
+from bagua_core.runtime.failure.translate import lost_peers, translate
 
 __all__ = ["install", "uninstall"]
 
@@ -46,9 +47,13 @@ def _handle(exc: BaseException | None, where: str) -> bool:
         if elsewhere and not env.verbose():
             print(f"bagua: rank {state.rank} stopped: {type(translated).__name__}: {translated}", file=sys.stderr,
                   flush=True)
+            said()
             return True
         if translated is not exc:
             print(f"bagua: {translated}", file=sys.stderr, flush=True)
+        elif state.world_size > 1:  # the cause first, in one line: the job's first line, whichever rank prints first
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            print(f"bagua: rank {state.rank} failed: {type(exc).__name__}: {first}", file=sys.stderr, flush=True)
     except Exception:  # never hide the original traceback
         pass
     return False
@@ -68,9 +73,16 @@ def _write_elastic_error_file(exc: BaseException) -> None:
     os.replace(partial, path)
 
 
+# how long the rank where a failure began waits, before exiting, for the others to print their line
+_PEERS_LINES_S = 3.0
+
+
 def _excepthook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
     if not _handle(exc, "an uncaught exception in the main thread"):
         _previous["sys"](exc_type, exc, tb)
+        if state.started and state.world_size > 1 and os.environ.get("TORCHELASTIC_RUN_ID") \
+                and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
+            wait_until_said(_PEERS_LINES_S, gone=lost_peers())  # torchrun stops the others once this one exits
 
 
 def _threading_excepthook(args: threading.ExceptHookArgs) -> None:
