@@ -26,6 +26,10 @@ with an algorithm whose impl keeps state (``AlgorithmImpl.state_dict()`` not emp
 outer optimizers, step counters) gets it saved by every rank and restored on each rank from its own
 file; the checkpoint must then be loaded with the same number of ranks and the same algorithm.
 
+A model sharded with FSDP2 (``DTensor`` parameters) is saved in ``torch.distributed.checkpoint``'s format
+instead, the iteration's directory a DCP checkpoint (``bagua_core.checkpoints.sharded``): each rank writes
+its shards, and loading on another layout reshards what DCP can.
+
 Example::
 
     >>> save_checkpoint(step, "ckpt", model, optimizer, lr_scheduler)       # on every rank
@@ -39,6 +43,7 @@ import os
 from typing import Any
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from bagua_core.runtime import env
 from bagua_core.runtime.agreement import agree_or_raise
@@ -50,6 +55,7 @@ from bagua_core.checkpoints.files import (
     load_file,
     read_tracker,
 )
+from bagua_core.checkpoints.sharded import is_sharded_checkpoint, load_sharded, save_sharded
 from bagua_core.runtime.exceptions import BaguaError
 from bagua_core.runtime.process_group import get_default_group, is_initialized
 
@@ -98,6 +104,12 @@ def save_checkpoint(iteration: int, checkpoints_path: str, model: torch.nn.Modul
     rank, world_size, comm = _rank_and_world()
     # first: an algorithm may finish its communication in flight into the weights (decentralized_dp)
     bagua_state = model.bagua_checkpoint_state() if hasattr(model, "bagua_checkpoint_state") else None
+    if _is_sharded(model):
+        directory = os.path.dirname(get_checkpoint_name(checkpoints_path, iteration))
+        save_sharded(directory, iteration, model, optimizer, lr_scheduler, bagua_state)  # DCP: raises on every rank
+        _on_every_rank(comm, lambda: _write_tracker(checkpoints_path, iteration, rank),
+                       f"save_checkpoint({iteration}, {checkpoints_path!r}): the tracker")
+        return
     per_rank = bool(bagua_state and bagua_state["per_rank"])
     rank_files = per_rank or bool(bagua_state and bagua_state["state"])
     dense, experts = _split_state(model)
@@ -122,14 +134,20 @@ def save_checkpoint(iteration: int, checkpoints_path: str, model: torch.nn.Modul
                        "optimizer": optimizer_state if per_rank else None}
             atomic_write(get_rank_checkpoint_name(checkpoints_path, iteration, rank), lambda f: _serialize(payload, f))
 
-    def write_tracker() -> None:
-        if rank == 0:
-            tracker = os.path.join(checkpoints_path, TRACKER_FILENAME)
-            atomic_write(tracker, lambda f: f.write(str(iteration).encode()))
-
     # every rank's files are in place before the tracker names them
     _on_every_rank(comm, write_files, f"save_checkpoint({iteration}, {checkpoints_path!r})")
-    _on_every_rank(comm, write_tracker, f"save_checkpoint({iteration}, {checkpoints_path!r}): the tracker")
+    _on_every_rank(comm, lambda: _write_tracker(checkpoints_path, iteration, rank),
+                   f"save_checkpoint({iteration}, {checkpoints_path!r}): the tracker")
+
+
+def _write_tracker(checkpoints_path: str, iteration: int, rank: int) -> None:
+    if rank == 0:
+        tracker = os.path.join(checkpoints_path, TRACKER_FILENAME)
+        atomic_write(tracker, lambda f: f.write(str(iteration).encode()))
+
+
+def _is_sharded(model: torch.nn.Module) -> bool:
+    return any(isinstance(p, DTensor) for p in model.parameters())
 
 
 def load_checkpoint(checkpoints_path: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
@@ -142,6 +160,16 @@ def load_checkpoint(checkpoints_path: str, model: torch.nn.Module, optimizer: to
         logger.warning("no checkpoint in %s (no %s): starting from iteration 0", checkpoints_path, TRACKER_FILENAME)
         return 0
     rank, world_size, _ = _rank_and_world()
+    directory = os.path.dirname(get_checkpoint_name(checkpoints_path, iteration))
+    if is_sharded_checkpoint(directory) != _is_sharded(model):
+        raise BaguaError(
+            f"the checkpoint of iteration {iteration} in {checkpoints_path} was saved from a "
+            f"{'sharded' if is_sharded_checkpoint(directory) else 'replicated'} model and this one is "
+            f"{'sharded' if _is_sharded(model) else 'replicated'}; load it into a model sharded the same way "
+            f"(torch.distributed.checkpoint.format_utils converts between DCP and torch.save files)")
+    if is_sharded_checkpoint(directory):
+        load_sharded(directory, iteration, model, optimizer, lr_scheduler, strict=strict)
+        return iteration
     dense = load_file(get_checkpoint_name(checkpoints_path, iteration))
     state, optimizer_state = dict(dense["model"]), dense.get("optimizer")
     _, experts = _split_state(model)
