@@ -310,3 +310,37 @@ def test_on_cuda_shards_of_two_ranks_sharing_the_gpu_over_gloo_equals_cpu(name: 
     for rank, (cpu, cuda) in enumerate(zip(on_cpu, on_cuda)):
         for t, (a, b) in enumerate(zip(cpu, cuda), start=1):
             torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5, msg=lambda m, t=t, rank=rank: f"rank {rank}, step {t}: {m}")
+
+
+def _bytes_per_rank(rank: int, sharded: bool) -> int:
+    """Bytes of parameters and AdamW state this rank holds after a step (local shards when sharded)."""
+    import bagua_core as bagua
+    from tests.test_sharded import Blocks, _shard
+
+    model = Blocks(width=64, depth=4)
+    if sharded:
+        model = _shard(model, bagua.node_mesh("cpu"))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    model = model.with_bagua([optimizer], "diloco" if sharded else "gradient_allreduce")
+    optimizer.zero_grad()
+    model(torch.randn(4, 64)).pow(2).mean().backward()
+    optimizer.step()
+
+    def local(t: torch.Tensor) -> torch.Tensor:
+        return t.to_local() if hasattr(t, "to_local") else t
+
+    held = [local(p) for p in model.parameters()]
+    held += [local(v) for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+    held += model.bagua_algorithm.starts if sharded else []  # diloco's outer copy: one more model's worth
+    total = sum(t.numel() * t.element_size() for t in held)
+    model.bagua_shutdown()
+    return total
+
+
+def test_a_rank_holds_its_share_of_parameters_and_optimizer_state() -> None:
+    """Parameters + optimizer state (+ diloco's outer model) per rank: 1/ranks-per-node of the replicated
+    model's, within 10%."""
+    replicated = max(run_workers(_bytes_per_rank, 2, False, local_size=1))
+    sharded = max(run_workers(_bytes_per_rank, 2 * PER_NODE, True, local_size=PER_NODE))
+    replicated_with_outer = replicated * 4 / 3  # the same diloco state on a replicated model: + one copy
+    assert sharded <= 1.1 * replicated_with_outer / PER_NODE, (sharded, replicated_with_outer)

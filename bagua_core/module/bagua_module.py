@@ -93,6 +93,11 @@ class BaguaModule:
                 if process_group is not None:
                     raise BaguaConfigError("with_bagua(process_group=...) takes a replicated model; for a model "
                                            "sharded with FSDP2 the group is the mesh's replicate dimension")
+                if group.membership.changes:
+                    raise BaguaConfigError(
+                        "fault-tolerant mode does not run models sharded with FSDP2 yet (a replica of several "
+                        "sharded ranks healing shard by shard): train the sharded model without "
+                        "--fault-tolerant, or replicate the model")
                 if not capabilities_of(declaration).supports_sharding:
                     raise BaguaConfigError(
                         f"algorithm {declaration.name!r} does not support models sharded with FSDP2 (its "
