@@ -3,7 +3,7 @@
 PYTHON ?= python
 BENCH_ARGS ?=
 
-.PHONY: bench bench-smoke bench-convergence bench-micro bench-overhead bench-lm bench-scale bench-ft bench-network-down
+.PHONY: bench bench-smoke bench-convergence bench-micro bench-overhead bench-lm bench-sharded bench-scale bench-ft bench-network-down
 
 bench:  ## end-to-end: DDP baselines and every algorithm at 1 and 10 Gbit/s, 1 Gbit/s + 5 ms, tiny model
 	$(PYTHON) -m benchmarks.e2e $(BENCH_ARGS)
@@ -19,6 +19,9 @@ bench-convergence:  ## loss/accuracy against wall-clock time on the digits data,
 
 bench-lm:  ## time to a target validation loss of a byte-level transformer LM, every method, 100 Mbit/s + 10 ms, 1 and 10 Gbit/s (root)
 	$(PYTHON) -m benchmarks.lm $(BENCH_ARGS)
+
+bench-sharded:  ## the LM sharded with FSDP2 over 2 ranks per host, every sharding algorithm against torch's HSDP and hosts alone (root)
+	$(PYTHON) -m benchmarks.lm --ranks-per-host 2 --hosts 2,4 --networks 100mbit+10ms,1gbit $(BENCH_ARGS)
 
 bench-micro:  ## pytest-benchmark micro-benchmarks of the hot paths
 	$(PYTHON) -m pytest benchmarks -p no:cacheprovider --benchmark-columns=min,median,mean,rounds

@@ -25,7 +25,7 @@ import torch
 from benchmarks.e2e import _last_line
 from benchmarks.launch import REPO_ROOT, LaunchError, launch, on_network
 from benchmarks.lm_report import write_lm
-from benchmarks.lm_worker import LM_METHOD_OPTIONS
+from benchmarks.lm_worker import LM_METHOD_OPTIONS, SHARDED_BASELINES
 from benchmarks.methods import available_methods
 
 __all__ = ["NETWORKS", "lm_methods", "run_network", "main"]
@@ -42,10 +42,15 @@ DEFAULT_TARGET = 2.55
 bytes), within its budget on the fast links of a 2-core machine."""
 
 
-def lm_methods() -> list[str]:
+def lm_methods(sharded: bool = False) -> list[str]:
     """DDP baselines, every installed algorithm (with the options of ``LM_METHOD_OPTIONS``), and the
-    variants listed there (streaming DiLoCo)."""
+    variants listed there (streaming DiLoCo). ``sharded``: torch's HSDP, the zero-communication limit
+    (``alone``) and the algorithms that support sharding, with their variants."""
     methods = available_methods()
+    if sharded:
+        from bagua_core.module.sharded import algorithms_supporting_sharding
+
+        methods = list(SHARDED_BASELINES) + [m for m in algorithms_supporting_sharding() if m in methods]
     variants = [m for m, (name, _) in LM_METHOD_OPTIONS.items() if m not in methods and name in methods]
     return methods + variants
 
@@ -65,16 +70,19 @@ def run_network(network: str, methods: list[str], args: argparse.Namespace) -> l
                 worker_args = ["--methods", ",".join(remaining), "--model", args.model, "--batch-size",
                                str(args.batch_size), "--budget", str(budget), "--evals", str(args.evals),
                                "--corpus-bytes", str(args.corpus_bytes), "--iface", "eth0" if hosts else "lo",
-                               "--out", str(out), "--method-timeout", str(per_method), "--variants", args.variants]
+                               "--out", str(out), "--method-timeout", str(per_method), "--variants", args.variants,
+                               "--ranks-per-host", str(args.ranks_per_host)]
                 error = None
                 try:
                     launch("benchmarks.lm_worker", worker_args, args.world_size, hosts=hosts,
-                           timeout=per_method * len(remaining) + 60, comm_timeout=max(300.0, budget))
+                           timeout=per_method * len(remaining) + 60, comm_timeout=max(300.0, budget),
+                           ranks_per_host=args.ranks_per_host)
                 except LaunchError as exc:
                     error = exc
                 done = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
             for row in done:
-                row.update(network=network, iface="eth0" if hosts else "lo", link=getattr(hosts, "link", "") or "")
+                row.update(network=network, iface="eth0" if hosts else "lo", link=getattr(hosts, "link", "") or "",
+                           hosts=args.world_size // args.ranks_per_host, ranks_per_host=args.ranks_per_host)
                 last = row["curve"][-1]
                 print(f"[{network}] {row['method']:>28}: loss {last['loss']:.3f} after {last['seconds']:.0f} s, "
                       f"{last['step']} steps", flush=True)
@@ -85,7 +93,7 @@ def run_network(network: str, methods: list[str], args: argparse.Namespace) -> l
                 rows.append({"method": remaining[0], "network": network, "error": _last_line(error), "log": str(error)})
                 remaining = remaining[1:]
 
-    reason = on_network(spec, args.world_size, args.loopback, run_all)
+    reason = on_network(spec, args.world_size // args.ranks_per_host, args.loopback, run_all)
     if reason is not None:
         done = {r["method"] for r in rows}
         rows += [{"method": m, "network": network, "error": f"network emulation failed: {reason}"}
@@ -103,33 +111,52 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--target", type=float, default=DEFAULT_TARGET, help="validation loss to reach")
     parser.add_argument("--evals", type=int, default=12)
     parser.add_argument("--corpus-bytes", type=int, default=0, help="cap the training split (smoke runs)")
-    parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("--world-size", type=int, default=2, help="ranks (with --ranks-per-host 1: hosts)")
+    parser.add_argument("--ranks-per-host", type=int, default=1,
+                        help="> 1: the sharded benchmark: FSDP2 over each host's ranks, methods between hosts, "
+                             "against torch's HSDP and every host alone (results/lm_sharded.*)")
+    parser.add_argument("--hosts", default="",
+                        help="with --ranks-per-host: comma list of host counts, each a run (default: world size / "
+                             "ranks per host)")
     parser.add_argument("--variants", default="{}",
                         help='JSON: more methods to run, {"label": ["algorithm or ddp baseline", {options}]}')
     parser.add_argument("--loopback", action="store_true", help="run every network on loopback (no root)")
     parser.add_argument("--results", default=str(REPO_ROOT / "results"))
     args = parser.parse_args(argv)
     LM_METHOD_OPTIONS.update({label: tuple(value) for label, value in json.loads(args.variants).items()})
-    methods = lm_methods() if args.methods == "all" else args.methods.split(",")
+    sharded = args.ranks_per_host > 1
+    methods = lm_methods(sharded) if args.methods == "all" else args.methods.split(",")
+    host_counts = [int(h) for h in args.hosts.split(",")] if args.hosts else [args.world_size // args.ranks_per_host]
+    name, baseline = ("lm_sharded", "hsdp") if sharded else ("lm", "ddp")
     networks = args.networks.split(",")
     for network in networks:
         if network not in NETWORKS:
             parser.error(f"unknown network {network!r}; choose from {sorted(NETWORKS)}")
     budgets = {n: args.budget or NETWORKS[n]["budget"] for n in networks}
-    print(f"{len(methods)} methods x {len(networks)} networks; training budgets {budgets} s per method; "
-          f"expect about {sum(b * 1.15 + 40 for b in budgets.values()) * len(methods) / 60:.0f} minutes", flush=True)
+    print(f"{len(methods)} methods x {len(networks)} networks x {len(host_counts)} host counts; training budgets "
+          f"{budgets} s per method; expect about "
+          f"{sum(b * 1.15 + 40 for b in budgets.values()) * len(methods) * len(host_counts) / 60:.0f} minutes",
+          flush=True)
     command = f"python -m benchmarks.lm {' '.join(sys.argv[1:] if argv is None else argv)}"
     started = time.time()
     rows: list[dict] = []
     results = Path(args.results)
-    for network in networks:
-        rows += run_network(network, methods, args)
-        write_lm(rows, args.target, results, "(partial: the run is not finished)")
+    for hosts in host_counts:
+        args.world_size = hosts * args.ranks_per_host
+        for network in networks:
+            found = run_network(network, methods, args)
+            if sharded:  # one table per network and host count
+                for row in found:
+                    row["network"] = f"{network}, {hosts} hosts"
+            rows += found
+            write_lm(rows, args.target, results, "(partial: the run is not finished)", name, baseline)
+    workers = (f"{'/'.join(str(h) for h in host_counts)} hosts x {args.ranks_per_host} workers" if sharded
+               else f"{args.world_size} workers")
     header = (f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {platform.machine()}, torch {torch.__version__}, "
-              f"{args.world_size} workers (one thread each), AdamW lr 1e-3 (20 warmup steps) for every method but "
+              f"{workers} (one thread each), AdamW lr 1e-3 (20 warmup steps) for every method but "
               f"qadam (QAdamOptimizer lr 1e-3); target validation loss {args.target} nats/byte; the whole run took "
               f"{(time.time() - started) / 60:.0f} min; `{command}`.")
-    for path in write_lm(rows, args.target, results, header):
+    for path in write_lm(rows, args.target, results, header, name, baseline):
         print("wrote", path)
     return rows
 

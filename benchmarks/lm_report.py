@@ -44,10 +44,12 @@ def loss_at(curve: Sequence[dict], seconds: float) -> float:
     return curve[-1]["loss"]
 
 
-def summarize(rows: Sequence[dict], target: float) -> list[dict]:
+def summarize(rows: Sequence[dict], target: float, baseline: str = "ddp") -> list[dict]:
     """Per row: seconds and samples to the target, loss at the budget, steps/s, MB sent per step and rank;
-    speedups against DDP on the same network and samples relative to DDP."""
-    ddp_samples = [s for r in rows if r.get("method") == "ddp" and "curve" in r
+    speedups against ``baseline`` (DDP; torch's HSDP for sharded runs) on the same network and samples
+    relative to it (the keys say ``ddp``); a sharded run's rows also get the share of the zero-communication
+    limit (``alone``: its seconds to the target over the method's)."""
+    ddp_samples = [s for r in rows if r.get("method") == baseline and "curve" in r
                    for s in [crossing(r["curve"], target, "step")] if s is not None]
     ddp_steps = min(ddp_samples) if ddp_samples else None
     out = []
@@ -65,8 +67,11 @@ def summarize(rows: Sequence[dict], target: float) -> list[dict]:
                     "mb_per_step": tx / max(row["steps"], 1) / 1e6})
     for network in dict.fromkeys(r["network"] for r in out):
         group = [r for r in out if r["network"] == network]
-        ddp = next((r for r in group if r["method"] == "ddp" and "curve" in r), None)
+        ddp = next((r for r in group if r["method"] == baseline and "curve" in r), None)
+        alone = next((r for r in group if r["method"] == "alone" and r.get("seconds_to_target") is not None), None)
         for r in group:
+            r["of_zero_communication"] = None if alone is None or r.get("seconds_to_target") is None else \
+                alone["seconds_to_target"] / max(r["seconds_to_target"], 1e-9)
             if ddp is None or r.get("seconds_to_target") is None:
                 r["speedup_vs_ddp"], r["speedup_bound"] = None, ""
             elif ddp["seconds_to_target"] is not None:
@@ -85,7 +90,23 @@ def _fmt(value: float | None, pattern: str, missing: str = "not reached") -> str
     return missing if value is None else pattern.format(value)
 
 
-def lm_markdown(rows: Sequence[dict], target: float, header: str = "") -> str:
+def _sharded_markdown(rows: Sequence[dict], target: float, baseline: str) -> list[str]:
+    lines = [f"| method | MB held/rank (x replicated) | s/step | MB/step on a host's link | seconds to loss {target} | "
+             f"sooner than {baseline} | share of the zero-communication limit | loss at budget |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        if "curve" not in r:
+            lines.append(f"| {r['method']} | failed: {r.get('error', '?')[:80]} | | | | | | |")
+            continue
+        held = f"{r['held_bytes_per_rank'] / 1e6:.1f} ({r['held_bytes_per_rank'] / r['replicated_bytes_per_rank']:.2f})"
+        speedup = "-" if r["speedup_vs_ddp"] is None else f"{r['speedup_bound']}{r['speedup_vs_ddp']:.2f}x"
+        lines.append(f"| {r['method']} | {held} | {1 / max(r['steps_per_s'], 1e-9):.2f} | {r['mb_per_step']:.2f} | "
+                     f"{_fmt(r['seconds_to_target'], '{:.0f}')} | {speedup} | "
+                     f"{_fmt(r['of_zero_communication'], '{:.2f}', '-')} | {r['loss_at_budget']:.3f} |")
+    return lines
+
+
+def lm_markdown(rows: Sequence[dict], target: float, header: str = "", baseline: str = "ddp") -> str:
     lines = [header] if header else []
     for network in dict.fromkeys(r["network"] for r in rows):
         group = [r for r in rows if r["network"] == network]
@@ -95,6 +116,11 @@ def lm_markdown(rows: Sequence[dict], target: float, header: str = "") -> str:
                  f"training per method" if first else "not run")
         if first and first.get("link"):
             title += f"; link: {first['link']}"
+        if first and first.get("sharded"):
+            title = title.replace(f"{first['world_size']} hosts", f"{first['hosts']} hosts x {first['ranks_per_host']} "
+                                  f"ranks (FSDP2 inside a host)")
+            lines += ["", f"### {network}: {title}", ""] + _sharded_markdown(group, target, baseline)
+            continue
         lines += ["", f"### {network}: {title}", "",
                   f"| method | steps/s | MB sent/step/rank | seconds to loss {target} | sooner than DDP (est.: DDP's steps "
                   "elsewhere x its s/step here) | "
@@ -134,15 +160,18 @@ def _plot(rows: Sequence[dict], target: float, path: Path) -> None:
     plt.close(fig)
 
 
-def write_lm(rows: Sequence[dict], target: float, results: Path, header: str = "") -> list[Path]:
+def write_lm(rows: Sequence[dict], target: float, results: Path, header: str = "", name: str = "lm",
+             baseline: str = "ddp") -> list[Path]:
+    """``results/<name>.md``, ``.json`` and ``.png``; speedups against ``baseline``."""
     results.mkdir(parents=True, exist_ok=True)
-    summary = summarize(rows, target)
-    paths = [results / "lm.md", results / "lm.json"]
-    paths[0].write_text(lm_markdown(summary, target, header))
-    paths[1].write_text(json.dumps({"target_loss": target, "header": header, "rows": summary}, indent=1))
+    summary = summarize(rows, target, baseline)
+    paths = [results / f"{name}.md", results / f"{name}.json"]
+    paths[0].write_text(lm_markdown(summary, target, header, baseline))
+    paths[1].write_text(json.dumps({"target_loss": target, "header": header, "baseline": baseline, "rows": summary},
+                                   indent=1))
     if have_matplotlib() and any("curve" in r for r in rows):
-        _plot(rows, target, results / "lm.png")
-        paths.append(results / "lm.png")
+        _plot(rows, target, results / f"{name}.png")
+        paths.append(results / f"{name}.png")
     return paths
 
 
@@ -153,7 +182,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     data = json.loads(Path(args.json).read_text())
     target = data["target_loss"] if args.target is None else args.target
-    for path in write_lm(data["rows"], target, Path(args.json).parent, data.get("header", "")):
+    for path in write_lm(data["rows"], target, Path(args.json).parent, data.get("header", ""), Path(args.json).stem,
+                         data.get("baseline", "ddp")):
         print("wrote", path)
 
 

@@ -9,6 +9,9 @@ rank alike, when the budget is spent and how many steps to take before the next 
 ``--evals`` per budget). After each method rank 0 appends its curve as one JSON line to ``--out``.
 
     python -m benchmarks.lm_worker --methods ddp,diloco --budget 120 --out curves.jsonl
+
+With ``--ranks-per-host`` > 1 the model is sharded with FSDP2 over each host's ranks and the method runs
+between the hosts on the shards; the methods ``hsdp`` and ``alone`` (:data:`SHARDED_BASELINES`) join them.
 """
 
 from __future__ import annotations
@@ -44,6 +47,11 @@ LM_METHOD_OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
 """What each method of the LM benchmark runs; a registered algorithm not listed runs with its defaults."""
 
 LR, WARMUP_STEPS = 1e-3, 20
+SHARDED_ALONE = ("alone",)
+SHARDED_BASELINES = ("hsdp",) + SHARDED_ALONE
+"""Methods of a sharded run (``--ranks-per-host`` > 1) that are not bagua algorithms: ``hsdp``, torch's HSDP
+(FSDP2 on the 2-D mesh, its all-reduce between hosts); ``alone``, every host training alone (FSDP2 inside
+the host, nothing between hosts: the zero-communication limit, measured the same way)."""
 
 
 def algorithm_of(method: str) -> tuple[str, dict[str, Any] | None]:
@@ -54,23 +62,29 @@ def _make_optimizer(params) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=LR, betas=(0.9, 0.95), weight_decay=0.1)
 
 
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
 @contextlib.contextmanager
-def averaged_weights(model: torch.nn.Module) -> Iterator[None]:
+def averaged_weights(model: torch.nn.Module, group: Any = None) -> Iterator[None]:
     """Inside the block the model holds the average of the ranks' weights (what the job has trained;
     local weights differ between synchronisations for decentralized methods and DiLoCo); a checksum
-    skips the allreduce where every rank holds the same weights. The local weights come back after."""
-    params = [p for p in model.parameters()]
+    skips the allreduce where every rank holds the same weights. The local weights come back after.
+    A sharded model: each rank's shards, averaged over ``group`` (the ranks holding the same shard)."""
+    params = [_local(p) for p in model.parameters()]
+    size = dist.get_world_size(group)
     flat = torch.cat([p.detach().reshape(-1).double() for p in params])
     checksum = torch.stack([flat.sum(), (flat * torch.arange(flat.numel(), dtype=torch.float64) % 9973).sum()])
-    everyone = [torch.empty_like(checksum) for _ in range(dist.get_world_size())]
-    dist.all_gather(everyone, checksum)
+    everyone = [torch.empty_like(checksum) for _ in range(size)]
+    dist.all_gather(everyone, checksum, group=group)
     if all(torch.equal(everyone[0], other) for other in everyone):
         yield
         return
     saved = [p.detach().clone() for p in params]
     average = torch.cat([p.reshape(-1).float() for p in saved])
-    dist.all_reduce(average)
-    average /= dist.get_world_size()
+    dist.all_reduce(average, group=group)
+    average /= size
     at = 0
     for p in params:
         p.copy_(average[at : at + p.numel()].view_as(p))
@@ -91,14 +105,52 @@ def _agree(loss: float, clock: float) -> tuple[float, float]:
     return float(stacked[:, 0].mean()), float(stacked[:, 1].max())
 
 
-def train_method(method: str, corpus, args: argparse.Namespace) -> dict[str, Any]:
+def _held_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of parameters, gradients and optimizer state this rank holds (its shards on a sharded model)."""
+    tensors = [_local(p) for p in model.parameters()] + [_local(p.grad) for p in model.parameters()
+                                                         if p.grad is not None]
+    tensors += [_local(v) for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def replicated_bytes(name: str) -> int:
+    """What one rank holds of the replicated model after a step, measured (a local step, no communication)."""
+    model = build_lm(name, seed=0)
+    optimizer = _make_optimizer(model.parameters())
+    x = torch.randint(0, 256, (1, LM_CONFIGS[name]["seq_len"] + 1))
+    lm_loss(model, x[:, :-1], x[:, 1:]).backward()
+    optimizer.step()
+    return _held_bytes(model, optimizer)
+
+
+def _shard(method: str, model: torch.nn.Module, mesh: Any) -> torch.nn.Module:
+    """FSDP2 on every block and the root: on the 2-D mesh (torch's HSDP, or bagua between the nodes), on
+    the node's ranks only for ``alone`` (no communication between nodes: the zero-communication limit)."""
+    from torch.distributed.fsdp import fully_shard
+
+    target = mesh["shard"] if method in SHARDED_ALONE else mesh
+    for block in model.blocks:
+        fully_shard(block, mesh=target)
+    fully_shard(model, mesh=target)
+    return model
+
+
+def train_method(method: str, corpus, args: argparse.Namespace, mesh: Any = None) -> dict[str, Any]:
+    """``mesh``: the 2-D ("replicate", "shard") mesh of a sharded run (FSDP2 inside each host)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     seq_len = LM_CONFIGS[args.model]["seq_len"]
     model = build_lm(args.model, seed=0)
     params = sum(p.numel() for p in model.parameters())
     name, options = algorithm_of(method)
-    model, optimizer = prepare(name, model, lr=LR, qadam_lr=LR, qadam_warmup=WARMUP_STEPS,
-                               make_optimizer=_make_optimizer, options=options)
+    if mesh is not None:
+        model = _shard(name, model, mesh)
+    if name in SHARDED_BASELINES:
+        optimizer = _make_optimizer(model.parameters())
+    else:
+        model, optimizer = prepare(name, model, lr=LR, qadam_lr=LR, qadam_warmup=WARMUP_STEPS,
+                                   make_optimizer=_make_optimizer, options=options)
+    group = mesh["replicate"].get_group() if mesh is not None else None
+    held = None
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / WARMUP_STEPS))
     val_x, val_y = corpus.validation_windows(args.val_windows, seq_len)
 
@@ -107,7 +159,7 @@ def train_method(method: str, corpus, args: argparse.Namespace) -> dict[str, Any
     def evaluate() -> float:
         before = read_counter(args.iface)
         model.eval()
-        with torch.no_grad(), averaged_weights(model):
+        with torch.no_grad(), averaged_weights(model, group):
             loss = float(lm_loss(model, val_x, val_y))
         model.train()
         eval_tx[0] += read_counter(args.iface) - before
@@ -125,6 +177,8 @@ def train_method(method: str, corpus, args: argparse.Namespace) -> dict[str, Any
         scheduler.step()
         clock += time.perf_counter() - started
         step += 1
+        if held is None:
+            held = _held_bytes(model, optimizer)
         if step % eval_every:
             continue
         loss, slowest = _agree(evaluate(), clock)
@@ -133,10 +187,14 @@ def train_method(method: str, corpus, args: argparse.Namespace) -> dict[str, Any
             break
         eval_every = max(1, round(step / slowest * args.budget / args.evals))
     tx = read_counter(args.iface) - tx0 - eval_tx[0]
-    finish(name, model)
-    return {"method": method, "algorithm": name, "options": options, "ddp": is_ddp(name), "model": args.model,
-            "params": params, "world_size": world, "batch_size": args.batch_size, "seq_len": seq_len,
-            "budget_s": args.budget, "steps": step, "tx_bytes": tx, "curve": curve}
+    if name not in SHARDED_BASELINES:
+        finish(name, model)
+    everyone = [None] * world
+    dist.all_gather_object(everyone, held)
+    return {"method": method, "algorithm": name, "options": options, "ddp": is_ddp(name) or name in SHARDED_BASELINES,
+            "model": args.model, "params": params, "world_size": world, "batch_size": args.batch_size,
+            "seq_len": seq_len, "budget_s": args.budget, "steps": step, "tx_bytes": tx, "curve": curve,
+            "held_bytes_per_rank": max(everyone), "sharded": mesh is not None}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -153,6 +211,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--method-timeout", type=float, default=900.0)
     parser.add_argument("--variants", default="{}", help='JSON: more methods, {"label": ["algorithm", {options}]}')
+    parser.add_argument("--ranks-per-host", type=int, default=1,
+                        help="> 1: FSDP2 shards the model over a host's ranks, the method runs between hosts")
     args = parser.parse_args(argv)
     LM_METHOD_OPTIONS.update({label: (name, options) for label, (name, options) in json.loads(args.variants).items()})
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -160,12 +220,19 @@ def main(argv: list[str] | None = None) -> None:
 
     corpus = load_corpus(max_bytes=args.corpus_bytes or None)
     bagua.init_process_group()
+    mesh = None
+    if args.ranks_per_host > 1:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh("cpu", (dist.get_world_size() // args.ranks_per_host, args.ranks_per_host),
+                                mesh_dim_names=("replicate", "shard"))
     try:
         for method in args.methods.split(","):
             watchdog = hang_watchdog(method, args.method_timeout)
-            row = train_method(method, corpus, args)
+            row = train_method(method, corpus, args, mesh)
             if dist.get_rank() == 0:
                 row["corpus"] = corpus.describe()
+                row["replicated_bytes_per_rank"] = replicated_bytes(args.model)
                 with open(args.out, "a") as fh:
                     fh.write(json.dumps(row) + "\n")
             watchdog.cancel()

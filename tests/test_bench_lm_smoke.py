@@ -33,6 +33,24 @@ def test_lm_benchmark_runs_and_writes_results(tmp_path: Path) -> None:
     assert (tmp_path / "lm.png").exists() == have_matplotlib()
 
 
+def test_sharded_lm_benchmark_runs_against_hsdp_and_the_zero_communication_limit(tmp_path: Path) -> None:
+    from benchmarks import lm
+
+    rows = lm.main(["--loopback", "--networks", "loopback", "--model", "lm-tiny", "--budget", "2", "--evals", "3",
+                    "--methods", "hsdp,alone,diloco", "--corpus-bytes", "300000", "--target", "4.5",
+                    "--ranks-per-host", "2", "--world-size", "4", "--results", str(tmp_path)])
+    assert [r["method"] for r in rows] == ["hsdp", "alone", "diloco"]
+    for row in rows:
+        assert "error" not in row, row.get("log")
+        assert row["sharded"] and row["hosts"] == 2 and row["world_size"] == 4
+        assert row["curve"][-1]["loss"] < row["curve"][0]["loss"]  # it learns
+        # a rank holds about half of the replicated model's parameters, gradients and optimizer state
+        assert 0.45 < row["held_bytes_per_rank"] / row["replicated_bytes_per_rank"] < 0.6, row
+    table = (tmp_path / "lm_sharded.md").read_text()
+    assert "2 hosts x 2 ranks (FSDP2 inside a host)" in table and "sooner than hsdp" in table
+    assert "share of the zero-communication limit" in table and "| alone |" in table
+
+
 def test_lm_methods_include_every_algorithm_and_the_streaming_variant() -> None:
     from benchmarks.lm import lm_methods
     from bagua_core.plugins import algorithm_registry
@@ -88,3 +106,12 @@ def test_ddp_out_of_budget_gives_a_bound_and_an_estimate(tmp_path: Path) -> None
     assert "| x |" in (tmp_path / "lm.md").read_text() and ">2.67x (est. 4.0x)" in (tmp_path / "lm.md").read_text()
     rewrite([str(tmp_path / "lm.json"), "--target", "3.5"])
     assert "seconds to loss 3.5" in (tmp_path / "lm.md").read_text()
+
+
+def test_sharded_methods_are_the_baselines_and_the_algorithms_that_support_sharding() -> None:
+    from benchmarks.lm import lm_methods
+
+    methods = lm_methods(sharded=True)
+    assert methods[:2] == ["hsdp", "alone"]
+    assert "diloco" in methods and "diloco_streaming" in methods and "decentralized_dp" not in methods
+    assert "ddp" not in methods
