@@ -40,18 +40,19 @@ def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rank: int, t
     optimizer.step()
 
 
-def _reference_average(delta: torch.Tensor, codec, residual: torch.Tensor | None) -> torch.Tensor:
-    n = dist.get_world_size()
+def _reference_average(delta: torch.Tensor, codec, residual: torch.Tensor | None, group=None) -> torch.Tensor:
+    """The mean of every rank's ``delta`` over ``group`` (the job when None), through ``codec`` if any."""
+    n = dist.get_world_size(group)
     if codec is None:
         total = delta.clone()
-        dist.all_reduce(total)
+        dist.all_reduce(total, group=group)
         return total / n
     payload = delta if residual is None else residual.add_(delta)
     encoded = codec.encode(payload)
     if residual is not None:
         residual -= codec.decode(encoded, 1, torch.empty_like(payload))
     everyone = [torch.empty_like(encoded) for _ in range(n)]
-    dist.all_gather(everyone, encoded)
+    dist.all_gather(everyone, encoded, group=group)
     total = torch.zeros_like(delta)
     for buf in everyone:
         total += codec.decode(buf, 1, torch.empty_like(delta))

@@ -19,6 +19,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from tests.distributed import run_workers
+from tests.test_diloco import _assign, _flat, _reference_average
 from tests.test_powersgd import Net, _batch
 
 PER_NODE = 2
@@ -101,36 +102,6 @@ def _local(params: list[torch.Tensor]) -> list[torch.Tensor]:
     return [p.to_local() for p in params]
 
 
-def _flat(shards: list[torch.Tensor]) -> torch.Tensor:
-    return torch.cat([s.detach().reshape(-1).float() for s in shards])
-
-
-def _assign(shards: list[torch.Tensor], flat: torch.Tensor) -> None:
-    at = 0
-    with torch.no_grad():
-        for s in shards:
-            s.copy_(flat[at : at + s.numel()].view_as(s))
-            at += s.numel()
-
-
-def _average_between_nodes(delta: torch.Tensor, group, codec, residual: torch.Tensor | None) -> torch.Tensor:
-    n = dist.get_world_size(group)
-    if codec is None:
-        total = delta.clone()
-        dist.all_reduce(total, group=group)
-        return total / n
-    payload = delta if residual is None else residual.add_(delta)
-    encoded = codec.encode(payload)
-    if residual is not None:
-        residual -= codec.decode(encoded, 1, torch.empty_like(payload))
-    everyone = [torch.empty_like(encoded) for _ in range(n)]
-    dist.all_gather(everyone, encoded, group=group)
-    total = torch.zeros_like(delta)
-    for buf in everyone:
-        total += codec.decode(buf, 1, torch.empty_like(delta))
-    return total / n
-
-
 def _diloco_on_shards(rank: int, options: dict, steps: int, nodes: int) -> list[torch.Tensor]:
     """DiLoCo as documented, by hand on FSDP2 shards: FSDP2 on the node's ranks only (1-D mesh, nothing
     between nodes), inner steps on the shards, every H steps each fragment's pseudo-gradient shard averaged
@@ -170,7 +141,7 @@ def _diloco_on_shards(rank: int, options: dict, steps: int, nodes: int) -> list[
                 _assign(fragments[p], mixing * local + (1 - mixing) * starts[p] if mixing else starts[p])
         for p in range(count):
             if (t + p * H // count) % H == 0:
-                average = _average_between_nodes(starts[p] - _flat(fragments[p]), between, codec, residuals[p])
+                average = _reference_average(starts[p] - _flat(fragments[p]), codec, residuals[p], between)
                 if overlap:
                     landing[p] = average
                 else:
