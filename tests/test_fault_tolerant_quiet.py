@@ -85,7 +85,7 @@ def test_the_documented_example_under_three_kills_is_quiet_and_listens_on_loopba
     doc = (REPO / "docs" / "fault_tolerance.md").read_text()
     script = re.search(r"```python\n(# train\.py\n.*?)```", doc, re.S).group(1)
     assert "epochs, committed = 2, 0" in script
-    (tmp_path / "ft_train.py").write_text(script.replace("epochs, committed = 2, 0", "epochs, committed = 40, 0"))
+    (tmp_path / "ft_train.py").write_text(script.replace("epochs, committed = 2, 0", "epochs, committed = 60, 0"))
     env = {k: v for k, v in os.environ.items() if k not in ("RUST_LOG", "BAGUA_VERBOSE")}
     env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])))
     proc = subprocess.Popen([sys.executable, "-m", "bagua_core.cli", "run", "--fault-tolerant", "--replicas", "2",
@@ -102,13 +102,17 @@ def test_the_documented_example_under_three_kills_is_quiet_and_listens_on_loopba
         assert sum(len(a) for a in listening.values()) >= 3, listening  # the lighthouse and the replicas' servers
         exposed = {p: [a for a in addresses if not a.startswith(("127.", "::1:"))] for p, addresses in listening.items()}
         assert not any(exposed.values()), {p: (_cmdline(p)[:3], a) for p, a in exposed.items() if a}
-        kills = 0
-        while kills < 3 and proc.poll() is None:
+        kills, both_since = 0, None
+        while kills < 3 and proc.poll() is None:  # a kill once both replicas have trained together for 3 s
             workers = _workers(_children(proc.pid))
-            if len(workers) == 2:
+            if len(workers) < 2:
+                both_since = None
+            elif both_since is None:
+                both_since = time.monotonic()
+            elif time.monotonic() - both_since >= 3:
                 os.kill(workers[kills % 2], signal.SIGKILL)
-                kills += 1
-            time.sleep(5)
+                kills, both_since = kills + 1, None
+            time.sleep(0.5)
         output, _ = proc.communicate(timeout=420)
     finally:
         if proc.poll() is None:
