@@ -154,7 +154,8 @@ def launch(module: str, args: Sequence[str], world_size: int, hosts: Sequence[st
         outputs.append(out)
         failed = failed or proc.returncode != 0
     if failed:
-        tail = "\n".join(f"--- rank {i} ---\n{o[-2000:]}" for i, o in enumerate(outputs))
+        tail = "\n".join(f"--- rank {i} (exit code {p.returncode}) ---\n{o[-2000:]}"
+                         for i, (p, o) in enumerate(zip(procs, outputs)))
         raise LaunchError(f"{module} {' '.join(args)} failed:\n{tail}")
     if echo:
         print(outputs[0], end="")

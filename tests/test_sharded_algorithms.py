@@ -241,6 +241,38 @@ def test_trains_under_mixed_precision(case: str) -> None:
             assert same, f"rank {rank}: the node models differ; {case} promises every rank the same bits"
 
 
+def _holds_shards_after_evaluations(rank: int, steps: int) -> list[bool]:
+    import bagua_core as bagua
+    from torch.distributed.tensor import DTensor
+
+    model = _fully_shard(Net(), bagua.node_mesh("cpu"))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model = model.with_bagua([optimizer], {"name": "async", "sync_interval_ms": 5, "warmup_steps": 2})
+    held = []
+    for t in range(steps):
+        x, y = _batch(rank, t)
+        model.eval()
+        with torch.no_grad():  # FSDP2 leaves its root's parameters unsharded after this forward
+            model(x)
+        model.train()
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        held.append(all(isinstance(t, DTensor) for bucket in model.bagua_buckets for t in bucket.tensors))
+    model.bagua_algorithm.abort(model)
+    model.bagua_shutdown()
+    return held
+
+
+def test_the_weights_averaged_in_the_background_are_the_shards_after_an_evaluation() -> None:
+    """An evaluation forward leaves FSDP2's root unsharded until the next forward: async's background averaging,
+    which starts after its warmup, must hold the sharded parameters, not the unsharded ones FSDP2 frees (it
+    wrote into freed memory: a segfault in the LM benchmark)."""
+    for rank, held in enumerate(run_workers(_holds_shards_after_evaluations, 2 * PER_NODE, 6, local_size=PER_NODE,
+                                            timeout=300)):
+        assert all(held), f"rank {rank}: the buckets held unsharded parameters after steps {held}"
+
+
 def _hsdp_mixed_precision(rank: int, steps: int) -> float:
     from torch.distributed.device_mesh import init_device_mesh
 

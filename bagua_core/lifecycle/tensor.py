@@ -17,7 +17,7 @@ from torch.distributed.tensor import DTensor
 
 from bagua_core.lifecycle.state import TensorState, set_state, tensor_state_of
 
-__all__ = ["local_shard", "BaguaTensor", "install_tensor_methods"]
+__all__ = ["local_shard", "load_optimizer_state", "register_shards", "BaguaTensor", "install_tensor_methods"]
 
 
 def ensure_bagua_tensor(
@@ -75,6 +75,52 @@ def local_shard(value: Any) -> Any:
         >>> [local_shard(p).shape for p in sharded_model.parameters()]   # this rank's shards
     """
     return value._local_tensor if isinstance(value, DTensor) else value
+
+
+def register_shards(module: torch.nn.Module) -> None:
+    """Make every FSDP2 module inside ``module`` hold its sharded parameters (``FSDPModule.reshard()``: a no-op
+    where they are). A forward without backward leaves the unsharded parameters registered where FSDP2 does not
+    reshard after forward (its root, by default) until the next forward: bagua must not take those, whose
+    storage FSDP2 frees, for the weights it keeps, copies or averages in the background.
+
+    Example::
+
+        >>> model(x_eval)                 # under no_grad: the root's parameters stay unsharded
+        >>> register_shards(model)        # the sharded DTensor parameters again
+    """
+    from torch.distributed.fsdp import FSDPModule
+
+    for sub in module.modules():
+        if isinstance(sub, FSDPModule):
+            sub.reshard()
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """``optimizer.load_state_dict(state)`` where ``state``'s tensors may be local shards (a copy that crossed
+    processes or was taken with :func:`local_shard`): a plain tensor with the local shard's shape of a
+    ``DTensor`` parameter is wrapped as that parameter's ``DTensor`` (its mesh, placements, global shape)
+    first, so the optimizer steps on ``DTensor`` tensors as before; scalars (step counts) stay plain.
+
+    Example::
+
+        >>> saved = {**optimizer.state_dict()}          # its tensors replaced by their local shards
+        >>> load_optimizer_state(optimizer, saved)
+    """
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    wrapped = {}
+    for index, entries in state["state"].items():
+        param = params[int(index)]
+        if not isinstance(param, DTensor):
+            wrapped[index] = entries
+            continue
+        shape = param.to_local().shape
+        wrapped[index] = {
+            key: DTensor.from_local(value, param.device_mesh, param.placements, run_check=False, shape=param.shape,
+                                    stride=param.stride())
+            if isinstance(value, torch.Tensor) and not isinstance(value, DTensor) and value.dim() > 0
+            and value.shape == shape else value
+            for key, value in entries.items()}
+    optimizer.load_state_dict({**state, "state": wrapped})
 
 
 def bagua_getter_closure(self: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,7 @@ from bagua_core.runtime import env
 from bagua_core.lifecycle.algorithm import group_tensors
 from bagua_core.lifecycle.module_state import ModuleState
 from bagua_core.lifecycle.state import clear_state, tensor_state_of
+from bagua_core.lifecycle.tensor import register_shards
 from bagua_core.selection.autotune import on_train_step as _autotune_on_train_step
 from bagua_core.runtime.failure import call_guarded
 from bagua_core.runtime.failure.record import state as failure_state
@@ -59,6 +60,8 @@ def _make_forward_pre_hook(state: ModuleState):
 
 
 def _before_forward(module: torch.nn.Module, state: ModuleState, inputs: Any) -> None:
+    if state.shard is not None:  # the weights bagua holds are the shards, whatever the last forward left
+        register_shards(module)
     module.bagua_train_step_counter += 1
     _autotune_on_train_step(module)  # off unless BAGUA_AUTOTUNE=1 / autotune.configure(module)
     if module.bagua_algorithm.need_reset():
