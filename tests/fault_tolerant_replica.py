@@ -26,12 +26,14 @@ import torch  # noqa: E402
 
 import bagua_core as bagua  # noqa: E402
 from bagua_core.fault_tolerance import QuorumSampler, current_runtime  # noqa: E402
+from bagua_core.lifecycle.tensor import local_shard  # noqa: E402
 
 
 def weights_hash(model: torch.nn.Module) -> str:
+    """Of this rank's weights (a model sharded with FSDP2: its shards)."""
     digest = hashlib.sha256()
     for tensor in model.state_dict().values():
-        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        digest.update(local_shard(tensor).detach().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()[:16]
 
 
@@ -93,6 +95,8 @@ def main() -> None:
     parser.add_argument("--die-in-exchange", type=int, default=-1,
                         help="SIGKILL itself inside a collective between replicas at this step (ExchangeKiller)")
     parser.add_argument("--step-delay", type=float, default=0.0)
+    parser.add_argument("--sharded", action="store_true",
+                        help="shard the model with FSDP2 over the replica's ranks (bagua.node_mesh())")
     parser.add_argument("--late-at", type=int, default=-1,
                         help="at this step, sleep --late-s seconds between backward and optimizer.step()")
     parser.add_argument("--late-s", type=float, default=0.0)
@@ -114,6 +118,13 @@ def main() -> None:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, args.hidden), torch.nn.ReLU(), torch.nn.Linear(args.hidden, 2))
     model = model.to(args.device)
+    if args.sharded:
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = bagua.node_mesh(args.device)
+        for layer in (model[0], model[2]):
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
     algorithm = json.loads(args.algorithm)
     from bagua_core.plugins import algorithm_registry
 
@@ -155,6 +166,8 @@ def main() -> None:
                 "loss": float(loss.detach()), "pid": os.getpid(), "t": time.time(), "healed": runtime.stats["healed"],
                 "counter": model.bagua_train_step_counter, "started": STARTED,
                 "auto": auto.get("algorithm"), "auto_at": auto.get("decided_at_step"),
+                "held": sum(local_shard(p).numel() for p in model.parameters()),
+                "parameters": sum(p.numel() for p in model.parameters()),
             }) + "\n")
             log.flush()
             if args.step_delay:

@@ -189,6 +189,7 @@ def test_runtime_quiesces_before_the_quorum_and_the_commit_decision() -> None:
     runtime.group = types.SimpleNamespace(managed_groups=[], world_size=1)
     runtime.stats = {"committed": 0, "discarded": 0, "first_commit_s": 1.0, "healed": 0, "heal_s": 0.0}
     runtime.data_position, runtime._batch_samples, runtime.step_open = 0, 0, False
+    runtime.shard_layout, runtime._readers = None, (0, 1)
     for fail in (False, True):
         failing[0], calls[:] = fail, []
         runtime.begin_step(model)

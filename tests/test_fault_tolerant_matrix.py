@@ -287,6 +287,40 @@ def test_replicas_of_two_ranks_kill_and_restart(job: Job, algorithm: str) -> Non
     _check_identical(job, "a.1", "b.1", pid=[p for p in _pids(job.records("b.1")) if p not in first][0])
 
 
+@pytest.mark.timeout(500, func_only=True)
+@pytest.mark.parametrize("algorithm", [pytest.param(name, marks=() if name == "gradient_allreduce" else pytest.mark.slow)
+                                       for name in ("gradient_allreduce", "bytegrad", "qadam", "powersgd", "diloco",
+                                                    "diloco_streaming", "async", "decentralized",
+                                                    "low_precision_decentralized", "auto")])
+def test_sharded_replicas_kill_and_restart(job: Job, algorithm: str) -> None:
+    """Replicas of two ranks sharding the model with FSDP2 (each rank holds half of it): one of b's ranks is
+    killed, a trains on alone, b restarted heals each rank's shards from the same rank of a; a synchronous
+    algorithm's ranks then hold bit-identical shards to their peers of a at every step both committed."""
+    job.start("a", *_args(algorithm), "--sharded", ranks=2)
+    job.start("b", *_args(algorithm), "--sharded", "--die-at", "4", "--only-rank", "1", ranks=2)
+    assert job.wait_exit("b.1", START_S) == -9
+    assert job.wait_exit("b.0", GAP_S * 2) != 0, "b's other rank went on without its replica"
+    job.wait_for("committed 3 steps without b", lambda: len(job.committed("a.0", quorum=1)) >= 3, GAP_S * 3, "a.0")
+    first = _pids(job.records("b.0")) + _pids(job.records("b.1"))
+    job.start("b", *_args(algorithm), "--sharded", ranks=2)
+    for rank in ("b.0", "b.1"):
+        restarted = lambda rank=rank: [p for p in _pids(job.records(rank)) if p not in first]  # noqa: E731
+        job.wait_for("trained 3 steps after the restart",
+                     lambda: bool(restarted()) and len(job.committed(rank, pid=restarted()[0], quorum=2)) >= 3,
+                     START_S, rank)
+    job.stop()
+    for rank in ("a.0", "a.1", "b.0", "b.1"):
+        assert job.wait_exit(rank, GAP_S) == 0, job.output(rank)[-2000:]
+    for rank in ("a.0", "a.1"):
+        records = _check_healthy(job, rank)
+        assert all(2 * r["held"] == r["parameters"] for r in records), f"{rank} does not hold half the model"
+    for rank in ("b.0", "b.1"):
+        new = [p for p in _pids(job.records(rank)) if p not in first][0]
+        assert job.committed(rank, pid=new)[0]["healed"] == 1, f"{rank} was not healed"
+        if algorithm in SYNCHRONOUS:
+            _check_identical(job, rank.replace("b", "a"), rank, pid=new)
+
+
 @pytest.mark.timeout(300, func_only=True)
 def test_rank_late_to_the_commit_decision(job: Job) -> None:
     """A replica's rank that reaches ``optimizer.step()`` up to a collective timeout after its sibling (the

@@ -75,6 +75,11 @@ def _refused(rank: int, what: str) -> str:
     import bagua_core as bagua
 
     mesh = _torch_mesh(1, 4) if what == "crossing" else bagua.node_mesh("cpu")
+    if what == "replicating replica":  # as a fault-tolerant replica's group is marked by its bootstrap
+        from bagua_core.runtime.membership import Membership
+        from bagua_core.runtime.process_group import get_default_group
+
+        get_default_group().membership = Membership(changes=True, commit="quorum")
     model = _shard(Blocks(), mesh)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     try:
@@ -93,6 +98,13 @@ def test_an_algorithm_without_sharding_support_is_refused_by_name() -> None:
     for message in run_workers(_refused, 4, "unsupported", local_size=2):
         assert "algorithm 'decentralized_dp' does not support models sharded with FSDP2" in message
         assert "those that do: " in message and "diloco" in message.split("those that do: ")[1], message
+
+
+def test_a_fault_tolerant_replica_replicating_inside_itself_is_refused() -> None:
+    """In fault-tolerant mode the replicas are the replicate dimension: a replica's mesh shards only."""
+    for message in run_workers(_refused, 4, "replicating replica", local_size=2):
+        assert "fault-tolerant mode" in message and "replicates inside the replica" in message, message
+        assert "[[0, 2], [1, 3]]" in message, message
 
 
 def _replicated_path(rank: int) -> bool:

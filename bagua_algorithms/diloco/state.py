@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import torch
 
 from bagua_algorithms.diloco.exchange import FragmentExchange
-from bagua_core.lifecycle.tensor import local_shard
+from bagua_core.lifecycle.tensor import load_optimizer_state, local_shard
 
 __all__ = ["DiLoCoRankState", "state_of", "restore"]
 
@@ -93,7 +93,7 @@ def restore(impl: DiLoCoRankState, state: dict[str, Any]) -> None:
         for start, saved in zip(impl.starts, state["starts"]):
             start.copy_(saved)
     for optimizer, saved in zip(module.bagua_optimizers, state["inner_optimizers"]):
-        optimizer.load_state_dict(saved)
+        load_optimizer_state(optimizer, saved)  # (a heal's copy holds local shards)
     impl.outer.load_state_dict(state["outer"])
     for exchange, residual in zip(impl.exchanges, state["residuals"]):
         if residual is not None:

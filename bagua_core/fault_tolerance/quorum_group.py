@@ -18,6 +18,8 @@ Example::
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch.distributed as dist
 
 from bagua_core.runtime.communication.communicator import BaguaCommunicator
@@ -34,10 +36,12 @@ class QuorumGroup(BaguaProcessGroup):
 
     ``everyone``: the managed group over every rank of every replica (the global communicator);
     ``leaders``: on a replica's first rank, the managed group among the replicas' first ranks (the
-    inter-node communicator; None elsewhere). ``replica_rank``: this replica's rank in the quorum."""
+    inter-node communicator; None elsewhere). ``replica_rank``: this replica's rank in the quorum.
+    ``intra``: the torch group and global ranks inside a "node" when it is not the replica's ranks (a model
+    sharded over them: each rank is its own node of the group between the same shard of every replica)."""
 
     def __init__(self, everyone: ManagedGroup, leaders: ManagedGroup | None, replica_rank: int, replicas: int,
-                 ranks_per_replica: int, quorum_id: int) -> None:
+                 ranks_per_replica: int, quorum_id: int, intra: tuple[Any, list[int]] | None = None) -> None:
         # BaguaProcessGroup.__init__ derives nodes from the job's ranks; here they come from the quorum
         self.replica_rank = replica_rank
         self.quorum_id = quorum_id
@@ -57,7 +61,8 @@ class QuorumGroup(BaguaProcessGroup):
             self._inter = BaguaCommunicator(leaders, leaders.ranks, f"{self.name}/inter")
         else:  # not a replica's first rank: outside the inter-node communicator (rank -1)
             self._inter = BaguaCommunicator(None, [VIRTUAL_RANK_BASE + j for j in range(replicas)], f"{self.name}/inter")
-        self._intra = BaguaCommunicator(dist.group.WORLD, list(range(dist.get_world_size())), f"{self.name}/intra")
+        intra_group, intra_ranks = intra if intra is not None else (dist.group.WORLD, list(range(dist.get_world_size())))
+        self._intra = BaguaCommunicator(intra_group, intra_ranks, f"{self.name}/intra")
         self.managed_groups = [g for g in (everyone, leaders) if g is not None and g is not everyone] + [everyone]
         self.worker = CommunicationWorker(self.name)
         _all_groups.add(self)

@@ -21,6 +21,7 @@ Each training step of a wrapped module is a transaction:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import re
@@ -34,6 +35,7 @@ import torch
 import torch.distributed as dist
 
 from bagua_core.lifecycle.module_state import state_of
+from bagua_core.lifecycle.tensor import register_shards
 from bagua_core.runtime import env
 from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError
 from bagua_core.fault_tolerance import state as ft_state
@@ -137,6 +139,10 @@ class FaultTolerantRuntime:
         self._stepped: set[int] = set()
         self._saved: dict[str, Any] = {}
         self._healed_algorithm_state: dict[str, Any] | None = None
+        self.shard_layout = None
+        self._shard_intra = None
+        self._readers = (0, 1)
+        """This rank's place among the quorum's readers of data (every rank of every replica) and their number."""
         self.data_position = 0
         """Samples of the epoch consumed by committed steps (``QuorumSampler``; healed with the state)."""
         self._batch_samples = 0
@@ -180,6 +186,13 @@ class FaultTolerantRuntime:
         self.module = module
         self.policy = policy
         self.fingerprint = ft_state.fingerprint(module)
+        self.shard_layout = state_of(module).shard
+        """A model sharded with FSDP2 over this replica's ranks: this rank's ``ShardLayout``. The algorithm then
+        runs between the ranks holding the same shard in each replica (torchft's group between the same rank
+        of every replica), and a joiner's rank heals its shards from the same rank of a live replica."""
+        if self.shard_layout is not None:  # this rank alone: each rank is a node of its shard's group
+            intra = module.process_group.get_intra_node_communicator()
+            self._shard_intra = (intra.torch_group, intra.global_ranks)
         self.quorum_id = None  # the next step reifies the algorithm on its quorum
         self._hook_handle = module.register_forward_pre_hook(self._forward_pre_hook, prepend=True)
         for optimizer in module.bagua_optimizers:
@@ -202,6 +215,8 @@ class FaultTolerantRuntime:
         """Join the step's quorum (healing if behind), re-derive on a new quorum, keep what a failure
         would have to restore."""
         self.step_open, self.decision, self._stepped = True, None, set()
+        if self.shard_layout is not None:  # the step's copy and a heal hold the shards (not an eval's unsharded)
+            register_shards(module)
         self._quiesce(module)  # nothing of the impl's may run on the group while the quorum reconfigures it
         started = time.monotonic()
         healed = self.stats["healed"]
@@ -227,11 +242,16 @@ class FaultTolerantRuntime:
             self.stats["replicas_joined"] += max(0, replicas - self._replicas)
         self._replicas = replicas
         self._generation += 1
+        self._readers = (replica * per_replica + local, replicas * per_replica)  # every rank reads its own batch
         on_error = functools.partial(self._on_group_error, self._generation)
-        everyone = ManagedGroup(self.ft_group.everyone_inner(), replica * per_replica + local, replicas * per_replica,
-                                f"bagua_ft_quorum{self.quorum_id}", on_error)
+        if self.shard_layout is not None:  # the same shard in every replica: torchft's group of this rank's peers
+            everyone = ManagedGroup(self.ft_group.same_rank_inner(), replica, replicas,
+                                    f"bagua_ft_quorum{self.quorum_id}_shard{self.shard_layout.index}", on_error)
+        else:
+            everyone = ManagedGroup(self.ft_group.everyone_inner(), replica * per_replica + local,
+                                    replicas * per_replica, f"bagua_ft_quorum{self.quorum_id}", on_error)
         leaders = None
-        if per_replica > 1 and local == 0:
+        if per_replica > 1 and local == 0 and self.shard_layout is None:
             leaders = ManagedGroup(self.ft_group.same_rank_inner(), replica, replicas,
                                    f"bagua_ft_quorum{self.quorum_id}_leaders", on_error)
         if rank is None or self.manager.errored() is not None or everyone._inner is None or \
@@ -248,7 +268,12 @@ class FaultTolerantRuntime:
         for managed in (everyone, leaders):
             if managed is not None:
                 managed.register()
-        self.group = QuorumGroup(everyone, leaders, replica, replicas, per_replica, self.quorum_id)
+        if self.shard_layout is not None:
+            self.group = QuorumGroup(everyone, None, replica, replicas, 1, self.quorum_id, intra=self._shard_intra)
+            self.group.shard = dataclasses.replace(self.shard_layout, replica_ranks=tuple(self.group.ranks),
+                                                   replica_sets=())
+        else:
+            self.group = QuorumGroup(everyone, leaders, replica, replicas, per_replica, self.quorum_id)
         carried = self._healed_algorithm_state
         if carried is None:
             carried = ft_state.copy_tree(module.bagua_algorithm.state_dict())
@@ -336,7 +361,7 @@ class FaultTolerantRuntime:
         self.step_open, self._open_since = False, None
         if self.decision:
             self.stats["committed"] += 1
-            self.data_position += self._batch_samples * self.group.world_size
+            self.data_position += self._batch_samples * self._readers[1]
             if self.stats["first_commit_s"] is None:
                 self.stats["first_commit_s"] = time.monotonic() - self._started
             return
@@ -378,8 +403,7 @@ class FaultTolerantRuntime:
         if not self.step_open:  # the quorum decides the shard: join it before the batch is read
             self.begin_step(self.module)
         self._batch_samples = batch_size
-        rank = self.group.managed.rank() if self.group is not None else 0
-        size = self.group.managed.size() if self.group is not None else 1
+        rank, size = self._readers
         return self.data_position, rank, size
 
     def shutdown(self) -> None:

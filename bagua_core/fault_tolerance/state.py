@@ -7,6 +7,11 @@ algorithm declares in ``Capabilities.fault_tolerance.heals``: ``weights`` (the m
 joiner must share with the quorum (algorithm, options, model) and :func:`check_joiner` compares it,
 naming the first field that differs.
 
+A model sharded with FSDP2 inside the replica (``DTensor`` parameters and optimizer state) is captured as
+its local shards, plain tensors: a heal moves this rank's shards only, to the same rank of the joiner (which
+holds the same shards), and :func:`restore` copies them back into the weights' shards and wraps the
+optimizer's state as the parameters' ``DTensor`` tensors again.
+
 Example::
 
     >>> saved = capture(module, ("weights", "optimizer", "algorithm_state", "step"))
@@ -21,6 +26,7 @@ from typing import Any
 import torch
 
 from bagua_core.lifecycle.module_state import state_of
+from bagua_core.lifecycle.tensor import load_optimizer_state, local_shard
 from bagua_core.runtime.exceptions import BaguaConfigError
 
 __all__ = ["capture", "restore", "fingerprint", "check_joiner", "copy_tree", "tree_bytes"]
@@ -32,6 +38,7 @@ def copy_tree(value: Any, memo: dict | None = None) -> Any:
     an optimizer's state reached twice) are cloned once per ``memo`` and shared in the copy."""
     memo = {} if memo is None else memo
     if isinstance(value, torch.Tensor):
+        value = local_shard(value)  # a DTensor: this rank's shard (see the module doc)
         key = (value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape), value.stride(),
                value.dtype, value.device)
         if key not in memo or key[0] == 0:  # (empty storages all share address 0)
@@ -64,7 +71,7 @@ def capture(module: torch.nn.Module, parts: Iterable[str]) -> dict[str, Any]:
     saved: dict[str, Any] = {}
     memo: dict = {}  # what the algorithm's state holds of the weights and optimizers is copied once
     if "weights" in parts:
-        saved["weights"] = copy_tree(module.state_dict(), memo)
+        saved["weights"] = copy_tree(module.state_dict(keep_vars=_is_sharded(module)), memo)
     if "optimizer" in parts:
         saved["optimizer"] = [copy_tree(opt.state_dict(), memo) for opt in module.bagua_optimizers]
     if "algorithm_state" in parts:
@@ -79,14 +86,27 @@ def restore(module: torch.nn.Module, saved: dict[str, Any], algorithm: bool = Tr
     loads once the impl is rebuilt on the new quorum)."""
     if "step" in saved:  # first: an impl's state may be relative to the step counter
         module.bagua_train_step_counter = int(saved["step"])
+    sharded = _is_sharded(module)
     if "weights" in saved:
         with torch.no_grad():
-            module.load_state_dict(copy_tree(saved["weights"]))
+            if sharded:  # into each weight's shard, in place (FSDP2 owns the storage)
+                live = module.state_dict(keep_vars=True)
+                if set(live) != set(saved["weights"]):
+                    raise BaguaConfigError(f"restoring a sharded model: the saved weights name "
+                                           f"{sorted(set(saved['weights']) ^ set(live))[:3]} differently")
+                for name, tensor in live.items():
+                    local_shard(tensor).copy_(saved["weights"][name])
+            else:
+                module.load_state_dict(copy_tree(saved["weights"]))
     if "optimizer" in saved:
         for opt, state in zip(module.bagua_optimizers, saved["optimizer"]):
-            opt.load_state_dict(copy_tree(state))
+            load_optimizer_state(opt, copy_tree(state))
     if algorithm and "algorithm_state" in saved:
         module.bagua_algorithm.load_state_dict(copy_tree(saved["algorithm_state"]))
+
+
+def _is_sharded(module: torch.nn.Module) -> bool:
+    return getattr(state_of(module), "shard", None) is not None
 
 
 def fingerprint(module: torch.nn.Module) -> dict[str, Any]:
@@ -100,11 +120,13 @@ def fingerprint(module: torch.nn.Module) -> dict[str, Any]:
                              for group in opt.param_groups]}
         for opt in module.bagua_optimizers
     ]
+    shard = getattr(state_of(module), "shard", None)
     return {
         "algorithm": declaration.name,
         "options": declaration.canonical_options(),
         "model": {name: {"shape": list(t.shape), "dtype": str(t.dtype)} for name, t in tensors},
         "optimizers": optimizers,
+        "shards_per_replica": shard.count if shard is not None else 1,
     }
 
 

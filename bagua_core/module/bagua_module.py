@@ -93,17 +93,18 @@ class BaguaModule:
                 if process_group is not None:
                     raise BaguaConfigError("with_bagua(process_group=...) takes a replicated model; for a model "
                                            "sharded with FSDP2 the group is the mesh's replicate dimension")
-                if group.membership.changes:
-                    raise BaguaConfigError(
-                        "fault-tolerant mode does not run models sharded with FSDP2 yet (a replica of several "
-                        "sharded ranks healing shard by shard): train the sharded model without "
-                        "--fault-tolerant, or replicate the model")
                 if not capabilities_of(declaration).supports_sharding:
                     raise BaguaConfigError(
                         f"algorithm {declaration.name!r} does not support models sharded with FSDP2 (its "
                         f"capabilities declare no supports_sharding); those that do: "
                         f"{', '.join(sharded.algorithms_supporting_sharding())}")
                 mesh = sharded.check_mesh(self)
+                if group.membership.changes and any(len(ranks) > 1 for ranks in mesh.replica_sets):
+                    raise BaguaConfigError(
+                        f"fault-tolerant mode: a replica shards the model over its own ranks and the replicas of "
+                        f"the quorum are the replicate dimension, but this model's mesh replicates inside the "
+                        f"replica (ranks holding each shard: {[list(r) for r in mesh.replica_sets]}); shard over "
+                        f"the replica's ranks (bagua.node_mesh() on a replica of one node, or a 1-D mesh)")
             fields, info = wrap_settings(declaration, group, do_flatten, optimizers, algorithm_source(algorithm),
                                          resumed.key() if resumed is not None else None)
             if mesh is not None:

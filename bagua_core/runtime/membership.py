@@ -35,8 +35,9 @@ class Membership:
     """Set on a quorum's group: the quorum it is (None on the replica's own group, where a fault-tolerant
     job wraps the model before its first quorum)."""
     between_replicas: Any = None
-    """On a quorum's group: the torch process group over every rank of the quorum's replicas, which the
-    runtime reconfigures per quorum. An impl that needs a communicator of its own builds it on this group
+    """On a quorum's group: the torch process group over every rank of the quorum's replicas (for a model
+    sharded over each replica's ranks: over the ranks holding this rank's shard), which the runtime
+    reconfigures per quorum. An impl that needs a communicator of its own builds it on this group
     (creating a new torch group would be a collective the other replicas never join)."""
     commit: str = "every step"
     """The commit rule: "every step" (fail-fast: a step that returns is done everywhere), or in a
