@@ -4,7 +4,9 @@ between replicas,
 a hung replica with a short timeout, a replica joining late, a killed replica restarted, a joiner with
 different options}. The healthy replica is never restarted (one pid throughout), never waits past the
 timeout plus a margin between commits, and stays finite; after healing, replicas of the synchronous
-algorithms are bit-identical at every step they both committed; the restarted replica trains on.
+algorithms are bit-identical at every step they both committed; the restarted replica trains on. Sharded
+cells: replicas of two ranks sharding the model with FSDP2, one rank killed and its replica restarted, for every
+algorithm that supports both sharding and fault tolerance (healed shard by shard).
 
 gradient_allreduce runs in the default selection; the other algorithms are marked ``slow``."""
 
@@ -256,20 +258,17 @@ def test_bagua_run_restarts_only_the_failed_replica(tmp_path) -> None:
     _check_identical(job, "replica_0", "replica_1", pid=attempts[1])
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(500, func_only=True)
-@pytest.mark.parametrize("algorithm", ["gradient_allreduce", "bytegrad"])
-def test_replicas_of_two_ranks_kill_and_restart(job: Job, algorithm: str) -> None:
-    """A replica is the ranks of one torchrun (here two): one of b's ranks is killed, b's other rank stops
-    (fail-fast inside the replica), a trains on alone; b restarted heals rank by rank from a, and every
-    rank of both replicas is bit-identical from then on."""
-    job.start("a", *_args(algorithm), ranks=2)
-    job.start("b", *_args(algorithm), "--die-at", "4", "--only-rank", "1", ranks=2)
+def _kill_a_rank_of_b_and_restart(job: Job, *args: str) -> list[int]:
+    """Replicas a and b of two ranks each: b's rank 1 is killed at its step 4, b's rank 0 stops, a commits 3
+    steps alone, b is restarted and each of its ranks trains 3 steps with a; every rank then stops cleanly.
+    Returns the pids of b's first attempt."""
+    job.start("a", *args, ranks=2)
+    job.start("b", *args, "--die-at", "4", "--only-rank", "1", ranks=2)
     assert job.wait_exit("b.1", START_S) == -9
     assert job.wait_exit("b.0", GAP_S * 2) != 0, "b's other rank went on without its replica"
     job.wait_for("committed 3 steps without b", lambda: len(job.committed("a.0", quorum=1)) >= 3, GAP_S * 3, "a.0")
     first = _pids(job.records("b.0")) + _pids(job.records("b.1"))
-    job.start("b", *_args(algorithm), ranks=2)
+    job.start("b", *args, ranks=2)
     for rank in ("b.0", "b.1"):
         restarted = lambda rank=rank: [p for p in _pids(job.records(rank)) if p not in first]  # noqa: E731
         job.wait_for("trained 3 steps after the restart",
@@ -278,6 +277,17 @@ def test_replicas_of_two_ranks_kill_and_restart(job: Job, algorithm: str) -> Non
     job.stop()
     for rank in ("a.0", "a.1", "b.0", "b.1"):
         assert job.wait_exit(rank, GAP_S) == 0, job.output(rank)[-2000:]
+    return first
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(500, func_only=True)
+@pytest.mark.parametrize("algorithm", ["gradient_allreduce", "bytegrad"])
+def test_replicas_of_two_ranks_kill_and_restart(job: Job, algorithm: str) -> None:
+    """A replica is the ranks of one torchrun (here two): one of b's ranks is killed, b's other rank stops
+    (fail-fast inside the replica), a trains on alone; b restarted heals rank by rank from a, and every
+    rank of both replicas is bit-identical from then on."""
+    first = _kill_a_rank_of_b_and_restart(job, *_args(algorithm))
     _check_healthy(job, "a.0")
     _check_healthy(job, "a.1")
     new = [p for p in _pids(job.records("b.0")) if p not in first][0]
@@ -296,21 +306,7 @@ def test_sharded_replicas_kill_and_restart(job: Job, algorithm: str) -> None:
     """Replicas of two ranks sharding the model with FSDP2 (each rank holds half of it): one of b's ranks is
     killed, a trains on alone, b restarted heals each rank's shards from the same rank of a; a synchronous
     algorithm's ranks then hold bit-identical shards to their peers of a at every step both committed."""
-    job.start("a", *_args(algorithm), "--sharded", ranks=2)
-    job.start("b", *_args(algorithm), "--sharded", "--die-at", "4", "--only-rank", "1", ranks=2)
-    assert job.wait_exit("b.1", START_S) == -9
-    assert job.wait_exit("b.0", GAP_S * 2) != 0, "b's other rank went on without its replica"
-    job.wait_for("committed 3 steps without b", lambda: len(job.committed("a.0", quorum=1)) >= 3, GAP_S * 3, "a.0")
-    first = _pids(job.records("b.0")) + _pids(job.records("b.1"))
-    job.start("b", *_args(algorithm), "--sharded", ranks=2)
-    for rank in ("b.0", "b.1"):
-        restarted = lambda rank=rank: [p for p in _pids(job.records(rank)) if p not in first]  # noqa: E731
-        job.wait_for("trained 3 steps after the restart",
-                     lambda: bool(restarted()) and len(job.committed(rank, pid=restarted()[0], quorum=2)) >= 3,
-                     START_S, rank)
-    job.stop()
-    for rank in ("a.0", "a.1", "b.0", "b.1"):
-        assert job.wait_exit(rank, GAP_S) == 0, job.output(rank)[-2000:]
+    first = _kill_a_rank_of_b_and_restart(job, *_args(algorithm), "--sharded")
     for rank in ("a.0", "a.1"):
         records = _check_healthy(job, rank)
         assert all(2 * r["held"] == r["parameters"] for r in records), f"{rank} does not hold half the model"
