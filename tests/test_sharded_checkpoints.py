@@ -49,6 +49,10 @@ def _run(rank: int, spec: dict, directory: str | None, phase: str) -> list[torch
     first, last = {"whole": (1, STEPS), "save": (1, SAVE_AT), "resume": (SAVE_AT + 1, STEPS)}[phase]
     _steps(model, optimizer, rank, first, last)
     if phase == "save":
+        model.eval()
+        with torch.no_grad():  # an evaluation first: FSDP2 leaves its root's parameters unsharded after it
+            model(_batch(rank, 0)[0])
+        model.train()
         save_checkpoint(SAVE_AT, directory, model, optimizer)
     out = [_full(model)]
     for state in optimizer.state.values():
