@@ -103,8 +103,9 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]
 
     Example::
 
-        >>> saved = {**optimizer.state_dict()}          # its tensors replaced by their local shards
-        >>> load_optimizer_state(optimizer, saved)
+        >>> saved = optimizer.state_dict()
+        >>> saved["state"] = {i: {k: local_shard(v) for k, v in s.items()} for i, s in saved["state"].items()}
+        >>> load_optimizer_state(optimizer, saved)      # the optimizer's state is DTensors again
     """
     params = [p for group in optimizer.param_groups for p in group["params"]]
     wrapped = {}
