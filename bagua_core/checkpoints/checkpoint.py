@@ -56,6 +56,7 @@ from bagua_core.checkpoints.files import (
     read_tracker,
 )
 from bagua_core.checkpoints.sharded import is_sharded_checkpoint, load_sharded, save_sharded
+from bagua_core.lifecycle.tensor import register_shards
 from bagua_core.runtime.exceptions import BaguaError
 from bagua_core.runtime.process_group import get_default_group, is_initialized
 
@@ -102,6 +103,7 @@ def save_checkpoint(iteration: int, checkpoints_path: str, model: torch.nn.Modul
     if not isinstance(iteration, int) or iteration < 0:
         raise ValueError(f"iteration must be a non-negative integer, got {iteration!r}")
     rank, world_size, comm = _rank_and_world()
+    register_shards(model)  # an evaluation's forward may have left FSDP2's root unsharded (the algorithm's state too)
     # first: an algorithm may finish its communication in flight into the weights (decentralized_dp)
     bagua_state = model.bagua_checkpoint_state() if hasattr(model, "bagua_checkpoint_state") else None
     if _is_sharded(model):
@@ -160,6 +162,7 @@ def load_checkpoint(checkpoints_path: str, model: torch.nn.Module, optimizer: to
         logger.warning("no checkpoint in %s (no %s): starting from iteration 0", checkpoints_path, TRACKER_FILENAME)
         return 0
     rank, world_size, _ = _rank_and_world()
+    register_shards(model)
     directory = os.path.dirname(get_checkpoint_name(checkpoints_path, iteration))
     if is_sharded_checkpoint(directory) != _is_sharded(model):
         raise BaguaError(

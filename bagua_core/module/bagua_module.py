@@ -23,6 +23,7 @@ from bagua_core.checkpoints.resume import (
     load_checkpoint_state,
     pending_resume,
 )
+from bagua_core.lifecycle.tensor import register_shards
 from bagua_core.module import sharded
 from bagua_core.module.initial_sync import (
     agree_or_raise,
@@ -71,6 +72,7 @@ class BaguaModule:
         if isinstance(optimizers, torch.optim.Optimizer):
             optimizers = [optimizers]
         optimizers = list(optimizers)
+        register_shards(self)  # an evaluation's forward may have left FSDP2's root unsharded
         is_sharded = sharded.is_sharded(self)
         if is_sharded:  # FSDP2 inside the nodes: the algorithm runs on local shards, between the nodes
             do_flatten = False  # FSDP2 owns the shards' storage
