@@ -106,7 +106,12 @@ def restore(module: torch.nn.Module, saved: dict[str, Any], algorithm: bool = Tr
 
 
 def _is_sharded(module: torch.nn.Module) -> bool:
-    return getattr(state_of(module), "shard", None) is not None
+    return _layout(module) is not None
+
+
+def _layout(module: torch.nn.Module) -> Any:
+    """The module's ``ShardLayout`` (a model sharded with FSDP2), else None."""
+    return getattr(state_of(module), "shard", None)
 
 
 def fingerprint(module: torch.nn.Module) -> dict[str, Any]:
@@ -120,7 +125,7 @@ def fingerprint(module: torch.nn.Module) -> dict[str, Any]:
                              for group in opt.param_groups]}
         for opt in module.bagua_optimizers
     ]
-    shard = getattr(state_of(module), "shard", None)
+    shard = _layout(module)
     return {
         "algorithm": declaration.name,
         "options": declaration.canonical_options(),
