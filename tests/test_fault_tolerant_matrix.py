@@ -154,6 +154,7 @@ def test_hung_replica_short_timeout(job: Job, algorithm: str) -> None:
     job.wait_for("committed with b", lambda: len(job.committed("a", quorum=2)) >= 2, START_S, "a")
     assert job.wait_exit("b", GAP_S) == HUNG_EXIT_CODE, job.output("b")[-2000:]
     assert "hung: its step has not finished" in job.output("b")
+    assert "the training thread was at" in job.output("b") and "in main" in job.output("b")  # where it hung
     job.wait_for("committed 3 steps without the hung b", lambda: len(job.committed("a", quorum=1)) >= 3,
                  GAP_S * 3, "a")
     job.stop()

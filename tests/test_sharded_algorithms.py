@@ -273,6 +273,50 @@ def test_the_weights_averaged_in_the_background_are_the_shards_after_an_evaluati
         assert all(held), f"rank {rank}: the buckets held unsharded parameters after steps {held}"
 
 
+def _overflow_in_one_shard(rank: int) -> dict:
+    """Step 2's gradients are finite everywhere except in rank 3's local shard of one matrix (an overflow
+    FSDP2's reduce-scatter of node 1 did not spread to its other rank): bagua's agreement before the
+    step, run as at the end of a backward, reaches every rank."""
+    import bagua_core as bagua
+    from bagua_core.lifecycle.tensor import local_shard
+    from bagua_core.module.nonfinite import agree_on_nonfinite_gradients
+
+    model = _fully_shard(Net(), bagua.node_mesh("cpu"))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model = model.with_bagua([optimizer], {"name": "low_precision_decentralized", "hierarchical": False})
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+    out = {}
+    for t in range(1, 4):
+        x, y = _batch(rank, t)
+        optimizer.zero_grad()
+        scaler.scale(F.cross_entropy(model(x), y)).backward()
+        if t == 2:
+            if rank == 3:
+                local_shard(model.b.weight.grad).view(-1)[0] = float("inf")
+            out["agreed"] = agree_on_nonfinite_gradients(model)
+            grads = [local_shard(p.grad) for p in model.parameters() if local_shard(p.grad).numel()]
+            marked = [not g.isfinite().all() for g in grads]
+            out["every_shard_marked"] = any(marked) if rank == 3 else all(marked)  # rank 3 holds its own inf
+            before = _flat([local_shard(p) for p in model.parameters()]).clone()
+        scaler.step(optimizer)
+        scaler.update()
+        if t == 2:
+            out["skipped"] = torch.equal(_flat([local_shard(p) for p in model.parameters()]), before)
+            out["scale"] = scaler.get_scale()
+    out["finite"] = bool(_full(model).isfinite().all())
+    model.bagua_shutdown()
+    return out
+
+
+def test_an_overflow_in_one_ranks_shard_skips_the_step_on_every_rank() -> None:
+    """low_precision_decentralized communicates after the step, from the weights: an inf in one rank's local
+    gradient shard is agreed over the algorithm's group (the ranks holding that shard) and over the shard
+    group inside each node, so every rank's GradScaler skips the same step and lowers its scale once."""
+    for rank, out in enumerate(run_workers(_overflow_in_one_shard, 2 * PER_NODE, local_size=PER_NODE, timeout=240)):
+        assert out["agreed"] and out["every_shard_marked"], f"rank {rank}: {out}"
+        assert out["skipped"] and out["scale"] == 2.0**7 and out["finite"], f"rank {rank}: {out}"
+
+
 def _hsdp_mixed_precision(rank: int, steps: int) -> float:
     from torch.distributed.device_mesh import init_device_mesh
 

@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 
 __all__ = ["HangWatchdog", "HUNG_EXIT_CODE"]
@@ -42,8 +43,18 @@ class HangWatchdog:
                 sys.stderr.write(f"bagua: fault-tolerant replica {self._describe()} hung: its step has not finished "
                                  f"within hang_timeout_s={self.hang_timeout_s:g} s (BAGUA_FT_HANG_TIMEOUT_S); it leaves "
                                  f"the job (exit code {HUNG_EXIT_CODE}) so the others form a quorum without it\n")
+                sys.stderr.write(_where_the_training_thread_is())
                 sys.stderr.flush()
                 os._exit(HUNG_EXIT_CODE)
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def _where_the_training_thread_is() -> str:
+    """The main thread's innermost frames (where the step hung), for the replica's last words."""
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    if frame is None:
+        return ""
+    lines = traceback.format_stack(frame)[-8:]
+    return "bagua: the training thread was at (innermost last):\n" + "".join(lines)
