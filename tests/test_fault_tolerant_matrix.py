@@ -314,6 +314,10 @@ def test_sharded_replicas_kill_and_restart(job: Job, algorithm: str) -> None:
     for rank in ("b.0", "b.1"):
         new = [p for p in _pids(job.records(rank)) if p not in first][0]
         assert job.committed(rank, pid=new)[0]["healed"] == 1, f"{rank} was not healed"
+        if algorithm == "auto":  # the choice is healed with the rest: b runs a's candidate, not new trials
+            chosen = job.committed(rank.replace("b", "a"))[-1]["auto"]
+            assert chosen and all(r["auto"] == chosen for r in job.committed(rank, pid=new)), \
+                f"{rank} did not heal auto's choice {chosen!r}: {job.committed(rank, pid=new)[:2]}"
         if algorithm in SYNCHRONOUS:
             _check_identical(job, rank.replace("b", "a"), rank, pid=new)
 

@@ -140,6 +140,9 @@ def take_over(mesh: Mesh) -> tuple[ShardLayout, BaguaProcessGroup]:
         made = [new_group(list(ranks)) for ranks in mesh.replica_sets]  # collective, in the same order everywhere
         _replica_groups[mesh.replica_sets] = next(g for g, ranks in zip(made, mesh.replica_sets) if me in ranks)
     group = _replica_groups[mesh.replica_sets]
+    # the job's membership: in fault-tolerant mode replicas come and go (what an algorithm reified on this group
+    # at the wrap declares, a fault-tolerant ``auto``'s heal of its choice, is the one the runtime keeps)
+    group.membership = get_default_group().membership
     solo = _singleton()
     for param_group in mesh.param_groups:
         mesh_info = param_group.mesh_info
