@@ -18,11 +18,8 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor
 
 from bagua_core.lifecycle.tensor import local_shard
 from bagua_core.runtime.communication import ReduceOp, allreduce_inplace
@@ -53,17 +50,18 @@ def agree_on_nonfinite_gradients(module: torch.nn.Module) -> bool:
     through the ``DTensor`` would be a collective of its own), and the verdict of the algorithm's group
     (the ranks holding the same shard) is then agreed over the shard group too, so the ranks of one node,
     whose next backward FSDP2 reduce-scatters together, skip the same steps with the same loss scale."""
-    grads = [local_shard(p.grad) for _, p in module.bagua_named_parameters() if p.grad is not None]
+    params = [p for _, p in module.bagua_named_parameters()]
+    grads = [local_shard(p.grad) for p in params if p.grad is not None]
     mine = has_nonfinite(grads)
     flag = torch.tensor([1 if mine else 0], dtype=torch.int32)
     comm = module.process_group.get_global_communicator()
     worker = module.process_group.worker
     worker.submit(allreduce_inplace, flag, ReduceOp.MAX, comm)
     worker.synchronize()
-    shard_group, device = _shard_group(module)
-    if shard_group is not None:
-        flag = flag.to(device)  # the shard group's backend is FSDP2's (NCCL on CUDA)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=shard_group)
+    layout = module.process_group.shard
+    if layout is not None and layout.count > 1:
+        flag = flag.to(params[0].device)  # the shard group's backend is FSDP2's (NCCL on CUDA)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=layout.shard_group)
     anywhere = bool(flag.item())
     if anywhere and not mine:
         with torch.no_grad():
@@ -72,15 +70,3 @@ def agree_on_nonfinite_gradients(module: torch.nn.Module) -> bool:
                     grad.view(-1)[0] = float("nan")
     return anywhere
 
-
-def _shard_group(module: torch.nn.Module) -> tuple[Any, torch.device | None]:
-    """The torch group of this rank's FSDP2 shard group (the mesh dimension its parameters are sharded
-    on) and the device of its tensors; (None, None) for a replicated model or a shard group of one rank."""
-    for _, param in module.bagua_named_parameters():
-        if isinstance(param, DTensor):
-            dims = [i for i, placement in enumerate(param.placements) if placement.is_shard()]
-            group = param.device_mesh.get_group(dims[0]) if dims else None
-            if group is None or dist.get_world_size(group) == 1:
-                return None, None
-            return group, param.device
-    return None, None

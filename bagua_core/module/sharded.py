@@ -24,7 +24,7 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -52,6 +52,8 @@ class ShardLayout:
     replica_sets: tuple[tuple[int, ...], ...] = ()
     """Every shard's ``replica_ranks``, by shard index: an algorithm that makes groups of its own over its
     ranks makes one per set, in this order, on every rank (torch's ``new_group`` is collective)."""
+    shard_group: Any = field(default=None, compare=False, repr=False)
+    """FSDP2's torch group over ``shard_ranks`` (a collective of the whole node, e.g. agreeing on an overflow)."""
 
 
 def is_sharded(module: torch.nn.Module) -> bool:
@@ -140,8 +142,8 @@ def take_over(mesh: Mesh) -> tuple[ShardLayout, BaguaProcessGroup]:
         made = [new_group(list(ranks)) for ranks in mesh.replica_sets]  # collective, in the same order everywhere
         _replica_groups[mesh.replica_sets] = next(g for g, ranks in zip(made, mesh.replica_sets) if me in ranks)
     group = _replica_groups[mesh.replica_sets]
-    # the job's membership: in fault-tolerant mode replicas come and go (what an algorithm reified on this group
-    # at the wrap declares, a fault-tolerant ``auto``'s heal of its choice, is the one the runtime keeps)
+    # the job's membership: in fault-tolerant mode replicas come and go, and what an impl reified on this group at
+    # the wrap declares for that mode (what a joiner heals) is the policy the runtime keeps
     group.membership = get_default_group().membership
     solo = _singleton()
     for param_group in mesh.param_groups:
@@ -152,7 +154,8 @@ def take_over(mesh: Mesh) -> tuple[ShardLayout, BaguaProcessGroup]:
     replica_ranks = next(ranks for ranks in mesh.replica_sets if me in ranks)
     layout = ShardLayout(index=mesh.shard_ranks.index(me), count=len(mesh.shard_ranks),
                          shard_ranks=mesh.shard_ranks, replica_ranks=replica_ranks,
-                         replica_sets=mesh.replica_sets)
+                         replica_sets=mesh.replica_sets,
+                         shard_group=mesh.param_groups[0].mesh_info.shard_process_group)
     group.shard = layout  # what the algorithm reified on it learns: it runs on shards
     return layout, group
 
