@@ -85,7 +85,7 @@ def test_the_documented_example_under_three_kills_is_quiet_and_listens_on_loopba
     doc = (REPO / "docs" / "fault_tolerance.md").read_text()
     script = re.search(r"```python\n(# train\.py\n.*?)```", doc, re.S).group(1)
     assert "epochs, committed = 2, 0" in script
-    (tmp_path / "ft_train.py").write_text(script.replace("epochs, committed = 2, 0", "epochs, committed = 60, 0"))
+    (tmp_path / "ft_train.py").write_text(script.replace("epochs, committed = 2, 0", "epochs, committed = 150, 0"))
     env = {k: v for k, v in os.environ.items() if k not in ("RUST_LOG", "BAGUA_VERBOSE")}
     env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])))
     proc = subprocess.Popen([sys.executable, "-m", "bagua_core.cli", "run", "--fault-tolerant", "--replicas", "2",
