@@ -91,3 +91,48 @@ def test_aten_operators_per_step_about_adams() -> None:
     assert counts["warmup"] <= 1.5 * counts["adam"], counts
     assert counts["frozen"] <= 1.5 * counts["adam"], counts
     assert counts["warmup"] < len(resnet50_shapes()[:40]), counts  # not one operator (or more) per tensor
+
+
+def _on(device: str, params: list[torch.nn.Parameter]) -> list[torch.nn.Parameter]:
+    return [torch.nn.Parameter(p.detach().to(device)) for p in params]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_on_cuda_warmup_is_torch_adam_foreach_bit_for_bit() -> None:
+    """Warmup on CUDA runs the _foreach kernels torch's Adam(foreach=True) runs, with the same scalars: the
+    same values (Adam(foreach=False) differs there: CUDA divides by a CPU scalar through its reciprocal)."""
+    ours, adam = _on("cuda", _params(0)), _on("cuda", _params(0))
+    optimizer = QAdamOptimizer(ours, lr=LR, warmup_steps=10, betas=BETAS, eps=EPS, weight_decay=WD)
+    torch_adam = torch.optim.Adam(adam, lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, foreach=True)
+    generator = torch.Generator().manual_seed(1)
+    for step in range(1, 5):
+        for a, b in zip(ours, adam):
+            a.grad = torch.randn(a.shape, generator=generator).cuda()
+            b.grad = a.grad.clone()
+        optimizer.step()
+        torch_adam.step()
+        assert all(torch.equal(a, b) for a, b in zip(ours, adam)), step
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_on_cuda_the_frozen_update_equals_the_cpu_kernel_bit_for_bit() -> None:
+    """After warmup the update on CUDA is the native CPU kernel's arithmetic as _foreach kernels: from the
+    same parameters and moments both give the same parameters, and it dispatches a few operators for every
+    tensor together (the momentum is left out: its lerp may contract into a fused multiply-add on one device)."""
+    from bagua_algorithms.q_adam.kernels import adam_update
+    from bagua_algorithms.q_adam.optimizer import _frozen_step
+
+    generator = torch.Generator().manual_seed(2)
+    shapes = resnet50_shapes()[:40]
+    params = [torch.randn(s, generator=generator) for s in shapes]
+    exp_avgs = [torch.randn(s, generator=generator) * 1e-2 for s in shapes]
+    exp_avg_sqs = [torch.rand(s, generator=generator) * 1e-4 for s in shapes]
+    on_cuda = [[t.cuda() for t in tensors] for tensors in (params, exp_avgs, exp_avg_sqs)]
+    step_size, bias_correction2_sqrt = -(LR / (1 - BETAS[0] ** 7)), (1 - BETAS[1] ** 7) ** 0.5
+    ops = count_aten_ops(lambda: _frozen_step(*on_cuda, step_size, bias_correction2_sqrt, EPS))
+    for p, m, v in zip(params, exp_avgs, exp_avg_sqs):
+        adam_update(p, m, v, step_size, bias_correction2_sqrt, EPS)
+    assert all(torch.equal(a.cpu(), b) for a, b in zip(on_cuda[0], params))
+    assert ops < len(shapes), ops
