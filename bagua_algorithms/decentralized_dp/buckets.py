@@ -82,6 +82,9 @@ class ParamBucket:
                     view = self.flat[offset : offset + numel].as_strided(param.shape, stride)
                     view.copy_(param.data)
                     param.data = view
+        # without views: each parameter's place in the flat tensor, for one _foreach copy each way
+        self.places = [] if as_view else [self.flat[offset : offset + numel].view(param.shape)
+                                          for param, offset, numel in zip(self.params, self.offsets, self.numels)]
         self.comm_buffer = torch.empty_like(self.flat)
         self.optimizer: Any = None
         self.scheduler: Any = None
@@ -94,8 +97,7 @@ class ParamBucket:
         if self.as_view:
             return self.flat
         with torch.no_grad():
-            for param, offset, numel in zip(self.params, self.offsets, self.numels):
-                self.flat[offset : offset + numel].copy_(param.detach().reshape(-1))
+            torch._foreach_copy_(self.places, [param.detach() for param in self.params])
         return self.flat
 
     def scatter(self) -> None:
@@ -103,8 +105,7 @@ class ParamBucket:
         if self.as_view:
             return
         with torch.no_grad():
-            for param, offset, numel in zip(self.params, self.offsets, self.numels):
-                param.copy_(self.flat[offset : offset + numel].view(param.shape))
+            torch._foreach_copy_(self.params, self.places)
 
     def launch(self, edge: Edge, comm: Any = None) -> None:
         """Start the asynchronous SUM of the parameters over ``edge`` (nothing for a one-rank edge).
