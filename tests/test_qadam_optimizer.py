@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from bagua_algorithms.q_adam import QAdamOptimizer
-from bagua_algorithms.q_adam.kernels import reference_adam_update
+from bagua_algorithms.q_adam.kernels import adam_update, reference_adam_update
+from bagua_algorithms.q_adam.optimizer import _frozen_step
 from benchmarks.optimizer_step import count_aten_ops, resnet50_shapes
 
 LR, BETAS, EPS, WD = 1e-2, (0.9, 0.99), 1e-8, 0.01
@@ -121,9 +122,6 @@ def test_on_cuda_the_frozen_update_equals_the_cpu_kernel_bit_for_bit() -> None:
     """After warmup the update on CUDA is the native CPU kernel's arithmetic as _foreach kernels: from the
     same parameters and moments both give the same parameters, and it dispatches a few operators for every
     tensor together (the momentum is left out: its lerp may contract into a fused multiply-add on one device)."""
-    from bagua_algorithms.q_adam.kernels import adam_update
-    from bagua_algorithms.q_adam.optimizer import _frozen_step
-
     generator = torch.Generator().manual_seed(2)
     shapes = resnet50_shapes()[:40]
     params = [torch.randn(s, generator=generator) for s in shapes]
