@@ -1,9 +1,7 @@
 """cffi builder (out-of-line API mode) of ``bagua_core._native_cpu``, the one library of every CPU kernel:
-its shared part (threads, status codes: ``bagua_native.h``, ``parallel.c``), the MinMaxUInt8 codec's
-kernels (``minmax_uint8*``, wrapped by ``bagua_codecs.minmax_kernels``), low_precision_decentralized's
-fused steps (``low_precision_decentralized.*``, wrapped by that algorithm's ``kernels`` package) and
-qadam's Adam update (``adam_update.*``, wrapped by ``bagua_algorithms.q_adam.kernels``). The module's
-name says nothing of its kernels: the core loads it (``bagua_core.runtime.native``), the owners call them.
+its shared part (threads, status codes: ``bagua_native.h``, ``parallel.c``) and every kernel an owner lists in
+its ``kernels.toml`` (``kernel_sets.py``: a codec's, an algorithm's). The module's name says nothing of its
+kernels: the core loads it (``bagua_core.runtime.native``), the owners call them (``bagua_core.kernels``).
 
 Run by ``pip install .`` through ``setup.py`` (``cffi_modules``), or by hand:
 ``python native/build_cpu.py`` builds the module in the current directory.
@@ -19,6 +17,7 @@ from cffi import FFI
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cdef_header import cdef_from_header, header_path
+from kernel_sets import find_kernel_sets
 
 __all__ = ["ffibuilder"]
 
@@ -29,9 +28,11 @@ COMPILE_ARGS = ["-std=c11", "-O3", "-ffp-contract=off", "-fno-math-errno", "-fvi
 if sys.platform == "win32" or platform.python_implementation() != "CPython":
     COMPILE_ARGS = []
 
-HEADERS = ("bagua_native.h", "minmax_uint8.h", "low_precision_decentralized.h", "adam_update.h")  # the cdef
-SOURCES = ("parallel.c", "minmax_uint8.c", "minmax_uint8_fused.c", "low_precision_decentralized.c", "adam_update.c")
-INTERNAL_HEADERS = ("parallel.h", "minmax_uint8_internal.h")
+KERNEL_SETS = find_kernel_sets()
+HEADERS = (header_path("bagua_native.h"), *(h for s in KERNEL_SETS for h in s.cpu_headers))  # the cdef
+SOURCES = (header_path("parallel.c"), *(c for s in KERNEL_SETS for c in s.cpu_sources))
+INTERNAL_HEADERS = (header_path("parallel.h"), *(h for s in KERNEL_SETS for h in s.internal_headers))
+INCLUDE_DIRS = tuple(dict.fromkeys([HERE, *(d for s in KERNEL_SETS for d in s.include_dirs)]))
 
 ffibuilder = FFI()
 for name in HEADERS:
@@ -39,10 +40,10 @@ for name in HEADERS:
         ffibuilder.cdef(cdef_from_header(header.read()))
 ffibuilder.set_source(
     "bagua_core._native_cpu",
-    "".join(f'#include "{name}"\n' for name in HEADERS),
-    sources=[os.path.relpath(os.path.join(HERE, name)) for name in SOURCES],
-    depends=[os.path.relpath(os.path.join(HERE, name)) for name in HEADERS + INTERNAL_HEADERS],
-    include_dirs=[HERE],
+    "".join(f'#include "{os.path.basename(path)}"\n' for path in HEADERS),
+    sources=[os.path.relpath(path) for path in SOURCES],
+    depends=[os.path.relpath(path) for path in HEADERS + INTERNAL_HEADERS],
+    include_dirs=list(INCLUDE_DIRS),
     extra_compile_args=COMPILE_ARGS,
     libraries=["m", "pthread"] if sys.platform != "win32" else [],
 )

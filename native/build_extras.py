@@ -3,7 +3,7 @@
 * ``write_abi_modules``: cffi out-of-line ABI modules ``_native_cuda_ffi.py`` and ``_nccl_ffi.py``
   (the parsed cdefs of the headers ``ABI_MODULES`` lists; the libraries are dlopen-ed).
 * ``build_cuda_library``: ``_native_cuda.so`` from ``CUDA_SOURCES`` with nvcc (one library: its shared
-  part, the MinMaxUInt8 codec's kernels, low_precision_decentralized's fused steps), skipped with
+  part and the CUDA kernels every owner's ``kernels.toml`` lists, ``kernel_sets.py``), skipped with
   a printed note when nvcc is missing, fails, or ``BAGUA_BUILD_CUDA=0``; never fails the install.
   ``BAGUA_CUDA_ARCHS`` (default ``"80;90"``) lists the SM binaries; PTX of the lowest is added so
   newer GPUs JIT it.
@@ -20,19 +20,21 @@ from cffi import FFI
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cdef_header import cdef_from_header, header_path
+from kernel_sets import find_kernel_sets
 
 __all__ = ["ABI_MODULES", "build_cuda_library", "find_nvcc", "write_abi_modules"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+KERNEL_SETS = find_kernel_sets()
 ABI_MODULES = {
-    "_native_cuda_ffi": ("bagua_cuda.h", "minmax_uint8_cuda.h", "low_precision_decentralized_cuda.h"),
-    "_nccl_ffi": ("nccl_api.h",),
+    "_native_cuda_ffi": (header_path("bagua_cuda.h"), *(h for s in KERNEL_SETS for h in s.cuda_headers)),
+    "_nccl_ffi": (header_path("nccl_api.h"),),
 }
 """The run-time loaded libraries' ffi modules and the headers of each one's cdef (``bagua_core.runtime.native``
 parses these headers itself in a source checkout that was never built)."""
-CUDA_SOURCES = tuple(os.path.join(HERE, name) for name in
-                     ("bagua_cuda.cu", "minmax_uint8_cuda.cu", "low_precision_decentralized_cuda.cu"))
-CUDA_INTERNAL_HEADERS = ("minmax_uint8_cuda_internal.cuh",)
+CUDA_SOURCES = (header_path("bagua_cuda.cu"), *(c for s in KERNEL_SETS for c in s.cuda_sources))
+CUDA_INTERNAL_HEADERS = tuple(h for s in KERNEL_SETS for h in s.internal_headers)
+CUDA_INCLUDE_DIRS = tuple(dict.fromkeys([HERE, *(d for s in KERNEL_SETS if s.cuda_sources for d in s.include_dirs)]))
 CUDA_LIBRARY = "_native_cuda.so"
 
 
@@ -80,7 +82,7 @@ def _nvcc_command(nvcc: str, output: str) -> list[str]:
         "-cudart",
         "static",
         *gencode,
-        f"-I{HERE}",
+        *(f"-I{directory}" for directory in CUDA_INCLUDE_DIRS),
         *CUDA_SOURCES,
         "-o",
         output,

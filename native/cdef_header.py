@@ -17,7 +17,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def header_path(name: str) -> str:
-    """Absolute path of the header ``name`` in ``native/``."""
+    """Absolute path of the file ``name`` of ``native/`` (an absolute path stays as it is)."""
     return os.path.join(_HERE, name)
 
 
