@@ -22,7 +22,7 @@ import torch
 from bagua_codecs import minmax_kernels as kernels
 from bagua_codecs.minmax_kernels.layout import EPS
 from bagua_core.codecs import Codec, RowwiseCodec
-from bagua_core.runtime import native
+from bagua_core.kernels import native_backend
 
 __all__ = ["MinMaxUInt8Codec", "MinMaxUInt4Codec"]
 
@@ -40,7 +40,7 @@ class MinMaxUInt8Codec(Codec):
 
     @property
     def native(self) -> bool:
-        return native.backend == "native"
+        return native_backend() == "native"
 
     def encode(self, x: torch.Tensor, n_chunks: int = 1, *, out: torch.Tensor | None = None,
                nonfinite: str = "propagate") -> torch.Tensor:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from bagua_codecs import BUILTIN_CODECS
+from bagua_core.api import hookimpl
 from bagua_core.codecs import Codec
-from bagua_core.plugins import hookimpl
 
 __all__ = ["bagua_register_codecs"]
 

@@ -124,11 +124,12 @@ def replicated_bytes(name: str) -> int:
 
 
 def _shard(method: str, model: torch.nn.Module, mesh: Any) -> torch.nn.Module:
-    """FSDP2 on every block and the root: on the 2-D mesh (torch's HSDP, or bagua between the nodes), on
-    the node's ranks only for ``alone`` (no communication between nodes: the zero-communication limit)."""
+    """FSDP2 on every block and the root: on the 2-D mesh for torch's HSDP, on the node's ranks (the mesh's
+    ``"shard"`` row) for bagua's methods, which run between the nodes, and for ``alone`` (no communication
+    between nodes: the zero-communication limit)."""
     from torch.distributed.fsdp import fully_shard
 
-    target = mesh["shard"] if method in SHARDED_ALONE else mesh
+    target = mesh if method == "hsdp" else mesh["shard"]
     for block in model.blocks:
         fully_shard(block, mesh=target)
     fully_shard(model, mesh=target)

@@ -74,23 +74,34 @@ def test_joiner_check_names_the_field() -> None:
         ft_state.check_joiner({**quorum, "algorithm": "gradient_allreduce"}, quorum)
 
 
+def _as_wrapped(model: torch.nn.Module, optimizer: torch.optim.Optimizer, impl: object, step: int) -> None:
+    """Give ``model`` the module state a wrap would (the parts capture and restore read), without a wrap."""
+    from bagua_core.lifecycle.capabilities import Capabilities
+    from bagua_core.lifecycle.module_state import ModuleState
+    from bagua_core.lifecycle.state import set_state
+
+    declaration = types.SimpleNamespace(name="probe", canonical_options=lambda: {})
+    set_state(model, ModuleState(declaration, impl, Capabilities(), None, [optimizer], "probe", True,  # type: ignore
+                                 train_step_counter=step))
+
+
 def test_capture_and_restore_round_trip() -> None:
+    from bagua_core.lifecycle.module_state import state_of
+
     model = torch.nn.Linear(3, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     model(torch.randn(4, 3)).sum().backward()
     optimizer.step()
     impl_state = {"q": torch.ones(2)}
-    model.bagua_optimizers = [optimizer]
-    model.bagua_train_step_counter = 5
-    model.bagua_algorithm = types.SimpleNamespace(state_dict=lambda: impl_state,
-                                                  load_state_dict=lambda s: impl_state.update(s))
+    _as_wrapped(model, optimizer, types.SimpleNamespace(state_dict=lambda: impl_state,
+                                                         load_state_dict=lambda s: impl_state.update(s)), 5)
     saved = ft_state.capture(model, ("weights", "optimizer", "algorithm_state", "step"))
     # weights (6 + 2 floats), momentum (the same) and the impl's 2 floats: what a heal of this state moves
     assert ft_state.tree_bytes(saved) == (8 + 8 + 2) * 4
     before = [p.detach().clone() for p in model.parameters()]
     optimizer.step()  # the step that fails
     impl_state["q"].add_(1)  # captured tensors are copies: this must not leak into `saved`
-    model.bagua_train_step_counter = 6
+    state_of(model).train_step_counter = 6
     ft_state.restore(model, saved)
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert torch.equal(impl_state["q"], torch.ones(2)) and model.bagua_train_step_counter == 5
@@ -101,10 +112,9 @@ def test_capture_and_restore_round_trip() -> None:
 def test_capture_copies_a_tensor_reached_twice_once() -> None:
     model = torch.nn.Linear(3, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    model.bagua_optimizers, model.bagua_train_step_counter = [optimizer], 1
     # an algorithm's state holding the parameters (as diloco's local copy), and fresh scalars of equal shape
-    model.bagua_algorithm = types.SimpleNamespace(state_dict=lambda: {
-        "local": [p.detach() for p in model.parameters()], "a": torch.tensor(1.0), "b": torch.tensor(2.0)})
+    _as_wrapped(model, optimizer, types.SimpleNamespace(state_dict=lambda: {
+        "local": [p.detach() for p in model.parameters()], "a": torch.tensor(1.0), "b": torch.tensor(2.0)}), 1)
     saved = ft_state.capture(model, ("weights", "optimizer", "algorithm_state", "step"))
     assert saved["algorithm_state"]["local"][0] is saved["weights"]["weight"]
     assert saved["weights"]["weight"].data_ptr() != model.weight.data_ptr()
@@ -176,20 +186,20 @@ def test_runtime_quiesces_before_the_quorum_and_the_commit_decision() -> None:
 
     model = torch.nn.Linear(3, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    model.bagua_optimizers, model.bagua_train_step_counter = [optimizer], 1
-    model.bagua_algorithm = types.SimpleNamespace(state_dict=lambda: {}, load_state_dict=lambda s: None,
-                                                  quiesce=quiesce)
+    _as_wrapped(model, optimizer, types.SimpleNamespace(state_dict=lambda: {}, load_state_dict=lambda s: None,
+                                                         quiesce=quiesce), 1)
     runtime = FaultTolerantRuntime.__new__(FaultTolerantRuntime)
     runtime.options = types.SimpleNamespace(replica_id="r", timeout_s=4.0)
+    runtime.ft_group = types.SimpleNamespace(quorum_id=7)
     runtime.manager = types.SimpleNamespace(
-        start_quorum=lambda: calls.append("quorum"), _quorum_id=7, errored=lambda: None,
+        start_quorum=lambda: calls.append("quorum"), errored=lambda: None,
         should_commit=lambda timeout=None: calls.append("commit") or "error" not in calls[-2],
         report_error=lambda exc: calls.append(f"error {exc}"))
     runtime.quorum_id, runtime.module, runtime.policy = 7, model, FaultTolerance(commit="after_step")
     runtime.group = types.SimpleNamespace(managed_groups=[], world_size=1)
     runtime.stats = {"committed": 0, "discarded": 0, "first_commit_s": 1.0, "healed": 0, "heal_s": 0.0}
     runtime.data_position, runtime._batch_samples, runtime.step_open = 0, 0, False
-    runtime.shard_layout, runtime._readers = None, (0, 1)
+    runtime._readers = (0, 1)
     for fail in (False, True):
         failing[0], calls[:] = fail, []
         runtime.begin_step(model)
@@ -318,8 +328,9 @@ def _attach_error(fault_tolerance: FaultTolerance | None, options: dict) -> str:
     from bagua_core.lifecycle.state import set_state
 
     declaration = types.SimpleNamespace(name="ft_probe", canonical_options=lambda: dict(options))
-    module = types.SimpleNamespace(bagua_capabilities=Capabilities(fault_tolerance=fault_tolerance))
-    set_state(module, ModuleState(declaration, do_flatten=True))  # type: ignore[arg-type]
+    capabilities = Capabilities(fault_tolerance=fault_tolerance)
+    module = types.SimpleNamespace(bagua_capabilities=capabilities)
+    set_state(module, ModuleState(declaration, None, capabilities, None, [], "probe", True))  # type: ignore[arg-type]
     with pytest.raises(BaguaConfigError) as info:
         runtime.attach(module)  # type: ignore[arg-type]
     return str(info.value)

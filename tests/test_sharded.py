@@ -42,6 +42,12 @@ def _torch_mesh(nodes: int, per_node: int):
     return init_device_mesh("cpu", (nodes, per_node), mesh_dim_names=("replicate", "shard"))
 
 
+def _one_mesh_over_the_job():
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("shard",))
+
+
 def _hsdp_equal(rank: int, nodes: int, per_node: int, steps: int) -> float:
     import bagua_core as bagua
 
@@ -74,7 +80,8 @@ def test_gradient_allreduce_on_shards_equals_torch_hsdp(nodes: int, per_node: in
 def _refused(rank: int, what: str) -> str:
     import bagua_core as bagua
 
-    mesh = _torch_mesh(1, 4) if what == "crossing" else bagua.node_mesh("cpu")
+    meshes = {"crossing": _one_mesh_over_the_job, "2-D": lambda: _torch_mesh(2, 2)}
+    mesh = meshes[what]() if what in meshes else bagua.node_mesh("cpu")
     if what == "replicating replica":  # as a fault-tolerant replica's group is marked by its bootstrap
         from bagua_core.runtime.membership import Membership
         from bagua_core.runtime.process_group import get_default_group
@@ -91,7 +98,14 @@ def _refused(rank: int, what: str) -> str:
 
 def test_a_shard_dimension_across_nodes_is_refused() -> None:
     for message in run_workers(_refused, 4, "crossing", local_size=2):
-        assert "shard dimension crosses nodes" in message and "bagua.node_mesh()" in message
+        assert "the mesh crosses nodes" in message and "bagua.node_mesh()" in message, message
+
+
+def test_a_two_dimensional_mesh_is_refused_with_the_line_to_write() -> None:
+    """FSDP2 all-reduces over a 2-D mesh's replicate dimension itself: the error shows the 1-D mesh to use."""
+    for message in run_workers(_refused, 4, "2-D", local_size=2):
+        assert "2-D DeviceMesh ('replicate', 'shard')" in message, message
+        assert "mesh = bagua.node_mesh()" in message and 'mesh["shard"]' in message, message
 
 
 def test_an_algorithm_without_sharding_support_is_refused_by_name() -> None:
@@ -118,3 +132,109 @@ def _replicated_path(rank: int) -> bool:
 
 def test_a_model_without_dtensor_parameters_takes_the_replicated_path() -> None:
     assert all(run_workers(_replicated_path, 4, local_size=2))
+
+
+# --- FSDP2's public hooks: the exchange overlaps backward; accumulation; the preconditions --------------------
+def _exchange_during_backward(rank: int) -> dict:
+    import bagua_core as bagua
+    from bagua_core.lifecycle.module_state import state_of
+
+    model = _shard(Blocks(), bagua.node_mesh("cpu"))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model = model.with_bagua([optimizer], "gradient_allreduce")
+    state = state_of(model)
+    seen: list[tuple[str, bool, bool]] = []
+    for bucket in state.buckets:  # after the allreduce: was the buffer FSDP2's, and was backward still running?
+        bucket.append_op(lambda b: seen.append((b.name, b.buffer is not None, state.post_backward_queued)))
+    views = []
+    for _ in range(2):
+        optimizer.zero_grad()
+        model(torch.randn(4, 16)).pow(2).mean().backward()
+        views.append(all(p.grad.to_local().untyped_storage().data_ptr() != 0 for p in model.parameters()))
+        optimizer.step()
+    return {"buckets": len(state.buckets), "units": len(state.shard.units), "lent": sorted(state.lent),
+            "seen": seen, "verified": state.lent_verified, "views": views,
+            "group_has_no_layout": not hasattr(model.process_group, "shard")}
+
+
+def test_each_units_exchange_starts_during_backward_on_fsdp2s_own_buffer() -> None:
+    """One bucket per fully_shard-ed module; each is lent FSDP2's reduce-scatter output and its allreduce runs
+    before the end of backward (the end-of-backward callback not yet run), and the gradients FSDP2 assigns are
+    where the bucket laid them out (checked by the core on the first step)."""
+    for rank, out in enumerate(run_workers(_exchange_during_backward, 4, local_size=2, timeout=240)):
+        assert out["buckets"] == out["units"] == 4 and out["lent"] == [0, 1, 2, 3], (rank, out)
+        assert len(out["seen"]) == 8 and all(lent and in_backward for _, lent, in_backward in out["seen"]), out
+        assert out["verified"] and all(out["views"]) and out["group_has_no_layout"], out
+
+
+def _accumulated(rank: int, nodes: int, per_node: int) -> float:
+    import bagua_core as bagua
+
+    reference = _shard(Blocks(), _torch_mesh(nodes, per_node))
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    ours = _shard(Blocks(), bagua.node_mesh("cpu"))
+    optimizer = torch.optim.SGD(ours.parameters(), lr=0.1)
+    ours = ours.with_bagua([optimizer], "gradient_allreduce")
+    generator = torch.Generator().manual_seed(rank)
+    worst = 0.0
+    for _ in range(3):
+        first, second = torch.randn(4, 16, generator=generator), torch.randn(4, 16, generator=generator)
+        ref_opt.zero_grad()
+        reference.set_requires_gradient_sync(False)
+        reference(first).pow(2).mean().backward()
+        reference.set_requires_gradient_sync(True)
+        reference(second).pow(2).mean().backward()
+        ref_opt.step()
+        optimizer.zero_grad()
+        with ours.no_sync():
+            ours(first).pow(2).mean().backward()
+        ours(second).pow(2).mean().backward()
+        optimizer.step()
+        worst = max(worst, max((a.to_local() - b.to_local()).abs().max().item()
+                               for a, b in zip(reference.parameters(), ours.parameters())))
+    ours.bagua_shutdown()
+    return worst
+
+
+def test_no_sync_accumulates_and_the_next_backward_exchanges_the_sum() -> None:
+    """Inside no_sync FSDP2 still reduce-scatters and accumulates the shards; the next backward's buckets are not
+    lent (FSDP2 adds to the gradients there) and exchange the accumulated shards at the end of backward: the
+    result is torch's HSDP accumulating the same micro-batches."""
+    results = run_workers(_accumulated, 4, 2, 2, local_size=2, timeout=240)
+    assert max(results) < 1e-5, results
+
+
+def _wrapped(rank: int, what: str) -> str:
+    import bagua_core as bagua
+    from torch.distributed.fsdp import fully_shard
+
+    model = Blocks()
+    mesh = bagua.node_mesh("cpu")
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model.head, mesh=mesh)
+    if what == "ddp":  # (else the root is left out)
+        fully_shard(model, mesh=mesh)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    try:
+        if what == "ddp":
+            wrapper = bagua.DistributedDataParallel(model, optimizers=[optimizer], algorithm="gradient_allreduce")
+            wrapper(torch.randn(4, 16)).sum().backward()
+            optimizer.step()
+            return f"trained: {len(wrapper.module.process_group.ranks)} ranks per shard"
+        model.with_bagua([optimizer], "gradient_allreduce")
+    except Exception as exc:  # every rank raises the same
+        return f"{type(exc).__name__}: {exc}"
+    return "no error"
+
+
+def test_a_root_that_is_not_fully_sharded_is_refused_saying_what_to_do() -> None:
+    for message in run_workers(_wrapped, 4, "root", local_size=2):
+        assert "the model's root (Blocks) is not fully_shard-ed" in message, message
+        assert "fully_shard(model, mesh=mesh) on the root too" in message, message
+
+
+def test_bagua_ddp_takes_a_sharded_model() -> None:
+    """bagua.DistributedDataParallel with no process group passes none on: a sharded model is not refused."""
+    for message in run_workers(_wrapped, 4, "ddp", local_size=2):
+        assert message == "trained: 2 ranks per shard", message

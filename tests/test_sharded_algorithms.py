@@ -37,11 +37,20 @@ def _fully_shard(model: torch.nn.Module, mesh, mixed_precision: bool = False) ->
 
 
 def _full(model: torch.nn.Module) -> torch.Tensor:
-    """The whole model's parameters, flat (a sharded model's gathered inside its node)."""
+    """The whole model's parameters, flat, on the CPU (a sharded model's dim-0 shards gathered inside its node
+    with a plain collective: DTensor's ``full_tensor()`` takes torch's functional collectives, which crash over
+    gloo on CUDA tensors in torch 2.11)."""
     from torch.distributed.tensor import DTensor
 
-    return torch.cat([(p.full_tensor() if isinstance(p, DTensor) else p).detach().reshape(-1).float()
-                      for p in model.parameters()])
+    parts = []
+    for p in model.parameters():
+        if isinstance(p, DTensor):
+            shards: list = [None] * p.device_mesh.size()
+            dist.all_gather_object(shards, p.to_local().detach().cpu(), group=p.device_mesh.get_group())
+            parts.append(torch.cat(shards).reshape(-1).float())
+        else:
+            parts.append(p.detach().cpu().reshape(-1).float())
+    return torch.cat(parts)
 
 
 def _node_batch(node: int, t: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -41,8 +41,7 @@ from __future__ import annotations
 from bagua_algorithms.async_model_average.algorithm import AsyncModelAverageAlgorithm, AsyncModelAverageAlgorithmImpl
 from bagua_algorithms.async_model_average.averager import AsyncModelAverager
 from bagua_algorithms.async_model_average.config import AsyncModelAverageConfig
-from bagua_core.lifecycle.algorithm import Algorithm
-from bagua_core.plugins import hookimpl
+from bagua_core.api import Algorithm, hookimpl
 
 __all__ = ["AsyncModelAverageAlgorithm", "AsyncModelAverageAlgorithmImpl", "AsyncModelAverageConfig",
            "AsyncModelAverager"]

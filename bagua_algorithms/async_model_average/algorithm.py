@@ -10,12 +10,19 @@ import torch
 
 from bagua_algorithms.async_model_average.averager import AsyncModelAverager
 from bagua_algorithms.async_model_average.config import AsyncModelAverageConfig
-from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmImpl, split_into_buckets
-from bagua_core.lifecycle.bucket import BaguaBucket
-from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp
-from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
-from bagua_core.runtime import env, failure
-from bagua_core.runtime.communication.communicator import BaguaCommunicator
+from bagua_core.api import (
+    Algorithm,
+    AlgorithmImpl,
+    BaguaBucket,
+    BaguaCommunicator,
+    Capabilities,
+    CentralizedSynchronousOp,
+    FaultTolerance,
+    failure_guard,
+    first_failure,
+    get_comm_timeout_s,
+    split_into_buckets,
+)
 
 __all__ = ["AsyncModelAverageAlgorithm", "AsyncModelAverageAlgorithmImpl"]
 
@@ -47,7 +54,6 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
         self._forced_async = False
         self._active = True
         self._holds_lock = False
-        self._stepped = 0
 
     # --- phases ----------------------------------------------------------------------------------
     def _wants_async(self) -> bool:
@@ -86,7 +92,6 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
 
     def init_forward_pre_hook(self, bagua_module: torch.nn.Module) -> Callable:
         def hook(inputs) -> None:
-            self._stepped = 0
             if not self._async_phase:
                 return
             if not self._holds_lock:
@@ -117,10 +122,9 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
 
         return hook
 
-    def init_post_optimizer_step_hook(self, bagua_module: torch.nn.Module) -> Callable:
-        def hook(optimizer: torch.optim.Optimizer) -> None:
-            self._stepped += 1
-            if self._async_phase and self._stepped >= len(bagua_module.bagua_optimizers):
+    def init_step_end_hook(self, bagua_module: torch.nn.Module) -> Callable:
+        def hook() -> None:  # every optimizer has stepped: the weights are the background's again
+            if self._async_phase:
                 self._release_lock()
 
         return hook
@@ -132,13 +136,13 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
         bagua_module = getattr(bagua_module, "inner", bagua_module)
         if not self._active:
             return
-        with failure.guard("aborting asynchronous model averaging"):
+        with failure_guard("aborting asynchronous model averaging"):
             if not self._async_phase:  # still in warmup here, but other ranks may be averaging already
                 self._forced_async = True
                 bagua_module.bagua_reset()
             self._release_lock()
             self._active = False
-            self.averager.abort(timeout=env.get_comm_timeout_s())
+            self.averager.abort(timeout=get_comm_timeout_s())
 
     def resume(self, bagua_module: torch.nn.Module) -> None:
         """Restart the averaging stopped by :meth:`abort` (every rank must resume). ``bagua_module``: the
@@ -154,13 +158,13 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
         starts them again. Raises the error of a failed round (nothing of it was applied)."""
         if self.fault_tolerant and self.averager is not None:
             self._release_lock()
-            self.averager.stop_for_step(timeout=env.get_comm_timeout_s())
+            self.averager.stop_for_step(timeout=get_comm_timeout_s())
 
     def shutdown(self, bagua_module: torch.nn.Module) -> None:
         """Stop the loop (collectively: every rank re-wraps or shuts down the module; in fault-tolerant mode
         the loop was stopped at the end of the last step, and a quorum's group is not agreed on again)."""
         if self.averager is not None and self.averager.running:
-            if failure.first_failure() is not None or self.fault_tolerant:  # the others will not agree to stop
+            if first_failure() is not None or self.fault_tolerant:  # the others will not agree to stop
                 self.averager.stop_locally(timeout=1.0)
             else:
                 self.abort(bagua_module)

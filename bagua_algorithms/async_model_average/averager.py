@@ -42,13 +42,18 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 
-from bagua_core.runtime import env, failure
-from bagua_core.runtime.communication import ReduceOp, allreduce_inplace
-from bagua_core.runtime.communication.communicator import BaguaCommunicator
-from bagua_core.runtime.exceptions import JobFailureError
+from bagua_core.api import (
+    BaguaCommunicator,
+    JobFailureError,
+    ReduceOp,
+    allreduce_inplace,
+    get_comm_timeout_s,
+    group_failure,
+    translate_failure,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bagua_core.lifecycle.bucket import BaguaBucket
+    from bagua_core.api import BaguaBucket
 
 __all__ = ["AsyncModelAverager", "new_async_communicator"]
 
@@ -58,7 +63,7 @@ _communicator_ids = itertools.count()  # every process creates them in the same 
 def new_async_communicator(ranks: list[int]) -> BaguaCommunicator:
     """A communicator over ``ranks`` on a fresh torch process group; collective: every process of the
     job calls it, in the same order as its other groups (torch's ``new_group`` rule)."""
-    timeout = datetime.timedelta(seconds=env.get_comm_timeout_s())
+    timeout = datetime.timedelta(seconds=get_comm_timeout_s())
     ranks = sorted(ranks)
     group = dist.new_group(ranks, timeout=timeout)
     name = f"async_model_average/{next(_communicator_ids)}"
@@ -247,7 +252,7 @@ class AsyncModelAverager:
     def _check_group(self) -> None:
         """Raise if a collective of this round failed: a fault-tolerant mode's managed group reports a peer's
         failure in its ``error`` and leaves the buffers as they were (partial sums), instead of raising."""
-        error = getattr(self.comm.torch_group, "error", None)
+        error = group_failure(self.comm.torch_group)
         if error is not None:
             raise RuntimeError(f"an averaging round between replicas failed, nothing of it is applied: {error}")
 
@@ -261,7 +266,7 @@ class AsyncModelAverager:
                 if self._round():
                     return
         except Exception as exc:  # raised by the training thread at its next forward, or by abort()
-            if self.step_bound:  # fault-tolerant mode: the step fails, not the job (failure.translate records that)
+            if self.step_bound:  # fault-tolerant mode: the step fails, not the job (translate_failure records that)
                 self.error = exc
             else:
-                self.error = failure.translate(exc, "an asynchronous model averaging round")
+                self.error = translate_failure(exc, "an asynchronous model averaging round")

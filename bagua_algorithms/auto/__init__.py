@@ -50,8 +50,7 @@ from __future__ import annotations
 from bagua_algorithms.auto.algorithm import AutoAlgorithm, Plan
 from bagua_algorithms.auto.chooser import AutoImpl
 from bagua_algorithms.auto.config import AUTO, AutoConfig, candidate_names
-from bagua_core.lifecycle.algorithm import Algorithm
-from bagua_core.plugins import hookimpl
+from bagua_core.api import Algorithm, hookimpl
 
 __all__ = ["AUTO", "AutoAlgorithm", "AutoConfig", "AutoImpl", "Plan", "candidate_names"]
 

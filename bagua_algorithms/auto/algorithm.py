@@ -10,12 +10,19 @@ import torch
 
 from bagua_algorithms.auto.chooser import AutoImpl
 from bagua_algorithms.auto.config import AUTO, AutoConfig, candidate_names
-from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig
-from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
-from bagua_core.plugins import algorithm_registry
-from bagua_core.runtime.exceptions import BaguaConfigError
-from bagua_core.runtime.membership import FIXED, Membership
-from bagua_core.selection.single_node import defaults_to_hierarchical, on_one_node, without_hierarchy
+from bagua_core.api import (
+    Algorithm,
+    AlgorithmConfig,
+    BaguaConfigError,
+    Capabilities,
+    FaultTolerance,
+    FIXED,
+    Membership,
+    algorithm_registry,
+    defaults_to_hierarchical,
+    on_one_node,
+    without_hierarchy,
+)
 
 __all__ = ["AutoAlgorithm", "Plan"]
 
@@ -91,8 +98,9 @@ class AutoAlgorithm(Algorithm):
                 "candidates": {d.name: d.canonical_options() for d in self.declarations}}
 
     def reify(self, process_group: Any) -> AutoImpl:
-        return AutoImpl(process_group, self.config,
-                        self.plan(process_group.membership, sharded=getattr(process_group, "shard", None) is not None))
+        membership = process_group.membership
+        return AutoImpl(process_group, self.config, self.plan(membership),
+                        sharded_plan=lambda: self.plan(membership, sharded=True))
 
 
 def _fault_tolerance(declarations: Sequence[Algorithm]) -> FaultTolerance:

@@ -13,12 +13,19 @@ from typing import Any
 import torch
 
 from bagua_algorithms.auto.link import measure_link
-from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmImpl
-from bagua_core.lifecycle.bucket import BaguaBucket
-from bagua_core.lifecycle.capabilities import Capabilities, capabilities_of
-from bagua_core.lifecycle.module_state import state_of
-from bagua_core.runtime.exceptions import BaguaConfigError
-from bagua_core.runtime.communication import ReduceOp, allreduce_inplace, broadcast
+from bagua_core.api import (
+    Algorithm,
+    AlgorithmImpl,
+    BaguaBucket,
+    BaguaConfigError,
+    Capabilities,
+    ReduceOp,
+    allreduce_inplace,
+    broadcast,
+    capabilities_of,
+    is_sharded,
+    switch_algorithm,
+)
 
 
 __all__ = ["AutoImpl"]
@@ -35,11 +42,13 @@ class AutoImpl(AlgorithmImpl):
     """Read by ``bagua_core.selection.autotune``: this impl hands the module to the chosen impl, which is tuned
     (if its capabilities allow) once it runs the module by itself; this one is never tuned."""
 
-    def __init__(self, process_group: Any, config: Any, plan: Any) -> None:
+    def __init__(self, process_group: Any, config: Any, plan: Any, sharded_plan: Callable[[], Any] | None = None) -> None:
         """``config``: ``auto``'s options; ``plan``: its candidates for this group's membership
-        (``AutoAlgorithm.plan``)."""
+        (``AutoAlgorithm.plan``); ``sharded_plan``: the plan for a model sharded with FSDP2 (taken at the first
+        rebuild of a sharded module's buckets, before any trial)."""
         super().__init__(process_group, config)
         self.plan = plan
+        self._sharded_plan = sharded_plan
         self.index = 0
         self.current: AlgorithmImpl = plan.declarations[0].reify(process_group)
         self._module: torch.nn.Module | None = None
@@ -84,7 +93,7 @@ class AutoImpl(AlgorithmImpl):
         self.index = index
         declaration = self.plan.declarations[index]
         self.current = declaration.reify(self.process_group)
-        module.bagua_capabilities = self._capabilities(declaration)
+        switch_algorithm(module, capabilities=self._capabilities(declaration))
         logger.info("step %d: auto trial of %s", module.bagua_train_step_counter, declaration.name)
 
     def _capabilities(self, declaration: Algorithm) -> Capabilities:
@@ -135,8 +144,8 @@ class AutoImpl(AlgorithmImpl):
         if self.keeps_module:
             self.decided = best
         else:
-            module.bagua_algorithm = self.current  # from now on the chosen impl runs the module by itself
-            state_of(module).declaration = chosen
+            # from now on the chosen impl runs the module by itself
+            switch_algorithm(module, impl=self.current, declaration=chosen)
         logger.info("auto chose %s at step %d: step time (max over ranks) %s; link latency %.3g ms, bandwidth "
                     "%.3g MB/s; model %.3g MB; declared relative bytes %s; options %s", chosen.name,
                     result["decided_at_step"], {k: round(v, 6) for k, v in result["step_time_s"].items()},
@@ -148,7 +157,14 @@ class AutoImpl(AlgorithmImpl):
     def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
         if self._module is None:
             self._module = bagua_module
-            bagua_module.bagua_capabilities = self._capabilities(self.plan.declarations[self.index])
+            if is_sharded(bagua_module) and self._sharded_plan is not None:  # the candidates that run on shards
+                plan = self._sharded_plan()
+                if plan.declarations[0].name != self.plan.declarations[0].name:
+                    self.current.shutdown(bagua_module)
+                    self.current = plan.declarations[0].reify(self.process_group)
+                self.plan = plan
+                self.keeps_module = plan.fault_tolerance is not None
+            switch_algorithm(bagua_module, capabilities=self._capabilities(self.plan.declarations[self.index]))
         return self.current.init_tensors(bagua_module)
 
     def bucket_size_bytes(self) -> int:
@@ -174,6 +190,9 @@ class AutoImpl(AlgorithmImpl):
 
     def init_post_optimizer_step_hook(self, bagua_module: torch.nn.Module) -> Callable[[torch.optim.Optimizer], None]:
         return self.current.init_post_optimizer_step_hook(bagua_module)
+
+    def init_step_end_hook(self, bagua_module: torch.nn.Module) -> Callable[[], None] | None:
+        return self.current.init_step_end_hook(bagua_module)
 
     def communicates_after_optimizer_step(self, bagua_module: torch.nn.Module) -> bool:
         return self.current.communicates_after_optimizer_step(bagua_module)

@@ -6,9 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from bagua_core.lifecycle.algorithm import AlgorithmConfig
-from bagua_core.lifecycle.capabilities import auto_candidate
-from bagua_core.plugins import algorithm_registry
+from bagua_core.api import AlgorithmConfig, algorithm_registry, auto_candidate
 
 __all__ = ["AUTO", "AutoConfig", "candidate_names"]
 

@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from bagua_core.runtime.communication import BaguaCommunicator, ReduceOp, allreduce_inplace
+from bagua_core.api import BaguaCommunicator, ReduceOp, allreduce_inplace
 
 __all__ = ["measure_link"]
 

@@ -24,8 +24,7 @@ from __future__ import annotations
 from bagua_algorithms.bytegrad.algorithm import ByteGradAlgorithm, ByteGradAlgorithmImpl
 from bagua_algorithms.bytegrad.compressed import CompressedAllReduceOp
 from bagua_algorithms.bytegrad.config import ByteGradConfig
-from bagua_core.lifecycle.algorithm import Algorithm
-from bagua_core.plugins import hookimpl
+from bagua_core.api import Algorithm, hookimpl
 
 __all__ = ["ByteGradAlgorithm", "ByteGradAlgorithmImpl", "ByteGradConfig", "CompressedAllReduceOp"]
 

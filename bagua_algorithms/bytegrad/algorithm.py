@@ -6,9 +6,7 @@ import torch
 
 from bagua_algorithms.bytegrad.compressed import CompressedAllReduceOp
 from bagua_algorithms.bytegrad.config import ByteGradConfig
-from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmImpl
-from bagua_core.lifecycle.bucket import BaguaBucket
-from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
+from bagua_core.api import Algorithm, AlgorithmImpl, BaguaBucket, Capabilities, FaultTolerance
 
 __all__ = ["ByteGradAlgorithm", "ByteGradAlgorithmImpl"]
 

@@ -33,15 +33,20 @@ import torch
 
 from bagua_algorithms.bytegrad.compressed_pipeline import PipelinedExchange
 from bagua_algorithms.bytegrad.workspace import CompressedWorkspace
-from bagua_core.lifecycle.bucket_ops.hierarchy import broadcast_from_leader, reduce_to_leader, resolve_group
-from bagua_core.runtime import env
+from bagua_core.api import (
+    BaguaCommunicator,
+    ReduceOp,
+    allgather,
+    alltoall,
+    broadcast_from_leader,
+    get_nonfinite_policy,
+    reduce_to_leader,
+    resolve_group,
+)
 from bagua_core.codecs import Codec, check_codec_name, get_codec
-from bagua_core.runtime.communication import ReduceOp, allgather, alltoall
-from bagua_core.runtime.communication.communicator import BaguaCommunicator
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bagua_core.lifecycle.bucket import BaguaBucket
-    from bagua_core.runtime.process_group import BaguaProcessGroup
+    from bagua_core.api import BaguaBucket, BaguaProcessGroup
 
 __all__ = ["CompressedAllReduceOp", "CompressedWorkspace", "compressed_allreduce", "compressed_allreduce_on",
            "start_compressed_allreduce", "start_compressed_allreduce_on"]
@@ -103,7 +108,7 @@ def start_compressed_allreduce_on(
             return exchange.finish
         exchange.run()
         return _nothing
-    nonfinite = env.get_nonfinite_policy()
+    nonfinite = get_nonfinite_policy()
     for values, chunks, slots in _pieces(flat, n, ws):
         codec.encode(values, chunks, out=slots, nonfinite=nonfinite)
     if n > 1:

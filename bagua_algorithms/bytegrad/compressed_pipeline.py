@@ -30,11 +30,18 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from bagua_core.api import (
+    BaguaCommunicator,
+    Segment,
+    get_nonfinite_policy,
+    post_receives,
+    record_payload,
+    schedule,
+    segments,
+    send_segment,
+    wait_all,
+)
 from bagua_core.codecs import Codec
-from bagua_core.lifecycle.bucket_ops.pipeline import Segment, post_receives, schedule, segments, send_segment, wait_all
-from bagua_core.runtime import env
-from bagua_core.runtime.communication.common import record
-from bagua_core.runtime.communication.communicator import BaguaCommunicator
 
 if TYPE_CHECKING:  # pragma: no cover
     from bagua_algorithms.bytegrad.workspace import CompressedWorkspace
@@ -70,7 +77,7 @@ class PipelinedExchange:
         if len(self.segs) > _ROUND2:  # pragma: no cover - 2**34 values per rank
             raise ValueError(f"a bytegrad chunk of {ws.chunk} values needs {len(self.segs)} segments, at most {_ROUND2}")
         self.peers = [p for p in range(self.n) if p != self.me]
-        self.nonfinite = env.get_nonfinite_policy()
+        self.nonfinite = get_nonfinite_policy()
         self.stats = codec.new_stats()
         self.sends: list = []
 
@@ -105,7 +112,7 @@ class PipelinedExchange:
         codec = self.codec
         for values, chunks, slots in self.pieces:
             codec.encode_headers(values, chunks, slots, nonfinite=self.nonfinite)
-        record("alltoall", self.ws.sent)
+        record_payload("alltoall", self.ws.sent)
         targets = [(p, self.sent[p]) for p in self.peers]
         for encoding, decoding in schedule(self.segs, None if decode else len(self.segs)):
             if encoding is not None:
@@ -127,7 +134,7 @@ class PipelinedExchange:
         codec, ws, flat, me, chunk = self.codec, self.ws, self.flat, self.me, self.ws.chunk
         own = self.gathered[me]
         codec.encode_headers_with_stats(ws.own, 1, own, self.stats, nonfinite=self.nonfinite)
-        record("allgather", own)
+        record_payload("allgather", own)
         # a codec with a fused encode_range_decoding decodes the own chunk while encoding it (its part of flat:
         # shorter, or empty, past the end); for the others, decoding it there would delay every send, so it
         # is decoded with the peers' chunks, behind the wire

@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import field_validator
 
+from bagua_core.api import AlgorithmConfig
 from bagua_core.codecs import check_codec_name
-from bagua_core.lifecycle.algorithm import AlgorithmConfig
 
 __all__ = ["ByteGradConfig"]
 

@@ -15,8 +15,7 @@ from __future__ import annotations
 from bagua_algorithms.decentralized.algorithm import DecentralizedAlgorithm, DecentralizedAlgorithmImpl
 from bagua_algorithms.decentralized.config import DecentralizedConfig
 from bagua_algorithms.decentralized.op import DecentralizedSynchronousOp
-from bagua_core.lifecycle.algorithm import Algorithm
-from bagua_core.plugins import hookimpl
+from bagua_core.api import Algorithm, hookimpl
 
 __all__ = ["DecentralizedAlgorithm", "DecentralizedAlgorithmImpl", "DecentralizedConfig", "DecentralizedSynchronousOp"]
 

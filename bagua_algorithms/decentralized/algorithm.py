@@ -23,9 +23,7 @@ import torch
 from bagua_algorithms.decentralized.config import DecentralizedConfig
 from bagua_algorithms.decentralized.op import DecentralizedSynchronousOp
 from bagua_algorithms.decentralized.weights import WeightCommunicatingImpl, is_communication_step
-from bagua_core.lifecycle.algorithm import Algorithm
-from bagua_core.lifecycle.bucket import BaguaBucket
-from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
+from bagua_core.api import Algorithm, BaguaBucket, Capabilities, FaultTolerance
 
 __all__ = ["DecentralizedAlgorithm", "DecentralizedAlgorithmImpl"]
 

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import field_validator
 
 from bagua_algorithms.decentralized.weights import check_positive_int
-from bagua_core.lifecycle.algorithm import AlgorithmConfig
+from bagua_core.api import AlgorithmConfig
 
 __all__ = ["DecentralizedConfig"]
 

@@ -30,18 +30,22 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from bagua_core.lifecycle.bucket_ops.centralized import start_allreduce_in_pieces
-from bagua_core.lifecycle.bucket_ops.hierarchy import resolve_group
-from bagua_core.runtime import env
-from bagua_core.runtime.communication import ReduceOp, broadcast, reduce_inplace
-from bagua_core.runtime.communication.common import record
-from bagua_core.runtime.communication.communicator import BaguaCommunicator
-from bagua_core.runtime.communication.host_staging import irecv, isend
-from bagua_core.runtime.exceptions import BaguaConfigError
+from bagua_core.api import (
+    BaguaCommunicator,
+    BaguaConfigError,
+    ReduceOp,
+    broadcast,
+    get_default_bucket_size,
+    irecv,
+    isend,
+    record_payload,
+    reduce_inplace,
+    resolve_group,
+    start_allreduce_in_pieces,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bagua_core.lifecycle.bucket import BaguaBucket
-    from bagua_core.runtime.process_group import BaguaProcessGroup
+    from bagua_core.api import BaguaBucket, BaguaProcessGroup
 
 __all__ = ["PEER_SELECTION_MODES", "DecentralizedSynchronousOp", "check_peers", "peer_count", "shift_one_peer"]
 
@@ -91,7 +95,7 @@ def _done() -> None:
 def _start_average_with_peers(tensor: torch.Tensor, comm: BaguaCommunicator, mode: str, round_index: int,
                               received: torch.Tensor | None, tag: int = 0) -> Callable[[], None]:
     """Start averaging ``tensor`` with the round's peers; return what finishes it. ``"all"``: one
-    allreduce per piece of ``env.get_default_bucket_size()`` bytes, all in flight at once (gloo runs
+    allreduce per piece of ``get_default_bucket_size()`` bytes, all in flight at once (gloo runs
     two at a time, so one's round trips overlap another's transfer, as gradient_allreduce's buckets do);
     ``"shift_one"``: the exchange with the partner (into ``received``), averaged when finished."""
     n = comm.nranks()
@@ -107,7 +111,7 @@ def _start_average_with_peers(tensor: torch.Tensor, comm: BaguaCommunicator, mod
     # announcement is written to the same socket after whatever this rank is already sending. Posted
     # second, it waited behind our whole message, so the two directions of the full-duplex link took
     # turns (twice the time the bytes need).
-    record("send", tensor)  # point-to-point: counted as every collective's payload is
+    record_payload("send", tensor)  # point-to-point: counted as every collective's payload is
     works = [
         irecv(received, peer, comm.torch_group, tag),
         isend(tensor, peer, comm.torch_group, tag),
@@ -133,7 +137,7 @@ def _average_in_node_then_with_peers(tensor: torch.Tensor, group: BaguaProcessGr
     intra, inter = group.get_intra_node_communicator(), group.get_inter_node_communicator()
     flat = tensor.view(-1)
     into = received.view(-1) if received is not None else None
-    step = max(1, min(NODE_PIECE_BYTES, env.get_default_bucket_size()) // flat.element_size())
+    step = max(1, min(NODE_PIECE_BYTES, get_default_bucket_size()) // flat.element_size())
     pieces = [slice(b, min(b + step, flat.numel())) for b in range(0, flat.numel(), step)]
     finishes = []
     for tag, piece in enumerate(pieces):

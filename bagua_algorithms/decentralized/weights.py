@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 from pydantic import ValidationInfo
 
-from bagua_core.lifecycle.algorithm import AlgorithmImpl
+from bagua_core.api import AlgorithmImpl
 
 __all__ = ["WeightCommunicatingImpl", "check_positive_int", "is_communication_step", "weight_tensors"]
 

@@ -41,8 +41,7 @@ from bagua_algorithms.decentralized_dp.topology import (
     topology_names,
 )
 from bagua_algorithms.decentralized_dp.wrapper import DecentralizedDataParallel
-from bagua_core.lifecycle.algorithm import Algorithm
-from bagua_core.plugins import hookimpl
+from bagua_core.api import Algorithm, hookimpl
 
 __all__ = [
     "AccumAdam",

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -42,11 +42,17 @@ from bagua_algorithms.decentralized_dp.config import DecentralizedDPConfig
 from bagua_algorithms.decentralized_dp.engine import DecentralizedEngine, OptimFn, SchedulerFn
 from bagua_algorithms.decentralized_dp.optim_fns import optim_fn_like
 from bagua_algorithms.decentralized_dp.topology import Topology, get_topology
-from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
-from bagua_core.lifecycle.bucket import BaguaBucket
-from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
-from bagua_core.runtime import failure
-from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError
+from bagua_core.api import (
+    Algorithm,
+    AlgorithmConfig,
+    AlgorithmImpl,
+    BaguaBucket,
+    BaguaConfigError,
+    BaguaError,
+    Capabilities,
+    FaultTolerance,
+    first_failure,
+)
 
 __all__ = ["DecentralizedDPAlgorithm", "DecentralizedDPAlgorithmImpl"]
 
@@ -190,7 +196,7 @@ class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
             self.engine.load_state_dict(state)
 
     def shutdown(self, bagua_module: torch.nn.Module) -> None:
-        if self.engine is not None and failure.first_failure() is None:  # after a failure nothing completes
+        if self.engine is not None and first_failure() is None:  # after a failure nothing completes
             self.engine.wait()
         if self._silenced is not None:
             for attribute in ("step", "_step_supports_amp_scaling"):

@@ -20,8 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from bagua_core.runtime.communication import stats
-from bagua_core.runtime.communication.host_staging import irecv, isend
+from bagua_core.api import irecv, isend, record_payload
 
 from bagua_algorithms.decentralized_dp.topology import Edge, mix_inplace
 
@@ -40,7 +39,7 @@ class PeerSum:
         # receives first: gloo sends once the partner announced its receive (see full_precision_op)
         self.works = [irecv(buf, comm.global_rank(r), group) for r, buf in self.received.items()]
         for r in self.received:
-            stats.record("send", buffer.numel() * buffer.element_size())
+            record_payload("send", buffer.numel() * buffer.element_size())
             self.works.append(isend(buffer, comm.global_rank(r), group))
         self.ranks = edge.ranks
 
@@ -118,7 +117,7 @@ class ParamBucket:
         if comm is not None and edge.size < comm.nranks():
             self.work = PeerSum(self.comm_buffer, edge, comm)
         else:
-            stats.record("allreduce", self.comm_buffer.numel() * self.comm_buffer.element_size())
+            record_payload("allreduce", self.comm_buffer.numel() * self.comm_buffer.element_size())
             group = comm.torch_group if comm is not None else edge.group
             self.work = dist.all_reduce(self.comm_buffer, op=dist.ReduceOp.SUM, group=group, async_op=True)
         self.pending = True

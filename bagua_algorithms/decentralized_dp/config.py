@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from bagua_algorithms.decentralized_dp.topology import topology_registry
-from bagua_core.lifecycle.algorithm import AlgorithmConfig
+from bagua_core.api import AlgorithmConfig
 
 __all__ = ["DecentralizedDPConfig"]
 

@@ -29,9 +29,14 @@ import torch.distributed as dist
 
 from bagua_algorithms.decentralized_dp.buckets import ParamBucket
 from bagua_algorithms.decentralized_dp.topology import Topology
-from bagua_core.runtime import env
-from bagua_core.runtime.communication import stats
-from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError, RankMismatchError
+from bagua_core.api import (
+    BaguaConfigError,
+    BaguaError,
+    RankMismatchError,
+    get_comm_timeout_s,
+    group_failure,
+    record_payload,
+)
 
 __all__ = ["DecentralizedEngine", "NamedParams", "OptimFn", "SchedulerFn", "validate_engine_options"]
 
@@ -76,7 +81,7 @@ class DecentralizedEngine:
         if quorum is not None:
             self.world_group = quorum.torch_group
         else:
-            timeout = datetime.timedelta(seconds=env.get_comm_timeout_s())
+            timeout = datetime.timedelta(seconds=get_comm_timeout_s())
             self.world_group = dist.new_group(list(range(self.world_size)), timeout=timeout)
             topology.build_groups()
         self._name_of = {id(p): n for n, p in self.named_params}
@@ -135,9 +140,9 @@ class DecentralizedEngine:
         try:
             dist.all_gather_object(gathered, order, group=self.world_group)
         except Exception:
-            if getattr(self.world_group, "error", None) is None:
+            if group_failure(self.world_group) is None:
                 raise
-        if getattr(self.world_group, "error", None) is not None:
+        if group_failure(self.world_group) is not None:
             return order  # a quorum whose participant failed: this step is committed nowhere, compare next time
         for rank, other in enumerate(gathered):
             if other != order:
@@ -251,7 +256,7 @@ class DecentralizedEngine:
             groups.setdefault((tensor.dtype, tensor.device), []).append(tensor)
         for (dtype, _), members in groups.items():
             flat = torch.cat([t.reshape(-1) for t in members])
-            stats.record("allreduce" if dtype.is_floating_point or dtype.is_complex else "broadcast",
+            record_payload("allreduce" if dtype.is_floating_point or dtype.is_complex else "broadcast",
                          flat.numel() * flat.element_size())
             if dtype.is_floating_point or dtype.is_complex:
                 dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.world_group)

@@ -17,7 +17,7 @@ Example::
 from __future__ import annotations
 
 from bagua_algorithms.decentralized_dp.topology import Topology
-from bagua_core.plugins.hookspecs import hookspec
+from bagua_core.api import hookspec
 
 __all__ = ["bagua_register_topologies"]
 

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from bagua_algorithms.decentralized_dp.topology import Edge, mix_inplace
-from bagua_core.runtime.communication import stats
+from bagua_core.api import record_payload
 
 __all__ = ["AccumAdam", "AccumAdamW", "DecentralizedOptimizer"]
 
@@ -124,7 +124,7 @@ class AccumAdam(DecentralizedOptimizer):
             return
         flat = torch.cat([b.reshape(-1) for b in buffers])
         total = flat.clone()
-        stats.record("allreduce", total.numel() * total.element_size())
+        record_payload("allreduce", total.numel() * total.element_size())
         dist.all_reduce(total, op=dist.ReduceOp.SUM, group=edge.group)
         mix_inplace(flat, total, edge)
         offset = 0

@@ -27,8 +27,7 @@ from collections.abc import Sequence
 
 from bagua_algorithms.decentralized_dp import hookspecs
 from bagua_algorithms.decentralized_dp.topology import Topology
-from bagua_core.runtime.exceptions import BaguaConfigError
-from bagua_core.plugins import hookimpl
+from bagua_core.api import BaguaConfigError, hookimpl
 
 __all__ = ["AlternatingExpRingTopology", "CompleteTopology", "OnePeerExpTopology", "RingTopology"]
 

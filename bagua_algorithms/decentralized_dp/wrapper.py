@@ -35,13 +35,17 @@ from bagua_algorithms.decentralized_dp.engine import (
 from bagua_algorithms.decentralized_dp.topology import Topology, get_topology
 from bagua_algorithms.decentralized_dp.algorithm import DecentralizedDPAlgorithm, DecentralizedDPAlgorithmImpl
 from bagua_algorithms.decentralized_dp.config import DecentralizedDPConfig
-from bagua_core.runtime import env
-from bagua_core.runtime.agreement import Prepared, agree_or_raise
-from bagua_core.runtime.communication import stats
-from bagua_core.lifecycle.module_state import state_of
-from bagua_core.module.initial_sync import model_signature
-from bagua_core.bootstrap import init_process_group
-from bagua_core.runtime.process_group import get_default_group_or_none
+from bagua_core.api import (
+    Prepared,
+    agree_or_raise,
+    get_default_group_or_none,
+    get_local_size,
+    init_process_group,
+    is_wrapped,
+    model_signature,
+    record_payload,
+    set_gradient_sync,
+)
 
 __all__ = ["DecentralizedDataParallel"]
 
@@ -68,7 +72,7 @@ class DecentralizedDataParallel(torch.nn.Module):
             validate_engine_options(grad_clip_norm, bucket_size_in_mb)
             built = topology
             if isinstance(built, str):
-                local = env.get_local_size() if local_world_size is None else local_world_size
+                local = get_local_size() if local_world_size is None else local_world_size
                 built = get_topology(built, dist.get_world_size(), local)
             return Prepared(built, {
                 "entry point": "DecentralizedDataParallel", "topology": built.name,
@@ -85,7 +89,7 @@ class DecentralizedDataParallel(torch.nn.Module):
         with torch.no_grad():  # every tensor, frozen parameters included (with_bagua then has nothing to change)
             for tensor in list(model.parameters()) + list(model.buffers()):
                 flat = tensor.data.reshape(-1).clone()
-                stats.record("broadcast", flat.numel() * flat.element_size())
+                record_payload("broadcast", flat.numel() * flat.element_size())
                 dist.broadcast(flat, src=0)
                 tensor.data.copy_(flat.view(tensor.shape))
         if get_default_group_or_none() is None:
@@ -107,7 +111,7 @@ class DecentralizedDataParallel(torch.nn.Module):
 
     def set_accumulate_grad(self, enable: bool = True) -> None:
         """While enabled, backward only accumulates gradients (no step, no communication, no step count)."""
-        state_of(self.module).sync_enabled = not enable  # the core's no_sync: the backward hooks do nothing
+        set_gradient_sync(self.module, not enable)  # the core's no_sync: the backward hooks do nothing
 
     def global_avg(self, will_revert: bool = True, return_d2c: bool = False) -> float | None:
         """Average the parameters over all ranks exactly (and the buffers when
@@ -158,7 +162,7 @@ class DecentralizedDataParallel(torch.nn.Module):
     def remove_hooks(self) -> None:
         """Wait for the rounds in flight and remove bagua's hooks (the model trains plainly again)."""
         self.engine.wait()
-        if state_of(self.module) is not None:
+        if is_wrapped(self.module):
             self.module.bagua_shutdown()
 
 

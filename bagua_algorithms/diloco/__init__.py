@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from bagua_algorithms.diloco.algorithm import DiLoCoAlgorithm, DiLoCoAlgorithmImpl
 from bagua_algorithms.diloco.config import DiLoCoConfig
-from bagua_core.lifecycle.algorithm import Algorithm
-from bagua_core.plugins import hookimpl
+from bagua_core.api import Algorithm, hookimpl
 
 __all__ = ["DiLoCoAlgorithm", "DiLoCoAlgorithmImpl", "DiLoCoConfig"]
 

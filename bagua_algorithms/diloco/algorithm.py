@@ -35,12 +35,16 @@ from bagua_algorithms.diloco.config import DiLoCoConfig
 from bagua_algorithms.diloco.exchange import FragmentExchange
 from bagua_algorithms.diloco.fragments import Schedule, gather_flat, scatter_flat, split_fragments
 from bagua_algorithms.diloco.state import restore, state_of
+from bagua_core.api import (
+    Algorithm,
+    AlgorithmImpl,
+    BaguaBucket,
+    Capabilities,
+    CentralizedSynchronousOp,
+    FaultTolerance,
+    local_shard,
+)
 from bagua_core.codecs import get_codec
-from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmImpl
-from bagua_core.lifecycle.bucket import BaguaBucket
-from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp
-from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
-from bagua_core.lifecycle.tensor import local_shard
 
 __all__ = ["DiLoCoAlgorithm", "DiLoCoAlgorithmImpl"]
 
@@ -73,8 +77,6 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         """fragment -> the inner step after which its exchange is merged."""
         self.landed: dict[int, torch.Tensor] = {}
         """fragment -> its averaged outer gradient, already received (across a checkpoint)."""
-        self._stepped: set[int] = set()
-        self._stepped_at = -1
 
     # --- phases ------------------------------------------------------------------------------------
     def train_step(self) -> int:
@@ -128,14 +130,9 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
 
         return hook
 
-    def init_post_optimizer_step_hook(self, bagua_module: torch.nn.Module) -> Callable[[torch.optim.Optimizer], None]:
-        def hook(optimizer: torch.optim.Optimizer) -> None:
-            step = self.train_step()
-            if step != self._stepped_at:
-                self._stepped_at, self._stepped = step, set()
-            self._stepped.add(id(optimizer))
-            if len(self._stepped) >= len(bagua_module.bagua_optimizers):
-                self._run_events(self.inner_step())
+    def init_step_end_hook(self, bagua_module: torch.nn.Module) -> Callable[[], None]:
+        def hook() -> None:  # every optimizer has stepped
+            self._run_events(self.inner_step())
 
         return hook
 

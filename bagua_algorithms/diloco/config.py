@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, StrictInt, ValidationInfo, field_validator
 
-from bagua_core.lifecycle.algorithm import AlgorithmConfig
+from bagua_core.api import AlgorithmConfig
 from bagua_core.codecs import check_codec_name
 
 __all__ = ["DiLoCoConfig", "STREAMING_FRAGMENTS", "STREAMING_OVERLAP_STEPS"]

@@ -20,9 +20,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from bagua_core.api import all_gather_single, record_payload
 from bagua_core.codecs import Codec
-from bagua_core.runtime.communication.common import record
-from bagua_core.runtime.communication.torch_compat import all_gather_single
 
 __all__ = ["FragmentExchange"]
 
@@ -73,12 +72,12 @@ class FragmentExchange:
         self.in_flight, self.sent = True, sent
         if self.codec is None:
             self.average.copy_(sent)
-            record("allreduce", self.average)
+            record_payload("allreduce", self.average)
             if self.nranks > 1:
                 self._work = dist.all_reduce(self.average, group=self.group, async_op=True)
             return
         self._gathered = torch.empty(self.nranks * sent.numel(), dtype=torch.uint8, device=sent.device)
-        record("allgather", sent)
+        record_payload("allgather", sent)
         if self.nranks > 1:
             self._work = all_gather_single(self._gathered, sent, group=self.group, async_op=True)
         else:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import torch
 
-from bagua_core.runtime.exceptions import BaguaConfigError
+from bagua_core.api import BaguaConfigError
 
 __all__ = ["split_fragments", "Schedule", "gather_flat", "scatter_flat"]
 

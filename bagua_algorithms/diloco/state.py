@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import torch
 
 from bagua_algorithms.diloco.exchange import FragmentExchange
-from bagua_core.lifecycle.tensor import load_optimizer_state, local_shard
+from bagua_core.api import load_optimizer_state, local_shard
 
 __all__ = ["DiLoCoRankState", "state_of", "restore"]
 

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from bagua_algorithms.gradient_allreduce.algorithm import GradientAllReduceAlgorithm, GradientAllReduceAlgorithmImpl
 from bagua_algorithms.gradient_allreduce.config import GradientAllReduceConfig
-from bagua_core.lifecycle.algorithm import Algorithm
-from bagua_core.plugins import hookimpl
+from bagua_core.api import Algorithm, hookimpl
 
 __all__ = ["GradientAllReduceAlgorithm", "GradientAllReduceAlgorithmImpl", "GradientAllReduceConfig"]
 

@@ -5,10 +5,14 @@ from __future__ import annotations
 import torch
 
 from bagua_algorithms.gradient_allreduce.config import GradientAllReduceConfig
-from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmImpl
-from bagua_core.lifecycle.bucket import BaguaBucket
-from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp
-from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
+from bagua_core.api import (
+    Algorithm,
+    AlgorithmImpl,
+    BaguaBucket,
+    Capabilities,
+    CentralizedSynchronousOp,
+    FaultTolerance,
+)
 
 __all__ = ["GradientAllReduceAlgorithm", "GradientAllReduceAlgorithmImpl"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from bagua_core.lifecycle.algorithm import AlgorithmConfig
+from bagua_core.api import AlgorithmConfig
 
 __all__ = ["GradientAllReduceConfig"]
 

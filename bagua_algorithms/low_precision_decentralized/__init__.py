@@ -20,8 +20,7 @@ from bagua_algorithms.low_precision_decentralized.algorithm import (
 )
 from bagua_algorithms.low_precision_decentralized.config import LowPrecisionDecentralizedConfig
 from bagua_algorithms.low_precision_decentralized.op import LowPrecisionDecentralizedOp
-from bagua_core.lifecycle.algorithm import Algorithm
-from bagua_core.plugins import hookimpl
+from bagua_core.api import Algorithm, hookimpl
 
 __all__ = ["LowPrecisionDecentralizedAlgorithm", "LowPrecisionDecentralizedAlgorithmImpl",
            "LowPrecisionDecentralizedConfig", "LowPrecisionDecentralizedOp", "ReplicaBucket"]

@@ -30,11 +30,7 @@ import torch
 from bagua_algorithms.decentralized.weights import WeightCommunicatingImpl, is_communication_step
 from bagua_algorithms.low_precision_decentralized.config import LowPrecisionDecentralizedConfig
 from bagua_algorithms.low_precision_decentralized.op import LowPrecisionDecentralizedOp
-from bagua_core.lifecycle.algorithm import Algorithm
-from bagua_core.lifecycle.bucket import BaguaBucket
-from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
-from bagua_core.runtime.failure.record import state as failure_state
-from bagua_core.runtime.exceptions import BaguaError
+from bagua_core.api import Algorithm, BaguaBucket, BaguaError, Capabilities, FaultTolerance, first_failure
 
 _REPLICAS = ("weight", "left_peer_weight", "right_peer_weight")
 
@@ -69,7 +65,6 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
 
     def __init__(self, process_group, config: LowPrecisionDecentralizedConfig) -> None:
         super().__init__(process_group, config)
-        self._stepped = 0
         self._module: torch.nn.Module | None = None
         # reified on a quorum (fault-tolerant mode): the ring is other replicas now, the first step re-derives
         # the replicas
@@ -114,7 +109,6 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
 
     def init_forward_pre_hook(self, bagua_module: torch.nn.Module) -> Callable:
         def hook(inputs) -> None:
-            self._stepped = 0
             if self._resynchronize:  # the first step on a new quorum: average, restart the replicas
                 self._resynchronize = False
                 for bucket, op in self._replica_ops():
@@ -130,7 +124,7 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
 
     def _replica_ops(self) -> list[tuple[BaguaBucket, LowPrecisionDecentralizedOp]]:
         buckets = self._module.bagua_buckets if self._module is not None else []
-        return [(bucket, op) for bucket in buckets for op in bucket._ops if isinstance(op, LowPrecisionDecentralizedOp)]
+        return [(bucket, op) for bucket in buckets for op in bucket.ops if isinstance(op, LowPrecisionDecentralizedOp)]
 
     def state_dict(self) -> dict:
         """Every bucket's replicas: this rank's weights as its neighbours know them (``weight``) and its
@@ -160,20 +154,16 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
         self.complete_exchanges()
 
     def shutdown(self, bagua_module: torch.nn.Module) -> None:
-        if failure_state.failure is None:  # after a failure, what is in flight never completes
+        if first_failure() is None:  # after a failure, what is in flight never completes
             self.complete_exchanges()
 
-    def init_post_optimizer_step_hook(self, bagua_module: torch.nn.Module) -> Callable:
-        def hook(optimizer: torch.optim.Optimizer) -> None:
-            # with several optimizers, communicate once all of them have stepped
-            self._stepped += 1
-            if self._stepped != len(bagua_module.bagua_optimizers):
-                return
+    def init_step_end_hook(self, bagua_module: torch.nn.Module) -> Callable:
+        def hook() -> None:  # (every optimizer has stepped)
             if not is_communication_step(bagua_module, self.config.communication_interval):
                 return
             self.complete_exchanges()  # the last round's l and r: this round's difference reads them
             for bucket in bagua_module.bagua_buckets:
-                for op in bucket._ops:  # the difference pass here, while the buckets before it are on the wire
+                for op in bucket.ops:  # the difference pass here, while the buckets before it are on the wire
                     if isinstance(op, LowPrecisionDecentralizedOp):
                         op.prepare(bucket)
                 for tensor in bucket.tensors:

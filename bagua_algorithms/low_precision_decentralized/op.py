@@ -44,18 +44,28 @@ import torch
 from torch.autograd.graph import increment_version
 
 from bagua_algorithms.low_precision_decentralized import kernels
-from bagua_core.runtime import env
-from bagua_core.runtime.communication import ReduceOp, allreduce_inplace
-from bagua_core.lifecycle.bucket_ops.pipeline import post_receives, schedule, segments, send_segment, wait_all
+from bagua_core.api import (
+    BaguaCommunicator,
+    ReduceOp,
+    allreduce_inplace,
+    broadcast_from_leader,
+    get_nonfinite_policy,
+    group_failure,
+    irecv,
+    isend,
+    post_receives,
+    record_payload,
+    reduce_to_leader,
+    resolve_group,
+    schedule,
+    segments,
+    send_segment,
+    wait_all,
+)
 from bagua_core.codecs import Codec, check_codec_name, get_codec
-from bagua_core.lifecycle.bucket_ops.hierarchy import broadcast_from_leader, reduce_to_leader, resolve_group
-from bagua_core.runtime.communication.common import record
-from bagua_core.runtime.communication.communicator import BaguaCommunicator
-from bagua_core.runtime.communication.host_staging import irecv, isend
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bagua_core.lifecycle.bucket import BaguaBucket
-    from bagua_core.runtime.process_group import BaguaProcessGroup
+    from bagua_core.api import BaguaBucket, BaguaProcessGroup
 
 __all__ = ["LowPrecisionDecentralizedOp"]
 
@@ -110,7 +120,7 @@ class LowPrecisionDecentralizedOp:
         z, sent = self._workspace(x.numel())[:2]
         stats = self.codec.new_stats() if kernels.fuses(self.codec) else None
         kernels.difference(self.codec, x, self.weight, self.left_peer_weight, self.right_peer_weight, z, stats)
-        self.codec.encode_headers_with_stats(z, 1, sent, stats, nonfinite=env.get_nonfinite_policy())
+        self.codec.encode_headers_with_stats(z, 1, sent, stats, nonfinite=get_nonfinite_policy())
 
     def complete(self) -> None:
         """Finish a round left in flight (``overlap``): wait for the neighbours' segments, add them into
@@ -133,7 +143,7 @@ class LowPrecisionDecentralizedOp:
                 codec.encode_range(z, 1, sent, 0, numel)
             else:
                 kernels.difference(codec, x, w, left, right, z)
-                codec.encode(z, 1, out=sent, nonfinite=env.get_nonfinite_policy())
+                codec.encode(z, 1, out=sent, nonfinite=get_nonfinite_policy())
             from_left, from_right = _exchange_whole(sent, from_left, from_right, comm) if n > 1 else (sent, sent)
             kernels.update(codec, from_left, from_right, sent, w, left, right, x, 0, numel)
             return None
@@ -148,7 +158,7 @@ class LowPrecisionDecentralizedOp:
         if not prepared:
             self._difference(x)
         for _ in peers:
-            record("send", sent)
+            record_payload("send", sent)
         if defer:
             return _send_and_defer(comm, segs, peers, received, codec, z, sent, w, left, right, x, from_left, from_right)
         targets = [(peer, sent) for peer, _ in peers]
@@ -201,7 +211,7 @@ class LowPrecisionDecentralizedOp:
             flat, x = self._weights(bucket)
             average = x.clone()
             allreduce_inplace(average, op=ReduceOp.AVG, comm=comm)
-            if getattr(comm.torch_group, "error", None) is not None:
+            if group_failure(comm.torch_group) is not None:
                 return  # a participant failed (fault-tolerant mode): the buffer holds garbage, this step fails
             x.copy_(average)
             if x is flat and flat is bucket.buffer:
@@ -242,10 +252,10 @@ def _exchange_whole(sent: torch.Tensor, from_left: torch.Tensor, from_right: tor
     # receive, and that announcement queues on the socket behind whatever is already being sent, so a
     # send posted first made the two directions of each link take turns.
     works = [irecv(from_left, left, group)] + ([irecv(from_right, right, group)] if n > 2 else [])
-    record("send", sent)
+    record_payload("send", sent)
     works.append(isend(sent, right, group))
     if n > 2:
-        record("send", sent)
+        record_payload("send", sent)
         works.append(isend(sent, left, group))
     wait_all(works)
     return from_left, (from_right if n > 2 else from_left)

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from bagua_algorithms.powersgd.algorithm import PowerSGDAlgorithm, PowerSGDAlgorithmImpl
 from bagua_algorithms.powersgd.config import PowerSGDConfig
-from bagua_core.lifecycle.algorithm import Algorithm
-from bagua_core.plugins import hookimpl
+from bagua_core.api import Algorithm, hookimpl
 
 __all__ = ["PowerSGDAlgorithm", "PowerSGDAlgorithmImpl", "PowerSGDConfig"]
 

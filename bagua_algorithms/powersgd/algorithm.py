@@ -26,10 +26,7 @@ import torch
 
 from bagua_algorithms.powersgd.config import PowerSGDConfig
 from bagua_algorithms.powersgd.low_rank import PowerSGDOp
-from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmImpl
-from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
-from bagua_core.lifecycle.bucket import BaguaBucket
-from bagua_core.runtime.exceptions import BaguaError
+from bagua_core.api import Algorithm, AlgorithmImpl, BaguaBucket, BaguaError, Capabilities, FaultTolerance
 
 __all__ = ["PowerSGDAlgorithm", "PowerSGDAlgorithmImpl"]
 

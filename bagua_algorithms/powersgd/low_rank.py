@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
-from bagua_core.runtime.communication import ReduceOp, allreduce_inplace, allreduce_inplace_start
+from bagua_core.api import ReduceOp, allreduce_inplace, allreduce_inplace_start
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bagua_core.lifecycle.bucket import BaguaBucket
+    from bagua_core.api import BaguaBucket
 
 __all__ = ["PowerSGDOp", "PowerSGDOptions", "PowerSGDProgress", "orthogonalise_", "should_compress"]
 
@@ -165,7 +165,7 @@ class PowerSGDOp:
     def compress_and_average(self, flat: torch.Tensor, bucket: BaguaBucket, comm: Any) -> None:
         config, n = self.impl.config, comm.nranks()
         if self.layout is None:
-            shapes = [t.bagua_getter_closure().shape for t in bucket.tensors]
+            shapes = [torch.Size(shape) for shape in bucket.shapes]
             self.layout = _Layout(shapes, bucket.offsets, config.matrix_approximation_rank, config.min_compression_rate)
         layout = self.layout
         copy = None

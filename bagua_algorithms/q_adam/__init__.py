@@ -17,8 +17,7 @@ from __future__ import annotations
 from bagua_algorithms.q_adam.algorithm import QAdamAlgorithm, QAdamAlgorithmImpl
 from bagua_algorithms.q_adam.config import QAdamConfig
 from bagua_algorithms.q_adam.optimizer import QAdamOptimizer
-from bagua_core.lifecycle.algorithm import Algorithm
-from bagua_core.plugins import hookimpl
+from bagua_core.api import Algorithm, hookimpl
 
 __all__ = ["QAdamAlgorithm", "QAdamAlgorithmImpl", "QAdamConfig", "QAdamOptimizer"]
 

@@ -25,13 +25,17 @@ import torch
 from bagua_algorithms.bytegrad.compressed import CompressedAllReduceOp
 from bagua_algorithms.q_adam.config import QAdamConfig
 from bagua_algorithms.q_adam.optimizer import QAdamOptimizer
-from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmImpl
-from bagua_core.lifecycle.bucket import BaguaBucket
-from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp
-from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
-from bagua_core.lifecycle.tensor import local_shard
-from bagua_core.module.nonfinite import has_nonfinite
-from bagua_core.runtime.exceptions import BaguaConfigError
+from bagua_core.api import (
+    Algorithm,
+    AlgorithmImpl,
+    BaguaBucket,
+    BaguaConfigError,
+    Capabilities,
+    CentralizedSynchronousOp,
+    FaultTolerance,
+    has_nonfinite,
+    local_shard,
+)
 
 __all__ = ["QAdamAlgorithm", "QAdamAlgorithmImpl"]
 

@@ -16,8 +16,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.graph import increment_version
 
-from bagua_core.runtime.native.library import check_status, float_ptr, library
-from bagua_core.runtime.native.policy import cpu_kernels_take
+from bagua_core.kernels import check_status, cpu_kernels_take, cpu_library, float_ptr
 
 __all__ = ["adam_update", "native_takes", "reference_adam_update"]
 
@@ -42,7 +41,7 @@ def adam_update(param: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Te
         raise ValueError("adam_update: param, exp_avg and exp_avg_sq must have one shape and dtype")
     if (param.dtype == torch.float32 and cpu_kernels_take(param, exp_avg, exp_avg_sq)
             and all(t.is_contiguous() for t in (param, exp_avg, exp_avg_sq))):
-        rc = library().lib.bagua_adam_update_f32(float_ptr(param), float_ptr(exp_avg), float_ptr(exp_avg_sq),
+        rc = cpu_library().lib.bagua_adam_update_f32(float_ptr(param), float_ptr(exp_avg), float_ptr(exp_avg_sq),
                                                  param.numel(), step_size, bias_correction2_sqrt, eps)
         check_status(rc, "adam_update")
         increment_version(param)  # written behind autograd's back, as an in-place op would count it

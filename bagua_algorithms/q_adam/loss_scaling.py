@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from bagua_core.runtime.exceptions import BaguaError
+from bagua_core.api import BaguaError
 
 __all__ = ["LossScaling", "unscale_gradients"]
 

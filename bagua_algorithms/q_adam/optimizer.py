@@ -32,7 +32,7 @@ import torch
 
 from bagua_algorithms.q_adam.kernels import adam_update, native_takes, reference_adam_update
 from bagua_algorithms.q_adam.loss_scaling import LossScaling, unscale_gradients
-from bagua_core.lifecycle.tensor import local_shard
+from bagua_core.api import local_shard
 
 __all__ = ["QAdamOptimizer"]
 

@@ -20,14 +20,14 @@ import torch
 
 from bagua_codecs.minmax_kernels.layout import NonFiniteError, compressed_size, nonfinite_message
 from bagua_codecs.minmax_kernels.layout import chunk_numel as compressed_chunk
-from bagua_core.runtime.native.library import check_status, get_threads, library, set_threads
+from bagua_core.kernels import check_status, cpu_library, get_threads, set_threads
 
 __all__ = [
     "compress", "decompress", "decompress_sum", "ffi", "get_threads", "headers", "headers_from_stats", "lib",
     "quantise", "set_threads",
 ]
 
-ffi, lib = library().ffi, library().lib  # ImportError where it was not built
+ffi, lib = cpu_library().ffi, cpu_library().lib  # ImportError where it was not built
 
 
 def _check(rc: int, what: str) -> None:

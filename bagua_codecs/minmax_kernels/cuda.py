@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import torch
 
 from bagua_codecs.minmax_kernels.layout import NonFiniteError, compressed_size, nonfinite_message
-from bagua_core.runtime.native.cuda import call, library, pointer, stream
+from bagua_core.kernels import cuda_call, cuda_library, cuda_pointer, cuda_stream
 
 __all__ = ["compress", "decompress", "decompress_sum"]
 
@@ -30,22 +30,22 @@ def compress(x: torch.Tensor, n_chunks: int, nonfinite: str, out: torch.Tensor |
     if out is None:
         out = torch.empty(compressed_size(numel, n_chunks), dtype=torch.uint8, device=x.device)
     workspace = torch.empty(
-        max(library().bagua_cuda_minmax_workspace_bytes(numel, n_chunks), 1),
+        max(cuda_library().bagua_cuda_minmax_workspace_bytes(numel, n_chunks), 1),
         dtype=torch.uint8,
         device=x.device,
     )
     status = torch.empty(n_chunks, dtype=torch.int32, device=x.device)
     with torch.cuda.device(x.device):
-        call(
+        cuda_call(
             "bagua_cuda_minmax_compress_f32",
-            pointer(xf, "float *"),
+            cuda_pointer(xf, "float *"),
             numel,
             n_chunks,
-            pointer(out, "uint8_t *"),
+            cuda_pointer(out, "uint8_t *"),
             out.numel(),
-            pointer(workspace, "void *"),
-            pointer(status, "int *"),
-            stream(x.device),
+            cuda_pointer(workspace, "void *"),
+            cuda_pointer(status, "int *"),
+            cuda_stream(x.device),
         )
     if nonfinite == "raise":
         bad = status.nonzero()
@@ -62,15 +62,15 @@ def decompress(buf: torch.Tensor, n_chunks: int, out: torch.Tensor, accumulate: 
     else:
         target = out.float() if accumulate else torch.empty(out.shape, dtype=torch.float32, device=out.device)
     with torch.cuda.device(out.device):
-        call(
+        cuda_call(
             "bagua_cuda_minmax_decompress_f32",
-            pointer(buf, "uint8_t *"),
+            cuda_pointer(buf, "uint8_t *"),
             buf.numel(),
             out.numel(),
             n_chunks,
-            pointer(target, "float *"),
+            cuda_pointer(target, "float *"),
             int(accumulate),
-            stream(out.device),
+            cuda_stream(out.device),
         )
     if target is not out:
         out.copy_(target)
@@ -87,15 +87,15 @@ def decompress_sum(
         out if out.dtype == torch.float32 else torch.empty(out.shape, dtype=torch.float32, device=out.device)
     )
     with torch.cuda.device(out.device):
-        call(
+        cuda_call(
             "bagua_cuda_minmax_decompress_sum_f32",
-            pointer(stacked, "uint8_t *"),
+            cuda_pointer(stacked, "uint8_t *"),
             n_bufs,
             compressed_size(out.numel(), 1),
             out.numel(),
-            pointer(target, "float *"),
+            cuda_pointer(target, "float *"),
             int(average),
-            stream(out.device),
+            cuda_stream(out.device),
         )
     if target is not out:
         out.copy_(target)

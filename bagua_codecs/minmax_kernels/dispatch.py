@@ -22,16 +22,16 @@ from bagua_codecs.minmax_kernels import cuda as _cuda
 from bagua_codecs.minmax_kernels import fallback as _fallback
 from bagua_codecs.minmax_kernels import fallback_fused as _fallback_fused
 from bagua_codecs.minmax_kernels.layout import check_buffer, compressed_size
-from bagua_core.runtime import native
-from bagua_core.runtime.native import cuda as cuda_library
-from bagua_core.runtime.native.checks import (
+from bagua_core.kernels import (
     check_f32,
     check_input,
     check_nonfinite,
     check_output,
     check_range,
+    cpu_kernels_take,
+    cuda_available,
+    native_backend,
 )
-from bagua_core.runtime.native.policy import cpu_kernels_take
 
 try:
     from bagua_codecs.minmax_kernels import cpu as _cpu
@@ -50,10 +50,10 @@ __all__ = [
 
 
 def _impl(device: torch.device) -> ModuleType:
-    if native.backend == "native":
+    if native_backend() == "native":
         if device.type == "cpu" and _cpu is not None:
             return _cpu
-        if device.type == "cuda" and cuda_library.available():
+        if device.type == "cuda" and cuda_available():
             return _cuda
     return _fallback
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from bagua_core.runtime.native.checks import NonFiniteError
+from bagua_core.kernels import NonFiniteError
 
 __all__ = [
     "EPS",

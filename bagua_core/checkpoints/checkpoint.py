@@ -43,7 +43,6 @@ import os
 from typing import Any
 
 import torch
-from torch.distributed.tensor import DTensor
 
 from bagua_core.runtime import env
 from bagua_core.runtime.agreement import agree_or_raise
@@ -56,7 +55,7 @@ from bagua_core.checkpoints.files import (
     read_tracker,
 )
 from bagua_core.checkpoints.sharded import is_sharded_checkpoint, load_sharded, save_sharded
-from bagua_core.lifecycle.tensor import register_shards
+from bagua_core.lifecycle.tensor import is_sharded, register_shards
 from bagua_core.runtime.exceptions import BaguaError
 from bagua_core.runtime.process_group import get_default_group, is_initialized
 
@@ -106,7 +105,7 @@ def save_checkpoint(iteration: int, checkpoints_path: str, model: torch.nn.Modul
     register_shards(model)  # an evaluation's forward may have left FSDP2's root unsharded (the algorithm's state too)
     # first: an algorithm may finish its communication in flight into the weights (decentralized_dp)
     bagua_state = model.bagua_checkpoint_state() if hasattr(model, "bagua_checkpoint_state") else None
-    if _is_sharded(model):
+    if is_sharded(model):
         directory = os.path.dirname(get_checkpoint_name(checkpoints_path, iteration))
         save_sharded(directory, iteration, model, optimizer, lr_scheduler, bagua_state)  # DCP: raises on every rank
         _on_every_rank(comm, lambda: _write_tracker(checkpoints_path, iteration, rank),
@@ -148,10 +147,6 @@ def _write_tracker(checkpoints_path: str, iteration: int, rank: int) -> None:
         atomic_write(tracker, lambda f: f.write(str(iteration).encode()))
 
 
-def _is_sharded(model: torch.nn.Module) -> bool:
-    return any(isinstance(p, DTensor) for p in model.parameters())
-
-
 def load_checkpoint(checkpoints_path: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
                     lr_scheduler: Any = None, strict: bool = True) -> int:
     """Load the last complete checkpoint into ``model`` (and ``optimizer``, ``lr_scheduler``); return its
@@ -164,11 +159,11 @@ def load_checkpoint(checkpoints_path: str, model: torch.nn.Module, optimizer: to
     rank, world_size, _ = _rank_and_world()
     register_shards(model)
     directory = os.path.dirname(get_checkpoint_name(checkpoints_path, iteration))
-    if is_sharded_checkpoint(directory) != _is_sharded(model):
+    if is_sharded_checkpoint(directory) != is_sharded(model):
         raise BaguaError(
             f"the checkpoint of iteration {iteration} in {checkpoints_path} was saved from a "
             f"{'sharded' if is_sharded_checkpoint(directory) else 'replicated'} model and this one is "
-            f"{'sharded' if _is_sharded(model) else 'replicated'}; load it into a model sharded the same way "
+            f"{'sharded' if is_sharded(model) else 'replicated'}; load it into a model sharded the same way "
             f"(torch.distributed.checkpoint.format_utils converts between DCP and torch.save files)")
     if is_sharded_checkpoint(directory):
         load_sharded(directory, iteration, model, optimizer, lr_scheduler, strict=strict)

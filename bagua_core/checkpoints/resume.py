@@ -61,25 +61,25 @@ def checkpoint_state(module: torch.nn.Module) -> dict[str, Any] | None:
     state = state_of(module)
     if state is None:
         return None
-    impl = module.bagua_algorithm
     return {
         "algorithm": state.declaration.name,
-        "per_rank": module.bagua_capabilities.weights_differ_across_ranks,
-        "exact": module.bagua_capabilities.exact_resume,
-        "train_step_counter": int(module.bagua_train_step_counter),
-        "state": impl.state_dict(),
+        "per_rank": state.capabilities.weights_differ_across_ranks,
+        "exact": state.capabilities.exact_resume,
+        "train_step_counter": int(state.train_step_counter),
+        "state": state.impl.state_dict(),
     }
 
 
 def apply_resumed_state(module: torch.nn.Module, resumed: ResumedState) -> None:
     """Restore the counter and, for the same algorithm, the impl's state into a wrapped module."""
-    module.bagua_train_step_counter = resumed.train_step_counter
-    name = state_of(module).declaration.name
+    state = state_of(module)
+    state.train_step_counter = resumed.train_step_counter
+    name = state.declaration.name
     if name != resumed.algorithm:
         logger.warning("the checkpoint of iteration %d was saved with %s, the module now uses %s: its algorithm "
                        "state is not restored", resumed.iteration, resumed.algorithm, name)
         return
-    module.bagua_algorithm.load_state_dict(resumed.algorithm_state)
+    state.impl.load_state_dict(resumed.algorithm_state)
 
 
 def load_checkpoint_state(module: torch.nn.Module, iteration: int, saved: dict[str, Any]) -> None:

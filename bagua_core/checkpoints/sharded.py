@@ -39,7 +39,9 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
+from bagua_core.lifecycle.module_state import state_of
 from bagua_core.runtime.exceptions import BaguaError
+from bagua_core.runtime.process_group import get_default_group
 
 __all__ = ["is_sharded_checkpoint", "load_sharded", "save_sharded"]
 
@@ -58,13 +60,18 @@ def _mesh_of(model: torch.nn.Module) -> Any:
 
 
 def _layout(model: torch.nn.Module) -> tuple[int, int, int]:
-    """(nodes, ranks per node, this rank's node) of the model's mesh."""
+    """(nodes, ranks per node, this rank's node) of the model's sharding: a wrapped model's layout
+    (``ModuleState.shard``); before the wrap, its 1-D mesh over each node of the job."""
+    layout = getattr(state_of(model), "shard", None)
+    me = dist.get_rank()
+    if layout is not None:
+        return len(layout.replica_ranks), layout.count, layout.replica_ranks.index(me)
     mesh = _mesh_of(model)
-    if mesh.ndim == 1:
-        return 1, mesh.size(), 0
-    replicate = 0 if mesh.mesh_dim_names is None or "replicate" not in mesh.mesh_dim_names \
-        else mesh.mesh_dim_names.index("replicate")
-    return mesh.size(replicate), mesh.size(1 - replicate), mesh.get_local_rank(replicate)
+    if mesh.ndim != 1:
+        raise BaguaError(f"a sharded checkpoint needs the model sharded on one node's ranks (bagua.node_mesh()); this "
+                         f"one's mesh has {mesh.ndim} dimensions")
+    nodes = get_default_group().node_ranks
+    return len(nodes), mesh.size(), next(i for i, members in enumerate(nodes) if me in members)
 
 
 # --- DTensors inside bagua's state (serialized): this rank's shard and where it sits ---------------------

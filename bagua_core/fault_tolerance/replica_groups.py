@@ -37,10 +37,13 @@ class ReplicaGroups(ProcessGroupGloo):
         self._store_timeout = timeout
         self._everyone = ProcessGroupGloo(timeout=timeout)
         self.ranks_per_replica = 1
+        self.quorum_id: int | None = None
+        """The quorum the Manager configured these groups for last (it configures them on every new one)."""
 
     def configure(self, store_addr: str, replica_id: str, rank: int, world_size: int, quorum_id: int | None = None,
                   group_rank: int | None = None, group_world_size: int | None = None,
                   global_ranks: list[int] | None = None) -> None:
+        self.quorum_id = quorum_id
         super().configure(store_addr, replica_id, rank, world_size, quorum_id, group_rank, group_world_size,
                           global_ranks)
         per_replica = group_world_size or 1

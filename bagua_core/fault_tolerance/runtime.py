@@ -21,7 +21,6 @@ Each training step of a wrapped module is a transaction:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import logging
 import re
@@ -34,7 +33,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from bagua_core.lifecycle.module_state import state_of
+from bagua_core.lifecycle.module_state import state_of, switch_algorithm
 from bagua_core.lifecycle.tensor import register_shards
 from bagua_core.runtime import env
 from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError
@@ -136,10 +135,8 @@ class FaultTolerantRuntime:
         self.fingerprint: dict[str, Any] = {}
         self.step_open = False
         self.decision: bool | None = None
-        self._stepped: set[int] = set()
         self._saved: dict[str, Any] = {}
         self._healed_algorithm_state: dict[str, Any] | None = None
-        self.shard_layout = None
         self._shard_intra = None
         self._readers = (0, 1)
         """This rank's place among the quorum's readers of data (every rank of every replica) and their number."""
@@ -186,11 +183,10 @@ class FaultTolerantRuntime:
         self.module = module
         self.policy = policy
         self.fingerprint = ft_state.fingerprint(module)
-        self.shard_layout = state_of(module).shard
-        """A model sharded with FSDP2 over this replica's ranks: this rank's ``ShardLayout``. The algorithm then
-        runs between the ranks holding the same shard in each replica (torchft's group between the same rank
-        of every replica), and a joiner's rank heals its shards from the same rank of a live replica."""
-        if self.shard_layout is not None:  # this rank alone: each rank is a node of its shard's group
+        # a model sharded with FSDP2 over this replica's ranks (the module's layout): the algorithm runs between
+        # the ranks holding the same shard in each replica (torchft's group between the same rank of every
+        # replica), and a joiner's rank heals its shards from the same rank of a live replica
+        if self._layout is not None:  # this rank alone: each rank is a node of its shard's group
             intra = module.process_group.get_intra_node_communicator()
             self._shard_intra = (intra.torch_group, intra.global_ranks)
         self.quorum_id = None  # the next step reifies the algorithm on its quorum
@@ -206,6 +202,12 @@ class FaultTolerantRuntime:
         original = current.original if isinstance(current, _TransactionStep) else current  # wrap what that wraps
         optimizer.step = _TransactionStep(self, optimizer, original)
 
+    @property
+    def _layout(self) -> Any:
+        """The wrapped module's shard layout (``ModuleState.shard``), None for a replicated model."""
+        state = state_of(self.module) if self.module is not None else None
+        return state.shard if state is not None else None
+
     def _forward_pre_hook(self, module: torch.nn.Module, inputs: Any) -> None:
         if module.training and torch.is_grad_enabled() and not self.step_open:
             self.begin_step(module)
@@ -214,8 +216,8 @@ class FaultTolerantRuntime:
     def begin_step(self, module: torch.nn.Module) -> None:
         """Join the step's quorum (healing if behind), re-derive on a new quorum, keep what a failure
         would have to restore."""
-        self.step_open, self.decision, self._stepped = True, None, set()
-        if self.shard_layout is not None:  # the step's copy and a heal hold the shards (not an eval's unsharded)
+        self.step_open, self.decision = True, None
+        if self._layout is not None:  # the step's copy and a heal hold the shards (not an eval's unsharded)
             register_shards(module)
         self._quiesce(module)  # nothing of the impl's may run on the group while the quorum reconfigures it
         started = time.monotonic()
@@ -223,7 +225,7 @@ class FaultTolerantRuntime:
         self.manager.start_quorum()
         if self.stats["healed"] != healed:  # this quorum healed us: the state came with it
             self.stats["heal_s"] += time.monotonic() - started
-        if self.manager._quorum_id != self.quorum_id:
+        if self.ft_group.quorum_id != self.quorum_id:
             self._on_new_quorum(module)
         parts = ("algorithm_state", "step") if self.policy.commit == "before_optimizer_step" else \
             ("weights", "optimizer", "algorithm_state", "step")
@@ -232,7 +234,7 @@ class FaultTolerantRuntime:
         self._open_since = time.monotonic()
 
     def _on_new_quorum(self, module: torch.nn.Module) -> None:
-        self.quorum_id = self.manager._quorum_id
+        self.quorum_id = self.ft_group.quorum_id
         self.stats["quorums"] += 1
         rank, size = self.manager.participating_rank(), self.manager.num_participants()
         per_replica, local = dist.get_world_size(), dist.get_rank()
@@ -244,14 +246,15 @@ class FaultTolerantRuntime:
         self._generation += 1
         self._readers = (replica * per_replica + local, replicas * per_replica)  # every rank reads its own batch
         on_error = functools.partial(self._on_group_error, self._generation)
-        if self.shard_layout is not None:  # the same shard in every replica: torchft's group of this rank's peers
+        layout = self._layout
+        if layout is not None:  # the same shard in every replica: torchft's group of this rank's peers
             everyone = ManagedGroup(self.ft_group.same_rank_inner(), replica, replicas,
-                                    f"bagua_ft_quorum{self.quorum_id}_shard{self.shard_layout.index}", on_error)
+                                    f"bagua_ft_quorum{self.quorum_id}_shard{layout.index}", on_error)
         else:
             everyone = ManagedGroup(self.ft_group.everyone_inner(), replica * per_replica + local,
                                     replicas * per_replica, f"bagua_ft_quorum{self.quorum_id}", on_error)
         leaders = None
-        if per_replica > 1 and local == 0 and self.shard_layout is None:
+        if per_replica > 1 and local == 0 and layout is None:
             leaders = ManagedGroup(self.ft_group.same_rank_inner(), replica, replicas,
                                    f"bagua_ft_quorum{self.quorum_id}_leaders", on_error)
         if rank is None or self.manager.errored() is not None or everyone._inner is None or \
@@ -268,10 +271,8 @@ class FaultTolerantRuntime:
         for managed in (everyone, leaders):
             if managed is not None:
                 managed.register()
-        if self.shard_layout is not None:
+        if layout is not None:
             self.group = QuorumGroup(everyone, None, replica, replicas, 1, self.quorum_id, intra=self._shard_intra)
-            self.group.shard = dataclasses.replace(self.shard_layout, replica_ranks=tuple(self.group.ranks),
-                                                   replica_sets=())
         else:
             self.group = QuorumGroup(everyone, leaders, replica, replicas, per_replica, self.quorum_id)
         carried = self._healed_algorithm_state
@@ -279,8 +280,7 @@ class FaultTolerantRuntime:
             carried = ft_state.copy_tree(module.bagua_algorithm.state_dict())
         self._healed_algorithm_state = None
         module.bagua_algorithm.shutdown(module)
-        module.process_group = self.group
-        module.bagua_algorithm = state_of(module).declaration.reify(self.group)
+        switch_algorithm(module, impl=state_of(module).declaration.reify(self.group), process_group=self.group)
         module.bagua_reset()  # steps 2-4 of the lifecycle on the new group
         for optimizer in module.bagua_optimizers:  # the new impl may have installed its own step
             self._wrap_step(optimizer)
@@ -308,8 +308,7 @@ class FaultTolerantRuntime:
         if not self.step_open:  # a step outside a training forward: not a transaction
             return original(*args, **kwargs)
         module = self.module
-        self._stepped.add(id(optimizer))
-        last = len(self._stepped) >= len(module.bagua_optimizers)
+        state = state_of(module)
         result = None
         if self.policy.commit == "before_optimizer_step":
             if self.decision is None:
@@ -319,6 +318,9 @@ class FaultTolerantRuntime:
                 result = original(*args, **kwargs)
         else:
             result = original(*args, **kwargs)
+        state.mark_stepped(optimizer)  # (the core's step hook marked it where the optimizer stepped)
+        last = state.step_over
+        if self.policy.commit != "before_optimizer_step":
             if last:
                 self._quiesce(module)
                 self.decision = self._should_commit()

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from bagua_core.lifecycle.module_state import state_of
-from bagua_core.lifecycle.tensor import load_optimizer_state, local_shard
+from bagua_core.lifecycle.tensor import is_sharded, load_optimizer_state, local_shard
 from bagua_core.runtime.exceptions import BaguaConfigError
 
 __all__ = ["capture", "restore", "fingerprint", "check_joiner", "copy_tree", "tree_bytes"]
@@ -71,7 +71,7 @@ def capture(module: torch.nn.Module, parts: Iterable[str]) -> dict[str, Any]:
     saved: dict[str, Any] = {}
     memo: dict = {}  # what the algorithm's state holds of the weights and optimizers is copied once
     if "weights" in parts:
-        saved["weights"] = copy_tree(module.state_dict(keep_vars=_is_sharded(module)), memo)
+        saved["weights"] = copy_tree(module.state_dict(keep_vars=is_sharded(module)), memo)
     if "optimizer" in parts:
         saved["optimizer"] = [copy_tree(opt.state_dict(), memo) for opt in module.bagua_optimizers]
     if "algorithm_state" in parts:
@@ -85,8 +85,8 @@ def restore(module: torch.nn.Module, saved: dict[str, Any], algorithm: bool = Tr
     """Put back what :func:`capture` took (``algorithm=False``: all but the impl's state, which the caller
     loads once the impl is rebuilt on the new quorum)."""
     if "step" in saved:  # first: an impl's state may be relative to the step counter
-        module.bagua_train_step_counter = int(saved["step"])
-    sharded = _is_sharded(module)
+        state_of(module).train_step_counter = int(saved["step"])
+    sharded = is_sharded(module)
     if "weights" in saved:
         with torch.no_grad():
             if sharded:  # into each weight's shard, in place (FSDP2 owns the storage)
@@ -105,15 +105,6 @@ def restore(module: torch.nn.Module, saved: dict[str, Any], algorithm: bool = Tr
         module.bagua_algorithm.load_state_dict(copy_tree(saved["algorithm_state"]))
 
 
-def _is_sharded(module: torch.nn.Module) -> bool:
-    return _layout(module) is not None
-
-
-def _layout(module: torch.nn.Module) -> Any:
-    """The module's ``ShardLayout`` (a model sharded with FSDP2), else None."""
-    return getattr(state_of(module), "shard", None)
-
-
 def fingerprint(module: torch.nn.Module) -> dict[str, Any]:
     """What every replica of a quorum must share: the algorithm's name and options, the model's tensors
     (names, shapes, dtypes) and the optimizers' kinds and hyperparameters."""
@@ -125,7 +116,7 @@ def fingerprint(module: torch.nn.Module) -> dict[str, Any]:
                              for group in opt.param_groups]}
         for opt in module.bagua_optimizers
     ]
-    shard = _layout(module)
+    shard = state_of(module).shard
     return {
         "algorithm": declaration.name,
         "options": declaration.canonical_options(),

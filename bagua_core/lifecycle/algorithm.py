@@ -24,13 +24,14 @@ from bagua_core.lifecycle.capabilities import NOT_DECLARED, Capabilities
 from bagua_core.runtime.exceptions import format_validation_error
 from bagua_core.lifecycle.hook_parameters import adapt_hooks
 from bagua_core.lifecycle.state import tensor_state_of
+from bagua_core.lifecycle.tensor import local_shard
 from bagua_core.runtime.exceptions import BaguaConfigError
 from bagua_core.plugins import algorithm_registry
 
 if TYPE_CHECKING:  # pragma: no cover
     from bagua_core.runtime.process_group import BaguaProcessGroup
 
-__all__ = ["AlgorithmConfig", "Algorithm", "AlgorithmImpl", "group_tensors", "split_into_buckets"]
+__all__ = ["AlgorithmConfig", "Algorithm", "AlgorithmImpl", "group_tensors", "is_gradient_tensor", "split_into_buckets"]
 
 
 class AlgorithmConfig(BaseModel):
@@ -197,6 +198,14 @@ def _set_grad(param: torch.Tensor, value: torch.Tensor) -> None:
     param.grad = value
 
 
+def is_gradient_tensor(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is a parameter whose effective tensor is its gradient, as the default
+    :meth:`AlgorithmImpl.init_tensors` makes it (the core may then hand the bucket its gradients as they come:
+    a sharded model's reduce-scatter output)."""
+    state = tensor_state_of(tensor)
+    return state is not None and state.getter is _grad_of
+
+
 class AlgorithmImpl:
     """The hooks of an algorithm. The defaults implement plain bucketed gradient communication.
 
@@ -249,10 +258,12 @@ class AlgorithmImpl:
 
     def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
         """The tensors to communicate: ``bagua_module.bagua_build_params()`` in reverse registration
-        order, effective tensor ``.grad``."""
+        order, effective tensor ``.grad`` (given a zero gradient where it has none, but for a model sharded
+        with FSDP2, whose gradients FSDP2 assigns)."""
         tensors = []
         for name, param in reversed(bagua_module.bagua_build_params()):
-            param.bagua_ensure_grad()
+            if local_shard(param) is param:  # (a sharded parameter's gradient is FSDP2's to assign)
+                param.bagua_ensure_grad()
             tensors.append(
                 param.ensure_bagua_tensor(name, bagua_module.bagua_module_name, _grad_of, _set_grad)
             )
@@ -317,10 +328,24 @@ class AlgorithmImpl:
         return hook
 
     def init_post_optimizer_step_hook(self, bagua_module: torch.nn.Module) -> Callable[[torch.optim.Optimizer], None]:
+        """Called after each of the module's optimizers steps, with that optimizer (the original's hook)."""
         def hook(optimizer: torch.optim.Optimizer) -> None:
             return None
 
         return hook
+
+    def init_step_end_hook(self, bagua_module: torch.nn.Module) -> Callable[[], None] | None:
+        """Return ``hook()`` to run once per training step when every optimizer of the module has stepped (inside
+        the last one's ``step()``, on the training thread, after its post-step hook), or None (the default). The
+        core counts the optimizers: an algorithm that communicates after the step does it here. A step whose
+        optimizers did not all run (a ``GradScaler`` skipped it) has no end; the next forward comes instead.
+
+        Example::
+
+            >>> def init_step_end_hook(self, bagua_module):
+            ...     return lambda: self.average_parameters(bagua_module) if self.is_sync_step() else None
+        """
+        return None
 
     def state_dict(self) -> dict[str, Any]:
         """What this rank needs, beyond the model and its optimizers, to resume exactly (replicas,

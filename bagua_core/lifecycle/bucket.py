@@ -3,6 +3,12 @@
 A bucket runs its operations, in the order they were appended, once every one of its tensors is
 marked ready; the module launches buckets strictly in registration order on the process group's
 communication thread, so communication overlaps the rest of backward.
+
+The values of a bucket over a model sharded with FSDP2 live in a buffer FSDP2 allocates each step (its
+reduce-scatter output, every shard padded): the core lends it to the bucket (:meth:`BaguaBucket.lend`)
+as soon as FSDP2 hands it over, and the bucket's operations work on it in place; the bucket's layout
+(:attr:`BaguaBucket.offsets`) is FSDP2's, whether a buffer was lent or the values are gathered from the
+tensors.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from collections.abc import Callable
 import torch
 
 from bagua_core.lifecycle.state import tensor_state_of
+from bagua_core.lifecycle.tensor import local_shard
 from bagua_core.runtime.communication import streams
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -58,7 +65,8 @@ class BaguaBucket:
         self.process_group: BaguaProcessGroup | None = None
         self.backend_bucket = self  # the original's ops take ``bucket.backend_bucket``: here the bucket itself
         self.bagua_module_name = getattr(tensors[0], "bagua_module_name", None)
-        effective = [t.bagua_getter_closure() for t in self.tensors]
+        # a sharded parameter's gradient before its first backward: laid out as the parameter's shard
+        effective = [_or_shard(t.bagua_getter_closure(), t) for t in self.tensors]
         self.dtype, self.device = effective[0].dtype, effective[0].device
         for tensor in effective:
             if flatten and (tensor.dtype != self.dtype or tensor.device != self.device):
@@ -73,6 +81,8 @@ class BaguaBucket:
         self.padded_numel = -(-total // alignment) * alignment
         self.padding = self.padded_numel - total
         self._buffer: torch.Tensor | None = None
+        self._lent: torch.Tensor | None = None  # this step's buffer, lent by the core (sharded models)
+        self._gapped = False  # the offsets leave room after some tensors (FSDP2's padded shards)
         for tensor in self.tensors:
             tensor_state_of(tensor).bucket = self  # every tensor is a bagua tensor (checked above)
         self._index = {id(tensor): i for i, tensor in enumerate(self.tensors)}
@@ -94,6 +104,32 @@ class BaguaBucket:
         offset, numel = self.offsets[index], self.numels[index]
         return self._buffer[offset : offset + numel]
 
+    def expect_lent_buffer(self, offsets: list[int], numel: int) -> None:
+        """Lay the bucket out as the buffer that will be lent to it each step (:meth:`lend`): tensor ``i`` at
+        ``offsets[i]`` of ``numel`` elements. For a bucket that is not flattened (FSDP2 owns the storage); until
+        a buffer is lent, :meth:`flattened_view` gathers the tensors in this layout (zeros in between)."""
+        if self.flatten:
+            raise ValueError(f"bucket {self.name!r} is flattened into a buffer of its own; a lent one replaces none")
+        if len(offsets) != len(self.tensors) or any(o < 0 or o + n > numel for o, n in zip(offsets, self.numels)):
+            raise ValueError(f"bucket {self.name!r}: offsets {offsets} do not place {self.numels} in {numel} elements")
+        self.offsets = list(offsets)
+        self.padded_numel = numel
+        self.padding = numel - sum(self.numels)
+        self._gapped = True
+
+    def lend(self, flat: torch.Tensor | None) -> None:
+        """Make ``flat`` (laid out as :meth:`expect_lent_buffer` said) the bucket's buffer until the next call;
+        None takes it back. The operations then work on it in place."""
+        if flat is not None and (flat.numel() != self.padded_numel or flat.dtype != self.dtype):
+            raise ValueError(f"bucket {self.name!r} expects {self.padded_numel} {self.dtype} values, got "
+                             f"{flat.numel()} {flat.dtype}")
+        self._lent = flat
+
+    @property
+    def shapes(self) -> list[tuple[int, ...]]:
+        """The shape of each effective tensor, as the bucket was built."""
+        return list(self._shapes)
+
     def slot_of(self, flat: torch.Tensor, index: int) -> torch.Tensor:
         """Tensor ``index``'s place in ``flat`` (laid out as :attr:`buffer` / :meth:`flattened_tensor`), as a
         view in the tensor's shape and memory layout."""
@@ -102,11 +138,15 @@ class BaguaBucket:
 
     @property
     def buffer(self) -> torch.Tensor | None:
-        """The contiguous buffer of a flattened bucket (padding included), None when not flattened."""
-        return self._buffer
+        """The contiguous buffer of a flattened bucket (padding included), or the buffer lent to it for this
+        step (:meth:`lend`); None otherwise."""
+        return self._buffer if self._buffer is not None else self._lent
 
     def check_flatten(self) -> bool:
-        """True when every effective tensor is a view of its place in the bucket buffer, in its slot's layout."""
+        """True when every effective tensor is a view of its place in the bucket buffer, in its slot's layout
+        (and while a buffer is lent: the values are there, the tensors become its views)."""
+        if self._lent is not None:
+            return True
         if self._buffer is None:
             return False
         base = self._buffer.data_ptr()
@@ -127,8 +167,8 @@ class BaguaBucket:
         flattened bucket's own storage is :attr:`buffer`."""
         with torch.no_grad():
             if self.check_flatten():
-                return self._buffer.clone()
-            if self._buffer is None:
+                return self.buffer.clone()
+            if self._buffer is None and not self._gapped:
                 pieces = [t.bagua_getter_closure().reshape(-1) for t in self.tensors]
                 if self.padding:
                     pieces.append(torch.zeros(self.padding, dtype=self.dtype, device=self.device))
@@ -142,12 +182,12 @@ class BaguaBucket:
         """:attr:`buffer` itself when the effective tensors are views of it (writing it writes them), else
         a new tensor as :meth:`flattened_tensor` (hand it to :meth:`write_back`). For operations that
         work on the bucket's values in place."""
-        return self._buffer if self.check_flatten() else self.flattened_tensor()
+        return self.buffer if self.check_flatten() else self.flattened_tensor()
 
     def write_back(self, flat: torch.Tensor) -> None:
         """Copy ``flat`` (laid out as :meth:`flattened_tensor`) into the effective tensors, unless it is
         the bucket's own buffer and the tensors are already views of it."""
-        if self._buffer is not None and flat.data_ptr() == self._buffer.data_ptr() and self.check_flatten():
+        if self.buffer is not None and flat.data_ptr() == self.buffer.data_ptr() and self.check_flatten():
             return
         with torch.no_grad():
             for index, tensor in enumerate(self.tensors):
@@ -214,6 +254,17 @@ class BaguaBucket:
             if self.on_ready is not None:
                 self.on_ready(self)
 
+    def mark_all_ready(self, synchronize: bool = True) -> None:
+        """Every tensor is ready at once (a lent buffer holds all of them): :meth:`mark_ready` for the bucket."""
+        cuda = self.device.type == "cuda"
+        if synchronize and cuda:
+            self._ready_events.note(self.device)
+        self._ready.update(self._index)
+        if cuda:
+            self._ready_events.record()
+        if self.on_ready is not None:
+            self.on_ready(self)
+
     def is_ready(self) -> bool:
         return len(self._ready) == len(self.tensors)
 
@@ -265,6 +316,11 @@ class BaguaBucket:
             finish()
 
     # --- operations ---------------------------------------------------------------------------
+    @property
+    def ops(self) -> tuple[BucketOp, ...]:
+        """The operations appended, in order (read-only: :meth:`append_op`, :meth:`clear_ops`)."""
+        return tuple(self._ops)
+
     def has_ops(self) -> bool:
         """Whether the bucket has operations to run."""
         return bool(self._ops)
@@ -283,6 +339,10 @@ class BaguaBucket:
 
     def __repr__(self) -> str:
         return f"BaguaBucket({self.name!r}, tensors={len(self.tensors)}, bytes={self.bytes()}, flatten={self.flatten})"
+
+
+def _or_shard(effective: torch.Tensor | None, tensor: torch.Tensor) -> torch.Tensor:
+    return effective if effective is not None else local_shard(tensor)
 
 
 def _contiguous_strides(shape: torch.Size) -> tuple[int, ...]:

@@ -1,12 +1,14 @@
-"""``ModuleState``: everything bagua keeps on a wrapped module besides the original's documented
-attributes, in one object at the module's one bagua attribute (``bagua_core.lifecycle.state``).
+"""``ModuleState``: everything bagua keeps on a wrapped module, in one object at the module's one bagua
+attribute (``bagua_core.lifecycle.state``), written by the core only.
 
-``with_bagua`` creates it (a re-wrap creates a new one, keeping ``find_unused_parameters`` and the
-autotuner), the hooks and the wings that take part in training read it through :func:`state_of`, and
-``bagua_shutdown()`` removes it. The original's documented attributes stay plain attributes of the module
+``with_bagua`` creates it (a re-wrap creates a new one, keeping what the user set: the module's name,
+``find_unused_parameters`` and the autotuner), the hooks and the wings that take part in training read it
+through :func:`state_of`, and ``bagua_shutdown()`` removes it. The original's documented attributes
 (``bagua_algorithm``, ``bagua_optimizers``, ``bagua_buckets``, ``bagua_train_step_counter``,
-``process_group``, ``bagua_module_name``, ``bagua_capabilities``, ``bagua_auto_result``,
-``bagua_autotune_result``), as does ``_bagua_params_and_buffers_to_ignore``, which the user sets.
+``process_group``, ``bagua_module_name``, ``bagua_capabilities``, and ``bagua_autotune_result``) are
+read-only properties over it (``bagua_core.module.bagua_module``); the impl running the module changes
+through one call, :func:`switch_algorithm` (a new quorum in fault-tolerant mode, an algorithm that hands the
+module to another).
 
 Example::
 
@@ -26,12 +28,15 @@ from typing import Any, Protocol
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from bagua_core.lifecycle.algorithm import Algorithm
+from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmImpl
 from bagua_core.lifecycle.bucket import BaguaBucket
+from bagua_core.lifecycle.capabilities import Capabilities
 from bagua_core.lifecycle.scheduler import BucketScheduler
+from bagua_core.lifecycle.shard_layout import ShardLayout
 from bagua_core.lifecycle.state import get_state
 
-__all__ = ["ModuleState", "StepTuner", "params_and_buffers_to_ignore", "state_of"]
+__all__ = ["ImplHooks", "ModuleState", "StepTuner", "is_wrapped", "params_and_buffers_to_ignore", "set_gradient_sync",
+           "state_of", "switch_algorithm"]
 
 
 class StepTuner(Protocol):
@@ -43,48 +48,138 @@ class StepTuner(Protocol):
     def on_step(self, module: torch.nn.Module) -> None: ...
 
 
+@dataclass(slots=True)
+class ImplHooks:
+    """The callables the impl's ``init_*_hook`` methods returned (made again with the buckets)."""
+
+    bucket_ready: Callable[[BaguaBucket], None] | None
+    backward: Callable[[str, torch.nn.Parameter], None]
+    post_backward: Callable[[], None]
+    forward_pre: Callable[[Any], None]
+    post_optimizer_step: Callable[[torch.optim.Optimizer], None]
+    step_end: Callable[[], None] | None
+    """``init_step_end_hook``: once per training step, after every optimizer of the module has stepped."""
+
+
 @dataclass(slots=True, eq=False)
 class ModuleState:
     """The state of one wrapped module (one ``with_bagua``)."""
 
     declaration: Algorithm
     """The algorithm as declared (its config): what checkpoints name, fault tolerance re-reifies on a new
-    quorum and ``auto`` replaces by its choice. ``module.bagua_algorithm`` is the impl reified from it."""
+    quorum and an algorithm handing the module over replaces (:func:`switch_algorithm`)."""
+    impl: AlgorithmImpl
+    """The impl running the module (``module.bagua_algorithm``)."""
+    capabilities: Capabilities
+    """What the running algorithm declares (``module.bagua_capabilities``)."""
+    process_group: Any
+    """The group the impl was reified on (``module.process_group``): the job's, the user's, the same-shard
+    ranks of a sharded model, or a quorum's in fault-tolerant mode."""
+    optimizers: list[torch.optim.Optimizer]
+    """``module.bagua_optimizers``: those given to ``with_bagua``."""
+    module_name: str
+    """``module.bagua_module_name``: kept across re-wraps."""
     do_flatten: bool
     """``with_bagua(do_flatten=...)``: flatten each bucket's tensors into one buffer."""
+    shard: ShardLayout | None = None
+    """A model sharded with FSDP2 inside each node: this rank's layout, the one record of it
+    (``bagua_core.module.sharded`` makes it at the wrap); None: replicated."""
+    train_step_counter: int = 0
+    """``module.bagua_train_step_counter``: training forwards since the wrap (or the resumed count)."""
+    buckets: list[BaguaBucket] = field(default_factory=list)
+    """``module.bagua_buckets``: made by the impl at every rebuild."""
     sync_enabled: bool = True
-    """False inside ``no_sync()`` (and while a wrapper accumulates gradients): backward communicates nothing."""
+    """False inside ``no_sync()``: backward communicates nothing."""
     find_unused_parameters: bool = False
     """Leave parameters that received no gradient on any rank out of the buckets (``unused_params``)."""
     grad_seen: set[str] = field(default_factory=set)
     """With ``find_unused_parameters``: the parameters whose gradient arrived in this backward."""
     params_in_use: set[str] | None = None
     """With ``find_unused_parameters``: the parameters the buckets were last built for (None: all)."""
-    hooks: list[RemovableHandle] = field(default_factory=list)
-    """The handles of the forward pre-hook, the per-parameter backward hooks and the optimizer step hooks."""
+    handles: list[RemovableHandle] = field(default_factory=list)
+    """The handles of every hook the core installed (forward, backward, FSDP2, optimizer)."""
     post_backward_queued: bool = False
     """Whether this backward's end-of-backward callback is queued already."""
+    lent: dict[int, BaguaBucket] = field(default_factory=dict)
+    """A sharded model: unit index (``shard.units``) -> the bucket of its gradients, lent FSDP2's reduce-scatter
+    output each step (``bagua_core.module.sharded``)."""
+    lent_verified: bool = False
+    """Whether FSDP2's gradients were found where the lent buckets laid them out (checked once per rebuild)."""
     scheduler: BucketScheduler | None = None
     """Launches the buckets in order (rebuilt with them)."""
-    bucket_ready_hook: Callable[[BaguaBucket], None] | None = None
-    """The impl's ``init_bucket_ready_hook(module)`` (rebuilt with the buckets)."""
-    backward_hook: Callable[[str, torch.nn.Parameter], None] | None = None
-    """The impl's ``init_backward_hook(module)``."""
-    post_backward_hook: Callable[[], None] | None = None
-    """The impl's ``init_post_backward_hook(module)``."""
-    forward_pre_hook: Callable[[Any], None] | None = None
-    """The impl's ``init_forward_pre_hook(module)``."""
-    post_step_hook: Callable[[torch.optim.Optimizer], None] | None = None
-    """The impl's ``init_post_optimizer_step_hook(module)``."""
+    hooks: ImplHooks | None = None
+    """The impl's hooks (rebuilt with the buckets)."""
+    stepped: set[int] = field(default_factory=set)
+    """The optimizers (``id``) that stepped in this training step; when every one has, the step ends."""
     autotuner: StepTuner | bool | None = None
     """The autotuner; False: tuning is off; None: decided at the next step (``BAGUA_AUTOTUNE``)."""
-    shard: Any = None
-    """A model sharded with FSDP2: this rank's ``ShardLayout`` (``bagua_core.module.sharded``); None: replicated."""
+    autotune_result: dict[str, Any] | None = None
+    """``module.bagua_autotune_result``: what the autotuner chose, once it has."""
+
+
+    def mark_stepped(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Note that ``optimizer`` stepped in this training step; True exactly once per step: when it is the last
+        of the module's optimizers to do so (the step ends; the core then runs the impl's step-end hook)."""
+        if id(optimizer) in self.stepped or len(self.stepped) >= len(self.optimizers):
+            return False
+        self.stepped.add(id(optimizer))
+        return len(self.stepped) == len(self.optimizers)
+
+    @property
+    def step_over(self) -> bool:
+        """Whether every optimizer of the module stepped in this training step."""
+        return len(self.stepped) >= len(self.optimizers)
 
 
 def state_of(module: torch.nn.Module) -> ModuleState | None:
     """The module's state, or None when it is not wrapped (never, or since ``bagua_shutdown()``)."""
     return get_state(module, ModuleState)
+
+
+def switch_algorithm(module: torch.nn.Module, *, impl: AlgorithmImpl | None = None,
+                     declaration: Algorithm | None = None, capabilities: Capabilities | None = None,
+                     process_group: Any = None) -> None:
+    """The one way the impl running a wrapped module, its declaration, its capabilities and its group change
+    after the wrap: an algorithm that tries candidates or hands the module to the one it chose, a new quorum's
+    group in fault-tolerant mode. What is not given stays. The new impl runs the module from the next rebuild
+    of its buckets (``module.bagua_reset()``, or its own ``need_reset``).
+
+    Example::
+
+        >>> switch_algorithm(model, impl=chosen.reify(model.process_group), declaration=chosen)
+        >>> model.bagua_reset()
+    """
+    state = state_of(module)
+    if state is None:
+        raise RuntimeError(f"{type(module).__name__} is not wrapped (call with_bagua first)")
+    if impl is not None:
+        state.impl = impl
+    if declaration is not None:
+        state.declaration = declaration
+    if capabilities is not None:
+        state.capabilities = capabilities
+    if process_group is not None:
+        state.process_group = process_group
+
+
+def is_wrapped(module: torch.nn.Module) -> bool:
+    """Whether ``module`` is wrapped by ``with_bagua`` (and not shut down since)."""
+    return state_of(module) is not None
+
+
+def set_gradient_sync(module: torch.nn.Module, enabled: bool) -> None:
+    """Whether the wrapped ``module``'s backward communicates: False accumulates gradients locally until it is
+    True again (what ``module.no_sync()`` does for the block it guards).
+
+    Example::
+
+        >>> set_gradient_sync(model, False)     # micro-batches accumulate
+        >>> set_gradient_sync(model, True)      # the next backward communicates the sum
+    """
+    state = state_of(module)
+    if state is None:
+        raise RuntimeError(f"{type(module).__name__} is not wrapped (call with_bagua first)")
+    state.sync_enabled = bool(enabled)
 
 
 def params_and_buffers_to_ignore(module: torch.nn.Module) -> list[str]:

@@ -17,7 +17,7 @@ from torch.distributed.tensor import DTensor
 
 from bagua_core.lifecycle.state import TensorState, set_state, tensor_state_of
 
-__all__ = ["local_shard", "load_optimizer_state", "register_shards", "BaguaTensor", "install_tensor_methods"]
+__all__ = ["is_sharded", "local_shard", "load_optimizer_state", "register_shards", "BaguaTensor", "install_tensor_methods"]
 
 
 def ensure_bagua_tensor(
@@ -74,7 +74,22 @@ def local_shard(value: Any) -> Any:
 
         >>> [local_shard(p).shape for p in sharded_model.parameters()]   # this rank's shards
     """
-    return value._local_tensor if isinstance(value, DTensor) else value
+    if not isinstance(value, DTensor):
+        return value
+    with torch.no_grad():  # DTensor's public accessor: the local tensor itself, not an autograd view of it
+        return value.to_local()
+
+
+def is_sharded(module: torch.nn.Module) -> bool:
+    """Whether ``module`` is a model sharded with FSDP2 (``DTensor`` parameters): the one check of it. For a
+    wrapped module its state's layout says the same (``ModuleState.shard``).
+
+    Example::
+
+        >>> is_sharded(fully_shard(model, mesh=bagua.node_mesh()))
+        True
+    """
+    return any(isinstance(p, DTensor) for p in module.parameters())
 
 
 def register_shards(module: torch.nn.Module) -> None:

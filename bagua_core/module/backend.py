@@ -52,8 +52,8 @@ class ModuleBackend:
         if old is not None:
             old.synchronize()
             old.detach()
-        module.bagua_buckets = list(buckets)
-        state.scheduler = BucketScheduler(module.bagua_buckets, module.process_group.worker, state.bucket_ready_hook)
+        state.buckets = list(buckets)
+        state.scheduler = BucketScheduler(state.buckets, state.process_group.worker, state.hooks.bucket_ready)
 
 
 def register_module(module: torch.nn.Module) -> None:

@@ -23,7 +23,7 @@ from bagua_core.checkpoints.resume import (
     load_checkpoint_state,
     pending_resume,
 )
-from bagua_core.lifecycle.tensor import register_shards
+from bagua_core.lifecycle.tensor import is_sharded, local_shard, register_shards
 from bagua_core.module import sharded
 from bagua_core.module.initial_sync import (
     agree_or_raise,
@@ -39,11 +39,12 @@ __all__ = ["BaguaModule", "with_bagua"]
 
 
 class BaguaModule:
-    """Methods installed on ``torch.nn.Module``. After ``with_bagua`` a module has the seed's attributes
+    """Methods installed on ``torch.nn.Module``. After ``with_bagua`` a module has the original's attributes
     ``bagua_optimizers``, ``bagua_algorithm`` (the reified impl), ``bagua_capabilities`` (what the
-    algorithm declares, ``bagua_core.lifecycle.capabilities``), ``process_group``,
-    ``bagua_module_name``, ``bagua_train_step_counter`` and ``bagua_buckets``; everything else bagua
-    keeps on it is one ``ModuleState`` (``bagua_core.lifecycle.module_state.state_of(module)``)."""
+    algorithm declares, ``bagua_core.lifecycle.capabilities``), ``process_group``, ``bagua_module_name``,
+    ``bagua_train_step_counter``, ``bagua_buckets`` and ``bagua_autotune_result``: read-only properties over
+    the one ``ModuleState`` bagua keeps on it (``bagua_core.lifecycle.module_state.state_of(module)``), which
+    only the core writes."""
 
     def with_bagua(
         self: torch.nn.Module,
@@ -63,6 +64,9 @@ class BaguaModule:
         from the group's first rank (not after ``load_checkpoint`` of a checkpoint holding each rank's
         own weights for this algorithm); calling it again switches the algorithm.
 
+        A model sharded with FSDP2 on each node's ranks (``bagua.node_mesh()``, the root ``fully_shard``-ed
+        too) runs the algorithm between the nodes on each rank's shards (``bagua_core.module.sharded``).
+
         Example::
 
             >>> model = torch.nn.Linear(4, 2)
@@ -73,51 +77,48 @@ class BaguaModule:
             optimizers = [optimizers]
         optimizers = list(optimizers)
         register_shards(self)  # an evaluation's forward may have left FSDP2's root unsharded
-        is_sharded = sharded.is_sharded(self)
-        if is_sharded:  # FSDP2 inside the nodes: the algorithm runs on local shards, between the nodes
-            do_flatten = False  # FSDP2 owns the shards' storage
+        shards = is_sharded(self)
+        if shards:  # FSDP2 inside the nodes: the algorithm runs on local shards, between the nodes
+            do_flatten = False  # FSDP2 owns the shards' storage (a bucket is lent its reduce-scatter output)
         job = get_default_group()
         group = process_group if process_group is not None else job
         previous = state_of(self)
         if previous is not None:  # a re-wrap: what the user set on the module's state stays
             hooks.uninstall(self, previous)
-        self.bagua_optimizers = optimizers
-        if not getattr(self, "bagua_module_name", None):
-            self.bagua_module_name = f"{type(self).__name__}_{id(self)}"
-        register_module(self)
+        name = previous.module_name if previous is not None else self.bagua_module_name
         named = self.bagua_named_parameters() + self.bagua_named_buffers()
         resumed = pending_resume(self)
 
         def prepare() -> Prepared:
             declaration = resolve_algorithm(algorithm, optimizers)
-            mesh = None
-            if is_sharded:
+            found = None
+            if shards:
                 if process_group is not None:
                     raise BaguaConfigError("with_bagua(process_group=...) takes a replicated model; for a model "
-                                           "sharded with FSDP2 the group is the mesh's replicate dimension")
+                                           "sharded with FSDP2 bagua's group is the ranks of the other nodes holding "
+                                           "the same shard (leave process_group out)")
                 if not capabilities_of(declaration).supports_sharding:
                     raise BaguaConfigError(
                         f"algorithm {declaration.name!r} does not support models sharded with FSDP2 (its "
                         f"capabilities declare no supports_sharding); those that do: "
                         f"{', '.join(sharded.algorithms_supporting_sharding())}")
-                mesh = sharded.check_mesh(self)
-                if group.membership.changes and any(len(ranks) > 1 for ranks in mesh.replica_sets):
-                    raise BaguaConfigError(
-                        f"fault-tolerant mode: a replica shards the model over its own ranks and the replicas of "
-                        f"the quorum are the replicate dimension, but this model's mesh replicates inside the "
-                        f"replica (ranks holding each shard: {[list(r) for r in mesh.replica_sets]}); shard over "
-                        f"the replica's ranks (bagua.node_mesh() on a replica of one node, or a 1-D mesh)")
+                found = sharded.check_model(self)
             fields, info = wrap_settings(declaration, group, do_flatten, optimizers, algorithm_source(algorithm),
                                          resumed.key() if resumed is not None else None)
-            if mesh is not None:
-                fields["sharded: ranks holding each shard (FSDP2 mesh)"] = [list(r) for r in mesh.replica_sets]
-            return Prepared((declaration, mesh), fields, info)
+            if found is not None:
+                fields["sharded: ranks sharing the model on a node (FSDP2 mesh)"] = len(found[1])
+            return Prepared((declaration, found), fields, info)
 
-        declaration, mesh = agree_or_raise(group.get_global_communicator(), prepare, model_signature(named))
+        declaration, found = agree_or_raise(group.get_global_communicator(), prepare, model_signature(named))
         layout = None
-        if mesh is not None:
-            layout, group = sharded.take_over(mesh)
-        self.process_group = group
+        if found is not None:
+            layout, group = sharded.make_layout(*found, job)  # collective
+            if group.membership.changes and len(layout.replica_ranks) > 1:
+                raise BaguaConfigError(
+                    f"fault-tolerant mode: a replica shards the model over its own ranks and the replicas of the "
+                    f"quorum are the replicate dimension, but this model's sharding replicates inside the replica "
+                    f"(ranks holding each shard: {[list(r) for r in layout.replica_sets]}); shard over all the "
+                    f"replica's ranks (bagua.node_mesh() on a replica of one node)")
         comm = group.get_global_communicator()
         if resumed is None or not resumed.keeps_own_weights(declaration.name):  # (else: each rank its own)
             if layout is None:
@@ -125,18 +126,17 @@ class BaguaModule:
                 for optimizer in optimizers:
                     broadcast_optimizer_state(optimizer, src=0, comm=comm)
             else:  # each shard from the first node's holder; the buffers (not sharded) from rank 0 of the job
-                broadcast_tensors([p.to_local() for _, p in self.bagua_named_parameters()], src=0, comm=comm)
+                broadcast_tensors([local_shard(p) for _, p in self.bagua_named_parameters()], src=0, comm=comm)
                 broadcast_tensors([b for _, b in self.bagua_named_buffers()], src=0, comm=job.get_global_communicator())
                 for optimizer in optimizers:
                     broadcast_sharded_optimizer_state(optimizer, src=0, comm=comm)
-        self.bagua_algorithm = declaration.reify(group)
-        self.bagua_capabilities = capabilities_of(declaration, self.bagua_algorithm)
-        self.bagua_train_step_counter = 0
-        state = ModuleState(declaration, do_flatten)
-        state.shard = layout
+        impl = declaration.reify(group)
+        state = ModuleState(declaration, impl, capabilities_of(declaration, impl), group, optimizers, name, do_flatten,
+                            shard=layout)
         if previous is not None:
             state.find_unused_parameters, state.autotuner = previous.find_unused_parameters, previous.autotuner
         set_state(self, state)  # (replaces the checkpoint kept for this wrap, if any)
+        register_module(self)
         hooks.install(self, state)
         if resumed is not None:  # a checkpoint loaded before wrapping: counter and algorithm state
             apply_resumed_state(self, resumed)
@@ -228,10 +228,66 @@ class BaguaModule:
 
     def bagua_shutdown(self: torch.nn.Module) -> None:
         """Remove bagua's hooks and stop the algorithm's background work; the module is plain again: its
-        ``ModuleState`` goes (the documented attributes, ``bagua_algorithm`` and the others, stay)."""
+        ``ModuleState`` goes, and with it the attributes read from it (``bagua_algorithm`` and the others)."""
         state = state_of(self)
         if state is not None:
             hooks.uninstall(self, state)
+
+
+def _wrapped(module: torch.nn.Module, attribute: str) -> ModuleState:
+    state = state_of(module)
+    if state is None:
+        raise AttributeError(f"{type(module).__name__} has no {attribute}: it is not wrapped (call with_bagua first)")
+    return state
+
+
+def _read_only(attribute: str, field: str, doc: str) -> property:
+    def get(module: torch.nn.Module) -> Any:
+        return getattr(_wrapped(module, attribute), field)
+
+    def refuse(module: torch.nn.Module, value: Any) -> None:
+        raise AttributeError(f"{attribute} is bagua's: with_bagua sets it (an algorithm changes the impl through "
+                             f"bagua_core.api.switch_algorithm)")
+
+    return property(get, refuse, doc=doc)
+
+
+def _module_name(module: torch.nn.Module) -> str:
+    state = state_of(module)
+    return state.module_name if state is not None else f"{type(module).__name__}_{id(module)}"
+
+
+def _get_process_group(module: torch.nn.Module) -> Any:
+    state = state_of(module)
+    if state is not None:
+        return state.process_group
+    try:  # a module of torch's or the user's that keeps its own (SyncBatchNorm, DDP)
+        return module.__dict__["process_group"]
+    except KeyError:
+        raise AttributeError(f"{type(module).__name__} has no process_group") from None
+
+
+def _set_process_group(module: torch.nn.Module, value: Any) -> None:
+    if state_of(module) is not None:
+        raise AttributeError("process_group of a wrapped module is bagua's: pass with_bagua(process_group=...)")
+    module.__dict__["process_group"] = value
+
+
+PROPERTIES = {
+    "bagua_algorithm": _read_only("bagua_algorithm", "impl", "The impl running the module."),
+    "bagua_capabilities": _read_only("bagua_capabilities", "capabilities", "What the running algorithm declares."),
+    "bagua_optimizers": _read_only("bagua_optimizers", "optimizers", "The optimizers given to with_bagua."),
+    "bagua_train_step_counter": _read_only("bagua_train_step_counter", "train_step_counter",
+                                           "Training forwards since the wrap (or the resumed count)."),
+    "bagua_buckets": _read_only("bagua_buckets", "buckets", "The buckets the impl made."),
+    "bagua_autotune_result": _read_only("bagua_autotune_result", "autotune_result",
+                                        "What the autotuner chose (None until it has)."),
+    "bagua_module_name": property(_module_name, doc="The module's name (bagua's backends find it by it)."),
+    "process_group": property(_get_process_group, _set_process_group,
+                              doc="The group the algorithm runs on (a wrapped module's is bagua's)."),
+}
+"""The original's attributes of a wrapped module, installed on ``torch.nn.Module`` as properties over its
+``ModuleState``; ``process_group`` stays an ordinary attribute of modules bagua does not wrap."""
 
 
 def with_bagua(module: torch.nn.Module, optimizers: Any, algorithm: Any = None, process_group: Any = None,
@@ -247,6 +303,8 @@ def install_module_methods() -> None:
         if name == "no_sync" and hasattr(torch.nn.Module, "no_sync"):
             continue
         setattr(torch.nn.Module, name, BaguaModule.__dict__[name])
+    for name, prop in PROPERTIES.items():
+        setattr(torch.nn.Module, name, prop)
 
 
 install_module_methods()

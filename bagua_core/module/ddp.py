@@ -97,7 +97,8 @@ class DistributedDataParallel(torch.nn.Module):
         self.find_unused_parameters = find_unused_parameters
         self.gradient_as_bucket_view = gradient_as_bucket_view
         declaration = resolve_algorithm(algorithm, list(optimizers))
-        module.with_bagua(list(optimizers), declaration, process_group=to_bagua_process_group(process_group),
+        module.with_bagua(list(optimizers), declaration,  # None: with_bagua's own choice (a sharded model's too)
+                          process_group=None if process_group is None else to_bagua_process_group(process_group),
                           do_flatten=gradient_as_bucket_view)
         impl = module.bagua_algorithm
         if hasattr(impl, "bucket_size_bytes") and bucket_cap_mb != 25 and not getattr(impl, "bucket_size", None):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from bagua_core.lifecycle.module_state import state_of
 from bagua_core.lifecycle.tensor import local_shard
 from bagua_core.runtime.communication import ReduceOp, allreduce_inplace
 
@@ -58,7 +59,7 @@ def agree_on_nonfinite_gradients(module: torch.nn.Module) -> bool:
     worker = module.process_group.worker
     worker.submit(allreduce_inplace, flag, ReduceOp.MAX, comm)
     worker.synchronize()
-    layout = module.process_group.shard
+    layout = state_of(module).shard
     if layout is not None and layout.count > 1:
         flag = flag.to(params[0].device)  # the shard group's backend is FSDP2's (NCCL on CUDA)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=layout.shard_group)

@@ -1,163 +1,241 @@
-"""Models sharded with FSDP2 inside a node: bagua runs between the nodes.
+"""Models sharded with FSDP2 inside a node: bagua runs between the nodes, through FSDP2's public API.
 
-A model too large to replicate is sharded with torch's own FSDP2 (``fully_shard`` on a 2-D
-``DeviceMesh`` with dimensions ``("replicate", "shard")``, the shard dimension inside a node: torch's HSDP
-code). Inside a node FSDP2 gathers, shards and reduce-scatters as usual; ``with_bagua`` takes the
-replicate dimension over: FSDP2's all-reduce between the nodes is turned off (each of its parameter
-groups gets a one-rank replicate group, so FSDP2 averages over the shard group only) and the algorithm
-runs on each rank's local shards (``DTensor.to_local()``: the reduce-scattered gradient shards, or the
-weight shards) with the ranks of the other nodes that hold the same shard: a ``BaguaProcessGroup`` over
-the replicate dimension, whose ``shard`` says which shard it is (:class:`ShardLayout`).
+A model too large to replicate is sharded with torch's own FSDP2 (``fully_shard``) over the ranks of one
+node: a 1-D ``DeviceMesh`` (:func:`node_mesh`). FSDP2 gathers, shards and reduce-scatters inside the node
+and issues nothing between the nodes; the algorithm runs there, on each rank's local shards, with the ranks
+of the other nodes that hold the same shard (the layout: ``bagua_core.lifecycle.shard_layout``, kept in the
+module's state). Gradients reach bagua through ``FSDPModule.set_all_reduce_hook``: FSDP2 hands each unit's
+reduce-scatter output (its shards of the unit's gradients, one flat buffer, each shard padded) to the hook
+as soon as the unit's reduce-scatter is done, and the core lends that buffer to the bucket holding the
+unit's gradients, which starts its exchange at once, overlapping the rest of backward as HSDP's own
+all-reduce does (:class:`UnitHandoff`).
 
-:func:`check_mesh` checks the mesh (one mesh for every parameter; the shard dimension inside a node,
-else a clear error), :func:`take_over` turns FSDP2's replicate all-reduce off and returns the layout and
-the algorithm's group; :func:`node_mesh` builds the mesh from bagua's node layout.
+A 2-D ("replicate", "shard") mesh is refused: FSDP2 would all-reduce over its replicate dimension itself
+(its hook sees the all-reduced gradients) and its public API cannot hand that dimension over.
 
 Example::
 
-    >>> mesh = bagua.node_mesh()                    # ("replicate", "shard"): nodes x ranks per node
+    >>> mesh = bagua.node_mesh()                    # 1-D: this node's ranks
     >>> for block in model.blocks:
     ...     fully_shard(block, mesh=mesh)
-    >>> fully_shard(model, mesh=mesh)
+    >>> fully_shard(model, mesh=mesh)               # the root too
     >>> model = model.with_bagua([optimizer], "diloco")
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from bagua_core.lifecycle.algorithm import is_gradient_tensor
+from bagua_core.lifecycle.bucket import BaguaBucket
+from bagua_core.lifecycle.module_state import ModuleState
+from bagua_core.lifecycle.shard_layout import ShardLayout
+from bagua_core.lifecycle.tensor import local_shard
 from bagua_core.plugins import algorithm_registry
-from bagua_core.runtime.exceptions import BaguaConfigError
+from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError
+from bagua_core.runtime.failure import call_guarded
 from bagua_core.runtime.process_group import BaguaProcessGroup, get_default_group, new_group
 
-__all__ = ["Mesh", "ShardLayout", "algorithms_supporting_sharding", "check_mesh", "is_sharded", "node_mesh", "take_over"]
+__all__ = ["Unit", "UnitHandoff", "algorithms_supporting_sharding", "check_model", "group_by_unit", "install",
+           "lend_buckets", "make_layout", "node_mesh", "verify_lent_layout"]
+
+_TWO_D = ("this model is sharded on a 2-D DeviceMesh {dims}: FSDP2 would then all-reduce the gradients between "
+          "the nodes itself. Shard on the node's ranks only and let bagua run between the nodes:\n"
+          "    mesh = bagua.node_mesh()    # instead of init_device_mesh(..., mesh_dim_names=(\"replicate\", "
+          "\"shard\"))\n    fully_shard(module, mesh=mesh)   # for every block, then the root\n"
+          "(or pass your 2-D mesh's mesh[\"shard\"])")
 
 
 @dataclass(frozen=True)
-class ShardLayout:
-    """Which shard of an FSDP2 model this rank holds, and who holds the same one."""
+class Unit:
+    """One ``fully_shard``-ed module with parameters of its own: FSDP2 reduce-scatters their gradients together."""
 
-    index: int
-    """This rank's shard: its rank in the shard group (inside its node)."""
-    count: int
-    """Ranks sharing the model inside a node (the shard group's size)."""
-    shard_ranks: tuple[int, ...]
-    """The global ranks of this rank's shard group (one node)."""
-    replica_ranks: tuple[int, ...]
-    """The global ranks holding the same shard, one per node, in node order: the algorithm's group."""
-    replica_sets: tuple[tuple[int, ...], ...] = ()
-    """Every shard's ``replica_ranks``, by shard index: an algorithm that makes groups of its own over its
-    ranks makes one per set, in this order, on every rank (torch's ``new_group`` is collective)."""
-    shard_group: Any = field(default=None, compare=False, repr=False)
-    """FSDP2's torch group over ``shard_ranks`` (a collective of the whole node, e.g. agreeing on an overflow)."""
+    module: Any
+    """The ``FSDPModule``."""
+    params: tuple[torch.nn.Parameter, ...]
+    """Its parameters, in FSDP2's order (the order of the unit's reduce-scatter output)."""
+    slots: tuple[int, ...]
+    """The elements each parameter's shard takes in that output (FSDP2 pads a dim-0 shard to ``ceil(d0 / n)``
+    rows)."""
 
 
-def is_sharded(module: torch.nn.Module) -> bool:
-    """Whether ``module`` has parameters sharded by FSDP2 (``DTensor`` parameters)."""
+def _slot(param: torch.Tensor, ranks: int) -> int:
+    placement = param.placements[0]
+    dim = getattr(placement, "dim", None)
+    if dim is None:
+        raise BaguaConfigError(f"a parameter of shape {tuple(param.shape)} is placed as {placement}; bagua runs beside "
+                               f"FSDP2's Shard placements (fully_shard's default)")
+    if dim == 0:
+        return math.ceil(param.shape[0] / ranks) * (param.numel() // param.shape[0] if param.shape[0] else 0)
+    return param.numel() // ranks  # FSDP2 shards other dimensions evenly only
+
+
+def check_model(module: torch.nn.Module) -> tuple[tuple[Unit, ...], tuple[int, ...], Any]:
+    """``module``'s FSDP2 units in the order their gradients come (backward order: the deepest last-registered
+    first, the root last), the ranks of its mesh and the mesh's group. Checked without communicating (every
+    rank reaches the same verdict): the root ``fully_shard``-ed, one 1-D mesh inside one node. Raises
+    ``BaguaConfigError`` otherwise, saying what to do."""
+    from torch.distributed.fsdp import FSDPModule
     from torch.distributed.tensor import DTensor
 
-    return any(isinstance(p, DTensor) for p in module.parameters())
-
-
-def _param_groups(module: torch.nn.Module) -> list[Any]:
-    from torch.distributed.fsdp import FSDPModule
-
-    groups = []
+    if not isinstance(module, FSDPModule):
+        raise BaguaConfigError(
+            f"the model's root ({type(module).__name__}) is not fully_shard-ed while its parameters are: call "
+            f"fully_shard(model, mesh=mesh) on the root too, after its blocks (bagua finds the end of backward "
+            f"after FSDP2's own, which the root's fully_shard provides)")
+    meshes = {}
+    for name, param in module.named_parameters():
+        if not isinstance(param, DTensor):
+            raise BaguaConfigError(f"parameter {name!r} is not sharded by FSDP2 while others are: fully_shard every "
+                                   f"module holding parameters (or its parent), or ignore none of them")
+        meshes.setdefault(tuple(param.device_mesh.mesh.flatten().tolist()), param.device_mesh)
+    if len(meshes) > 1:
+        raise BaguaConfigError(f"the model's parameters are sharded on several meshes ({sorted(meshes)}); bagua needs "
+                               f"one: bagua.node_mesh() for the whole model")
+    mesh = next(iter(meshes.values()))
+    if mesh.ndim != 1:
+        raise BaguaConfigError(_TWO_D.format(dims=mesh.mesh_dim_names or mesh.ndim))
+    ranks = tuple(int(r) for r in mesh.mesh.tolist())
+    node_of = {rank: i for i, members in enumerate(get_default_group().node_ranks) for rank in members}
+    if len({node_of[r] for r in ranks}) > 1:
+        raise BaguaConfigError(
+            f"the mesh crosses nodes: ranks {list(ranks)} share one shard group but are on nodes "
+            f"{sorted({node_of[r] for r in ranks})}; shard inside a node (bagua.node_mesh(): the node's ranks) and "
+            f"let bagua run between the nodes")
+    owner: dict[int, Any] = {}
+    order: list[Any] = []
     for sub in module.modules():
         if isinstance(sub, FSDPModule):
-            groups += [g for g in sub._get_fsdp_state()._fsdp_param_groups if g is not None]
-    return groups
+            order.append(sub)
+            for param in sub.parameters():
+                owner[id(param)] = sub  # modules() is pre-order: the innermost FSDP module wins
+    units = []
+    for sub in reversed(order):
+        params = tuple(p for p in sub.parameters() if owner[id(p)] is sub)
+        if params:
+            units.append(Unit(sub, params, tuple(_slot(p, len(ranks)) for p in params)))
+    return tuple(units), ranks, mesh.get_group()
 
 
-_singletons: dict[int, Any] = {}
-_replica_groups: dict[tuple[tuple[int, ...], ...], BaguaProcessGroup] = {}
-
-
-def _singleton() -> Any:
-    """A one-rank torch group of this rank (created once, collectively, for every rank)."""
-    if not _singletons:
-        for rank in range(dist.get_world_size()):
-            group = dist.new_group([rank])
-            if rank == dist.get_rank():
-                _singletons[rank] = group
-    return _singletons[dist.get_rank()]
-
-
-@dataclass(frozen=True)
-class Mesh:
-    """What :func:`check_mesh` found: the model's FSDP2 parameter groups, this rank's shard group, and the
-    ranks holding each shard (one per node)."""
-
-    param_groups: tuple[Any, ...]
-    shard_ranks: tuple[int, ...]
-    replica_sets: tuple[tuple[int, ...], ...]
-
-
-def check_mesh(module: torch.nn.Module) -> Mesh:
-    """``module``'s FSDP2 mesh, checked without communicating (every rank reaches the same verdict): one
-    mesh for every parameter, its shard dimension inside a node. Raises ``BaguaConfigError`` otherwise,
-    saying what to do."""
-    groups = _param_groups(module)
-    if not groups:
-        raise BaguaConfigError("the model has DTensor parameters but no FSDP2 module holds them: shard it with "
-                               "torch.distributed.fsdp.fully_shard on a DeviceMesh (bagua.node_mesh()), or pass "
-                               "plain parameters")
-    meshes = {id(g.mesh_info.mesh): g.mesh_info for g in groups}
-    if len({tuple(info.mesh.mesh.flatten().tolist()) + (info.mesh.ndim,) for info in meshes.values()}) > 1:
-        raise BaguaConfigError("the model's parameters are sharded on several meshes; bagua needs one "
-                               "(\"replicate\", \"shard\") mesh for the whole model")
-    info = next(iter(meshes.values()))
-    if info.mesh.ndim > 2:
-        raise BaguaConfigError(f"bagua runs beside FSDP2 on a 1-D or 2-D (\"replicate\", \"shard\") mesh; this model's "
-                               f"mesh has {info.mesh.ndim} dimensions")
-    shard_ranks = tuple(dist.get_process_group_ranks(info.shard_process_group))
-    node_of = {rank: i for i, members in enumerate(get_default_group().node_ranks) for rank in members}
-    if len({node_of[r] for r in shard_ranks}) > 1:
-        nodes = sorted({node_of[r] for r in shard_ranks})
-        raise BaguaConfigError(
-            f"the mesh's shard dimension crosses nodes: ranks {list(shard_ranks)} share one shard group but are on "
-            f"nodes {nodes}; shard inside a node (mesh_dim_names=('replicate', 'shard') with the shard dimension "
-            f"one node's ranks: bagua.node_mesh()) and let bagua run between the nodes")
-    mesh = info.mesh.mesh
-    if info.mesh.ndim == 2:
-        replicate_dim = getattr(info, "replicate_mesh_dim", None)
-        replicate_dim = 0 if replicate_dim is None else replicate_dim
-        columns = mesh.transpose(0, 1) if replicate_dim == 0 else mesh
-        replica_sets = tuple(tuple(int(r) for r in column) for column in columns)  # one per shard index
-    else:  # FSDP alone, inside one node: each shard is held by one rank
-        replica_sets = tuple((int(r),) for r in mesh.flatten())
-    return Mesh(tuple(groups), shard_ranks, replica_sets)
-
-
-def take_over(mesh: Mesh) -> tuple[ShardLayout, BaguaProcessGroup]:
-    """Turn FSDP2's replicate all-reduce off for every parameter group of ``mesh`` and return this rank's
-    shard layout with the algorithm's group (the ranks of the other nodes holding the same shard).
-    Collective: every rank of the job calls it, for the same mesh (after :func:`check_mesh`)."""
+def make_layout(units: tuple[Unit, ...], ranks: tuple[int, ...], shard_group: Any,
+                job: BaguaProcessGroup) -> tuple[ShardLayout, BaguaProcessGroup]:
+    """This rank's layout and the algorithm's group (the ranks of the other nodes holding the same shard), from
+    every rank's mesh. Collective over the job (every rank, in the same order)."""
+    meshes: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(meshes, ranks)
+    distinct = sorted(set(meshes), key=lambda m: m[0])
+    if len({len(m) for m in distinct}) != 1:
+        raise BaguaConfigError(f"bagua needs the same number of ranks sharing the model on every node; the meshes are "
+                               f"{[list(m) for m in distinct]}")
+    replica_sets = tuple(zip(*distinct))  # shard j: the j-th rank of every mesh, in node order
     me = dist.get_rank()
-    if mesh.replica_sets not in _replica_groups:
-        made = [new_group(list(ranks)) for ranks in mesh.replica_sets]  # collective, in the same order everywhere
-        _replica_groups[mesh.replica_sets] = next(g for g, ranks in zip(made, mesh.replica_sets) if me in ranks)
-    group = _replica_groups[mesh.replica_sets]
-    # the job's membership: in fault-tolerant mode replicas come and go, and what an impl reified on this group at
-    # the wrap declares for that mode (what a joiner heals) is the policy the runtime keeps
-    group.membership = get_default_group().membership
-    solo = _singleton()
-    for param_group in mesh.param_groups:
-        mesh_info = param_group.mesh_info
-        if hasattr(mesh_info, "replicate_process_group"):  # HSDP: its all-reduce between nodes is bagua's now
-            mesh_info.replicate_process_group = solo
-            mesh_info.replicate_mesh_size, mesh_info.replicate_mesh_rank = 1, 0
-    replica_ranks = next(ranks for ranks in mesh.replica_sets if me in ranks)
-    layout = ShardLayout(index=mesh.shard_ranks.index(me), count=len(mesh.shard_ranks),
-                         shard_ranks=mesh.shard_ranks, replica_ranks=replica_ranks,
-                         replica_sets=mesh.replica_sets,
-                         shard_group=mesh.param_groups[0].mesh_info.shard_process_group)
-    group.shard = layout  # what the algorithm reified on it learns: it runs on shards
+    made = [new_group(list(members)) for members in replica_sets]  # collective, in the same order everywhere
+    group = next(g for g, members in zip(made, replica_sets) if me in members)
+    group.siblings = replica_sets
+    group.membership = job.membership  # fault-tolerant mode: replicas come and go (what the impl declares for it)
+    layout = ShardLayout(index=ranks.index(me), count=len(ranks), shard_ranks=ranks,
+                         replica_ranks=next(m for m in replica_sets if me in m), replica_sets=replica_sets,
+                         shard_group=shard_group, units=units)
     return layout, group
+
+
+def group_by_unit(tensors: list[torch.Tensor], units: tuple[Unit, ...]) -> list[list[torch.Tensor]]:
+    """The core's bucketing suggestion for a sharded model: the tensors of each unit together (units in backward
+    order, each in FSDP2's order), then the tensors that are no unit's parameters, in the order given."""
+    unit_of = {id(p): (u, i) for u, unit in enumerate(units) for i, p in enumerate(unit.params)}
+    grouped: dict[int, list[tuple[int, torch.Tensor]]] = {}
+    rest = []
+    for tensor in tensors:
+        place = unit_of.get(id(tensor))
+        if place is None:
+            rest.append(tensor)
+        else:
+            grouped.setdefault(place[0], []).append((place[1], tensor))
+    groups = [[t for _, t in sorted(grouped[u], key=lambda entry: entry[0])] for u in sorted(grouped)]
+    return groups + ([rest] if rest else [])
+
+
+def lend_buckets(buckets: list[BaguaBucket], units: tuple[Unit, ...]) -> dict[int, BaguaBucket]:
+    """unit index -> the bucket holding exactly that unit's gradients: laid out as the unit's reduce-scatter
+    output, which is lent to it each step (a bucket of other tensors, or of part of a unit, gathers its values
+    from the tensors at the end of backward)."""
+    lent = {}
+    by_members = {frozenset(id(p) for p in unit.params): u for u, unit in enumerate(units)}
+    for bucket in buckets:
+        u = by_members.get(frozenset(id(t) for t in bucket.tensors))
+        if u is None or bucket.flatten or not all(is_gradient_tensor(t) for t in bucket.tensors):
+            continue
+        unit = units[u]
+        offset_of = dict(zip((id(p) for p in unit.params), (sum(unit.slots[:i]) for i in range(len(unit.slots)))))
+        bucket.expect_lent_buffer([offset_of[id(t)] for t in bucket.tensors], sum(unit.slots))
+        lent[u] = bucket
+    return lent
+
+
+class UnitHandoff:
+    """The hook FSDP2 calls with a unit's reduce-scatter output (``set_all_reduce_hook``): lends it to the unit's
+    bucket and marks the bucket ready, which starts its exchange while backward goes on. The bucket instead
+    gathers its values at the end of backward (same layout, same collectives, no overlap) when FSDP2 will not
+    assign the buffer as the gradients (they accumulate into existing ones: ``no_sync`` or gradient accumulation
+    without ``zero_grad()``), when some parameter got no gradient (FSDP2 leaves it out), or in fp16 (FSDP2 then
+    divides the buffer after the hook, which must not race with the exchange)."""
+
+    __slots__ = ("state", "index", "unit")
+
+    def __init__(self, state: ModuleState, index: int, unit: Unit) -> None:
+        self.state, self.index, self.unit = state, index, unit
+
+    def __call__(self, flat: torch.Tensor) -> None:
+        state = self.state
+        bucket = state.lent.get(self.index)
+        if bucket is None or not state.sync_enabled or state.scheduler is None:
+            return
+        if flat.numel() != bucket.padded_numel or flat.dtype == torch.float16 or \
+                any(p.grad is not None for p in self.unit.params):
+            return
+        bucket.lend(flat)
+        call_guarded("the FSDP2 reduce-scatter hook of a wrapped module", bucket.mark_all_ready)
+
+
+class _HookHandle:
+    """Takes a unit's hook back (FSDP2 has no removal call: the hook is set to none)."""
+
+    def __init__(self, unit: Unit) -> None:
+        self.unit = unit
+
+    def remove(self) -> None:
+        self.unit.module.set_all_reduce_hook(None)  # FSDP2's default again: no hook
+
+
+def install(state: ModuleState) -> list[_HookHandle]:
+    """Hand every unit's reduce-scatter output to the core (:class:`UnitHandoff`); returns what removes it."""
+    handles = []
+    for index, unit in enumerate(state.shard.units):
+        try:
+            unit.module.set_all_reduce_hook(UnitHandoff(state, index, unit))
+        except ValueError as exc:  # several parameter groups in one module (shard_placement_fn per mesh)
+            raise BaguaConfigError(f"FSDP2 refuses bagua's gradient hook on {type(unit.module).__name__}: {exc}; "
+                                   f"shard each module's parameters on the one node mesh") from exc
+        handles.append(_HookHandle(unit))
+    return handles
+
+
+def verify_lent_layout(bucket: BaguaBucket, flat: torch.Tensor) -> None:
+    """After FSDP2 assigned the gradients of a step whose buffer was lent: every gradient shard is the slot the
+    bucket laid out (the buffer was exchanged in that layout). Raises ``BaguaError`` where FSDP2 laid it out
+    otherwise (a torch release that changed it)."""
+    base, size = flat.data_ptr(), flat.element_size()
+    for tensor, offset in zip(bucket.tensors, bucket.offsets):
+        grad = local_shard(tensor.grad)
+        if grad is not None and grad.numel() and grad.data_ptr() != base + offset * size:
+            raise BaguaError(f"FSDP2 placed the gradient shard of a parameter of shape {tuple(tensor.shape)} at "
+                             f"element {(grad.data_ptr() - base) // size} of its reduce-scatter output, bagua expected "
+                             f"{offset}: this torch release lays the output out differently; please report it")
 
 
 def algorithms_supporting_sharding() -> list[str]:
@@ -167,9 +245,9 @@ def algorithms_supporting_sharding() -> list[str]:
 
 
 def node_mesh(device_type: str | None = None) -> Any:
-    """The 2-D ``DeviceMesh`` ``("replicate", "shard")`` of bagua's node layout: one row per node, its ranks
-    along the shard dimension (every node the same number of ranks). ``device_type``: "cuda" when CUDA
-    is available, else "cpu". Collective.
+    """The 1-D ``DeviceMesh`` of this rank's node (its ranks, in order; dimension name ``"shard"``): shard the
+    model on it with ``fully_shard`` and bagua runs between the nodes. Every node must have the same number of
+    ranks. ``device_type``: "cuda" when CUDA is available, else "cpu". Collective (every rank calls it).
 
     Example::
 
@@ -183,4 +261,4 @@ def node_mesh(device_type: str | None = None) -> Any:
         raise BaguaConfigError(f"node_mesh needs the same number of ranks on every node, got "
                                f"{[len(m) for m in nodes]} (nodes {nodes})")
     device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
-    return DeviceMesh(device_type, torch.tensor(nodes), mesh_dim_names=("replicate", "shard"))
+    return DeviceMesh(device_type, torch.tensor(nodes), mesh_dim_names=("replicate", "shard"))["shard"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FIXED", "Membership"]
+__all__ = ["FIXED", "Membership", "group_failure"]
 
 
 @dataclass(frozen=True)
@@ -52,3 +52,18 @@ class Membership:
 
 FIXED = Membership()
 """A fail-fast job's membership: the same ranks throughout."""
+
+
+def group_failure(group: Any) -> BaseException | None:
+    """The error that failed a collective on ``group`` (a torch process group, or a communicator's
+    ``torch_group``) in this step, or None. Only a quorum's group in fault-tolerant mode keeps one: there a
+    failed collective does not raise (the step runs to its end and is committed nowhere), so an algorithm
+    that must not apply a partial result (an average a peer left half done) asks this first. In a fail-fast
+    job a failure raises where it happens and this is always None.
+
+    Example::
+
+        >>> if group_failure(comm.torch_group) is not None:
+        ...     return                      # the round failed: keep the weights as they were
+    """
+    return getattr(group, "error", None)  # the quorum's managed group records it (fault_tolerance.managed_group)

@@ -14,7 +14,6 @@ import logging
 import os
 import weakref
 from collections.abc import Iterator, MutableMapping
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -58,9 +57,10 @@ class BaguaProcessGroup:
     """Who trains with this group and how that may change (:mod:`bagua_core.runtime.membership`): fixed in
     a fail-fast job; a fault-tolerant job's bootstrap marks the replica's own group, and each quorum's
     group carries its quorum."""
-    shard: Any = None
-    """For the group of a model sharded with FSDP2 (the ranks of the nodes holding the same shard): this
-    rank's ``ShardLayout`` (``bagua_core.module.sharded``); None for a replicated model's group."""
+    siblings: tuple[tuple[int, ...], ...] = ()
+    """The rank sets of the groups made together with this one, each rank in one (a sharded model's groups:
+    one per shard, the ranks of the nodes holding it); empty for a group made alone. :meth:`new_channel`
+    makes a channel for every one of them, as ``new_group`` is collective over the job."""
 
     def __init__(self, ranks: list[int], stream: object, group_name: str, torch_group: object = _CREATE) -> None:
         """``ranks``: global ranks of the members; ``stream``: the CUDA stream of the group's
@@ -112,15 +112,15 @@ class BaguaProcessGroup:
         """A torch process group of its own over this group's ranks (None on a rank outside them), for an
         algorithm's messages that travel beside the group's other ones (an exchange left in flight, a
         background thread). Collective over the whole job, in the same order everywhere (torch's
-        ``new_group``); for the group of a sharded model (:attr:`shard`) one is made per set of same-shard
-        ranks and this rank's is returned.
+        ``new_group``); for a group made with siblings (:attr:`siblings`: a sharded model's) one is made per
+        sibling and this rank's is returned.
 
         Example::
 
             >>> side = process_group.new_channel()
             >>> work = dist.all_reduce(delta, group=side, async_op=True)   # beside the buckets' traffic
         """
-        sets = self.shard.replica_sets if self.shard is not None else (tuple(self.ranks),)
+        sets = self.siblings or (tuple(self.ranks),)
         made = [_new_torch_group(list(ranks)) for ranks in sets]
         me = dist.get_rank()
         return next((group for group, ranks in zip(made, sets) if me in ranks), None)

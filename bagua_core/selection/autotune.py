@@ -172,7 +172,7 @@ class Autotuner:
         best = self.candidates[int(choice[0])]
         self._apply(module, best)
         self.result = {**best, "step_time_s": {str(c): float(t) for c, t in zip(self.candidates, means)}}
-        module.bagua_autotune_result = self.result
+        state_of(module).autotune_result = self.result
         logger.info("autotune chose %s (max step time over ranks per candidate: %s); fixed from step %d on",
                     best, [round(float(t), 6) for t in means], module.bagua_train_step_counter)
 

@@ -12,8 +12,7 @@ this module, named by the package's ``bagua`` entry point, registering the plugi
 
 from __future__ import annotations
 
-from bagua_core import Algorithm
-from bagua_core.plugins import hookimpl
+from bagua_core.api import Algorithm, hookimpl
 
 from bagua_local_sgd.algorithm import LocalSGDAlgorithm, LocalSGDAlgorithmImpl
 from bagua_local_sgd.config import LocalSGDConfig

@@ -20,8 +20,16 @@ from __future__ import annotations
 
 import torch
 
-from bagua_core import Algorithm, AlgorithmImpl, BaguaBucket, Capabilities, FaultTolerance, ReduceOp, allreduce_inplace
-from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp
+from bagua_core.api import (
+    Algorithm,
+    AlgorithmImpl,
+    BaguaBucket,
+    Capabilities,
+    CentralizedSynchronousOp,
+    FaultTolerance,
+    ReduceOp,
+    allreduce_inplace,
+)
 
 from bagua_local_sgd.config import LocalSGDConfig
 
@@ -38,8 +46,6 @@ class LocalSGDAlgorithmImpl(AlgorithmImpl):
         super().__init__(process_group, config)
         self._module: torch.nn.Module | None = None
         self._buckets_for_warmup = False
-        self._stepped: set[int] = set()
-        self._stepped_at = -1
 
     def _step(self) -> int:
         return getattr(self._module, "bagua_train_step_counter", 0) if self._module is not None else 0
@@ -86,14 +92,9 @@ class LocalSGDAlgorithmImpl(AlgorithmImpl):
         skip that step on every rank (``GradScaler``), so every rank joins the average."""
         return self.is_sync_step(bagua_module.bagua_train_step_counter)
 
-    def init_post_optimizer_step_hook(self, bagua_module: torch.nn.Module):
-        def hook(optimizer: torch.optim.Optimizer) -> None:
-            step = bagua_module.bagua_train_step_counter
-            if step != self._stepped_at:
-                self._stepped_at, self._stepped = step, set()
-            self._stepped.add(id(optimizer))
-            # average once per step, after the last of the module's optimizers has stepped
-            if len(self._stepped) < len(bagua_module.bagua_optimizers) or not self.is_sync_step(step):
+    def init_step_end_hook(self, bagua_module: torch.nn.Module):
+        def hook() -> None:  # once per step, after the last of the module's optimizers has stepped
+            if not self.is_sync_step(bagua_module.bagua_train_step_counter):
                 return
             worker = self.process_group.worker
             worker.submit(self.average_parameters, bagua_module)

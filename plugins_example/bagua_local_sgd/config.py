@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, StrictInt, field_validator
 
-from bagua_core import AlgorithmConfig
+from bagua_core.api import AlgorithmConfig
 
 __all__ = ["LocalSGDConfig"]
 

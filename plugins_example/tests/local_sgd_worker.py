@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-import bagua_core as bagua
+from bagua_core.api import destroy_process_group, get_rank, init_process_group
 
 
 def make_model() -> torch.nn.Module:
@@ -77,8 +77,8 @@ def compare(algorithm, sync_every: int, warmup: int, steps: int, rank: int) -> l
 def main() -> None:
     out_dir = sys.argv[1]
     torch.set_num_threads(1)
-    bagua.init_process_group()
-    rank = bagua.get_rank()
+    init_process_group()
+    rank = get_rank()
     from bagua_local_sgd import LocalSGDAlgorithm
 
     report = {
@@ -89,7 +89,7 @@ def main() -> None:
         "config_file": compare(None, 4, 10, 14, rank),
         "config_file_env": os.environ.get("BAGUA_CONFIG_FILE"),
     }
-    bagua.destroy_process_group()
+    destroy_process_group()
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as fh:
         json.dump(report, fh)
 

@@ -12,9 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bagua_core.selection.config import algorithm_config_of
-from bagua_core.runtime.exceptions import BaguaConfigError
-from bagua_core.plugins import algorithm_registry
+from bagua_core.api import BaguaConfigError, algorithm_registry
 
 HERE = Path(__file__).resolve().parent
 CONFIG = HERE.parent / "configs" / "local_sgd.toml"
@@ -40,6 +38,12 @@ def test_installed_and_found_through_its_entry_point() -> None:
 
     # a real install: the module comes from site-packages, not from this source tree
     assert HERE.parent not in Path(bagua_local_sgd.__file__).resolve().parents
+
+
+def algorithm_config_of(options: dict):
+    """The validated config of ``options`` (a dict with the algorithm's ``name``), as ``with_bagua`` builds it."""
+    options = dict(options)
+    return algorithm_registry.get(options.pop("name"))(**options).config
 
 
 def test_options_are_validated() -> None:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import torch
 
-from bagua_core.runtime.native.library import byte_ptr, check_status, float_ptr, library
+from bagua_core.kernels import byte_ptr, check_status, cpu_library, float_ptr
 
 __all__ = ["lpd_diff", "lpd_update"]
 
-_ffi, _lib = library().ffi, library().lib  # ImportError where it was not built
+_ffi, _lib = cpu_library().ffi, cpu_library().lib  # ImportError where it was not built
 
 
 def lpd_diff(x: torch.Tensor, w: torch.Tensor, left: torch.Tensor, right: torch.Tensor, z: torch.Tensor,

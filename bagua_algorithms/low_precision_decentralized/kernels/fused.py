@@ -16,9 +16,7 @@ from bagua_codecs import MinMaxUInt8Codec
 from bagua_codecs.minmax_kernels.fallback_fused import merge_stats
 from bagua_codecs.minmax_kernels.layout import check_buffer
 from bagua_core.codecs import Codec
-from bagua_core.runtime.native import cuda as cuda_library
-from bagua_core.runtime.native.checks import check_f32
-from bagua_core.runtime.native.policy import cpu_kernels_take
+from bagua_core.kernels import check_f32, cpu_kernels_take, cuda_available
 
 try:
     from bagua_algorithms.low_precision_decentralized.kernels import cpu as _cpu
@@ -45,7 +43,7 @@ def lpd_difference(x: torch.Tensor, w: torch.Tensor, left: torch.Tensor, right: 
         check_f32("stats", stats, 3)
     if _cpu is not None and stats is not None and cpu_kernels_take(x, w, left, right, out, stats):
         return _cpu.lpd_diff(x, w, left, right, out, stats)
-    if x.device.type == "cuda" and cuda_library.available():
+    if x.device.type == "cuda" and cuda_available():
         _cuda.lpd_diff(x, w, left, right, out)
         if stats is not None:
             merge_stats(stats, out)
@@ -73,7 +71,7 @@ def lpd_update(from_left: torch.Tensor, from_right: torch.Tensor, own: torch.Ten
     if _cpu is not None and cpu_kernels_take(w, left, right, from_left, from_right, own,
                                              *(() if x is None else (x,))):
         return _cpu.lpd_update(from_left, from_right, own, w, left, right, x, begin, end)
-    if w.device.type == "cuda" and cuda_library.available():
+    if w.device.type == "cuda" and cuda_available():
         return _cuda.lpd_update(from_left, from_right, own, w, left, right, x, begin, min(end, numel))
     return _reference.lpd_update(from_left, from_right, own, w, left, right, x, begin, end)
 

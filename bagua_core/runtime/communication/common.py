@@ -43,8 +43,10 @@ def flat(tensor: torch.Tensor, name: str) -> torch.Tensor:
     return tensor if tensor.dim() == 1 else tensor.view(-1)
 
 
-def record(collective: str, tensor: torch.Tensor) -> None:
-    stats.record(collective, tensor.numel() * tensor.element_size())
+def record(collective: str, tensor: torch.Tensor | int) -> None:
+    """Count ``tensor`` (or that many bytes) as handed to ``collective`` (:mod:`.stats`): an algorithm that calls
+    ``torch.distributed`` itself records what it sends, so every byte handed to a collective is counted."""
+    stats.record(collective, tensor if isinstance(tensor, int) else tensor.numel() * tensor.element_size())
 
 
 def as_real(tensor: torch.Tensor, op: ReduceOp) -> torch.Tensor:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-import torch.distributed as dist
 
 from bagua_core.runtime.communication.common import (
     check_numel,

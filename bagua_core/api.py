@@ -1,0 +1,179 @@
+"""The API of a bagua plugin: everything an algorithm imports from bagua, in one module.
+
+The built-in algorithms import from here and from nowhere else in ``bagua_core`` (codecs add
+``bagua_core.codecs``, packages with C or CUDA kernels ``bagua_core.kernels``), and so can a third party: what
+is listed in ``__all__`` is the contract (``docs/plugins.md`` documents it, ``tests/test_plugin_api.py`` pins it).
+
+- **Declaring an algorithm**: ``Algorithm``, ``AlgorithmConfig``, ``AlgorithmImpl`` (the lifecycle hooks,
+  ``init_step_end_hook`` among them: once per training step, after every optimizer of the module has
+  stepped), ``Capabilities``, ``FaultTolerance``, ``capabilities_of``, ``auto_candidate``; the plugin's
+  ``hookimpl`` and ``hookspec`` markers, ``algorithm_registry`` and ``NamedRegistry`` (a registry of a
+  contract of the plugin's own), ``get_plugin_manager`` (register a plugin inline in a test).
+- **Buckets and their operations**: ``BaguaBucket`` (``append_op``, ``ops``, ``flattened_view``, ...),
+  ``BucketOperand`` (what an operation may use of a bucket), ``group_tensors`` and ``split_into_buckets``, the
+  full-precision allreduce op ``CentralizedSynchronousOp`` with ``start_allreduce_in_pieces``, the hierarchical
+  pattern (``reduce_to_leader``, ``broadcast_from_leader``, ``resolve_group``) and the pipelined-exchange
+  engine (``segments``, ``schedule``, ``post_receives``, ``send_segment``, ``wait_all``, ``Segment``).
+- **Collectives**: ``ReduceOp``, ``BaguaCommunicator``, ``allreduce_inplace``, ``allreduce_inplace_start``,
+  ``allgather``, ``all_gather_single``, ``alltoall``, ``broadcast``, ``reduce_inplace``, point-to-point
+  ``isend``/``irecv``, and ``record_payload`` for what an algorithm hands to ``torch.distributed`` itself.
+- **Groups and membership**: ``BaguaProcessGroup`` (``new_channel`` for a group of the algorithm's own),
+  ``get_default_group_or_none``, ``Membership``, ``FIXED``, ``group_failure`` (whether a quorum's group
+  failed in this step, in fault-tolerant mode).
+- **The wrapped module**: ``switch_algorithm`` (the one way to change the impl, declaration or capabilities
+  of a wrapped module), ``set_gradient_sync``, ``is_wrapped``; a sharded model's tensors: ``is_sharded``,
+  ``local_shard``, ``load_optimizer_state``; ``has_nonfinite``.
+- **Agreement before the first collective**: ``Prepared``, ``agree_or_raise``, ``model_signature``.
+- **Settings and failures**: ``get_default_bucket_size``, ``get_comm_timeout_s``, ``get_nonfinite_policy``,
+  ``get_rank``, ``get_world_size``, ``get_local_rank``, ``get_local_size``, ``init_process_group`` and
+  ``destroy_process_group`` (a plugin's test scripts); one node
+  or many (``on_one_node``, ``defaults_to_hierarchical``, ``without_hierarchy``); ``first_failure``,
+  ``failure_guard`` and ``translate_failure`` (a failure on a thread of the algorithm's own reaches every
+  rank); the errors ``BaguaError``, ``BaguaConfigError``, ``RankMismatchError``, ``JobFailureError``.
+
+Example::
+
+    >>> from typing import Literal
+    >>> from bagua_core.api import Algorithm, AlgorithmConfig, AlgorithmImpl, CentralizedSynchronousOp, hookimpl
+    >>> class MyConfig(AlgorithmConfig):
+    ...     name: Literal["mine"] = "mine"
+    >>> class MyImpl(AlgorithmImpl):
+    ...     def init_operations(self, bagua_module, bucket):
+    ...         bucket.clear_ops()
+    ...         bucket.append_op(CentralizedSynchronousOp(self.process_group, average=True))
+    >>> class MyAlgorithm(Algorithm):
+    ...     name, Config, Impl = "mine", MyConfig, MyImpl
+    >>> @hookimpl
+    ... def bagua_register_algorithms():
+    ...     return [MyAlgorithm]
+"""
+
+from __future__ import annotations
+
+from bagua_core.bootstrap import init_process_group
+from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl, group_tensors, split_into_buckets
+from bagua_core.lifecycle.bucket import BaguaBucket
+from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp, start_allreduce_in_pieces
+from bagua_core.lifecycle.bucket_ops.hierarchy import broadcast_from_leader, reduce_to_leader, resolve_group
+from bagua_core.lifecycle.bucket_ops.operand import BucketOperand
+from bagua_core.lifecycle.bucket_ops.pipeline import Segment, post_receives, schedule, segments, send_segment, wait_all
+from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance, auto_candidate, capabilities_of
+from bagua_core.lifecycle.module_state import is_wrapped, set_gradient_sync, switch_algorithm
+from bagua_core.lifecycle.tensor import is_sharded, load_optimizer_state, local_shard
+from bagua_core.module.initial_sync import model_signature
+from bagua_core.module.nonfinite import has_nonfinite
+from bagua_core.plugins import NamedRegistry, algorithm_registry, get_plugin_manager, hookimpl
+from bagua_core.plugins.hookspecs import hookspec
+from bagua_core.runtime.agreement import Prepared, agree_or_raise
+from bagua_core.runtime.communication import (
+    BaguaCommunicator,
+    ReduceOp,
+    allgather,
+    allreduce_inplace,
+    allreduce_inplace_start,
+    alltoall,
+    broadcast,
+    reduce_inplace,
+)
+from bagua_core.runtime.communication.common import record as record_payload
+from bagua_core.runtime.communication.host_staging import irecv, isend
+from bagua_core.runtime.communication.torch_compat import all_gather_single
+from bagua_core.runtime.env import (
+    get_comm_timeout_s,
+    get_default_bucket_size,
+    get_local_rank,
+    get_local_size,
+    get_nonfinite_policy,
+    get_rank,
+    get_world_size,
+)
+from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError, JobFailureError, RankMismatchError
+from bagua_core.runtime.failure import first_failure
+from bagua_core.runtime.failure import guard as failure_guard
+from bagua_core.runtime.failure import translate as translate_failure
+from bagua_core.runtime.membership import FIXED, Membership, group_failure
+from bagua_core.runtime.process_group import BaguaProcessGroup, destroy_process_group, get_default_group_or_none
+from bagua_core.selection.single_node import defaults_to_hierarchical, on_one_node, without_hierarchy
+
+__all__ = [
+    # declaring an algorithm
+    "Algorithm",
+    "AlgorithmConfig",
+    "AlgorithmImpl",
+    "Capabilities",
+    "FaultTolerance",
+    "auto_candidate",
+    "capabilities_of",
+    "hookimpl",
+    "hookspec",
+    "algorithm_registry",
+    "NamedRegistry",
+    "get_plugin_manager",
+    # buckets and their operations
+    "BaguaBucket",
+    "BucketOperand",
+    "group_tensors",
+    "split_into_buckets",
+    "CentralizedSynchronousOp",
+    "start_allreduce_in_pieces",
+    "reduce_to_leader",
+    "broadcast_from_leader",
+    "resolve_group",
+    "Segment",
+    "segments",
+    "schedule",
+    "post_receives",
+    "send_segment",
+    "wait_all",
+    # collectives
+    "ReduceOp",
+    "BaguaCommunicator",
+    "allreduce_inplace",
+    "allreduce_inplace_start",
+    "allgather",
+    "all_gather_single",
+    "alltoall",
+    "broadcast",
+    "reduce_inplace",
+    "isend",
+    "irecv",
+    "record_payload",
+    # groups and membership
+    "BaguaProcessGroup",
+    "get_default_group_or_none",
+    "Membership",
+    "FIXED",
+    "group_failure",
+    # the wrapped module
+    "switch_algorithm",
+    "set_gradient_sync",
+    "is_wrapped",
+    "is_sharded",
+    "local_shard",
+    "load_optimizer_state",
+    "has_nonfinite",
+    # agreement
+    "Prepared",
+    "agree_or_raise",
+    "model_signature",
+    # settings and failures
+    "get_default_bucket_size",
+    "get_comm_timeout_s",
+    "get_nonfinite_policy",
+    "get_rank",
+    "get_world_size",
+    "get_local_rank",
+    "get_local_size",
+    "init_process_group",
+    "destroy_process_group",
+    "on_one_node",
+    "defaults_to_hierarchical",
+    "without_hierarchy",
+    "first_failure",
+    "failure_guard",
+    "translate_failure",
+    "BaguaError",
+    "BaguaConfigError",
+    "RankMismatchError",
+    "JobFailureError",
+]
