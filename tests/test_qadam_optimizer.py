@@ -118,19 +118,25 @@ def test_on_cuda_warmup_is_torch_adam_foreach_bit_for_bit() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_on_cuda_the_frozen_update_equals_the_cpu_kernel_bit_for_bit() -> None:
-    """After warmup the update on CUDA is the native CPU kernel's arithmetic as _foreach kernels: from the
-    same parameters and moments both give the same parameters, and it dispatches a few operators for every
-    tensor together (the momentum is left out: its lerp may contract into a fused multiply-add on one device)."""
+def test_on_cuda_the_frozen_update_is_the_cpu_kernels_up_to_one_rounding() -> None:
+    """After warmup the update on CUDA is the native CPU kernel's arithmetic as _foreach kernels, dispatching a
+    few operators for every tensor together. Not bit for bit: torch's CUDA kernels contract ``p + s * (m / d)``
+    into a fused multiply-add (measured on an H200: 2,831 of 471,616 values differ, by at most 2.4e-7), so each
+    parameter is the CPU kernel's up to the rounding of that one product (the momentum is left out: its lerp
+    contracts the same way)."""
     generator = torch.Generator().manual_seed(2)
     shapes = resnet50_shapes()[:40]
     params = [torch.randn(s, generator=generator) for s in shapes]
     exp_avgs = [torch.randn(s, generator=generator) * 1e-2 for s in shapes]
     exp_avg_sqs = [torch.rand(s, generator=generator) * 1e-4 for s in shapes]
+    before = [p.clone() for p in params]
     on_cuda = [[t.cuda() for t in tensors] for tensors in (params, exp_avgs, exp_avg_sqs)]
     step_size, bias_correction2_sqrt = -(LR / (1 - BETAS[0] ** 7)), (1 - BETAS[1] ** 7) ** 0.5
     ops = count_aten_ops(lambda: _frozen_step(*on_cuda, step_size, bias_correction2_sqrt, EPS))
     for p, m, v in zip(params, exp_avgs, exp_avg_sqs):
         adam_update(p, m, v, step_size, bias_correction2_sqrt, EPS)
-    assert all(torch.equal(a.cpu(), b) for a, b in zip(on_cuda[0], params))
+    eps32 = torch.finfo(torch.float32).eps
+    for cuda, cpu, old in zip(on_cuda[0], params, before):
+        bound = eps32 * torch.maximum((cpu - old).abs(), cpu.abs())  # one rounding of the larger operand
+        assert bool(((cuda.cpu() - cpu).abs() <= bound).all()), float((cuda.cpu() - cpu).abs().max())
     assert ops < len(shapes), ops
