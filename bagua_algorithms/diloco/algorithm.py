@@ -225,5 +225,5 @@ class DiLoCoAlgorithm(Algorithm):
                                 supports_sharding=True,
                                 fault_tolerance=FaultTolerance(
                                     heals=("weights", "optimizer", "algorithm_state", "step"), commit="after_step",
-                                    rederives=("averaging denominator",)))
+                                    rederives=("averaging denominator",), per_replica_state=("residuals",)))
     """Pseudo-gradients of the weights every ``inner_steps`` steps: ~1/H of allreduce's bytes."""
