@@ -16,8 +16,8 @@ from bagua_core.fault_tolerance import FaultTolerantOptions, QuorumSampler, reso
 from bagua_core.fault_tolerance import state as ft_state
 from bagua_core.plugins import algorithm_registry
 
-DECLARED = {"gradient_allreduce", "bytegrad", "powersgd", "qadam", "diloco", "decentralized", "low_precision_decentralized",
-            "decentralized_dp", "async", "auto"}
+DECLARED = {"gradient_allreduce", "bytegrad", "powersgd", "qadam", "diloco", "sparseloco", "decentralized",
+            "low_precision_decentralized", "decentralized_dp", "async", "auto"}
 
 
 def test_capability_rejects_unknown_parts() -> None:
