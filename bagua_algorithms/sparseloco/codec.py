@@ -95,8 +95,8 @@ class ChunkTopK:
         if self.bits == 32:
             out[values_at:end] = values.view(torch.uint8)
             return out
-        hi, q, codes = quantise(values, layout.entry_chunk, top[:, 0].clone(memory_format=torch.contiguous_format), layout.smallest_sent(top),
-                                self.bits)
+        largest = top[:, 0].clone(memory_format=torch.contiguous_format)  # (a strided column: copied to view as bytes)
+        hi, q, codes = quantise(values, layout.entry_chunk, largest, layout.smallest_sent(top), self.bits)
         chunks = layout.chunk_count
         out[: 4 * chunks] = hi.view(torch.uint8)
         out[4 * chunks : 6 * chunks] = _two_bytes(q)
