@@ -82,16 +82,18 @@ class ChunkLayout:
             return empty, torch.empty(0, min(self.topk, self.chunk_size), device=x.device)
         magnitude = self.magnitudes(x)
         top = torch.topk(magnitude, min(self.topk, self.chunk_size), dim=1, sorted=True).values
-        threshold = self.smallest_sent(top).unsqueeze(1)
-        greater = magnitude > threshold
-        equal = magnitude == threshold
-        need = self._k_row - greater.sum(1)  # how many of the entries tied with the threshold are taken
-        mask = greater | equal
-        tied = (equal.sum(1) > need).nonzero().squeeze(1)  # chunks where not every tie is taken
-        if tied.numel():
-            lowest = equal[tied].cumsum(1, dtype=torch.int32) <= need[tied].unsqueeze(1)
-            mask[tied] = greater[tied] | (equal[tied] & lowest)
-        columns = mask.nonzero()[:, 1]
+        threshold = self.smallest_sent(top)
+        # every entry >= the k'-th largest, chunk by chunk; more than k' in a chunk only where entries tie with it
+        found = (magnitude >= threshold.unsqueeze(1)).nonzero()
+        rows, columns = found[:, 0], found[:, 1]
+        if columns.numel() != self.entry_count:  # keep the ties of lowest index: a pass over the found entries only
+            tied = magnitude[rows, columns] == threshold[rows]
+            need = self._k_row - (top > threshold.unsqueeze(1)).sum(1)  # how many ties each chunk takes
+            rank = tied.cumsum(0)  # among the ties found so far, then made relative to the chunk's first
+            first = torch.searchsorted(rows, torch.arange(self.chunk_count, device=rows.device))
+            before = torch.cat([rank.new_zeros(1), rank])[first]
+            keep = ~tied | (rank - before[rows] <= need[rows])
+            columns = columns[keep]
         if columns.numel() != self.entry_count:  # (cannot happen: NaN is +inf above)
             raise RuntimeError(f"sparseloco selected {columns.numel()} entries, the layout holds {self.entry_count}")
         return columns, top
