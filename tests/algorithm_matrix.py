@@ -37,6 +37,7 @@ ALGORITHMS: dict[str, tuple[dict[str, Any], str]] = {
     "qadam": ({"name": "qadam", "hierarchical": False}, "close"),
     "decentralized_dp": ({"name": "decentralized_dp", "topology": "complete"}, "close"),
     "local_sgd": ({"name": "local_sgd", "sync_every": 2}, "close"),
+    "sparseloco": ({"name": "sparseloco", "inner_steps": 2, "chunk_size": 64, "topk": 8}, "close"),
     "async": ({"name": "async", "sync_interval_ms": 5}, "consistent"),
 }
 STEPS = 4

@@ -42,10 +42,12 @@ OPTIONS: dict[str, dict] = {  # the interesting phase of each algorithm falls in
     "local_sgd": {"sync_every": 2},
     "powersgd": {"start_iter": 1},
     "diloco": {"inner_steps": 2},
+    "sparseloco": {"inner_steps": 2, "chunk_size": 64, "topk": 8},
 }
 NO_SCALER = {"decentralized_dp"}  # it steps its optimizers inside backward: GradScaler cannot unscale first
-_COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "all_to_all_single",
-                "reduce_scatter_tensor", "isend", "irecv", "send", "recv", "barrier", "all_gather_object")
+_COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "all_gather_single",
+                "all_to_all_single", "reduce_scatter_tensor", "reduce_scatter_single", "isend", "irecv", "send", "recv",
+                "barrier", "all_gather_object")
 
 
 def installed_algorithms() -> list[str]:

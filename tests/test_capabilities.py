@@ -11,7 +11,7 @@ from bagua_core.lifecycle.capabilities import auto_candidate, capabilities_of
 from bagua_core.plugins import algorithm_registry
 
 BUILT_IN = ("gradient_allreduce", "bytegrad", "decentralized", "low_precision_decentralized", "qadam", "async",
-            "decentralized_dp", "powersgd", "diloco")
+            "decentralized_dp", "powersgd", "diloco", "sparseloco")
 
 
 @pytest.mark.parametrize("name", BUILT_IN + ("local_sgd",))
@@ -29,7 +29,7 @@ def test_declarations_say_what_the_core_needs() -> None:
     assert {n for n, c in caps.items() if c.tunable_bucket_size} == {"gradient_allreduce", "bytegrad", "qadam"}
     assert {n for n in BUILT_IN if auto_candidate(algorithm_registry.get(n))} == {"gradient_allreduce", "bytegrad"}
     assert {n for n, c in caps.items() if c.weights_differ_across_ranks} == {
-        "decentralized", "low_precision_decentralized", "async", "decentralized_dp", "diloco"}
+        "decentralized", "low_precision_decentralized", "async", "decentralized_dp", "diloco", "sparseloco"}
     assert caps["low_precision_decentralized"].communicates_after_optimizer_step
     assert algorithm_registry.get("local_sgd").capabilities.weights_differ_across_ranks
 

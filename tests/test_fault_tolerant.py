@@ -16,8 +16,8 @@ from bagua_core.fault_tolerance import FaultTolerantOptions, QuorumSampler, reso
 from bagua_core.fault_tolerance import state as ft_state
 from bagua_core.plugins import algorithm_registry
 
-DECLARED = {"gradient_allreduce", "bytegrad", "powersgd", "qadam", "diloco", "decentralized", "low_precision_decentralized",
-            "decentralized_dp", "async", "auto"}
+DECLARED = {"gradient_allreduce", "bytegrad", "powersgd", "qadam", "diloco", "sparseloco", "decentralized",
+            "low_precision_decentralized", "decentralized_dp", "async", "auto"}
 
 
 def test_capability_rejects_unknown_parts() -> None:
@@ -107,6 +107,19 @@ def test_capture_and_restore_round_trip() -> None:
     assert torch.equal(impl_state["q"], torch.ones(2)) and model.bagua_train_step_counter == 5
     momentum = optimizer.state_dict()["state"][0]["momentum_buffer"]
     assert torch.equal(momentum, saved["optimizer"][0]["state"][0]["momentum_buffer"])
+
+
+def test_a_heal_leaves_the_per_replica_state_out() -> None:
+    """``FaultTolerance.per_replica_state``: the copy a joiner heals from holds the algorithm's state without those
+    keys (the joiner keeps its own, fresh ones); the step's copy holds them."""
+    model = torch.nn.Linear(3, 2)
+    model.bagua_optimizers, model.bagua_train_step_counter = [torch.optim.SGD(model.parameters(), lr=0.1)], 1
+    model.bagua_algorithm = types.SimpleNamespace(state_dict=lambda: {"residuals": [torch.ones(3)],
+                                                                      "starts": [torch.zeros(3)]})
+    healing = ft_state.capture(model, ("algorithm_state",), per_replica=("residuals",))
+    assert list(healing["algorithm_state"]) == ["starts"]
+    assert list(ft_state.capture(model, ("algorithm_state",))["algorithm_state"]) == ["residuals", "starts"]
+    assert algorithm_registry.get("diloco").capabilities.fault_tolerance.per_replica_state == ("residuals",)
 
 
 def test_capture_copies_a_tensor_reached_twice_once() -> None:

@@ -29,6 +29,7 @@ ALGORITHMS = {  # options, a different option for the refused joiner, the field 
     "diloco": ({"name": "diloco", "inner_steps": 3}, {"inner_steps": 4}, "options.inner_steps"),
     "diloco_streaming": ({"name": "diloco", "streaming": True, "inner_steps": 4, "fragments": 2}, {"fragments": 4},
                          "options.fragments"),
+    "sparseloco": ({"name": "sparseloco", "inner_steps": 3, "chunk_size": 64, "topk": 8}, {"topk": 4}, "options.topk"),
     "async": ({"name": "async", "sync_interval_ms": 20, "warmup_steps": 2}, {"sync_interval_ms": 40},
               "options.sync_interval_ms"),
     "decentralized": ({"name": "decentralized"}, {"communication_interval": 2}, "options.communication_interval"),
@@ -301,7 +302,7 @@ def test_replicas_of_two_ranks_kill_and_restart(job: Job, algorithm: str) -> Non
 @pytest.mark.timeout(500, func_only=True)
 @pytest.mark.parametrize("algorithm", [pytest.param(name, marks=() if name == "gradient_allreduce" else pytest.mark.slow)
                                        for name in ("gradient_allreduce", "bytegrad", "qadam", "powersgd", "diloco",
-                                                    "diloco_streaming", "async", "decentralized",
+                                                    "diloco_streaming", "sparseloco", "async", "decentralized",
                                                     "low_precision_decentralized", "auto")])
 def test_sharded_replicas_kill_and_restart(job: Job, algorithm: str) -> None:
     """Replicas of two ranks sharding the model with FSDP2 (each rank holds half of it): one of b's ranks is

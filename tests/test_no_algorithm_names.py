@@ -40,10 +40,10 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCANNED = ("bagua_core", "bagua_contrib")
 BUILT_IN = ("gradient_allreduce", "bytegrad", "decentralized", "low_precision_decentralized", "qadam", "async",
-            "decentralized_dp", "powersgd", "diloco")
+            "decentralized_dp", "powersgd", "diloco", "sparseloco")
 MODULE_NAMES = ("q_adam", "async_model_average")
 UNAMBIGUOUS = re.compile(r"(?<![A-Za-z0-9])(gradient_allreduce|bytegrad|low_precision_decentralized|qadam|q_adam|"
-                         r"decentralized_dp|powersgd|diloco|bagua_algorithms)(?![A-Za-z0-9])", re.IGNORECASE)
+                         r"decentralized_dp|powersgd|diloco|sparseloco|bagua_algorithms)(?![A-Za-z0-9])", re.IGNORECASE)
 
 
 CODEC_SCANNED = ("bagua_core",)

@@ -4,6 +4,8 @@
   rank per node fed the node's batch (what FSDP2's reduce-scatter averages), to float rounding;
 - diloco, plain and streaming with a codec, is bit-identical to DiLoCo written here on FSDP2 shards (inner
   steps on the node's shards, the documented outer step on pseudo-gradient shards averaged between nodes);
+- sparseloco at bits=32 equals (1e-6) SparseLoCo written here on FSDP2 shards (each rank chunks its local
+  shards and exchanges with the ranks holding the same shards, 2 and 3 nodes);
 - the others train under FSDP2's mixed precision (bf16 parameters, fp32 reduction), and the node models
   are one model where the algorithm promises it (bytegrad, qadam, powersgd: every rank ends with the same
   bits);
@@ -195,6 +197,56 @@ def test_diloco_is_bit_identical_to_diloco_written_on_fsdp2_shards(case: str) ->
     run_workers(_diloco_both, nodes * PER_NODE, options, 9, nodes, local_size=PER_NODE, timeout=300)
 
 
+# --- sparseloco against SparseLoCo written on FSDP2 shards ----------------------------------------------------
+def _sparseloco_on_shards(rank: int, options: dict, steps: int, nodes: int) -> list[torch.Tensor]:
+    """SparseLoCo as the issue states it (``tests.test_sparseloco.reference_round``, bits=32), by hand on FSDP2
+    shards: each rank chunks its own local shards and exchanges with the ranks holding the same shards."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from tests.test_sparseloco import reference_round
+
+    mesh = init_device_mesh("cpu", (nodes, PER_NODE), mesh_dim_names=("replicate", "shard"))
+    model = _fully_shard(Net(), mesh["shard"])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
+    shards = _local(list(model.parameters()))
+    theta = [s.detach().clone().float() for s in shards]
+    e = [torch.zeros_like(t) for t in theta]
+    history = []
+    for t in range(1, steps + 1):
+        x, y = _batch(rank, t)
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        if t % options["inner_steps"] == 0:
+            reference_round(shards, theta, e, options, mesh["replicate"].get_group())
+        history.append(_flat(shards))
+    return history
+
+
+def _sparseloco_both(rank: int, options: dict, steps: int, nodes: int) -> None:
+    import bagua_core as bagua
+
+    reference = _sparseloco_on_shards(rank, options, steps, nodes)
+    model = _fully_shard(Net(), bagua.node_mesh("cpu"))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
+    model = model.with_bagua([optimizer], {"name": "sparseloco", "bits": 32, **options})
+    shards = _local(list(model.parameters()))
+    for t in range(1, steps + 1):
+        x, y = _batch(rank, t)
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        torch.testing.assert_close(_flat(shards), reference[t - 1], rtol=1e-6, atol=1e-6,
+                                   msg=lambda m, t=t: f"step {t}: {m}")
+    model.bagua_shutdown()
+
+
+@pytest.mark.parametrize("nodes", [2, 3])
+def test_sparseloco_equals_sparseloco_written_on_fsdp2_shards(nodes: int) -> None:
+    options = {"inner_steps": 3, "chunk_size": 100, "topk": 7, "error_decay": 0.9, "outer_lr": 0.8}
+    run_workers(_sparseloco_both, nodes * PER_NODE, options, 9, nodes, local_size=PER_NODE, timeout=300)
+
+
 # --- the others: train under mixed precision; one model where promised -----------------------------------
 def _trains(rank: int, spec: dict, steps: int) -> tuple[float, float, bool]:
     import bagua_core as bagua
@@ -235,6 +287,7 @@ TRAINS = {
     "async": ({"name": "async", "sync_interval_ms": 5}, False),
     "decentralized": ({"name": "decentralized"}, False),
     "diloco-streaming": ({"name": "diloco", "streaming": True, "inner_steps": 4, "fragments": 2}, False),
+    "sparseloco": ({"name": "sparseloco", "inner_steps": 4, "chunk_size": 64, "topk": 16}, False),
     "auto": ({"name": "auto"}, False),
     "gradient_allreduce": ({"name": "gradient_allreduce"}, True),
 }

@@ -27,7 +27,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -46,7 +46,23 @@ from bagua_core.api import (
 )
 from bagua_core.codecs import get_codec
 
-__all__ = ["DiLoCoAlgorithm", "DiLoCoAlgorithmImpl"]
+__all__ = ["DiLoCoAlgorithm", "DiLoCoAlgorithmImpl", "RoundOptions"]
+
+
+class RoundOptions(Protocol):
+    """What the round of :class:`DiLoCoAlgorithmImpl` reads of its config (``DiLoCoConfig`` has it; an algorithm
+    built on the round gives the same names, fixed ones as properties). An impl that overrides
+    ``_new_exchange`` and ``_new_outer`` reads nothing else."""
+
+    inner_steps: int
+    warmup_steps: int
+    mixing: float
+
+    @property
+    def fragment_count(self) -> int: ...
+
+    @property
+    def overlap(self) -> int: ...
 
 
 class DiLoCoAlgorithmImpl(AlgorithmImpl):
@@ -54,9 +70,8 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
 
     config: DiLoCoConfig
 
-    def __init__(self, process_group: Any, config: DiLoCoConfig) -> None:
+    def __init__(self, process_group: Any, config: RoundOptions) -> None:
         super().__init__(process_group, config)
-        self.codec = get_codec(config.compression) if config.compression else None
         self.nranks = len(process_group.ranks)
         # on a quorum (fault-tolerant mode) its group is the only one between replicas: no new group
         membership = process_group.membership
@@ -118,10 +133,19 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         self.fragments = [[params[i] for i in indices] for indices in split_fragments(params, self.schedule.count)]
         self.starts = [gather_flat(f, torch.empty(sum(p.numel() for p in f), device=f[0].device))
                        for f in self.fragments]  # fp32, on the parameters' device
-        self.exchanges = [FragmentExchange(s.numel(), self.codec, self.config.error_feedback, self.group, self.nranks,
-                                           s.device) for s in self.starts]
-        self.outer = torch.optim.SGD(self.starts, lr=self.config.outer_lr, momentum=self.config.outer_momentum,
-                                     nesterov=self.config.nesterov and self.config.outer_momentum > 0)
+        self.exchanges = [self._new_exchange(f, s) for f, s in zip(self.fragments, self.starts)]
+        self.outer = self._new_outer(self.starts)
+
+    # --- what an algorithm built on this round (sparseloco) replaces ------------------------------------------
+    def _new_exchange(self, fragment: list[torch.Tensor], start: torch.Tensor) -> FragmentExchange:
+        """The exchange of one fragment's outer gradient (``start``: its flat fp32 start weights)."""
+        codec = get_codec(self.config.compression) if self.config.compression else None
+        return FragmentExchange(start.numel(), codec, self.config.error_feedback, self.group, self.nranks, start.device)
+
+    def _new_outer(self, starts: list[torch.Tensor]) -> torch.optim.Optimizer:
+        """The outer optimizer over every fragment's start weights (its gradient: the averaged outer gradient)."""
+        return torch.optim.SGD(starts, lr=self.config.outer_lr, momentum=self.config.outer_momentum,
+                               nesterov=self.config.nesterov and self.config.outer_momentum > 0)
 
     # --- events --------------------------------------------------------------------------------------
     def init_forward_pre_hook(self, bagua_module: torch.nn.Module) -> Callable[[Any], None]:
@@ -198,5 +222,5 @@ class DiLoCoAlgorithm(Algorithm):
                                 supports_sharding=True,
                                 fault_tolerance=FaultTolerance(
                                     heals=("weights", "optimizer", "algorithm_state", "step"), commit="after_step",
-                                    rederives=("averaging denominator",)))
+                                    rederives=("averaging denominator",), per_replica_state=("residuals",)))
     """Pseudo-gradients of the weights every ``inner_steps`` steps: ~1/H of allreduce's bytes."""

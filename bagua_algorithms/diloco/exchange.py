@@ -1,9 +1,12 @@
 """Averaging one fragment's outer gradient over the ranks, left in flight while training goes on.
 
 Uncompressed: an allreduce (SUM, fp32) of the fragment's pseudo-gradient, divided by n on arrival.
-With a codec: the pseudo-gradient plus the fragment's residual (error feedback) is encoded, the residual
-keeps what the codec dropped, the encoded bytes are allgathered, and every rank decodes the n buffers and
-averages them in fp32 in rank order (``Codec.decode_average``), so every rank gets the same bits.
+With a codec: the residual (error feedback) becomes ``residual = error_decay * residual + delta`` (``error_decay``
+1 adds the pseudo-gradient to what the codec dropped before), that is encoded, the residual keeps what the codec
+dropped (``residual -= decode(encoded)``), the encoded bytes (the same size on every rank) are allgathered, and
+every rank decodes the n buffers and averages them in fp32 in rank order (``decode_average``), so every rank gets
+the same bits. The codec is a registered ``Codec`` or any object with its ``encode``/``decode``/``decode_average``
+calls (:class:`FragmentCodec`: sparseloco's chunk-wise top-k).
 Messages go over a torch process group of the algorithm's own, issued by the training thread in the same
 order on every rank, so they never interleave with other collectives.
 
@@ -17,21 +20,36 @@ Example::
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 import torch.distributed as dist
 
 from bagua_core.api import all_gather_single, record_payload
-from bagua_core.codecs import Codec
 
-__all__ = ["FragmentExchange"]
+__all__ = ["FragmentCodec", "FragmentExchange"]
+
+
+class FragmentCodec(Protocol):
+    """What the exchange calls of a codec (``bagua_core.codecs.Codec`` has it): ``encode(x)`` gives a uint8 buffer
+    whose size depends only on ``x.numel()``, ``decode(buf, 1, out)`` writes its values into the fp32 ``out``,
+    ``decode_average(bufs, n, out)`` writes the mean of the ``n`` buffers held back to back in ``bufs``."""
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    def decode(self, buf: torch.Tensor, n_chunks: int, out: torch.Tensor) -> torch.Tensor: ...
+
+    def decode_average(self, bufs: torch.Tensor, n: int, out: torch.Tensor) -> torch.Tensor: ...
 
 
 class FragmentExchange:
     """The outer-gradient exchange of one fragment; its residual lives here between rounds."""
 
-    def __init__(self, numel: int, codec: Codec | None, error_feedback: bool, group: dist.ProcessGroup | None,
-                 nranks: int, device: torch.device | str = "cpu") -> None:
+    def __init__(self, numel: int, codec: FragmentCodec | None, error_feedback: bool, group: dist.ProcessGroup | None,
+                 nranks: int, device: torch.device | str = "cpu", error_decay: float = 1.0) -> None:
         self.numel, self.codec, self.group, self.nranks = numel, codec, group, nranks
+        self.error_decay = error_decay
+        """beta of ``residual = beta * residual + delta`` (with a codec and error feedback; 1: plain error feedback)."""
         self.residual = torch.zeros(numel, device=device) if codec is not None and error_feedback else None
         self.average = torch.zeros(numel, device=device)
         self._work: dist.Work | None = None
@@ -50,6 +68,8 @@ class FragmentExchange:
             return
         payload = delta
         if self.residual is not None:
+            if self.error_decay != 1.0:
+                self.residual.mul_(self.error_decay)
             payload = self.residual.add_(delta)
         encoded = self.codec.encode(payload)
         if self.residual is not None:  # keep what the codec dropped for the next round

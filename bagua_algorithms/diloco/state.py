@@ -2,7 +2,8 @@
 ``state_dict``/``load_state_dict`` of the impl, which use these).
 
 Saved: the outer state (every fragment's start weights and the outer optimizer), the residuals of error
-feedback, the outer gradients received or in flight (waited for here, merged at their step after the
+feedback (``residuals``: this rank's own, which a joiner in fault-tolerant mode does not take from its peer),
+the outer gradients received or in flight (waited for here, merged at their step after the
 restart; in fault-tolerant mode not waited for: what this rank sent is kept and sent again on restore),
 the schedule position (train step, last inner step whose events ran), this rank's local
 parameters and its inner optimizers (the dense checkpoint file holds rank 0's only). Restored, a run
@@ -95,7 +96,8 @@ def restore(impl: DiLoCoRankState, state: dict[str, Any]) -> None:
     for optimizer, saved in zip(module.bagua_optimizers, state["inner_optimizers"]):
         load_optimizer_state(optimizer, saved)  # (a heal's copy holds local shards)
     impl.outer.load_state_dict(state["outer"])
-    for exchange, residual in zip(impl.exchanges, state["residuals"]):
+    # (a joiner's heal leaves the residuals out: they are what the peer has not sent, its own to send)
+    for exchange, residual in zip(impl.exchanges, state.get("residuals", ())):
         if residual is not None:
             exchange.residual = residual.clone()
     impl.done_through = int(state["done_through"])

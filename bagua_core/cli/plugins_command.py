@@ -66,7 +66,8 @@ def _describe_capabilities(caps: dict[str, Any]) -> str:
     flags = [k for k, v in caps.items() if isinstance(v, bool) and v != defaults[k]]
     shown = [f"communicates {caps['communicates']}", f"relative_bytes {caps['relative_bytes']}"]
     ft = caps.get("fault_tolerance")
-    tolerance = [f"fault-tolerant (heals {'/'.join(ft['heals'])}, commits {ft['commit'].replace('_', ' ')})"
+    own = f" but not {'/'.join(ft['per_replica_state'])} (per replica)" if ft and ft.get("per_replica_state") else ""
+    tolerance = [f"fault-tolerant (heals {'/'.join(ft['heals'])}{own}, commits {ft['commit'].replace('_', ' ')})"
                  if ft else "not fault-tolerant"]
     return ", ".join(shown + [k if caps[k] else f"not {k}" for k in flags] + tolerance)
 

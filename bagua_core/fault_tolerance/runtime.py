@@ -380,7 +380,7 @@ class FaultTolerantRuntime:
         module = self.module
         if module is None:
             return {"fingerprint": {}}
-        saved = ft_state.capture(module, self.policy.heals)
+        saved = ft_state.capture(module, self.policy.heals, per_replica=self.policy.per_replica_state)
         return {"fingerprint": self.fingerprint, "state": saved, "data_position": self.data_position,
                 "data_epoch": self.data_epoch}
 

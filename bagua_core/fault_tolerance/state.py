@@ -65,9 +65,10 @@ def tree_bytes(value: Any) -> int:
     return 0
 
 
-def capture(module: torch.nn.Module, parts: Iterable[str]) -> dict[str, Any]:
-    """A copy of ``parts`` of ``module``'s training state (module doc)."""
-    parts = set(parts)
+def capture(module: torch.nn.Module, parts: Iterable[str], per_replica: Iterable[str] = ()) -> dict[str, Any]:
+    """A copy of ``parts`` of ``module``'s training state (module doc); ``per_replica``: keys of the algorithm's
+    state left out (``FaultTolerance.per_replica_state``: what a joiner healed with the copy does not take)."""
+    parts, per_replica = set(parts), set(per_replica)
     saved: dict[str, Any] = {}
     memo: dict = {}  # what the algorithm's state holds of the weights and optimizers is copied once
     if "weights" in parts:
@@ -75,7 +76,8 @@ def capture(module: torch.nn.Module, parts: Iterable[str]) -> dict[str, Any]:
     if "optimizer" in parts:
         saved["optimizer"] = [copy_tree(opt.state_dict(), memo) for opt in module.bagua_optimizers]
     if "algorithm_state" in parts:
-        saved["algorithm_state"] = copy_tree(module.bagua_algorithm.state_dict(), memo)
+        state = module.bagua_algorithm.state_dict()
+        saved["algorithm_state"] = copy_tree({k: v for k, v in state.items() if k not in per_replica}, memo)
     if "step" in parts:
         saved["step"] = int(module.bagua_train_step_counter)
     return saved

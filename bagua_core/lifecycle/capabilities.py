@@ -47,7 +47,8 @@ class FaultTolerance:
     changes outside the gradients before that point, so a failed step is discarded by not stepping) or
     ``after_step`` (the step changes state while it communicates: the runtime keeps a copy of
     weights, optimizer and algorithm state and restores it on every survivor when the step fails).
-    ``unsupported``: option values refused in that mode (below)."""
+    ``unsupported``: option values refused in that mode (below). ``per_replica_state``: what of the healed
+    ``algorithm_state`` stays with its replica (below)."""
 
     heals: tuple[str, ...] = HEALABLE
     rederives: tuple[str, ...] = ()
@@ -55,6 +56,11 @@ class FaultTolerance:
     unsupported: tuple[tuple[str, Any, str], ...] = ()
     """``(option, value, why)``: option values that cannot survive a change of membership; the algorithm is
     refused with them in fault-tolerant mode, naming the option and why."""
+    per_replica_state: tuple[str, ...] = ()
+    """Keys of the impl's ``state_dict`` that hold one replica's own state (an error-feedback accumulator: what
+    this replica has not sent yet): a joiner does not take them from the live peer it heals from, so its freshly
+    reified impl keeps its own (``load_state_dict`` gets the state without them); a failed step's copy restores
+    them on every survivor like the rest of the state."""
 
     def __post_init__(self) -> None:
         unknown = [h for h in self.heals if h not in HEALABLE]

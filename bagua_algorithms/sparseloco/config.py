@@ -1,0 +1,64 @@
+"""The options of ``sparseloco``, validated; errors name the field.
+
+The round it runs on is diloco's (``bagua_algorithms.diloco.algorithm``): the properties below fix what
+sparseloco does not vary (no warmup, one fragment, the exchange waited for at once).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, StrictInt, ValidationInfo, field_validator
+
+from bagua_core.api import AlgorithmConfig
+
+__all__ = ["SparseLoCoConfig", "MAX_CHUNK_SIZE"]
+
+MAX_CHUNK_SIZE = 1 << 16
+"""An entry's index within its chunk travels as 16 bits."""
+
+
+class SparseLoCoConfig(AlgorithmConfig):
+    name: Literal["sparseloco"] = "sparseloco"
+    inner_steps: StrictInt = Field(30, ge=1)
+    """H: optimizer steps each replica takes on its own between two exchanges."""
+    outer_lr: float = Field(1.0, gt=0)
+    """alpha: ``theta_global -= alpha * (mean over replicas of what they sent)``; no outer momentum."""
+    error_decay: float = Field(0.95, ge=0, le=1)
+    """beta: each round the error-feedback accumulator becomes ``e = beta * e + delta`` (1: plain error
+    feedback; 0: what a replica did not send is dropped at the next round)."""
+    chunk_size: StrictInt = Field(4096, ge=1, le=MAX_CHUNK_SIZE)
+    """C: each parameter tensor (flattened) is cut into consecutive chunks of C elements (the last may be
+    shorter), at most 65536 (an index within a chunk travels as 16 bits)."""
+    topk: StrictInt = Field(64, ge=1)
+    """k: entries of largest ``|e|`` each chunk sends (a shorter chunk sends min(k, its length)); at most
+    ``chunk_size``."""
+    bits: Literal[2, 4, 8, 32] = 2
+    """Bits per value sent: 2, 4 or 8 (one sign bit, the rest a level between the chunk's smallest and largest
+    ``|e|`` sent; docs/algorithms.md states the quantiser), or 32: the fp32 values, exact."""
+
+    @field_validator("topk")
+    @classmethod
+    def _at_most_a_chunk(cls, value: int, info: ValidationInfo) -> int:
+        chunk_size = info.data.get("chunk_size")
+        if chunk_size is not None and value > chunk_size:
+            raise ValueError(f"topk ({value}) must be at most chunk_size ({chunk_size}): a chunk has no more entries "
+                             f"to send")
+        return value
+
+    # --- what diloco's round reads and sparseloco fixes (bagua_algorithms.diloco.algorithm.RoundOptions) ----
+    @property
+    def warmup_steps(self) -> int:
+        return 0
+
+    @property
+    def fragment_count(self) -> int:
+        return 1
+
+    @property
+    def overlap(self) -> int:
+        return 0
+
+    @property
+    def mixing(self) -> float:
+        return 0.0
