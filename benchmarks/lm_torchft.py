@@ -22,8 +22,10 @@ torchft's 8-bit quantisation of the exchange needs Triton on a GPU: on CPU it se
 With FSDP2 inside each host (``--ranks-per-host``), torchft's HSDP path: the model is sharded over the
 host's ranks only and each rank's Manager exchanges its local shards with the same rank of the other hosts.
 
-Workaround kept here: torchft's Manager starts its server on every interface (``[::]:port``); the peer
-builds it with the host's own address instead (:func:`_manager_server_on`).
+Workarounds kept here: torchft's Manager starts its server on every interface (``[::]:port``); the peer
+builds it with the host's own address instead (:func:`_manager_server_on`). The lighthouse's ``address()``
+names the machine's hostname, which an emulated host cannot reach: the Managers get the host's address and
+the lighthouse's port.
 
 Example::
 
