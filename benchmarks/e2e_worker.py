@@ -22,10 +22,12 @@ optimizer and the hooks that run on it), over the timed steps.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import gc
 import json
 import os
 import resource
+import sys
 import threading
 import time
 from pathlib import Path
@@ -211,10 +213,14 @@ def summarize(per_rank: list[dict], method: str, model_name: str, batch_size: in
 
 def hang_watchdog(method: str, seconds: float) -> threading.Timer:
     """Ends the process (exit code 3) if ``method`` has not finished after ``seconds``: a hang
-    cannot be interrupted from Python, and the launcher then runs the remaining methods in a new job."""
+    cannot be interrupted from Python, and the launcher then runs the remaining methods in a new job. It
+    prints every thread's stack first."""
 
     def expire() -> None:
-        print(f"{method}: HANG: no result after {seconds:.0f} s", flush=True)
+        print(f"{method}: no result after {seconds:.0f} s; the threads are at:", flush=True)
+        faulthandler.dump_traceback(file=sys.stdout, all_threads=True)
+        # last, so that the launcher's tail of the output (and its one-line summary) shows it
+        print(f"{method}: HANG: no result after {seconds:.0f} s (the threads' stacks above)", flush=True)
         os._exit(3)
 
     timer = threading.Timer(seconds, expire)

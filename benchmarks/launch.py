@@ -18,6 +18,8 @@ import itertools
 import os
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 from collections.abc import Callable, Iterator, Sequence
 
@@ -126,32 +128,39 @@ def launch(module: str, args: Sequence[str], world_size: int, hosts: Sequence[st
                          f"hosts, got {len(hosts)}")
     port = next(_ports)
     master = "10.77.0.1" if hosts else "127.0.0.1"
-    procs = []
+    procs, logs = [], []
     for rank in range(world_size):
         node, local = divmod(rank, ranks_per_host)
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(local),
                    LOCAL_WORLD_SIZE=str(ranks_per_host), GROUP_RANK=str(node), MASTER_ADDR=master,
                    MASTER_PORT=str(port), OMP_NUM_THREADS=str(threads), PYTHONPATH=str(REPO_ROOT),
-                   BAGUA_COMM_TIMEOUT_S=str(int(comm_timeout)))
+                   BAGUA_COMM_TIMEOUT_S=str(int(comm_timeout)), RUST_LOG=os.environ.get("RUST_LOG", "warn"))
         command = [sys.executable, "-m", module, *args]
         if hosts:
             env["GLOO_SOCKET_IFNAME"] = "eth0"
             command = ["ip", "netns", "exec", hosts[node], *command]
         else:
             env["GLOO_SOCKET_IFNAME"] = "lo"
-        procs.append(subprocess.Popen(command, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))
+        # a file, not a pipe: a rank that prints more than a pipe holds while the launcher waits on another
+        # rank would block in its write, and the job would hang in its next collective
+        logs.append(tempfile.TemporaryFile(mode="w+"))
+        procs.append(subprocess.Popen(command, env=env, cwd=REPO_ROOT, stdout=logs[-1], stderr=subprocess.STDOUT,
+                                      text=True))
     outputs, failed = [], False
-    for proc in procs:
+    deadline = time.monotonic() + timeout
+    for proc, log in zip(procs, logs):
+        note = ""
         try:
-            out, _ = proc.communicate(timeout=timeout)
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             for other in procs:
                 other.kill()
-            out, _ = proc.communicate()
-            out += f"\n(killed after {timeout:.0f} s)"
+            proc.wait()
+            note = f"\n(killed after {timeout:.0f} s)"
             failed = True
-        outputs.append(out)
+        log.seek(0)
+        outputs.append(log.read() + note)
+        log.close()
         failed = failed or proc.returncode != 0
     if failed:
         tail = "\n".join(f"--- rank {i} (exit code {p.returncode}) ---\n{o[-2000:]}"

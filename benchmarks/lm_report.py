@@ -1,11 +1,10 @@
-"""Reading the LM benchmark's curves: time and samples to a target loss, loss at the budget; writing
-``results/lm.md`` (tables), ``lm.json`` (every curve) and ``lm.png`` (validation loss against time).
+"""Writing the LM benchmark's results: ``results/<name>.md`` (tables), ``.json`` (every run's curve and the
+summary) and ``.png`` (validation loss against time); the figures come from :mod:`benchmarks.lm_summary`.
 
-Crossings are interpolated linearly between the two evaluations around the target. DDP computes the
-same updates on every network (same weights, batches and arithmetic), so its samples to the target are
-taken from whichever network it reached the target on, and every method's samples are relative to that.
-Where DDP's budget ran out first, the speedup is a measured lower bound (``>``), and the table adds an
-estimate: DDP's steps to the target (from another network) times its measured seconds per step here.
+One table per network (and host count when sharded): per method the median over the seeds and, with several
+seeds, the spread (min-max) of the seconds to the target; the zero-communication limit as a row of its own,
+and each method's share of it, marked where a method beats it. With ``--slow-host`` one table per network
+sets each method's run with the slow host beside its equal-speed run.
 
     python -m benchmarks.lm_report results/lm.json [--target 2.5]     # rewrite lm.md and lm.png
 
@@ -21,120 +20,151 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from benchmarks.lm_summary import crossing, group_key, host_throughputs, loss_at, summarize
 from benchmarks.report import have_matplotlib
 
 __all__ = ["crossing", "loss_at", "summarize", "lm_markdown", "write_lm"]
 
-
-def crossing(curve: Sequence[dict], target: float, key: str) -> float | None:
-    """``key`` ("seconds" or "step") where the validation loss first reaches ``target``, or None."""
-    if curve and curve[0]["loss"] <= target:
-        return float(curve[0][key])
-    for a, b in zip(curve, curve[1:]):
-        if a["loss"] > target >= b["loss"]:
-            return a[key] + (a["loss"] - target) / (a["loss"] - b["loss"]) * (b[key] - a[key])
-    return None
-
-
-def loss_at(curve: Sequence[dict], seconds: float) -> float:
-    """The validation loss at ``seconds`` of training, interpolated (the last one if the curve ends before)."""
-    for a, b in zip(curve, curve[1:]):
-        if a["seconds"] <= seconds <= b["seconds"] and b["seconds"] > a["seconds"]:
-            return a["loss"] + (seconds - a["seconds"]) / (b["seconds"] - a["seconds"]) * (b["loss"] - a["loss"])
-    return curve[-1]["loss"]
-
-
-def summarize(rows: Sequence[dict], target: float, baseline: str = "ddp") -> list[dict]:
-    """Per row: seconds and samples to the target, loss at the budget, steps/s, MB sent per step and rank;
-    speedups against ``baseline`` (DDP; torch's HSDP for sharded runs) on the same network and samples
-    relative to it (the keys say ``ddp``); a sharded run's rows also get the share of the zero-communication
-    limit (``alone``: its seconds to the target over the method's)."""
-    ddp_samples = [s for r in rows if r.get("method") == baseline and "curve" in r
-                   for s in [crossing(r["curve"], target, "step")] if s is not None]
-    ddp_steps = min(ddp_samples) if ddp_samples else None
-    out = []
-    for row in rows:
-        if "curve" not in row:
-            out.append(dict(row))
-            continue
-        curve, last = row["curve"], row["curve"][-1]
-        steps_to = crossing(curve, target, "step")
-        tx = row["tx_bytes"] / (row["world_size"] if row.get("iface") == "lo" else 1)
-        out.append({**row, "seconds_to_target": crossing(curve, target, "seconds"), "steps_to_target": steps_to,
-                    "samples_to_target": None if steps_to is None else steps_to * row["world_size"] * row["batch_size"],
-                    "samples_vs_ddp": None if steps_to is None or not ddp_steps else steps_to / ddp_steps,
-                    "loss_at_budget": loss_at(curve, row["budget_s"]), "steps_per_s": last["step"] / max(last["seconds"], 1e-9),
-                    "mb_per_step": tx / max(row["steps"], 1) / 1e6})
-    for network in dict.fromkeys(r["network"] for r in out):
-        group = [r for r in out if r["network"] == network]
-        ddp = next((r for r in group if r["method"] == baseline and "curve" in r), None)
-        alone = next((r for r in group if r["method"] == "alone" and r.get("seconds_to_target") is not None), None)
-        for r in group:
-            r["of_zero_communication"] = None if alone is None or r.get("seconds_to_target") is None else \
-                alone["seconds_to_target"] / max(r["seconds_to_target"], 1e-9)
-            if ddp is None or r.get("seconds_to_target") is None:
-                r["speedup_vs_ddp"], r["speedup_bound"] = None, ""
-            elif ddp["seconds_to_target"] is not None:
-                r["speedup_vs_ddp"], r["speedup_bound"] = ddp["seconds_to_target"] / max(r["seconds_to_target"], 1e-9), ""
-            else:  # DDP did not get there within its budget: a lower bound, and an estimate
-                r["speedup_vs_ddp"] = ddp["curve"][-1]["seconds"] / max(r["seconds_to_target"], 1e-9)
-                r["speedup_bound"] = ">"
-                if ddp_steps:
-                    estimate = ddp_steps / ddp["steps_per_s"]
-                    r["ddp_seconds_estimated"] = estimate
-                    r["speedup_vs_ddp_estimated"] = estimate / max(r["seconds_to_target"], 1e-9)
-    return out
+BEATS = "beats it"
 
 
 def _fmt(value: float | None, pattern: str, missing: str = "not reached") -> str:
     return missing if value is None else pattern.format(value)
 
 
-def _sharded_markdown(rows: Sequence[dict], target: float, baseline: str) -> list[str]:
-    lines = [f"| method | MB held/rank (x replicated) | s/step | MB/step on a host's link | seconds to loss {target} | "
-             f"sooner than {baseline} | share of the zero-communication limit | loss at budget |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for r in rows:
+def _seconds(r: dict) -> str:
+    """The median seconds to the target, with the spread over the seeds where there are several."""
+    spread = r.get("seconds_range")
+    if r["seconds_to_target"] is None:
+        if spread and spread[0] is not None:
+            return f"not reached ({r['reached']} of {len(r['seeds'])} seeds did, from {spread[0]:.0f})"
+        return "not reached"
+    if not spread:
+        return f"{r['seconds_to_target']:.0f}"
+    return f"{r['seconds_to_target']:.0f} ({spread[0]:.0f}-{_fmt(spread[1], '{:.0f}')})"
+
+
+def _share(r: dict) -> str:
+    share = r.get("of_limit")
+    return "-" if share is None else f"{share:.2f}" + (f" ({BEATS})" if share >= 1.005 else "")
+
+
+def _loss(r: dict) -> str:
+    spread = r.get("loss_range")
+    return f"{r['loss_at_budget']:.3f}" + (f" ({spread[0]:.3f}-{spread[1]:.3f})" if spread else "")
+
+
+def _speedup(r: dict) -> str:
+    if r["speedup_vs_ddp"] is None:
+        return "-"
+    text = f"{r['speedup_bound']}{r['speedup_vs_ddp']:.2f}x"
+    if r.get("speedup_vs_ddp_estimated") is not None:
+        text += f" (est. {r['speedup_vs_ddp_estimated']:.1f}x)"
+    return text
+
+
+def _limit_line(group: Sequence[dict], baseline: str) -> str:
+    first = next((r for r in group if "curve" in r), None)
+    if all(r["method"] == baseline for r in group):
+        return f"{baseline} alone on this network: its samples to the target serve the limits of the other tables."
+    if first is None or first.get("limit_s") is None:
+        return (f"Zero-communication limit: not measured here (needs {baseline}'s samples to the target on some "
+                "network of the run, and `alone` under these conditions).")
+    alone = next(r for r in group if r["method"] == "alone")
+    return (f"Zero-communication limit: {baseline}'s {first['baseline_samples']:.0f} samples to the target over the "
+            f"hosts' {alone['samples_per_s']:.1f} samples/s training alone = {first['limit_s']:.0f} s; a share above "
+            "1 beats it (fewer samples to the target than synchronous training).")
+
+
+def _table(group: Sequence[dict], target: float, baseline: str, sharded: bool) -> list[str]:
+    held = ["MB held/rank (x replicated)"] if sharded else []
+    link = "MB/step on a host's link" if sharded else "MB sent/step/rank"
+    lines = ["| " + " | ".join(["method", *held, "s/step", link, f"seconds to loss {target}",
+                                 f"sooner than {baseline}", f"samples to target vs {baseline}",
+                                 "share of the zero-communication limit", "loss at budget"]) + " |",
+             "| --- |" + " ---: |" * (len(held) + 7)]
+    first = next((r for r in group if "curve" in r), None)
+    if first is not None and first.get("limit_s") is not None:
+        lines.append("| zero-communication limit |" + " |" * len(held) + f" | 0 | {first['limit_s']:.0f} | | 1.00x | "
+                     "1.00 | |")
+    for r in group:
         if "curve" not in r:
-            lines.append(f"| {r['method']} | failed: {r.get('error', '?')[:80]} | | | | | | |")
+            lines.append(f"| {r['method']} | failed: {r.get('error', '?')[:80]} |" + " |" * (len(held) + 6))
             continue
-        held = f"{r['held_bytes_per_rank'] / 1e6:.1f} ({r['held_bytes_per_rank'] / r['replicated_bytes_per_rank']:.2f})"
-        speedup = "-" if r["speedup_vs_ddp"] is None else f"{r['speedup_bound']}{r['speedup_vs_ddp']:.2f}x"
-        lines.append(f"| {r['method']} | {held} | {1 / max(r['steps_per_s'], 1e-9):.2f} | {r['mb_per_step']:.2f} | "
-                     f"{_fmt(r['seconds_to_target'], '{:.0f}')} | {speedup} | "
-                     f"{_fmt(r['of_zero_communication'], '{:.2f}', '-')} | {r['loss_at_budget']:.3f} |")
+        cells = [r["method"]]
+        if sharded:
+            cells.append(f"{r['held_bytes_per_rank'] / 1e6:.1f} "
+                         f"({r['held_bytes_per_rank'] / r['replicated_bytes_per_rank']:.2f})")
+        cells += [f"{1 / max(r['steps_per_s'], 1e-9):.2f}", f"{r['mb_per_step']:.2f}", _seconds(r), _speedup(r),
+                  _fmt(r["samples_vs_ddp"], "{:.2f}x", "-"), _share(r), _loss(r)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _title(first: dict | None, network: str) -> str:
+    if first is None:
+        return f"### {network}: not run"
+    hosts = (f"{first['hosts']} hosts x {first['ranks_per_host']} ranks (FSDP2 inside a host)" if first.get("sharded")
+             else f"{first['world_size']} hosts")
+    title = (f"### {network}: {first['model']} ({first['params'] / 1e6:.1f}M parameters), batch {first['batch_size']} x "
+             f"{first['seq_len']} bytes per rank, {hosts}, {first['budget_s']:.0f} s of training per method")
+    if len(first.get("seeds", [0])) > 1:
+        title += f", seeds {', '.join(str(s) for s in first['seeds'])} (median, min-max)"
+    return title + (f"; link: {first['link']}" if first.get("link") else "")
+
+
+def _emulated(group: Sequence[dict], slow: tuple) -> str:
+    """How slow the slow host was, measured: its samples/s training alone over the others'."""
+    alone = next((r for r in group if r["method"] == "alone" and "curve" in r), None)
+    if alone is None:
+        return "(`alone` not run: the slow host's speed not measured)"
+    speeds = host_throughputs(alone)
+    others = [s for h, s in enumerate(speeds) if h != slow[0]]
+    return (f"Measured with `alone` (first seed): the slow host trained at {speeds[slow[0]] / (sum(others) / len(others)):.2f} "
+            f"of the other hosts' samples/s (asked: {slow[1]:g}).")
+
+
+def _side_by_side(equal: Sequence[dict], slow: Sequence[dict], target: float) -> list[str]:
+    label = next(r["pace"].split(":")[0] for r in slow if r.get("pace"))
+    lines = [f"| method | equal speeds: samples/s | seconds to loss {target} | share of the limit | {label}: samples/s | "
+             f"seconds to loss {target} | share of the heterogeneous limit | time with the slow host / equal |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    limits = [next((r["limit_s"] for r in g if "curve" in r), None) for g in (equal, slow)]
+    lines.append(f"| zero-communication limit | | {_fmt(limits[0], '{:.0f}', '-')} | 1.00 | | "
+                 f"{_fmt(limits[1], '{:.0f}', '-')} | 1.00 | {_fmt(limits[1] / limits[0] if all(limits) else None, '{:.2f}', '-')} |")
+    by_method = {r["method"]: r for r in equal}
+    for r in slow:
+        e = by_method.get(r["method"], {})
+        if "curve" not in r or "curve" not in e:
+            lines.append(f"| {r['method']} | failed: {(r.get('error') or e.get('error') or '?')[:80]} | | | | | | |")
+            continue
+        ratio = None if r["seconds_to_target"] is None or e["seconds_to_target"] is None else \
+            r["seconds_to_target"] / e["seconds_to_target"]
+        lines.append(f"| {r['method']} | {e['samples_per_s']:.1f} | {_seconds(e)} | {_share(e)} | {r['samples_per_s']:.1f} | "
+                     f"{_seconds(r)} | {_share(r)} | {_fmt(ratio, '{:.2f}', '-')} |")
     return lines
 
 
 def lm_markdown(rows: Sequence[dict], target: float, header: str = "", baseline: str = "ddp") -> str:
+    """``rows``: :func:`summarize`'s."""
     lines = [header] if header else []
-    for network in dict.fromkeys(r["network"] for r in rows):
-        group = [r for r in rows if r["network"] == network]
+    conditions = list(dict.fromkeys(group_key(r) for r in rows))
+    for network, slow in conditions:
+        if slow is not None and slow[1] < 1:
+            continue  # beside its equal-speed run
+        group = [r for r in rows if group_key(r) == (network, slow)]
         first = next((r for r in group if "curve" in r), None)
-        title = (f"{first['model']} ({first['params'] / 1e6:.1f}M parameters), batch {first['batch_size']} x "
-                 f"{first['seq_len']} bytes per rank, {first['world_size']} hosts, {first['budget_s']:.0f} s of "
-                 f"training per method" if first else "not run")
-        if first and first.get("link"):
-            title += f"; link: {first['link']}"
-        if first and first.get("sharded"):
-            title = title.replace(f"{first['world_size']} hosts", f"{first['hosts']} hosts x {first['ranks_per_host']} "
-                                  f"ranks (FSDP2 inside a host)")
-            lines += ["", f"### {network}: {title}", ""] + _sharded_markdown(group, target, baseline)
+        slowed = [c for c in conditions if c[0] == network and c[1] is not None and c[1][1] < 1]
+        if slowed:
+            for condition in slowed:
+                other = [r for r in rows if group_key(r) == condition]
+                pace = next((r["pace"] for r in other if r.get("pace")), "")
+                lines += ["", _title(first, network), "", f"Slow host: {pace}. {_emulated(other, condition[1])}", "",
+                          _limit_line(group, baseline) + " The heterogeneous limit: the same samples over the "
+                          "hosts' summed throughput with the slow host.", ""] + _side_by_side(group, other, target)
             continue
-        lines += ["", f"### {network}: {title}", "",
-                  f"| method | steps/s | MB sent/step/rank | seconds to loss {target} | sooner than DDP (est.: DDP's steps "
-                  "elsewhere x its s/step here) | "
-                  "samples to target vs DDP | loss at budget |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-        for r in group:
-            if "curve" not in r:
-                lines.append(f"| {r['method']} | failed: {r.get('error', '?')[:80]} | | | | | |")
-                continue
-            speedup = "-" if r["speedup_vs_ddp"] is None else f"{r['speedup_bound']}{r['speedup_vs_ddp']:.2f}x"
-            if r.get("speedup_vs_ddp_estimated") is not None:
-                speedup += f" (est. {r['speedup_vs_ddp_estimated']:.1f}x)"
-            lines.append(f"| {r['method']} | {r['steps_per_s']:.2f} | {r['mb_per_step']:.2f} | "
-                         f"{_fmt(r['seconds_to_target'], '{:.0f}')} | {speedup} | "
-                         f"{_fmt(r['samples_vs_ddp'], '{:.2f}x', '-')} | {r['loss_at_budget']:.3f} |")
+        lines += ["", _title(first, network), "", _limit_line(group, baseline), ""]
+        lines += _table(group, target, baseline, bool(first and first.get("sharded")))
     return "\n".join(lines) + "\n"
 
 
@@ -144,15 +174,17 @@ def _plot(rows: Sequence[dict], target: float, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    networks = list(dict.fromkeys(r["network"] for r in rows))
-    fig, axes = plt.subplots(1, len(networks), figsize=(6 * len(networks), 4.5), squeeze=False)
-    for ax, network in zip(axes[0], networks):
+    conditions = list(dict.fromkeys(group_key(r) for r in rows))
+    fig, axes = plt.subplots(1, len(conditions), figsize=(6 * len(conditions), 4.5), squeeze=False)
+    for ax, condition in zip(axes[0], conditions):
         for r in rows:
-            if r["network"] == network and "curve" in r:
+            if group_key(r) == condition and "curve" in r:
                 ax.plot([p["seconds"] for p in r["curve"]], [p["loss"] for p in r["curve"]], label=r["method"],
-                        linestyle="--" if r.get("ddp") else "-")
+                        linestyle="--" if r.get("ddp") else ":" if r.get("peer") else "-")
         ax.axhline(target, color="grey", linewidth=0.8)
-        ax.set(title=network, xlabel="training seconds", ylabel="validation loss (nats/byte)")
+        title = condition[0] + ("" if condition[1] is None or condition[1][1] == 1 else
+                                f", host {condition[1][0]} at {condition[1][1]:g}")
+        ax.set(title=title, xlabel="training seconds (first seed)", ylabel="validation loss (nats/byte)")
         ax.set_ylim(top=min(4.0, ax.get_ylim()[1]))
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -162,15 +194,16 @@ def _plot(rows: Sequence[dict], target: float, path: Path) -> None:
 
 def write_lm(rows: Sequence[dict], target: float, results: Path, header: str = "", name: str = "lm",
              baseline: str = "ddp") -> list[Path]:
-    """``results/<name>.md``, ``.json`` and ``.png``; speedups against ``baseline``."""
+    """``results/<name>.md``, ``.json`` (the runs and their summary) and ``.png``; against ``baseline``."""
     results.mkdir(parents=True, exist_ok=True)
     summary = summarize(rows, target, baseline)
     paths = [results / f"{name}.md", results / f"{name}.json"]
     paths[0].write_text(lm_markdown(summary, target, header, baseline))
-    paths[1].write_text(json.dumps({"target_loss": target, "header": header, "baseline": baseline, "rows": summary},
+    paths[1].write_text(json.dumps({"target_loss": target, "header": header, "baseline": baseline, "runs": list(rows),
+                                    "summary": [{k: v for k, v in r.items() if k != "curve"} for r in summary]},
                                    indent=1))
     if have_matplotlib() and any("curve" in r for r in rows):
-        _plot(rows, target, results / f"{name}.png")
+        _plot(summary, target, results / f"{name}.png")
         paths.append(results / f"{name}.png")
     return paths
 
@@ -182,7 +215,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     data = json.loads(Path(args.json).read_text())
     target = data["target_loss"] if args.target is None else args.target
-    for path in write_lm(data["rows"], target, Path(args.json).parent, data.get("header", ""), Path(args.json).stem,
+    runs = data["runs"] if "runs" in data else data["rows"]  # "rows": results written before the seeds
+    for path in write_lm(runs, target, Path(args.json).parent, data.get("header", ""), Path(args.json).stem,
                          data.get("baseline", "ddp")):
         print("wrote", path)
 

@@ -11,7 +11,15 @@ rank alike, when the budget is spent and how many steps to take before the next 
     python -m benchmarks.lm_worker --methods ddp,diloco --budget 120 --out curves.jsonl
 
 With ``--ranks-per-host`` > 1 the model is sharded with FSDP2 over each host's ranks and the method runs
-between the hosts on the shards; the methods ``hsdp`` and ``alone`` (:data:`SHARDED_BASELINES`) join them.
+between the hosts on the shards; the method ``hsdp`` (torch's HSDP) joins them. ``alone`` (every host
+training alone, nothing between hosts) runs in both forms: its throughput is the zero-communication limit's.
+``torchft_diloco`` is torchft's DiLoCo (:mod:`benchmarks.lm_torchft`). ``--seed`` seeds the initial weights
+and the data order; ``--slow-host I:F`` runs host I at F of its speed (:mod:`benchmarks.slow_host`).
+
+Methods whose ranks take their steps independently (:func:`steps_independently`: ``alone``, and ``async``
+without warmup, whose training thread issues no collective; replicated runs only) evaluate at agreed training-clock times instead
+of agreed step counts, so that a faster rank takes more steps, as it would without the benchmark; each
+curve point carries the samples every rank trained on (``samples``).
 """
 
 from __future__ import annotations
@@ -21,18 +29,22 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule
 
 from benchmarks.e2e_worker import hang_watchdog, read_counter
 from benchmarks.lm_data import load_corpus
+from benchmarks.lm_measure import averaged_weights, held_bytes, replicated_bytes
 from benchmarks.lm_model import LM_CONFIGS, build_lm, lm_loss
+from benchmarks.lm_torchft import TORCHFT_DILOCO, TorchftDiLoCo
 from benchmarks.methods import finish, is_ddp, prepare
+from benchmarks.slow_host import Pace, SlowHost
 
-__all__ = ["LM_METHOD_OPTIONS", "algorithm_of", "train_method", "main"]
+__all__ = ["LM_METHOD_OPTIONS", "BASELINES", "SHARDED_BASELINES", "PEERS", "algorithm_of", "steps_independently",
+           "train_method", "main"]
 
 LM_METHOD_OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     # method -> (algorithm or DDP baseline, its options); methods not listed use the algorithm's defaults
@@ -41,92 +53,60 @@ LM_METHOD_OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "async": ("async", {"sync_interval_ms": 100}),
     "local_sgd": ("local_sgd", {"sync_every": 8}),
     "diloco": ("diloco", {"inner_steps": 25}),
-    "diloco_streaming": ("diloco", {"inner_steps": 10, "streaming": True, "fragments": 4, "overlap_steps": 1,
+    # 12 inner steps: torchft's streaming needs a multiple of the fragment count, and both stream alike
+    "diloco_streaming": ("diloco", {"inner_steps": 12, "streaming": True, "fragments": 4, "overlap_steps": 1,
                                     "compression": "MinMaxUInt4"}),
+    "sparseloco": ("sparseloco", {"inner_steps": 25}),
+    # the field's peers at bagua's settings (outer SGD lr 0.7, momentum 0.9, Nesterov: their defaults here)
+    # (use_bucketization: one allreduce per fragment, not one per tensor: torchft's fastest form on a slow link)
+    "torchft_diloco": (TORCHFT_DILOCO, {"inner_steps": 25, "use_bucketization": True}),
+    "torchft_diloco_streaming": (TORCHFT_DILOCO, {"inner_steps": 12, "fragments": 4, "fragment_sync_delay": 1,
+                                                  "fragment_update_alpha": 0.5, "use_bucketization": True}),
 }
-"""What each method of the LM benchmark runs; a registered algorithm not listed runs with its defaults."""
+"""What each method of the LM benchmark runs; a registered algorithm not listed runs with its defaults. An
+entry whose algorithm is not installed is left out of the method list (``sparseloco`` until it is)."""
 
 LR, WARMUP_STEPS = 1e-3, 20
-SHARDED_ALONE = ("alone",)
-SHARDED_BASELINES = ("hsdp",) + SHARDED_ALONE
-"""Methods of a sharded run (``--ranks-per-host`` > 1) that are not bagua algorithms: ``hsdp``, torch's HSDP
-(FSDP2 on the 2-D mesh, its all-reduce between hosts); ``alone``, every host training alone (FSDP2 inside
-the host, nothing between hosts: the zero-communication limit, measured the same way)."""
+ALONE = "alone"
+BASELINES = (ALONE,)
+"""Methods that are no bagua algorithm and no DDP: ``alone``, every host training alone, nothing between
+hosts (FSDP2 inside the host when sharded): the throughput of the zero-communication limit, measured the
+same way, and each host's own model evaluated."""
+SHARDED_BASELINES = ("hsdp", ALONE)
+"""Baselines of a sharded run (``--ranks-per-host`` > 1): ``hsdp``, torch's HSDP (FSDP2 on the 2-D mesh, its
+all-reduce between hosts), and ``alone``."""
+PEERS = (TORCHFT_DILOCO,)
+"""Methods from other libraries (:mod:`benchmarks.lm_torchft`)."""
 
 
 def algorithm_of(method: str) -> tuple[str, dict[str, Any] | None]:
     return LM_METHOD_OPTIONS.get(method, (method, None))
 
 
+def steps_independently(name: str, options: dict[str, Any] | None, sharded: bool = False) -> bool:
+    """Whether the ranks of ``name`` issue no collective from the training thread, so each may take its own
+    number of steps: ``alone``, and ``async`` without warmup (its averaging runs on a thread of its own);
+    never when sharded (FSDP2's collectives inside a host keep its ranks in step)."""
+    return not sharded and (name == ALONE or (name == "async" and not (options or {}).get("warmup_steps", 0)))
+
+
 def _make_optimizer(params) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=LR, betas=(0.9, 0.95), weight_decay=0.1)
 
 
-def _local(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
-
-
-@contextlib.contextmanager
-def averaged_weights(model: torch.nn.Module, group: Any = None) -> Iterator[None]:
-    """Inside the block the model holds the average of the ranks' weights (what the job has trained;
-    local weights differ between synchronisations for decentralized methods and DiLoCo); a checksum
-    skips the allreduce where every rank holds the same weights. The local weights come back after.
-    A sharded model: each rank's shards, averaged over ``group`` (the ranks holding the same shard)."""
-    params = [_local(p) for p in model.parameters()]
-    size = dist.get_world_size(group)
-    flat = torch.cat([p.detach().reshape(-1).double() for p in params])
-    checksum = torch.stack([flat.sum(), (flat * torch.arange(flat.numel(), dtype=torch.float64) % 9973).sum()])
-    everyone = [torch.empty_like(checksum) for _ in range(size)]
-    dist.all_gather(everyone, checksum, group=group)
-    if all(torch.equal(everyone[0], other) for other in everyone):
-        yield
-        return
-    saved = [p.detach().clone() for p in params]
-    average = torch.cat([p.reshape(-1).float() for p in saved])
-    dist.all_reduce(average, group=group)
-    average /= size
-    at = 0
-    for p in params:
-        p.copy_(average[at : at + p.numel()].view_as(p))
-        at += p.numel()
-    try:
-        yield
-    finally:
-        for p, value in zip(params, saved):
-            p.copy_(value)
-
-
-def _agree(loss: float, clock: float) -> tuple[float, float]:
-    """(mean validation loss, slowest clock) over the ranks."""
-    mine = torch.tensor([loss, clock], dtype=torch.float64)
+def _agree(loss: float, clock: float, step: int) -> tuple[float, list[float], list[int]]:
+    """(mean validation loss, every rank's clock, every rank's steps)."""
+    mine = torch.tensor([loss, clock, step], dtype=torch.float64)
     everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(everyone, mine)
     stacked = torch.stack(everyone)
-    return float(stacked[:, 0].mean()), float(stacked[:, 1].max())
-
-
-def _held_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
-    """Bytes of parameters, gradients and optimizer state this rank holds (its shards on a sharded model)."""
-    tensors = [_local(p) for p in model.parameters()] + [_local(p.grad) for p in model.parameters()
-                                                         if p.grad is not None]
-    tensors += [_local(v) for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
-    return sum(t.numel() * t.element_size() for t in tensors)
-
-
-def replicated_bytes(name: str) -> int:
-    """What one rank holds of the replicated model after a step, measured (a local step, no communication)."""
-    model = build_lm(name, seed=0)
-    optimizer = _make_optimizer(model.parameters())
-    x = torch.randint(0, 256, (1, LM_CONFIGS[name]["seq_len"] + 1))
-    lm_loss(model, x[:, :-1], x[:, 1:]).backward()
-    optimizer.step()
-    return _held_bytes(model, optimizer)
+    return float(stacked[:, 0].mean()), stacked[:, 1].tolist(), [int(s) for s in stacked[:, 2].tolist()]
 
 
 def _shard(method: str, model: torch.nn.Module, mesh: Any) -> torch.nn.Module:
     """FSDP2 on every block and the root: on the 2-D mesh for torch's HSDP, on the node's ranks (the mesh's
-    ``"shard"`` row) for bagua's methods, which run between the nodes, and for ``alone`` (no communication
-    between nodes: the zero-communication limit)."""
+    ``"shard"`` row) for everything else: bagua's methods (which run between the nodes), torchft's exchange,
+    and ``alone`` (nothing between nodes)."""
     from torch.distributed.fsdp import fully_shard
 
     target = mesh if method == "hsdp" else mesh["shard"]
@@ -136,21 +116,33 @@ def _shard(method: str, model: torch.nn.Module, mesh: Any) -> torch.nn.Module:
     return model
 
 
-def train_method(method: str, corpus, args: argparse.Namespace, mesh: Any = None) -> dict[str, Any]:
-    """``mesh``: the 2-D ("replicate", "shard") mesh of a sharded run (FSDP2 inside each host)."""
+def train_method(method: str, corpus, args: argparse.Namespace, mesh: Any = None, pace: Pace | None = None,
+                 seed: int = 0) -> dict[str, Any]:
+    """``mesh``: the 2-D ("replicate", "shard") mesh of a sharded run (FSDP2 inside each host); ``pace``: the
+    slow host's emulation; ``seed``: the initial weights' and the data order's."""
     rank, world = dist.get_rank(), dist.get_world_size()
+    pace = pace or Pace(None, rank, args.ranks_per_host, world)
+    added_before = pace.added_s
     seq_len = LM_CONFIGS[args.model]["seq_len"]
-    model = build_lm(args.model, seed=0)
+    model = build_lm(args.model, seed=seed)
+    corpus.seed = seed
     params = sum(p.numel() for p in model.parameters())
     name, options = algorithm_of(method)
     if mesh is not None:
         model = _shard(name, model, mesh)
+    peer = None
     if name in SHARDED_BASELINES:
         optimizer = _make_optimizer(model.parameters())
+    elif name == TORCHFT_DILOCO:
+        optimizer = _make_optimizer(model.parameters())
+        peer = TorchftDiLoCo(model, optimizer, options, host=rank // args.ranks_per_host,
+                             hosts=world // args.ranks_per_host, local_rank=rank % args.ranks_per_host,
+                             ranks_per_host=args.ranks_per_host, iface=args.iface)
     else:
         model, optimizer = prepare(name, model, lr=LR, qadam_lr=LR, qadam_warmup=WARMUP_STEPS,
                                    make_optimizer=_make_optimizer, options=options)
     group = mesh["replicate"].get_group() if mesh is not None else None
+    independent = steps_independently(name, options, sharded=mesh is not None)
     held = None
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / WARMUP_STEPS))
     val_x, val_y = corpus.validation_windows(args.val_windows, seq_len)
@@ -160,42 +152,56 @@ def train_method(method: str, corpus, args: argparse.Namespace, mesh: Any = None
     def evaluate() -> float:
         before = read_counter(args.iface)
         model.eval()
-        with torch.no_grad(), averaged_weights(model, group):
+        # alone: each host's own model; the others: the average of the ranks' weights (what the job holds)
+        with torch.no_grad(), contextlib.nullcontext() if name == ALONE else averaged_weights(model, group):
             loss = float(lm_loss(model, val_x, val_y))
         model.train()
+        if isinstance(model, FSDPModule):  # the evaluation left the root unsharded, holding averaged weights
+            model.reshard()
         eval_tx[0] += read_counter(args.iface) - before
         return loss
 
-    curve = [{"seconds": 0.0, "step": 0, "loss": _agree(evaluate(), 0.0)[0]}]
-    clock, step, eval_every = 0.0, 0, args.first_eval_every
+    curve = [{"seconds": 0.0, "step": 0, "samples": 0, "loss": _agree(evaluate(), 0.0, 0)[0]}]
+    clock, step, eval_every, next_at = 0.0, 0, args.first_eval_every, None
     tx0 = read_counter(args.iface)
     while True:
         x, y = corpus.batch(rank, step, args.batch_size, seq_len)
         started = time.perf_counter()
+        pace.begin()
         optimizer.zero_grad()
         lm_loss(model, x, y).backward()
         optimizer.step()
         scheduler.step()
+        pace.end()
         clock += time.perf_counter() - started
         step += 1
         if held is None:
-            held = _held_bytes(model, optimizer)
-        if step % eval_every:
+            held = held_bytes(model, optimizer)
+        if not (clock >= next_at if independent and next_at is not None else step % eval_every == 0):
             continue
-        loss, slowest = _agree(evaluate(), clock)
-        curve.append({"seconds": slowest, "step": step, "loss": loss})
+        loss, clocks, steps = _agree(evaluate(), clock, step)
+        slowest = max(clocks)
+        curve.append({"seconds": slowest, "step": max(steps), "samples": sum(steps) * args.batch_size, "loss": loss})
         if slowest >= args.budget or not torch.isfinite(torch.tensor(loss)):
             break
         eval_every = max(1, round(step / slowest * args.budget / args.evals))
+        next_at = slowest + args.budget / args.evals
     tx = read_counter(args.iface) - tx0 - eval_tx[0]
-    if name not in SHARDED_BASELINES:
+    extra: dict[str, Any] = {}
+    if peer is not None:
+        extra = peer.stats()
+        peer.close()
+    elif name not in SHARDED_BASELINES:
         finish(name, model)
-    everyone = [None] * world
-    dist.all_gather_object(everyone, held)
+    everyone: list[Any] = [None] * world
+    dist.all_gather_object(everyone, (held, pace.added_s - added_before))
     return {"method": method, "algorithm": name, "options": options, "ddp": is_ddp(name) or name in SHARDED_BASELINES,
-            "model": args.model, "params": params, "world_size": world, "batch_size": args.batch_size,
-            "seq_len": seq_len, "budget_s": args.budget, "steps": step, "tx_bytes": tx, "curve": curve,
-            "held_bytes_per_rank": max(everyone), "sharded": mesh is not None}
+            "peer": name in PEERS, "model": args.model, "params": params, "world_size": world,
+            "batch_size": args.batch_size, "seq_len": seq_len, "budget_s": args.budget, "steps": step, "tx_bytes": tx,
+            "curve": curve, "held_bytes_per_rank": max(h for h, _ in everyone), "sharded": mesh is not None,
+            "seed": seed, "independent_steps": independent, "rank_steps": steps, "rank_clocks": clocks,
+            "slow_host": None if pace.slow is None else [pace.slow.host, pace.slow.fraction], "pace": pace.describe(),
+            "slow_added_s": [a for _, a in everyone], **extra}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -214,8 +220,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--variants", default="{}", help='JSON: more methods, {"label": ["algorithm", {options}]}')
     parser.add_argument("--ranks-per-host", type=int, default=1,
                         help="> 1: FSDP2 shards the model over a host's ranks, the method runs between hosts")
+    parser.add_argument("--seed", type=int, default=0, help="of the initial weights and the data order")
+    parser.add_argument("--slow-host", default="", help="I:F: host I (from 0) at F of its speed (benchmarks.slow_host)")
     args = parser.parse_args(argv)
     LM_METHOD_OPTIONS.update({label: (name, options) for label, (name, options) in json.loads(args.variants).items()})
+    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+    slow = SlowHost.parse(args.slow_host, world // args.ranks_per_host) if args.slow_host else None
+    pace = Pace(slow, rank, args.ranks_per_host, world)  # pins this process before any thread starts
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     import bagua_core as bagua
 
@@ -230,10 +241,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         for method in args.methods.split(","):
             watchdog = hang_watchdog(method, args.method_timeout)
-            row = train_method(method, corpus, args, mesh)
+            row = train_method(method, corpus, args, mesh, pace, args.seed)
             if dist.get_rank() == 0:
                 row["corpus"] = corpus.describe()
-                row["replicated_bytes_per_rank"] = replicated_bytes(args.model)
+                row["replicated_bytes_per_rank"] = replicated_bytes(args.model, _make_optimizer)
                 with open(args.out, "a") as fh:
                     fh.write(json.dumps(row) + "\n")
             watchdog.cancel()

@@ -29,7 +29,7 @@ def test_lm_benchmark_runs_and_writes_results(tmp_path: Path) -> None:
     table = (tmp_path / "lm.md").read_text()
     assert "| ddp |" in table and "| diloco_streaming |" in table and "seconds to loss 4.5" in table
     data = json.loads((tmp_path / "lm.json").read_text())
-    assert data["target_loss"] == 4.5 and len(data["rows"]) == 2 and "seconds_to_target" in data["rows"][0]
+    assert data["target_loss"] == 4.5 and len(data["runs"]) == 2 and "seconds_to_target" in data["summary"][0]
     assert (tmp_path / "lm.png").exists() == have_matplotlib()
 
 
@@ -51,14 +51,16 @@ def test_sharded_lm_benchmark_runs_against_hsdp_and_the_zero_communication_limit
     assert "share of the zero-communication limit" in table and "| alone |" in table
 
 
-def test_lm_methods_include_every_algorithm_and_the_streaming_variant() -> None:
+def test_lm_methods_include_every_algorithm_the_peers_and_the_streaming_variant() -> None:
     from benchmarks.lm import lm_methods
     from bagua_core.plugins import algorithm_registry
 
     methods = lm_methods()
-    assert methods[:3] == ["ddp", "ddp_fp16", "ddp_powersgd"]
+    assert methods[:6] == ["ddp", "ddp_fp16", "ddp_powersgd", "alone", "torchft_diloco", "torchft_diloco_streaming"]
     assert set(methods) >= set(algorithm_registry.names()) - {"decentralized_dp"}
     assert "diloco_streaming" in methods and "powersgd" in methods
+    # a variant runs once its algorithm is registered (sparseloco: from its own package)
+    assert ("sparseloco" in methods) == ("sparseloco" in algorithm_registry.names())
 
 
 CURVE = [{"seconds": 0.0, "step": 0, "loss": 5.0}, {"seconds": 10.0, "step": 10, "loss": 3.0},
@@ -112,6 +114,6 @@ def test_sharded_methods_are_the_baselines_and_the_algorithms_that_support_shard
     from benchmarks.lm import lm_methods
 
     methods = lm_methods(sharded=True)
-    assert methods[:2] == ["hsdp", "alone"]
+    assert methods[:4] == ["hsdp", "alone", "torchft_diloco", "torchft_diloco_streaming"]
     assert "diloco" in methods and "diloco_streaming" in methods and "decentralized_dp" not in methods
     assert "ddp" not in methods

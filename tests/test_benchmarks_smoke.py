@@ -74,6 +74,15 @@ def test_e2e_harness_reports_a_failing_method_and_runs_the_rest(tmp_path: Path) 
     assert "| no_such_algorithm | failed" in (tmp_path / "e2e.md").read_text()
 
 
+def test_a_rank_that_prints_much_does_not_block_the_job(tmp_path: Path) -> None:
+    """The launcher keeps each rank's output in a file: with pipes read one rank after the other, rank 1 blocked
+    in its write (torchft's info logs did, in the LM benchmark) while rank 0 waited for it in a collective."""
+    from benchmarks.launch import launch
+
+    launch("tests.chatty_rank", [str(tmp_path / "done")], 2, timeout=60)
+    assert (tmp_path / "done").exists()
+
+
 def test_convergence_benchmark_writes_curves(tmp_path: Path) -> None:
     from benchmarks import convergence
 

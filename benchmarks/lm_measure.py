@@ -1,0 +1,74 @@
+"""What the LM benchmark measures on a model besides its loss: the job's averaged weights (what an
+evaluation sees) and the bytes a rank holds.
+
+Example::
+
+    >>> with averaged_weights(model):           # collective: every rank enters
+    ...     loss = evaluate(model)
+    >>> held_bytes(model, optimizer)            # parameters + gradients + optimizer state of this rank
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from benchmarks.lm_model import LM_CONFIGS, build_lm, lm_loss
+
+__all__ = ["averaged_weights", "held_bytes", "replicated_bytes"]
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
+@contextlib.contextmanager
+def averaged_weights(model: torch.nn.Module, group: Any = None) -> Iterator[None]:
+    """Inside the block the model holds the average of the ranks' weights (what the job has trained;
+    local weights differ between synchronisations for decentralized methods and DiLoCo); a checksum
+    skips the allreduce where every rank holds the same weights. The local weights come back after.
+    A sharded model: each rank's shards, averaged over ``group`` (the ranks holding the same shard)."""
+    params = [_local(p) for p in model.parameters()]
+    size = dist.get_world_size(group)
+    flat = torch.cat([p.detach().reshape(-1).double() for p in params])
+    checksum = torch.stack([flat.sum(), (flat * torch.arange(flat.numel(), dtype=torch.float64) % 9973).sum()])
+    everyone = [torch.empty_like(checksum) for _ in range(size)]
+    dist.all_gather(everyone, checksum, group=group)
+    if all(torch.equal(everyone[0], other) for other in everyone):
+        yield
+        return
+    saved = [p.detach().clone() for p in params]
+    average = torch.cat([p.reshape(-1).float() for p in saved])
+    dist.all_reduce(average, group=group)
+    average /= size
+    at = 0
+    for p in params:
+        p.copy_(average[at : at + p.numel()].view_as(p))
+        at += p.numel()
+    try:
+        yield
+    finally:
+        for p, value in zip(params, saved):
+            p.copy_(value)
+
+
+def held_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of parameters, gradients and optimizer state this rank holds (its shards on a sharded model)."""
+    tensors = [_local(p) for p in model.parameters()] + [_local(p.grad) for p in model.parameters()
+                                                         if p.grad is not None]
+    tensors += [_local(v) for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def replicated_bytes(name: str, make_optimizer: Callable[[Any], torch.optim.Optimizer]) -> int:
+    """What one rank holds of the replicated model after a step, measured (a local step, no communication)."""
+    model = build_lm(name, seed=0)
+    optimizer = make_optimizer(model.parameters())
+    x = torch.randint(0, 256, (1, LM_CONFIGS[name]["seq_len"] + 1))
+    lm_loss(model, x[:, :-1], x[:, 1:]).backward()
+    optimizer.step()
+    return held_bytes(model, optimizer)
