@@ -108,6 +108,7 @@ def _launch(torchrun_args: list[str]) -> int:
     except SystemExit as exc:  # torchrun exits on argument errors
         return int(exc.code or 0)
     except Exception as exc:  # ChildFailedError: the workers' tracebacks were printed above
+        worker_logs.drain()  # the workers' output first, then ours
         first = getattr(exc, "get_first_failure", None)
         if first is None:  # torchrun itself failed collecting the workers' results
             sys.stderr.flush()
@@ -116,6 +117,7 @@ def _launch(torchrun_args: list[str]) -> int:
         sys.stderr.flush()  # the workers' output first, then ours
         print("\n".join(_failure_report(*first())), flush=True)
         return 1
+    worker_logs.drain()  # the workers' last lines reach our stdout before this process exits
     return 0
 
 
