@@ -368,9 +368,11 @@ def test_main_job_fault_tolerant(tmp_path) -> None:
         raise AssertionError(f"bagua train --fault-tolerant hung past 240 s: {str(exc.stdout)[-3000:]}") from None
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
-    lines = [line for line in output.splitlines() if line.startswith("gradient_allreduce on 2 workers")]
+    lines = [line for line in output.splitlines() if line.startswith("[replica 0] gradient_allreduce on 2 workers")]
     assert len(lines) == 1, output[-3000:]  # one summary for the job: the first replica's rank 0
-    assert len([line for line in output.splitlines() if line.startswith("fault tolerance")]) == 1
+    assert len([line for line in output.splitlines() if line.startswith("[replica 0] steps (replica 0's view)")]) == 1
+    assert done.stdout.splitlines()[-1] == \
+        "bagua: fault tolerance: 0 replica failures, 0 restarts, 0 heals; 2 of 2 replicas finished", output
     assert len(output.splitlines()) < 15, output  # torchft's logs at warning level: no INFO lines per step
     results = [json.loads((tmp_path / f"summary_{k}.json").read_text()) for k in (0, 1)]  # each replica's own
     assert results[0]["test_accuracy"] == results[1]["test_accuracy"]  # the same weights

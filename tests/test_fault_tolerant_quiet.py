@@ -16,33 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.process_tree import children as _children
+from tests.process_tree import cmdline as _cmdline
+
 REPO = Path(__file__).resolve().parent.parent
 pytest.importorskip("torchft")
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        return [part.decode(errors="replace") for part in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if part]
-    except OSError:
-        return []
-
-
-def _children(root: int) -> list[int]:
-    """Every live descendant of ``root``."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            parents.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def _listening(pids: list[int]) -> dict[int, list[str]]:
