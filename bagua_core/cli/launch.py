@@ -91,6 +91,14 @@ def _failure_report(rank: int, failure: Any) -> tuple[list[str], str]:
     return [*lines, f"bagua: {who}{cause}"], cause
 
 
+def _first_of_its_kind(exc: Any, rank: int, failure: Any) -> tuple[int, Any]:
+    """The lowest rank that failed with the same message as the first failure (every rank raised the same
+    error: the one that shows its traceback, the lowest), and its failure."""
+    same = [r for r, f in getattr(exc, "failures", {}).items() if f.message == failure.message]
+    lowest = min(same, default=rank)
+    return (lowest, exc.failures[lowest]) if lowest != rank else (rank, failure)
+
+
 def _fallback_report(exc: BaseException) -> list[str]:
     """bagua's last lines when torchrun raised something other than its ``ChildFailedError`` (it could not
     read a worker's error file, say): the error at the end of each local worker's stderr that has one."""
@@ -120,7 +128,7 @@ def _launch(torchrun_args: list[str]) -> int:
             lines = _fallback_report(exc)
             report_final_failure(lines[0].removeprefix("bagua: "))
         else:
-            lines, cause = _failure_report(*first())
+            lines, cause = _failure_report(*_first_of_its_kind(exc, *first()))
             report_final_failure(cause)
         print("\n".join(lines), flush=True)
         return 1
