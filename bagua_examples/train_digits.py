@@ -24,6 +24,7 @@ import yaml
 from pydantic import ValidationError
 
 import bagua_core as bagua
+from bagua_algorithms.auto.link import describe_bandwidth
 from bagua_core.checkpoints.files import atomic_write
 from bagua_core.runtime.communication import stats
 from bagua_core.selection.config import (
@@ -287,8 +288,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             with_options = "".join(f" with {k}={v}" for k, v in options.items())  # the single-node variant
             print(f"auto chose {auto['algorithm']} at step {auto['decided_at_step']}{with_options} "
                   f"(step time per candidate: "
-                  f"{times}; link latency {auto['latency_s'] * 1e3:.3f} ms, "
-                  f"{auto['bandwidth_bytes_per_s'] / 1e6:.1f} MB/s)")
+                  f"{times}; link latency {auto['latency_s'] * 1e3:.3f} ms, bandwidth {describe_bandwidth(auto)})")
     if rank == 0 and args.summary_json:
         # every replica's rank 0 of a fault-tolerant job writes it: each write is whole (the last stays)
         path = args.summary_json.replace("{replica}", os.environ.get("BAGUA_FT_REPLICA_INDEX", "0"))

@@ -116,6 +116,9 @@ def test_main_job_with_auto_prints_the_choice(tmp_path) -> None:
     auto = json.loads(summary_path.read_text())["auto"]
     assert auto["algorithm"] in auto["step_time_s"] and {"gradient_allreduce", "bytegrad"} <= set(auto["step_time_s"])
     assert f"auto chose {auto['algorithm']} at step {auto['decided_at_step']}" in result.stdout
+    shown = re.search(r"bandwidth ([\d.]+) MB/s\)|bandwidth too fast to measure with 16 MiB\)", result.stdout)
+    assert shown, result.stdout  # a figure loopback can move (test_auto.py), or none
+    assert shown.group(1) is None or 1 < float(shown.group(1)) < 50_000, shown.group(0)
 
 
 def test_main_job_is_found_through_its_entry_point() -> None:
