@@ -199,6 +199,9 @@ def drain(timeout_s: float = 5.0) -> None:
         pump.join(max(0.0, deadline - time.monotonic()))
 
 
+atexit.register(drain, 2.0)  # also under plain `torchrun --logs-specs bagua`, which never calls drain itself
+
+
 def stderr_tail(local_rank: int, wait_s: float = 2.0) -> str:
     """The last bytes local rank ``local_rank`` of the latest attempt wrote to stderr ('' if unknown).
     Waits up to ``wait_s`` for the rest of its output (a failed worker's pipe closes when it exits)."""
