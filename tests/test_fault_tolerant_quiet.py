@@ -73,10 +73,14 @@ def test_the_documented_example_under_three_kills_is_quiet_and_listens_on_loopba
         deadline = time.monotonic() + 120
         while len(_workers(_children(proc.pid))) < 2 and time.monotonic() < deadline:
             time.sleep(0.5)
-        time.sleep(3)  # both replicas in their first quorum
-        tree = _children(proc.pid)
-        ours = [p for p in tree if not any("bagua_core.cli" in a for a in _cmdline(p))]  # not the launchers
-        listening = _listening(ours)
+        listening: dict[int, list[str]] = {}
+        while time.monotonic() < deadline:  # both replicas' servers up (their imports take seconds under load)
+            tree = _children(proc.pid)
+            ours = [p for p in tree if not any("bagua_core.cli" in a for a in _cmdline(p))]  # not the launchers
+            listening = _listening(ours)
+            if sum(1 for p in _workers(tree) if listening.get(p)) == 2:
+                break
+            time.sleep(0.5)
         assert sum(len(a) for a in listening.values()) >= 3, listening  # the lighthouse and the replicas' servers
         exposed = {p: [a for a in addresses if not a.startswith(("127.", "::1:"))] for p, addresses in listening.items()}
         assert not any(exposed.values()), {p: (_cmdline(p)[:3], a) for p, a in exposed.items() if a}

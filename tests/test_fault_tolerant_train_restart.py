@@ -79,7 +79,8 @@ def _run_with_one_kill(tmp_path: Path, mid_training: bool) -> tuple[int, list[st
                "--min-replicas", "2", "--max-restarts", "1", "--ft-join-timeout-ms", "1500", "--epochs", "100",
                "--algorithm", "gradient_allreduce", "--summary-json", str(summary)]
     env = {k: v for k, v in os.environ.items() if k not in ("RUST_LOG", "BAGUA_VERBOSE")}
-    env["OMP_NUM_THREADS"] = "1"
+    # the survivor waits for the restarted replica (--min-replicas 2): give a loaded machine time to restart it
+    env.update(OMP_NUM_THREADS="1", BAGUA_FT_QUORUM_TIMEOUT_S="400")
     proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
     output = _Output(proc)
