@@ -24,6 +24,7 @@ import yaml
 from pydantic import ValidationError
 
 import bagua_core as bagua
+from bagua_algorithms.auto.link import describe_bandwidth
 from bagua_core.checkpoints.files import atomic_write
 from bagua_core.runtime.communication import stats
 from bagua_core.selection.config import (
@@ -34,7 +35,7 @@ from bagua_core.selection.config import (
     validate_algorithm_config,
     validate_config_file,
 )
-from bagua_core.runtime.exceptions import BaguaConfigError
+from bagua_core.runtime.exceptions import BaguaConfigError, UnknownNameError
 from bagua_core.plugins import algorithm_registry
 from bagua_core.selection.single_node import is_hierarchical, on_one_node, one_node_note, without_hierarchy
 from bagua_examples.digits import DigitsMLP, load_digits
@@ -152,6 +153,11 @@ def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
     return summary
 
 
+def _plain(text: str | None) -> str | None:
+    """A field's docstring as help text: its reST literals (``cuda``) shown as plain words."""
+    return text.replace("``", "") if text else text
+
+
 def _flag(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
 
@@ -160,9 +166,9 @@ def parse_args(argv: list[str] | None, prog: str | None = None) -> tuple[Trainin
     """The training options and the algorithm from the flags and the ``--config`` file. Errors name the
     file and ``table.field``, or the flag; ``--algorithm`` and a file's algorithm together are refused."""
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
-    parser.add_argument("--algorithm", default=None, choices=algorithm_registry.names(),
-                        help="registered algorithm name, or auto: the fastest drop-in one, chosen while "
-                             "training (default gradient_allreduce)")
+    parser.add_argument("--algorithm", default=None, metavar="NAME",
+                        help="an installed algorithm: " + ", ".join(algorithm_registry.names()) + " (auto: the "
+                             "fastest drop-in one, chosen while training; default gradient_allreduce)")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="an option of the algorithm, written as in a config file (repeatable): --option "
                              "hierarchical=false --option compression=MinMaxUInt4; validated like a config file")
@@ -175,13 +181,20 @@ def parse_args(argv: list[str] | None, prog: str | None = None) -> tuple[Trainin
     for name, field in TrainingConfig.model_fields.items():
         flag = _flag(name)
         if field.annotation is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=field.description)
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
+                                help=_plain(field.description))
         elif typing.get_origin(field.annotation) is typing.Literal:
-            parser.add_argument(flag, default=None, choices=typing.get_args(field.annotation), help=field.description)
+            parser.add_argument(flag, default=None, choices=typing.get_args(field.annotation),
+                                help=_plain(field.description))
         else:
             arg_type = type(field.default) if field.default is not None else float
-            parser.add_argument(flag, default=None, type=arg_type, help=field.description)
+            parser.add_argument(flag, default=None, type=arg_type, help=_plain(field.description))
     args = parser.parse_args(argv)
+    if args.algorithm:
+        try:
+            algorithm_class_of(args.algorithm)
+        except UnknownNameError as exc:
+            raise BaguaConfigError(f"--algorithm {args.algorithm}: {exc}") from None
     options: dict[str, Any] = {}
     algorithm: Any = "gradient_allreduce"
     if args.config:
@@ -233,7 +246,8 @@ def _reports_fault_tolerant() -> bool:
 def format_summary(summary: dict[str, Any]) -> str:
     """The summary line rank 0 prints."""
     epochs = summary["epochs"]
-    return (f"{summary['algorithm']} on {summary['world_size']} workers ({summary['device']}), "
+    workers = summary["world_size"]
+    return (f"{summary['algorithm']} on {workers} worker{'' if workers == 1 else 's'} ({summary['device']}), "
             f"{epochs} epoch{'' if epochs == 1 else 's'}: "
             f"loss {summary['final_loss']:.4f}, test accuracy {summary['test_accuracy'] * 100:.2f}%, "
             f"{summary['samples_per_s']:.0f} samples/s, "
@@ -258,7 +272,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         bagua.destroy_process_group()
     fault_tolerant = summary.get("fault_tolerance") is not None
     if rank == 0 and (not fault_tolerant or _reports_fault_tolerant()):
-        print("\n" + format_summary(summary))
+        if cfg.progress:  # below the progress bar
+            print()
+        print(format_summary(summary))
         if summary.get("note"):  # the fault-tolerant job's summary has none
             print(summary["note"])
         if fault_tolerant:
@@ -272,8 +288,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             with_options = "".join(f" with {k}={v}" for k, v in options.items())  # the single-node variant
             print(f"auto chose {auto['algorithm']} at step {auto['decided_at_step']}{with_options} "
                   f"(step time per candidate: "
-                  f"{times}; link latency {auto['latency_s'] * 1e3:.3f} ms, "
-                  f"{auto['bandwidth_bytes_per_s'] / 1e6:.1f} MB/s)")
+                  f"{times}; link latency {auto['latency_s'] * 1e3:.3f} ms, bandwidth {describe_bandwidth(auto)})")
     if rank == 0 and args.summary_json:
         # every replica's rank 0 of a fault-tolerant job writes it: each write is whole (the last stays)
         path = args.summary_json.replace("{replica}", os.environ.get("BAGUA_FT_REPLICA_INDEX", "0"))

@@ -1,7 +1,8 @@
 """The main job in fault-tolerant mode (``bagua train --fault-tolerant``): the same model and data as
 ``train_digits``, the batches drawn by ``QuorumSampler`` so that each step's shard follows the quorum (a
 failed replica's share of the epoch is read by the survivors), each step committed or discarded on every
-replica. The summary adds what the mode did: steps committed and discarded, quorums, heals."""
+replica. The summary adds what the mode did to this replica's steps: committed and discarded, quorums,
+heals."""
 
 from __future__ import annotations
 
@@ -31,17 +32,17 @@ def reports() -> bool:
 
 
 def format_fault_tolerance(stats: dict[str, Any]) -> str:
-    """The summary's fault-tolerance line, rounded."""
-    parts = [f"{stats['replicas_lost']} replica failure{'' if stats['replicas_lost'] == 1 else 's'} survived",
-             f"{stats['replicas_joined']} replica{'' if stats['replicas_joined'] == 1 else 's'} rejoined",
-             f"{stats['committed']} steps committed, {stats['discarded']} discarded",
+    """The summary's line on this replica's steps, rounded. Failures, restarts and heals of every replica are
+    counted by the job's launcher, which sees them all (``bagua run --fault-tolerant`` prints them)."""
+    parts = [f"{stats['committed']} committed, {stats['discarded']} discarded",
              f"{stats['quorums']} quorum{'' if stats['quorums'] == 1 else 's'}"]
     if stats["healed"]:
         parts.append(f"healed {stats['healed']} time{'' if stats['healed'] == 1 else 's'} "
                      f"({stats['heal_s']:.1f} s, {stats['healed_bytes'] / 1e6:.1f} MB)")
     if stats.get("first_commit_s") is not None:
         parts.append(f"first commit after {stats['first_commit_s']:.1f} s")
-    return "fault tolerance (this replica's view): " + ", ".join(parts)
+    replica = os.environ.get("BAGUA_FT_REPLICA_INDEX", "0")
+    return f"steps (replica {replica}'s view): " + ", ".join(parts)
 
 
 def train_fault_tolerant(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:

@@ -105,6 +105,7 @@ def test_main_job_end_to_end(tmp_path) -> None:
     assert summary["test_accuracy"] > 0.8  # 3 epochs on digits reach ~0.9
     assert summary["bytes_communicated_per_rank"] > 0 and summary["samples_per_s"] > 0
     assert "test accuracy" in result.stdout
+    assert result.stdout.splitlines()[0].startswith("gradient_allreduce on 2 workers (cpu), 3 epochs: ")  # no blank
 
 
 def test_main_job_with_auto_prints_the_choice(tmp_path) -> None:
@@ -115,6 +116,9 @@ def test_main_job_with_auto_prints_the_choice(tmp_path) -> None:
     auto = json.loads(summary_path.read_text())["auto"]
     assert auto["algorithm"] in auto["step_time_s"] and {"gradient_allreduce", "bytegrad"} <= set(auto["step_time_s"])
     assert f"auto chose {auto['algorithm']} at step {auto['decided_at_step']}" in result.stdout
+    shown = re.search(r"bandwidth ([\d.]+) MB/s\)|bandwidth too fast to measure with 16 MiB\)", result.stdout)
+    assert shown, result.stdout  # a figure loopback can move (test_auto.py), or none
+    assert shown.group(1) is None or 1 < float(shown.group(1)) < 50_000, shown.group(0)
 
 
 def test_main_job_is_found_through_its_entry_point() -> None:
@@ -128,4 +132,4 @@ def test_main_job_is_found_through_its_entry_point() -> None:
 
 def test_main_job_rejects_bad_options() -> None:
     result = _run(["train", "--nproc", "2", "--algorithm", "gradient_allreduse"], timeout=60)
-    assert result.returncode == 2 and "gradient_allreduce" in result.stderr
+    assert result.returncode == 2 and "(did you mean 'gradient_allreduce'?)" in result.stderr, result.stderr

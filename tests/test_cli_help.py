@@ -36,3 +36,9 @@ def test_the_flag_list_is_the_parser() -> None:
 def test_bagua_help_is_plain_text() -> None:
     text = _help("--help")
     assert "``" not in text and "bagua run" in text and "bagua train" in text and "bagua plugins" in text
+
+
+def test_train_help_is_plain_text_and_lists_max_restarts() -> None:
+    text = _help("train", "--help")
+    assert "``" not in text, [line for line in text.splitlines() if "``" in line]
+    assert "--max-restarts M" in text

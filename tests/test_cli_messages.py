@@ -95,6 +95,31 @@ def test_summary_says_epoch_or_epochs() -> None:
                "test_accuracy": 0.9, "samples_per_s": 100.0, "bytes_communicated_per_rank": 2e6}
     assert ", 1 epoch: loss 0.5000" in format_summary(summary)
     assert ", 3 epochs: loss" in format_summary({**summary, "epochs": 3})
+    assert format_summary(summary).startswith("gradient_allreduce on 2 workers (cpu)")
+    assert format_summary({**summary, "world_size": 1}).startswith("gradient_allreduce on 1 worker (cpu)")
+
+
+def test_a_misspelt_algorithm_flag_gets_one_line_and_a_guess(capsys) -> None:
+    assert main(["train", "--algorithm", "bytegrd"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bagua train: error: --algorithm bytegrd: unknown algorithm 'bytegrd' "
+                          "(did you mean 'bytegrad'?); available: "), err
+    assert "usage:" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_unknown_codec_is_named_once_with_a_guess() -> None:
+    with pytest.raises(BaguaConfigError) as info:
+        parse_args(["--algorithm", "bytegrad", "--option", "compression=MinMaxUInt9"])
+    message = str(info.value)
+    assert message.count("'MinMaxUInt9'") == 1 and "(did you mean 'MinMaxUInt8'?)" in message, message
+
+
+def test_max_restarts_belongs_to_fault_tolerant_mode(capsys) -> None:
+    assert main(["train", "--max-restarts", "1"]) == 2
+    assert "--max-restarts restarts a failed replica of a fault-tolerant job: add --fault-tolerant" in \
+        capsys.readouterr().err
+    assert main(["train", "--fault-tolerant", "--max-restarts", "-1"]) == 2
+    assert "--max-restarts must be a non-negative integer, got -1" in capsys.readouterr().err
 
 
 def test_run_checks_every_table_before_starting_workers(tmp_path, capsys) -> None:

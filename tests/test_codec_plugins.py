@@ -99,7 +99,7 @@ def test_duplicate_unknown_and_foreign_classes() -> None:
         assert "Float16Codec" in str(info.value) and "_Duplicate" in str(info.value) and "inline-dup-codec" in str(info.value)
     finally:
         pm.unregister(plugin)
-    with pytest.raises(UnknownNameError, match=r"unknown codec 'MinMaxUint8'; available: .*MinMaxUInt8"):
+    with pytest.raises(UnknownNameError, match=r"unknown codec 'MinMaxUint8' \(did you mean 'MinMaxUInt8'\?\); available: .*MinMaxUInt8"):
         get_codec("MinMaxUint8")
     plugin = _Inline([_NotACodec])
     pm.register(plugin, name="inline-foreign-codec")

@@ -112,7 +112,7 @@ def test_algorithms_train_with_a_codec_option(spec: dict) -> None:
 def test_unknown_codec_is_refused_naming_the_installed_ones() -> None:
     from bagua_algorithms.bytegrad import ByteGradConfig
 
-    with pytest.raises(ValidationError, match="unknown codec 'MinMaxUInt3'; available: .*MinMaxUInt4"):
+    with pytest.raises(ValidationError, match=r"unknown codec 'MinMaxUInt3' \(did you mean 'MinMaxUInt\d'\?\); available: .*MinMaxUInt4"):
         ByteGradConfig(compression="MinMaxUInt3")
     with pytest.raises(ValueError, match="unknown codec"):
         LowPrecisionDecentralizedOp(None, False, *(torch.zeros(2) for _ in range(3)), compression="MinMaxUInt3")

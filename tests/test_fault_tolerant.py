@@ -113,9 +113,8 @@ def test_a_heal_leaves_the_per_replica_state_out() -> None:
     """``FaultTolerance.per_replica_state``: the copy a joiner heals from holds the algorithm's state without those
     keys (the joiner keeps its own, fresh ones); the step's copy holds them."""
     model = torch.nn.Linear(3, 2)
-    model.bagua_optimizers, model.bagua_train_step_counter = [torch.optim.SGD(model.parameters(), lr=0.1)], 1
-    model.bagua_algorithm = types.SimpleNamespace(state_dict=lambda: {"residuals": [torch.ones(3)],
-                                                                      "starts": [torch.zeros(3)]})
+    _as_wrapped(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                types.SimpleNamespace(state_dict=lambda: {"residuals": [torch.ones(3)], "starts": [torch.zeros(3)]}), 1)
     healing = ft_state.capture(model, ("algorithm_state",), per_replica=("residuals",))
     assert list(healing["algorithm_state"]) == ["starts"]
     assert list(ft_state.capture(model, ("algorithm_state",))["algorithm_state"]) == ["residuals", "starts"]
@@ -392,9 +391,11 @@ def test_main_job_fault_tolerant(tmp_path) -> None:
         raise AssertionError(f"bagua train --fault-tolerant hung past 240 s: {str(exc.stdout)[-3000:]}") from None
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
-    lines = [line for line in output.splitlines() if line.startswith("gradient_allreduce on 2 workers")]
+    lines = [line for line in output.splitlines() if line.startswith("[replica 0] gradient_allreduce on 2 workers")]
     assert len(lines) == 1, output[-3000:]  # one summary for the job: the first replica's rank 0
-    assert len([line for line in output.splitlines() if line.startswith("fault tolerance")]) == 1
+    assert len([line for line in output.splitlines() if line.startswith("[replica 0] steps (replica 0's view)")]) == 1
+    assert done.stdout.splitlines()[-1] == \
+        "bagua: fault tolerance: 0 replica failures, 0 restarts, 0 heals; 2 of 2 replicas finished", output
     assert len(output.splitlines()) < 15, output  # torchft's logs at warning level: no INFO lines per step
     results = [json.loads((tmp_path / f"summary_{k}.json").read_text()) for k in (0, 1)]  # each replica's own
     assert results[0]["test_accuracy"] == results[1]["test_accuracy"]  # the same weights

@@ -16,33 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.process_tree import children as _children
+from tests.process_tree import cmdline as _cmdline
+
 REPO = Path(__file__).resolve().parent.parent
 pytest.importorskip("torchft")
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        return [part.decode(errors="replace") for part in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if part]
-    except OSError:
-        return []
-
-
-def _children(root: int) -> list[int]:
-    """Every live descendant of ``root``."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            parents.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def _listening(pids: list[int]) -> dict[int, list[str]]:
@@ -95,10 +73,14 @@ def test_the_documented_example_under_three_kills_is_quiet_and_listens_on_loopba
         deadline = time.monotonic() + 120
         while len(_workers(_children(proc.pid))) < 2 and time.monotonic() < deadline:
             time.sleep(0.5)
-        time.sleep(3)  # both replicas in their first quorum
-        tree = _children(proc.pid)
-        ours = [p for p in tree if not any("bagua_core.cli" in a for a in _cmdline(p))]  # not the launchers
-        listening = _listening(ours)
+        listening: dict[int, list[str]] = {}
+        while time.monotonic() < deadline:  # both replicas' servers up (their imports take seconds under load)
+            tree = _children(proc.pid)
+            ours = [p for p in tree if not any("bagua_core.cli" in a for a in _cmdline(p))]  # not the launchers
+            listening = _listening(ours)
+            if sum(1 for p in _workers(tree) if listening.get(p)) == 2:
+                break
+            time.sleep(0.5)
         assert sum(len(a) for a in listening.values()) >= 3, listening  # the lighthouse and the replicas' servers
         exposed = {p: [a for a in addresses if not a.startswith(("127.", "::1:"))] for p, addresses in listening.items()}
         assert not any(exposed.values()), {p: (_cmdline(p)[:3], a) for p, a in exposed.items() if a}

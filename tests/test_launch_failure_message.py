@@ -93,6 +93,36 @@ def test_a_failed_job_fits_one_screen_and_starts_with_the_cause(tmp_path) -> Non
     assert lines[-1].startswith("bagua: workers failed; first failure: rank ") and cause in lines[-1]
 
 
+TYPO_ON_EVERY_RANK = """\
+import torch
+import bagua_core as bagua
+
+bagua.init_process_group()
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model = model.with_bagua([optimizer], "bytegrd")
+"""
+
+
+def test_the_same_error_on_two_ranks_is_one_failure_in_a_few_lines(tmp_path) -> None:
+    """Every rank raises the same error before any collective: one failure, so one traceback (without the
+    frames of bagua's checks), one line for the other rank, the launcher's line; the cause first."""
+    script = tmp_path / "typo.py"
+    script.write_text(TYPO_ON_EVERY_RANK)
+    result = _run(["run", "--standalone", "--nproc_per_node=2", str(script)], cwd=tmp_path)
+    assert result.returncode == 1
+    output = result.stderr + result.stdout
+    lines = output.strip().splitlines()
+    assert len(lines) < 15, "\n".join(lines)
+    cause = "unknown algorithm 'bytegrd' (did you mean 'bytegrad'?)"
+    assert lines[0].startswith("bagua: rank 0 failed: UnknownNameError: ") and cause in lines[0], lines[0]
+    assert output.count("Traceback (most recent call last)") == 1
+    assert f'File "{script}", line 7, in <module>' in output and "agreement.py" not in output
+    assert [line for line in lines if "failed the same way" in line] == \
+        ["bagua: rank 1 failed the same way as rank 0 (UnknownNameError)"]
+    assert lines[-1].startswith("bagua: workers failed; first failure: rank 0 (exit code 1): ") and cause in lines[-1]
+
+
 def test_every_rank_traceback_with_verbose(tmp_path) -> None:
     script = tmp_path / "bad.py"
     script.write_text(BAD_OPTION)

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from bagua_algorithms.auto.link import measure_link
+from bagua_algorithms.auto.link import describe_bandwidth, measure_link
 from bagua_core.api import (
     Algorithm,
     AlgorithmImpl,
@@ -147,9 +147,9 @@ class AutoImpl(AlgorithmImpl):
             # from now on the chosen impl runs the module by itself
             switch_algorithm(module, impl=self.current, declaration=chosen)
         logger.info("auto chose %s at step %d: step time (max over ranks) %s; link latency %.3g ms, bandwidth "
-                    "%.3g MB/s; model %.3g MB; declared relative bytes %s; options %s", chosen.name,
+                    "%s; model %.3g MB; declared relative bytes %s; options %s", chosen.name,
                     result["decided_at_step"], {k: round(v, 6) for k, v in result["step_time_s"].items()},
-                    link["latency_s"] * 1e3, link["bandwidth_bytes_per_s"] / 1e6, model_bytes / 1e6,
+                    link["latency_s"] * 1e3, describe_bandwidth(link), model_bytes / 1e6,
                     result["relative_bytes"], result["options"] or "defaults")
         return True
 

@@ -4,7 +4,9 @@ Each replica is its own torchrun (one rank, or ``--nproc_per_node`` ranks: a nod
 ``--max-restarts`` restarts only the failed replica's workers; the others never stop. The command starts a torchft
 lighthouse (or joins ``--lighthouse``), starts ``--replicas`` replicas on this host, hands them the options
 in the environment (``BAGUA_FAULT_TOLERANT=1``, ``TORCHFT_LIGHTHOUSE``, ``BAGUA_FT_*``), and returns 0 when
-every replica finished, else the first failing replica's exit status.
+every replica finished, else the first failing replica's exit status. It prints a line for each failure,
+restart and heal that the replicas report (``BAGUA_FT_EVENTS``, :mod:`bagua_core.fault_tolerance.events`) and,
+at the end, a summary that counts them (:mod:`bagua_core.cli.fault_tolerant_report`).
 
 What listens, and where: the lighthouse on ``--lighthouse-host`` (default loopback: a one-host job; give this
 host's address for replicas on other hosts), on a free port unless ``--lighthouse-port`` names one; the
@@ -26,12 +28,15 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
+from bagua_core.cli.fault_tolerant_report import JobReport
+from bagua_core.fault_tolerance import events
 from bagua_core.fault_tolerance.options import address_towards
 
-__all__ = ["add_fault_tolerant_arguments", "split_fault_tolerant_args", "parse_fault_tolerant_options",
-           "run_fault_tolerant"]
+__all__ = ["add_fault_tolerant_arguments", "add_restart_argument", "split_fault_tolerant_args",
+           "parse_fault_tolerant_options", "run_fault_tolerant"]
 
 _FLAGS = ("--fault-tolerant", "--replicas", "--lighthouse", "--lighthouse-port", "--lighthouse-host", "--min-replicas",
           "--ft-timeout",
@@ -102,15 +107,26 @@ def split_fault_tolerant_args(argv: list[str]) -> tuple[argparse.Namespace | Non
     return options, rest + tail
 
 
+def add_restart_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``bagua train``'s ``--max-restarts`` (``bagua run`` passes torchrun's own to every replica)."""
+    parser.add_argument("--max-restarts", "--max_restarts", type=int, default=0, metavar="M",
+                        help="restart a failed replica up to M times (each replica's torchrun --max-restarts); "
+                             "a restarted replica heals from a live peer (default 0)")
+
+
 def parse_fault_tolerant_options(argv: list[str]) -> tuple[argparse.Namespace | None, list[str]]:
-    """``bagua train``'s form: the fault-tolerant options anywhere in ``argv`` (there is no script), and the
-    rest; None when ``--fault-tolerant`` is absent."""
+    """``bagua train``'s form: the fault-tolerant options (and ``--max-restarts``) anywhere in ``argv`` (there
+    is no script), and the rest; None when ``--fault-tolerant`` is absent."""
     if "--fault-tolerant" not in argv:
         return None, argv
-    options, rest = _parser().parse_known_args(argv)
+    parser = _parser()
+    add_restart_argument(parser)
+    options, rest = parser.parse_known_args(argv)
     if options.replicas < 0 or options.min_replicas < 1:
         raise ValueError(f"--replicas must be >= 0 and --min-replicas >= 1, got {options.replicas}, "
                          f"{options.min_replicas}")
+    if options.max_restarts < 0:
+        raise ValueError(f"--max-restarts must be a non-negative integer, got {options.max_restarts}")
     return options, rest
 
 
@@ -159,7 +175,11 @@ def run_fault_tolerant(options: argparse.Namespace, torchrun_args: list[str]) ->
         env["BAGUA_FT_TIMEOUT_S"] = str(options.ft_timeout)
     if options.ft_hang_timeout is not None:
         env["BAGUA_FT_HANG_TIMEOUT_S"] = str(options.ft_hang_timeout)
-    replicas = []
+    events_dir = tempfile.mkdtemp(prefix="bagua_ft_")
+    env[events.EVENTS_ENV] = events_path = os.path.join(events_dir, "events.jsonl")
+    report = JobReport(options.replicas)
+    replicas: dict[int, subprocess.Popen] = {}
+    offset = 0
     try:
         for index in range(options.replicas):
             replica_env = {**env, "BAGUA_FT_REPLICA_ID": env.get("BAGUA_FT_REPLICA_ID_PREFIX", "replica_") + str(index),
@@ -168,23 +188,30 @@ def run_fault_tolerant(options: argparse.Namespace, torchrun_args: list[str]) ->
                 else ["--nproc_per_node=1"]  # a replica is one rank unless told otherwise
             # each replica through bagua's own launcher: torchrun's logs quiet, one traceback per failure
             command = [sys.executable, "-m", "bagua_core.cli", "run", "--standalone", *per_replica, *torchrun_args]
-            replicas.append(subprocess.Popen(command, env=replica_env))
+            replicas[index] = subprocess.Popen(command, env=replica_env)
         status = 0
         while replicas:
-            for proc in list(replicas):
-                code = proc.poll()
-                if code is None:
-                    continue
-                replicas.remove(proc)
-                if code != 0 and status == 0:  # this replica is out of restarts; the others go on
-                    print(f"bagua: a replica exited with status {code} (out of restarts); the others train on",
-                          flush=True)
+            ended = {index: code for index, proc in replicas.items() if (code := proc.poll()) is not None}
+            new, offset = events.read_new(events_path, offset)  # after the poll: an ended replica's last report
+            for event in new:
+                _say(report.on_event(event))
+            for index, code in ended.items():
+                del replicas[index]
+                _say(report.on_exit(index, code, others_running=bool(replicas)))
+                if code != 0 and status == 0:
                     status = code
             time.sleep(0.2)
+        _say(report.summary())
         return status
     finally:
-        for proc in replicas:
+        for proc in replicas.values():
             proc.kill()
         if lighthouse_proc is not None:
             lighthouse_proc.terminate()
             lighthouse_proc.wait(timeout=10)
+        shutil.rmtree(events_dir, ignore_errors=True)
+
+
+def _say(line: str | None) -> None:
+    if line:
+        print(line, flush=True)

@@ -13,6 +13,7 @@ from typing import Any
 
 from bagua_core.cli import worker_logs
 from bagua_core.cli.jobs import find_job, job_config_tables
+from bagua_core.cli.replica_watch import replica_index, report_final_failure, watch_replica
 from bagua_core.selection.config import algorithm_config_of, validate_config_file
 
 __all__ = ["run_command", "train_command", "extract_config"]
@@ -71,10 +72,10 @@ def _with_stderr_capture(torchrun_args: list[str]) -> list[str]:
     return [f"--logs-specs={worker_logs.ENTRY_POINT_NAME}", *torchrun_args]
 
 
-def _failure_report(rank: int, failure: Any) -> list[str]:
-    """bagua's last lines for the first failed worker: its recorded error (bagua's failure handling wrote
-    the error file), else the error at the end of its stderr (it died before: an import error, a missing
-    script, a bad argument), else what torchrun knows."""
+def _failure_report(rank: int, failure: Any) -> tuple[list[str], str]:
+    """bagua's last lines for the first failed worker, and its cause in one line: its recorded error
+    (bagua's failure handling wrote the error file), else the error at the end of its stderr (it died
+    before: an import error, a missing script, a bad argument), else what torchrun knows."""
     message = failure.message.get("message", failure.message) if isinstance(failure.message, dict) else failure.message
     lines: list[str] = []
     # a signal (exit code < 0) is its own cause: the stderr's last line would be whatever came before it
@@ -84,7 +85,18 @@ def _failure_report(rank: int, failure: Any) -> list[str]:
             message = error if context[:1] == ["Traceback (most recent call last):"] else f"{error} (its stderr's last line)"
             if len(context) > 1:
                 lines = [f"bagua: rank {rank}'s stderr ended with:", *(f"  {line}" for line in context)]
-    return [*lines, f"bagua: workers failed; first failure: rank {rank} (exit code {failure.exitcode}): {message}"]
+    cause = f"rank {rank} (exit code {failure.exitcode}): {message}"
+    replica = replica_index()
+    who = f"replica {replica} failed: " if replica is not None else "workers failed; first failure: "
+    return [*lines, f"bagua: {who}{cause}"], cause
+
+
+def _first_of_its_kind(exc: Any, rank: int, failure: Any) -> tuple[int, Any]:
+    """The lowest rank that failed with the same message as the first failure (every rank raised the same
+    error: the one that shows its traceback, the lowest), and its failure."""
+    same = [r for r, f in getattr(exc, "failures", {}).items() if f.message == failure.message]
+    lowest = min(same, default=rank)
+    return (lowest, exc.failures[lowest]) if lowest != rank else (rank, failure)
 
 
 def _fallback_report(exc: BaseException) -> list[str]:
@@ -103,19 +115,24 @@ def _launch(torchrun_args: list[str]) -> int:
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     quiet_launcher_logs()
+    watch_replica()  # a replica of bagua run --fault-tolerant reports its failures and restarts
     try:
         torchrun.main(_with_stderr_capture(torchrun_args))
     except SystemExit as exc:  # torchrun exits on argument errors
         return int(exc.code or 0)
     except Exception as exc:  # ChildFailedError: the workers' tracebacks were printed above
+        worker_logs.drain()  # the workers' output first, then ours
+        sys.stderr.flush()
         first = getattr(exc, "get_first_failure", None)
         if first is None:  # torchrun itself failed collecting the workers' results
-            sys.stderr.flush()
-            print("\n".join(_fallback_report(exc)), flush=True)
-            return 1
-        sys.stderr.flush()  # the workers' output first, then ours
-        print("\n".join(_failure_report(*first())), flush=True)
+            lines = _fallback_report(exc)
+            report_final_failure(lines[0].removeprefix("bagua: "))
+        else:
+            lines, cause = _failure_report(*_first_of_its_kind(exc, *first()))
+            report_final_failure(cause)
+        print("\n".join(lines), flush=True)
         return 1
+    worker_logs.drain()  # the workers' last lines reach our stdout before this process exits
     return 0
 
 
@@ -185,16 +202,21 @@ def train_command(argv: list[str]) -> int:
     known, worker_args = parser.parse_known_args(argv)
     if known.verbose:
         os.environ["BAGUA_VERBOSE"] = "1"  # the workers inherit it
-    from bagua_core.cli.fault_tolerant import add_fault_tolerant_arguments, parse_fault_tolerant_options
+    from bagua_core.cli.fault_tolerant import add_fault_tolerant_arguments, add_restart_argument, \
+        parse_fault_tolerant_options
 
     fault_tolerant, worker_args = parse_fault_tolerant_options(worker_args)
+    restarts = ("--max-restarts", "--max_restarts")
+    if fault_tolerant is None and any(t.split("=")[0] in restarts for t in worker_args):
+        raise ValueError("--max-restarts restarts a failed replica of a fault-tolerant job: add --fault-tolerant "
+                         "(the fail-fast main job keeps no checkpoint, a restart would train from the start)")
     job_module, job = find_job("train")
     # the job's usage line says `bagua train` (a job written before the prog= keyword gets its own name)
     prog = {"prog": "bagua train [--nproc N]"} if "prog" in inspect.signature(job.parse_args).parameters else {}
     if known.help:
         launcher = argparse.ArgumentParser(
-            prog="bagua train", usage="bagua train [--nproc N] [--verbose] [--fault-tolerant [--replicas K] ...] "
-                                      "[worker options]", add_help=False,
+            prog="bagua train", usage="bagua train [--nproc N] [--verbose] [--fault-tolerant [--replicas K] "
+                                      "[--max-restarts M] ...] [worker options]", add_help=False,
             description="Start the main job on local workers; the worker options (below the launcher's) go to "
                         "every worker.")
         ours = launcher.add_argument_group("launcher")
@@ -202,7 +224,9 @@ def train_command(argv: list[str]) -> int:
                                                        "ranks per replica, default 1)")
         ours.add_argument("--verbose", action="store_true", help="every rank's traceback and the third-party logs "
                                                                  "(BAGUA_VERBOSE=1)")
-        add_fault_tolerant_arguments(launcher.add_argument_group("fault-tolerant mode (docs/fault_tolerance.md)"))
+        group = launcher.add_argument_group("fault-tolerant mode (docs/fault_tolerance.md)")
+        add_fault_tolerant_arguments(group)
+        add_restart_argument(group)
         launcher.print_help()
         print("\nworker options:")
         try:
@@ -217,6 +241,7 @@ def train_command(argv: list[str]) -> int:
     if fault_tolerant is not None:  # --replicas replicas of --nproc ranks each (default 1)
         from bagua_core.cli.fault_tolerant import run_fault_tolerant
 
-        return run_fault_tolerant(fault_tolerant, [f"--nproc_per_node={known.nproc or 1}", "-m", job_module,
+        return run_fault_tolerant(fault_tolerant, [f"--nproc_per_node={known.nproc or 1}",
+                                                   f"--max-restarts={fault_tolerant.max_restarts}", "-m", job_module,
                                                    *worker_args])
     return _launch(["--standalone", f"--nproc_per_node={known.nproc or 2}", "-m", job_module, *worker_args])

@@ -1,13 +1,18 @@
-"""Each worker's stderr, as it comes and its last lines: so ``bagua run`` can say why a worker died
-before bagua's failure handling could record it (an import error, a missing script, a bad argument).
+"""Each worker's output, forwarded in whole lines, and the last lines of its stderr: so that the lines of
+different ranks never run together, and ``bagua run`` can say why a worker died before bagua's failure
+handling could record it (an import error, a missing script, a bad argument).
 
 torchrun's agent records a worker's error in its error file only when the worker itself writes one
 (``@record``, or ``bagua_core.runtime.failure`` once ``init_process_group`` ran); otherwise it knows only the exit
 code. ``TailingLogsSpecs`` (the ``torchrun.logs_specs`` entry point ``bagua``, which ``bagua run`` selects
 when no ``--redirects``/``--tee``/``--logs-specs`` is given) keeps torchrun's layout but makes each
-worker's stderr a pipe (a FIFO where torchrun would write ``stderr.log``). A thread per worker copies
-the bytes to this process's stderr as they arrive, unchanged (progress bars keep their ``\\r``), and
-keeps the last 64 KiB; :func:`stderr_tail` gives them to the launcher when the worker failed.
+worker's stdout and stderr a pipe (a FIFO where torchrun would write ``stdout.log``/``stderr.log``). A
+thread per stream copies the bytes to this process's stdout or stderr as they arrive, a line at a time:
+whole lines (up to a ``\\n`` or a ``\\r``, so progress bars keep their ``\\r``) go out in one write, and a
+partial line only once it has waited ``PARTIAL_LINE_S`` (a prompt, a progress bar being drawn). The
+stderr threads keep the last 64 KiB; :func:`stderr_tail` gives them to the launcher when a worker failed.
+Under ``bagua run --fault-tolerant`` each line starts with its replica (``[replica 1] ``, from
+``BAGUA_FT_REPLICA_INDEX``), since every replica's ranks count from 0.
 
 Example::
 
@@ -18,79 +23,183 @@ Example::
 from __future__ import annotations
 
 import atexit
+import json
 import os
+import re
+import select
 import shutil
 import sys
 import tempfile
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs, LogsDest, Std
 
-__all__ = ["TailingLogsSpecs", "stderr_tail", "captured_ranks", "last_error", "ENTRY_POINT_NAME"]
+__all__ = ["TailingLogsSpecs", "stderr_tail", "captured_ranks", "last_error", "recorded_errors", "drain",
+           "on_attempt", "ENTRY_POINT_NAME"]
 
 ENTRY_POINT_NAME = "bagua"
 TAIL_BYTES = 64 * 1024
+PARTIAL_LINE_S = 0.1
+"""How long a line without its end waits for the rest before it is written as it is."""
+_ATOMIC_BYTES = 4096
+"""A write of at most this many bytes to a pipe is never split by another process's (POSIX PIPE_BUF)."""
+_LINE_END = re.compile(rb"(?<=[\r\n])")
+_write_lock = threading.Lock()  # one pump writes at a time: a line of one rank is never cut by another's
 
 
 class _Pump(threading.Thread):
-    """Copies one worker's stderr FIFO to our stderr, keeping its tail."""
+    """Copies one worker stream (a FIFO) to ours in whole lines, keeping its tail."""
 
-    def __init__(self, path: str, local_rank: int) -> None:
-        super().__init__(name=f"bagua-stderr-{local_rank}", daemon=True)  # daemon: a worker that never
+    def __init__(self, path: str, local_rank: int, stream: str, prefix: bytes) -> None:
+        super().__init__(name=f"bagua-{stream}-{local_rank}", daemon=True)  # daemon: a worker that never
         self.path = path  # starts leaves it blocked in open(), which must not keep the launcher alive
+        self.stream = stream
+        self.prefix = prefix
+        self.at_line_start = True
         self.tail = bytearray()
         self.lock = threading.Lock()
 
     def run(self) -> None:
-        out = getattr(sys.stderr, "buffer", None)
         with open(self.path, "rb", buffering=0) as fifo:
             os.unlink(self.path)  # both ends are open: no FIFO is left behind in a --log-dir
-            while chunk := fifo.read(TAIL_BYTES):
-                try:
-                    if out is not None:
-                        out.write(chunk)
+            fd = fifo.fileno()
+            pending = b""
+            while True:
+                if pending and not select.select([fd], [], [], PARTIAL_LINE_S)[0]:
+                    self._emit(pending)  # the rest of the line is not coming soon
+                    pending = b""
+                    continue
+                chunk = os.read(fd, TAIL_BYTES)
+                if not chunk:
+                    break
+                pending += chunk
+                cut = max(pending.rfind(b"\n"), pending.rfind(b"\r")) + 1
+                if cut:
+                    self._emit(pending[:cut])
+                    pending = pending[cut:]
+                if len(pending) >= TAIL_BYTES:  # one very long line: out in pieces
+                    self._emit(pending)
+                    pending = b""
+            if pending:
+                self._emit(pending)
+
+    def _prefixed(self, data: bytes) -> bytes:
+        if not self.prefix:
+            return data
+        out = []
+        for piece in _LINE_END.split(data):
+            if piece and self.at_line_start and piece not in (b"\n", b"\r", b"\r\n"):
+                out.append(self.prefix)
+            if piece:
+                out.append(piece)
+                self.at_line_start = piece.endswith((b"\n", b"\r"))
+        return b"".join(out)
+
+    def _emit(self, data: bytes) -> None:
+        text = self._prefixed(data)
+        with _write_lock:
+            target = sys.stdout if self.stream == "stdout" else sys.stderr
+            try:
+                for piece in _whole_line_pieces(text):
+                    binary = getattr(target, "buffer", None)
+                    if binary is not None:
+                        binary.write(piece)
+                        binary.flush()
                     else:  # a text-only stream (a test's capture)
-                        sys.stderr.write(chunk.decode(errors="replace"))
-                    sys.stderr.flush()
-                except (OSError, ValueError):  # our stderr is gone: keep draining, so the worker never blocks
-                    pass
-                with self.lock:
-                    self.tail += chunk
-                    del self.tail[:-TAIL_BYTES]
+                        target.write(piece.decode(errors="replace"))
+                        target.flush()
+            except (OSError, ValueError):  # our stream is gone: keep draining, so the worker never blocks
+                pass
+        with self.lock:
+            self.tail += data
+            del self.tail[:-TAIL_BYTES]
 
 
-_latest: dict[int, _Pump] = {}  # the current attempt's pumps by local rank (a restart replaces them)
+def _whole_line_pieces(data: bytes) -> list[bytes]:
+    """``data`` cut at line ends into pieces of at most ``_ATOMIC_BYTES`` where it can be (a longer line
+    is one piece): each piece is one write."""
+    pieces: list[bytes] = []
+    current = b""
+    for line in _LINE_END.split(data):
+        if current and len(current) + len(line) > _ATOMIC_BYTES:
+            pieces.append(current)
+            current = b""
+        current += line
+    if current:
+        pieces.append(current)
+    return pieces
+
+
+_latest: dict[int, _Pump] = {}  # the current attempt's stderr pumps by local rank (a restart replaces them)
+_pumps: list[_Pump] = []  # every pump of the current attempt, stdout's too
+_error_files: dict[int, str] = {}  # the current attempt's error files by local rank
+_attempt_listeners: list[Callable[[int, int], None]] = []
 
 
 class TailingLogsSpecs(DefaultLogsSpecs):
-    """torchrun's :class:`DefaultLogsSpecs` with every worker's stderr forwarded through a pipe whose
-    tail is kept (:func:`stderr_tail`); stdout is left as it is. ``redirects`` and ``tee`` are ignored:
-    the launcher selects this class only when neither is given."""
+    """torchrun's :class:`DefaultLogsSpecs` with every worker's stdout and stderr forwarded in whole lines
+    through a pipe, the stderr's tail kept (:func:`stderr_tail`). ``redirects`` and ``tee`` are ignored:
+    the launcher selects this class only when neither is given. The ranks left out by
+    ``--local-ranks-filter`` write their log files instead, unforwarded."""
 
     def __init__(self, log_dir: str | None = None, redirects: Any = Std.NONE, tee: Any = Std.NONE,
                  local_ranks_filter: set[int] | None = None) -> None:
         if log_dir is None:
             log_dir = tempfile.mkdtemp(prefix="bagua_workers_")
             atexit.register(shutil.rmtree, log_dir, True)
-        super().__init__(log_dir=log_dir, redirects=Std.ERR, tee=Std.NONE, local_ranks_filter=local_ranks_filter)
+        super().__init__(log_dir=log_dir, redirects=Std.ALL, tee=Std.NONE, local_ranks_filter=local_ranks_filter)
+        self._forwarded = local_ranks_filter
+        replica = os.environ.get("BAGUA_FT_REPLICA_INDEX")
+        self._prefix = f"[replica {replica}] ".encode() if replica else b""
 
     def reify(self, envs: dict[int, dict[str, str]]) -> LogsDest:
         dest = super().reify(envs)
         _latest.clear()
-        for local_rank, path in dest.stderrs.items():
-            if path == os.devnull:  # filtered out by --local-ranks-filter
+        _pumps.clear()
+        _error_files.clear()
+        for local_rank in envs:
+            if self._forwarded and local_rank not in self._forwarded:
                 continue
-            os.mkfifo(path)
-            pump = _Pump(path, local_rank)
-            pump.start()
-            _latest[local_rank] = pump
+            for stream, paths in (("stdout", dest.stdouts), ("stderr", dest.stderrs)):
+                path = paths.get(local_rank, os.devnull)
+                if not path or path == os.devnull:
+                    continue
+                os.mkfifo(path)
+                pump = _Pump(path, local_rank, stream, self._prefix)
+                pump.start()
+                _pumps.append(pump)
+                if stream == "stderr":
+                    _latest[local_rank] = pump
+        _error_files.update({r: path for r, path in dest.error_files.items() if path and path != os.devnull})
+        first = next(iter(envs.values()), {})
+        restart, max_restarts = (int(first.get(k, 0)) for k in ("TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS"))
+        for listener in list(_attempt_listeners):
+            listener(restart, max_restarts)
         return dest
+
+
+def on_attempt(listener: Callable[[int, int], None]) -> None:
+    """Call ``listener(restart_count, max_restarts)`` whenever torchrun starts the workers (0 the first time)."""
+    _attempt_listeners.append(listener)
 
 
 def captured_ranks() -> list[int]:
     """The local ranks of the latest attempt whose stderr is captured here."""
     return list(_latest)
+
+
+def drain(timeout_s: float = 5.0) -> None:
+    """Wait (up to ``timeout_s``) until the latest attempt's output has been forwarded: call it once the
+    workers have exited, before this process prints after them or exits."""
+    deadline = time.monotonic() + timeout_s
+    for pump in list(_pumps):
+        pump.join(max(0.0, deadline - time.monotonic()))
+
+
+atexit.register(drain, 2.0)  # also under plain `torchrun --logs-specs bagua`, which never calls drain itself
 
 
 def stderr_tail(local_rank: int, wait_s: float = 2.0) -> str:
@@ -102,6 +211,20 @@ def stderr_tail(local_rank: int, wait_s: float = 2.0) -> str:
     pump.join(wait_s)
     with pump.lock:
         return bytes(pump.tail).decode(errors="replace")
+
+
+def recorded_errors() -> dict[int, str]:
+    """The errors the latest attempt's workers recorded in their error files (torchelastic's format, which
+    bagua's failure handling writes), by local rank: a worker that was killed records none."""
+    found = {}
+    for local_rank, path in _error_files.items():
+        try:
+            with open(path) as fh:
+                message = json.load(fh).get("message", {})
+        except (OSError, ValueError):
+            continue
+        found[local_rank] = str(message.get("message", message) if isinstance(message, dict) else message)
+    return found
 
 
 def last_error(stderr: str, max_lines: int = 12) -> tuple[str, list[str]]:

@@ -17,6 +17,8 @@ Example::
 
 from __future__ import annotations
 
+import difflib
+
 from bagua_core.codecs.base import Codec
 from bagua_core.codecs.rowwise import RowwiseCodec
 from bagua_core.runtime.exceptions import PluginError
@@ -52,7 +54,9 @@ def check_codec_name(name: str | None) -> str | None:
     if name is not None:
         names = codec_names()
         if name not in names:
-            raise ValueError(f"unknown codec {name!r}; available: {', '.join(names)}")
+            close = difflib.get_close_matches(str(name), names, n=1)
+            guess = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"unknown codec {name!r}{guess}; available: {', '.join(names)}")
     return name
 
 

@@ -37,6 +37,7 @@ from bagua_core.lifecycle.module_state import state_of, switch_algorithm
 from bagua_core.lifecycle.tensor import register_shards
 from bagua_core.runtime import env
 from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError
+from bagua_core.fault_tolerance import events
 from bagua_core.fault_tolerance import state as ft_state
 from bagua_core.fault_tolerance.hang import HangWatchdog
 from bagua_core.fault_tolerance.managed_group import ManagedGroup
@@ -221,10 +222,13 @@ class FaultTolerantRuntime:
             register_shards(module)
         self._quiesce(module)  # nothing of the impl's may run on the group while the quorum reconfigures it
         started = time.monotonic()
-        healed = self.stats["healed"]
+        healed, healed_bytes = self.stats["healed"], self.stats.get("healed_bytes", 0)
         self.manager.start_quorum()
         if self.stats["healed"] != healed:  # this quorum healed us: the state came with it
             self.stats["heal_s"] += time.monotonic() - started
+            if dist.get_rank() == 0:  # one report per replica, to bagua run --fault-tolerant
+                events.report("healed", step=self.manager.current_step(), seconds=time.monotonic() - started,
+                              bytes=self.stats["healed_bytes"] - healed_bytes)
         if self.ft_group.quorum_id != self.quorum_id:
             self._on_new_quorum(module)
         parts = ("algorithm_state", "step") if self.policy.commit == "before_optimizer_step" else \

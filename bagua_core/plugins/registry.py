@@ -7,6 +7,7 @@ at run time (tests do that) is seen at once; the hook calls are cheap.
 
 from __future__ import annotations
 
+import difflib
 from typing import Generic, TypeVar
 
 from bagua_core.runtime.exceptions import DuplicateNameError, PluginError, UnknownNameError
@@ -63,8 +64,10 @@ class NamedRegistry(Generic[T]):
         providers = self.providers()
         if name not in providers:
             available = ", ".join(sorted(providers)) or "none"
+            close = difflib.get_close_matches(str(name), list(providers), n=1)
+            guess = f" (did you mean {close[0]!r}?)" if close else ""
             raise UnknownNameError(
-                f"unknown {self.kind} {name!r}; available: {available}. "
+                f"unknown {self.kind} {name!r}{guess}; available: {available}. "
                 f"Install the plugin that provides it, or check the spelling"
             )
         return providers[name][0]

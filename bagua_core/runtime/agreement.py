@@ -10,7 +10,9 @@ each rank's value::
 
 ``prepare`` returns a :class:`Prepared` (its result and the fields to compare) or a plain result (no
 fields). Errors raised here are marked ``bagua_coordinated``: every rank raises them, so none of them
-poisons the group (see :mod:`bagua_core.runtime.failure`).
+poisons the group (see :mod:`bagua_core.runtime.failure`). An error raised the same way on several ranks (a
+misspelt algorithm name in a script every rank runs) is one failure: the lowest of those ranks shows it,
+the others are marked ``bagua_same_failure_as`` that rank and say so in one line.
 
 Example::
 
@@ -98,10 +100,12 @@ def describe_differences(fields: list[Mapping[str, Any]], infos: list[Mapping[st
     return lines
 
 
-def _coordinated(error: BaseException, origin: int | None = None) -> BaseException:
+def _coordinated(error: BaseException, origin: int | None = None, same_as: int | None = None) -> BaseException:
     error.bagua_coordinated = True  # type: ignore[attr-defined]  # raised on every rank: nobody waits
     if origin is not None:  # raised here because rank ``origin`` of the group failed (its traceback is its own)
         error.bagua_failed_elsewhere = origin  # type: ignore[attr-defined]
+    if same_as is not None:  # rank ``same_as`` failed with the same error: one failure, its traceback is there
+        error.bagua_same_failure_as = same_as  # type: ignore[attr-defined]
     return error
 
 
@@ -132,7 +136,9 @@ def agree_or_raise(comm: Any, prepare: Callable[[], Any], signature: object = No
     dist.all_gather_object(gathered, status, group=torch_group)
     me = dist.get_rank(torch_group)
     if error is not None:
-        raise _coordinated(error)
+        # the lowest rank that failed with this very error shows it; the others say they failed the same way
+        first = next(rank for rank, (message, *_rest) in enumerate(gathered) if message == status[0])
+        raise _coordinated(error, same_as=first if first != me else None)
     for rank, (message, *_rest) in enumerate(gathered):
         if message is not None:
             raise _coordinated(BaguaError(f"{what} failed on rank {rank} of the group: {message}"), origin=rank)

@@ -110,8 +110,8 @@ def format_validation_error(error: ValidationError, what: str, prefix: str = "",
         if item.get("type") == "extra_forbidden" and allowed:
             message = f"{message} (unknown field; allowed: {', '.join(allowed)})"
         elif "input" in item and item.get("type") not in ("missing", "extra_forbidden") and \
-                not isinstance(item["input"], (dict, list)):
-            message = f"{message}, got {_shown(item['input'])}"  # the value echoed back
+                not isinstance(item["input"], (dict, list)) and repr(item["input"]) not in message:
+            message = f"{message}, got {_shown(item['input'])}"  # the value echoed back, unless it says it
         lines.append(f"  {location or '(top level)'}: {message}")
     return "\n".join(lines)
 

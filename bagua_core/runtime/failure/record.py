@@ -157,14 +157,15 @@ def said() -> None:
             pass
 
 
-def wait_until_said(timeout_s: float, gone: Any = ()) -> None:
-    """On the rank where a failure began, before its process exits: give the other ranks (less ``gone``)
-    up to ``timeout_s`` to print their line, since a launcher stops the survivors once one worker has
-    exited (torchrun does), and a rank stopped first would say nothing."""
+def wait_until_said(timeout_s: float, gone: Any = (), ranks: Any = None) -> None:
+    """On the rank where a failure began, before its process exits: give the other ranks (less ``gone``;
+    only ``ranks`` when given) up to ``timeout_s`` to print their line, since a launcher stops the survivors
+    once one worker has exited (torchrun does), and a rank stopped first would say nothing."""
     store = state.store
     if store is None:
         return
-    keys = [f"said_{rank}" for rank in range(state.world_size) if rank != state.rank and rank not in set(gone)]
+    keys = [f"said_{rank}" for rank in (range(state.world_size) if ranks is None else ranks)
+            if rank != state.rank and rank not in set(gone)]
     deadline = time.monotonic() + timeout_s
     while keys and time.monotonic() < deadline:
         try:

@@ -5,9 +5,13 @@
 to the worker's error file, so the launcher's summary shows it as the root cause. Only the rank where a
 failure began prints a traceback: a rank that stopped because another one failed (a ``PeerFailureError``,
 or an agreement that failed on another rank) prints one line naming that rank and the cause, so a failed
-job's output is one traceback and a line per other rank; under torchelastic the first rank waits (a few
-seconds at most) for those lines before it exits, since the launcher then stops the others. ``BAGUA_VERBOSE=1`` (``bagua run --verbose``)
-prints every rank's traceback.
+job's output is one traceback and a line per other rank. An error raised the same way on several ranks
+before any collective (a misspelt algorithm name in the script) is one failure: the lowest of those ranks
+shows it, the others say in one line that they failed the same way. An error about what the caller asked
+for (a bad name or option, ranks that disagree) is shown without the frames of bagua's own checks below
+the caller's. Under torchelastic the first rank waits (a few seconds at most) for the other ranks' lines
+before it exits, since the launcher then stops the others. ``BAGUA_VERBOSE=1`` (``bagua run --verbose``)
+prints every rank's whole traceback.
 
 Example::
 
@@ -27,13 +31,23 @@ from types import TracebackType
 from typing import Any
 
 from bagua_core.runtime import env
-from bagua_core.runtime.exceptions import PeerFailureError
+from bagua_core.runtime.exceptions import (
+    BaguaConfigError,
+    NotInitializedError,
+    PeerFailureError,
+    PluginError,
+    RankMismatchError,
+    RepeatedInitializationError,
+)
 from bagua_core.runtime.failure.record import said, state, wait_until_said
 from bagua_core.runtime.failure.translate import lost_peers, translate
 
 __all__ = ["install", "uninstall"]
 
 _previous: dict[str, Any] = {}
+_ABOUT_THE_CALLER = (BaguaConfigError, PluginError, RankMismatchError, NotInitializedError,
+                     RepeatedInitializationError)
+"""Errors about what the caller asked for: their traceback ends at the caller's frame."""
 
 
 def _handle(exc: BaseException | None, where: str) -> bool:
@@ -43,6 +57,15 @@ def _handle(exc: BaseException | None, where: str) -> bool:
     try:
         translated = translate(exc, where)
         _write_elastic_error_file(translated)
+        same_as = getattr(exc, "bagua_same_failure_as", None)
+        if same_as is not None and not env.verbose():  # one failure on several ranks: its traceback is there
+            wait_until_said(_PEERS_LINES_S, ranks=[same_as])  # rank same_as shows the cause and traceback first
+            print(f"bagua: rank {state.rank} failed the same way as rank {same_as} ({type(exc).__name__})",
+                  file=sys.stderr, flush=True)
+            said()
+            if os.environ.get("TORCHELASTIC_RUN_ID"):  # torchrun stops the others once this one exits: let
+                time.sleep(_AFTER_ORIGIN_S)  # rank same_as exit first (the launcher reports its exit status)
+            return True
         elsewhere = isinstance(translated, PeerFailureError) or getattr(exc, "bagua_failed_elsewhere", None) is not None
         if elsewhere and not env.verbose():
             print(f"bagua: rank {state.rank} stopped: {type(translated).__name__}: {translated}", file=sys.stderr,
@@ -75,11 +98,39 @@ def _write_elastic_error_file(exc: BaseException) -> None:
 
 # how long the rank where a failure began waits, before exiting, for the others to print their line
 _PEERS_LINES_S = 3.0
+# how long a rank that failed the same way as another waits, once that one has printed, before exiting
+_AFTER_ORIGIN_S = 0.5
+
+
+def _without_bagua_frames(exc: BaseException, tb: TracebackType | None) -> TracebackType | None:
+    """``tb`` without the frames of bagua_core below the caller's last one, for an error about what the caller
+    asked for (a misspelt name, a bad option, ranks that disagree): its message says what to do, and the
+    frames of the checks that raised it do not. Unchanged for any other error and under ``BAGUA_VERBOSE``."""
+    if env.verbose() or not isinstance(exc, _ABOUT_THE_CALLER):
+        return tb
+    frames = []
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next
+    callers = [i for i, t in enumerate(frames)
+               if not str(t.tb_frame.f_globals.get("__name__", "")).startswith("bagua_core.")]
+    if not callers or callers[-1] == len(frames) - 1:
+        return frames[0] if frames else None
+    shown: TracebackType | None = None
+    for t in reversed(frames[: callers[-1] + 1]):
+        shown = TracebackType(shown, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return shown
 
 
 def _excepthook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
     if not _handle(exc, "an uncaught exception in the main thread"):
-        _previous["sys"](exc_type, exc, tb)
+        shown = _without_bagua_frames(exc, tb)
+        _previous["sys"](exc_type, exc.with_traceback(shown), shown)  # the printer reads the exception's own
+        if shown is not tb:
+            print("bagua: (the traceback leaves out bagua's own frames; bagua run --verbose or BAGUA_VERBOSE=1 "
+                  "shows them)", file=sys.stderr, flush=True)
+        if state.started:
+            said()  # the ranks that failed the same way wait for this traceback
         if state.started and state.world_size > 1 and os.environ.get("TORCHELASTIC_RUN_ID") \
                 and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
             wait_until_said(_PEERS_LINES_S, gone=lost_peers())  # torchrun stops the others once this one exits

@@ -1,0 +1,133 @@
+"""``bagua train --fault-tolerant --replicas 2 --max-restarts 1`` under one kill, as a user runs it: the
+worker of replica 1 is killed (SIGKILL, found as a user would, by its replica in its environment), its
+replica is restarted, and the job exits 0 with a line for the failure, the restart and the heal and a
+summary that counts them. Killed mid-training, the restarted replica heals from the live one and ends
+with the same weights; killed before the first step, the failure and the restart are still counted, and
+nothing is healed (no step had committed).
+
+``--min-replicas 2``: no step commits with one replica, so the kill lands while both train together
+(after the progress bar passed ``KILL_AFTER_STEPS``) and the restarted replica is behind by those steps. (Both
+replicas start at step 0 with the first one's weights, torchft's initial sync: not a heal, not counted.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.process_tree import children, cmdline, environ
+
+pytest.importorskip("torchft")
+
+KILL_AFTER_STEPS = 20
+START_S = 300.0
+"""How long the job may take to start its workers (this machine is loaded)."""
+END_S = 600.0
+"""How long it may take, after the kill, to restart the replica and train the rest of its 100 epochs."""
+
+
+class _Output:
+    """The job's output, read as it comes (by a thread), so the test can wait for the progress bar."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.text = ""
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self.thread.start()
+
+    def _read(self, proc: subprocess.Popen) -> None:
+        while chunk := proc.stdout.read1(4096):
+            with self.lock:
+                self.text += chunk.decode(errors="replace")
+
+    def steps(self) -> int:
+        with self.lock:
+            counts = re.findall(r"\(fault-tolerant\): +(\d+) ?step", self.text)
+        return int(counts[-1]) if counts else 0
+
+
+def _worker_of_replica(root: int, replica: str) -> int | None:
+    for pid in children(root):
+        args = cmdline(pid)
+        if "-u" in args and "bagua_examples.train_digits" in args and environ(pid).get("BAGUA_FT_REPLICA_INDEX") == replica:
+            return pid
+    return None
+
+
+def _wait(what: str, condition, timeout_s: float, proc: subprocess.Popen, output: _Output):
+    deadline = time.monotonic() + timeout_s
+    while (found := condition()) in (None, False):
+        if proc.poll() is not None:
+            raise AssertionError(f"the job exited ({proc.returncode}) before {what}:\n{output.text[-3000:]}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the job hung: not {what} within {timeout_s:g} s:\n{output.text[-3000:]}")
+        time.sleep(0.1)
+    return found
+
+
+def _run_with_one_kill(tmp_path: Path, mid_training: bool) -> tuple[int, list[str], list[dict]]:
+    summary = tmp_path / "summary_{replica}.json"
+    command = [sys.executable, "-m", "bagua_core.cli", "train", "--fault-tolerant", "--replicas", "2",
+               "--min-replicas", "2", "--max-restarts", "1", "--ft-join-timeout-ms", "1500", "--epochs", "100",
+               "--algorithm", "gradient_allreduce", "--summary-json", str(summary)]
+    env = {k: v for k, v in os.environ.items() if k not in ("RUST_LOG", "BAGUA_VERBOSE")}
+    # the survivor waits for the restarted replica (--min-replicas 2): give a loaded machine time to restart it
+    env.update(OMP_NUM_THREADS="1", BAGUA_FT_QUORUM_TIMEOUT_S="400")
+    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    output = _Output(proc)
+    try:
+        worker = _wait("replica 1's worker started", lambda: _worker_of_replica(proc.pid, "1"), START_S, proc, output)
+        if mid_training:
+            _wait(f"{KILL_AFTER_STEPS} steps trained", lambda: output.steps() >= KILL_AFTER_STEPS, START_S, proc, output)
+        os.kill(worker, signal.SIGKILL)
+        try:
+            proc.wait(timeout=END_S)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the job hung past {END_S:g} s after the kill:\n{output.text[-3000:]}") from None
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    output.thread.join(10)
+    lines = output.text.replace("\r", "\n").splitlines()
+    results = [json.loads((tmp_path / f"summary_{k}.json").read_text()) for k in (0, 1)
+               if (tmp_path / f"summary_{k}.json").exists()]
+    return proc.returncode, lines, results
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1000, func_only=True)
+def test_a_kill_mid_training_is_counted_restarted_and_healed(tmp_path: Path) -> None:
+    status, lines, results = _run_with_one_kill(tmp_path, mid_training=True)
+    text = "\n".join(lines[-40:])
+    assert status == 0, text
+    # the launcher's lines (one may follow a progress bar's last update on its line)
+    ours = [line[line.index("bagua: replica 1 "):] for line in lines if "bagua: replica 1 " in line]
+    assert [line.split()[3] for line in ours] == ["failed:", "restarted", "healed"], text
+    assert "without recording an error (killed by a signal" in ours[0], text
+    assert ours[1] == "bagua: replica 1 restarted (restart 1 of 1)", text
+    assert int(re.match(r"bagua: replica 1 healed from a live peer at step (\d+) ", ours[2]).group(1)) >= \
+        KILL_AFTER_STEPS, text
+    assert lines[-1] == "bagua: fault tolerance: 1 replica failure, 1 restart, 1 heal; 2 of 2 replicas finished", text
+    assert len(results) == 2, text
+    assert results[0]["test_accuracy"] == results[1]["test_accuracy"], results  # healed: the same weights
+    assert results[1]["fault_tolerance"]["healed"] == 1, results[1]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1000, func_only=True)
+def test_a_kill_before_the_first_step_is_counted(tmp_path: Path) -> None:
+    status, lines, results = _run_with_one_kill(tmp_path, mid_training=False)
+    text = "\n".join(lines[-40:])
+    assert status == 0, text
+    assert lines[-1] == "bagua: fault tolerance: 1 replica failure, 1 restart, 0 heals; 2 of 2 replicas finished", text
+    assert [line for line in lines if "bagua: replica 1 failed: " in line], text
+    assert [line for line in lines if "bagua: replica 1 restarted (restart 1 of 1)" in line], text
