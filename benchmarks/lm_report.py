@@ -209,17 +209,28 @@ def write_lm(rows: Sequence[dict], target: float, results: Path, header: str = "
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="rewrite lm.md and lm.png from an lm.json")
-    parser.add_argument("json")
-    parser.add_argument("--target", type=float, default=None, help="another target loss")
-    args = parser.parse_args(argv)
-    data = json.loads(Path(args.json).read_text())
-    target = data["target_loss"] if args.target is None else args.target
-    runs = data["runs"] if "runs" in data else data["rows"]  # "rows": results written before the seeds
-    for path in write_lm(runs, target, Path(args.json).parent, data.get("header", ""), Path(args.json).stem,
-                         data.get("baseline", "ddp")):
-        print("wrote", path)
+    """Rewrite the tables and the plot from one or more ``.json`` results: the runs of several invocations (the
+    same networks, more seeds for some methods) become one result set.
 
+    Example::
+
+        python -m benchmarks.lm_report /tmp/a/lm.json /tmp/b/lm.json --results results --name lm
+    """
+    parser = argparse.ArgumentParser(description="rewrite lm.md and lm.png from lm.json files (their runs merged)")
+    parser.add_argument("json", nargs="+")
+    parser.add_argument("--target", type=float, default=None, help="another target loss")
+    parser.add_argument("--results", default=None, help="folder to write to (default: the first file's)")
+    parser.add_argument("--name", default=None, help="file stem (default: the first file's)")
+    args = parser.parse_args(argv)
+    loaded = [json.loads(Path(path).read_text()) for path in args.json]
+    first = loaded[0]
+    target = first["target_loss"] if args.target is None else args.target
+    runs = [run for data in loaded for run in (data["runs"] if "runs" in data else data["rows"])]  # "rows": pre-seeds
+    header = " ".join(dict.fromkeys(data.get("header", "") for data in loaded))
+    results = Path(args.results) if args.results else Path(args.json[0]).parent
+    for path in write_lm(runs, target, results, header, args.name or Path(args.json[0]).stem,
+                         first.get("baseline", "ddp")):
+        print("wrote", path)
 
 if __name__ == "__main__":
     main()
