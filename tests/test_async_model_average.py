@@ -164,3 +164,21 @@ def _one_weighted_round(rank: int, weighting: str, steps: list[int], sizes: list
 ])
 def test_a_round_weighted_by_samples(weighting: str, steps: list[int], sizes: list[int]) -> None:
     run_workers(_one_weighted_round, len(steps), weighting, steps, sizes, timeout=90)
+
+
+def _original_signature(rank: int) -> None:
+    """The original's ``bagua.torch_api`` class reifies its impl from the config's every option."""
+    from bagua.torch_api.algorithms.async_model_average import AsyncModelAverageAlgorithm as Original
+
+    model = SmallNet(seed=rank)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model = model.with_bagua([optimizer], Original(sync_interval_ms=10))
+    for t in range(2):
+        _step(model, optimizer, rank, t)
+    model.bagua_algorithm.abort(model)
+    everyone = _gather(_flat(model))
+    assert torch.allclose(everyone[0], everyone[1], atol=1e-6)
+
+
+def test_the_original_signature_wraps() -> None:
+    run_workers(_original_signature, 2, timeout=90)
