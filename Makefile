@@ -26,9 +26,9 @@ bench-lm-internet:  ## the same at an internet-like 10 Mbit/s + 50 ms one-way, 1
 bench-sharded:  ## the LM sharded with FSDP2 over 2 ranks per host, 2 hosts: HSDP, hosts alone, torchft's DiLoCo and every sharding algorithm, 3 seeds (root; ~5 h)
 	$(PYTHON) -m benchmarks.lm --ranks-per-host 2 --hosts 2 --networks 100mbit+10ms --seeds 3 --limit-network 1gbit $(BENCH_ARGS)
 
-bench-slow-host:  ## the LM with host 1 at half speed beside equal speeds, 2 and 3 hosts, 100 Mbit/s + 10 ms, 3 seeds: results/lm_slow_host.* (root; ~7 h)
+bench-slow-host:  ## the LM with host 1 at half speed beside equal speeds, 2 and 3 hosts, 100 Mbit/s + 10 ms, 3 seeds: results/lm_slow_host.* (root; ~11 h)
 	$(PYTHON) -m benchmarks.lm --networks 100mbit+10ms --slow-host 1:0.5 --hosts 2,3 --seeds 3 --limit-network 1gbit \
-		--methods ddp,alone,diloco,sparseloco,async $(BENCH_ARGS)
+		--methods ddp,alone,diloco,diloco_timed,sparseloco,sparseloco_timed,async,async_samples $(BENCH_ARGS)
 
 bench-micro:  ## pytest-benchmark micro-benchmarks of the hot paths
 	$(PYTHON) -m pytest benchmarks -p no:cacheprovider --benchmark-columns=min,median,mean,rounds

@@ -22,7 +22,8 @@ is listed in ``__all__`` is the contract (``docs/plugins.md`` documents it, ``te
   failed in this step, in fault-tolerant mode).
 - **The wrapped module**: ``switch_algorithm`` (the one way to change the impl, declaration or capabilities
   of a wrapped module), ``set_gradient_sync``, ``is_wrapped``; a sharded model's tensors: ``is_sharded``,
-  ``local_shard``, ``load_optimizer_state``; ``has_nonfinite``.
+  ``local_shard``, ``load_optimizer_state``, and its ranks: ``shard_group``; ``has_nonfinite``; ``samples_in``
+  (the samples a forward's inputs hold).
 - **Agreement before the first collective**: ``Prepared``, ``agree_or_raise``, ``model_signature``.
 - **Settings and failures**: ``get_default_bucket_size``, ``get_comm_timeout_s``, ``get_nonfinite_policy``,
   ``get_rank``, ``get_world_size``, ``get_local_rank``, ``get_local_size``, ``init_process_group`` and
@@ -58,7 +59,8 @@ from bagua_core.lifecycle.bucket_ops.hierarchy import broadcast_from_leader, red
 from bagua_core.lifecycle.bucket_ops.operand import BucketOperand
 from bagua_core.lifecycle.bucket_ops.pipeline import Segment, post_receives, schedule, segments, send_segment, wait_all
 from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance, auto_candidate, capabilities_of
-from bagua_core.lifecycle.module_state import is_wrapped, set_gradient_sync, switch_algorithm
+from bagua_core.lifecycle.batch import samples_in
+from bagua_core.lifecycle.module_state import is_wrapped, set_gradient_sync, shard_group, switch_algorithm
 from bagua_core.lifecycle.tensor import is_sharded, load_optimizer_state, local_shard
 from bagua_core.module.initial_sync import model_signature
 from bagua_core.module.nonfinite import has_nonfinite
@@ -151,6 +153,8 @@ __all__ = [
     "is_sharded",
     "local_shard",
     "load_optimizer_state",
+    "shard_group",
+    "samples_in",
     "has_nonfinite",
     # agreement
     "Prepared",

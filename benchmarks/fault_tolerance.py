@@ -54,6 +54,8 @@ ALGORITHMS: dict[str, dict[str, Any]] = {
     "bytegrad": {"name": "bytegrad"},
     # streaming DiLoCo: 4 fragments, one synchronised every 5 inner steps, each exchange overlapped with 1 step
     "diloco_streaming": {"name": "diloco", "streaming": True, "inner_steps": 20, "fragments": 4},
+    # rounds bounded in time (about 40 steps of mlp2m), merges weighted by the samples behind each replica
+    "diloco_timed": {"name": "diloco", "round_seconds": 1.0},
 }
 REPLICAS = 3
 LIGHTHOUSE_PORT = 29510

@@ -19,7 +19,10 @@ and the data order; ``--slow-host I:F`` runs host I at F of its speed (:mod:`ben
 Methods whose ranks take their steps independently (:func:`steps_independently`: ``alone``, and ``async``
 without warmup, whose training thread issues no collective; replicated runs only) evaluate at agreed training-clock times instead
 of agreed step counts, so that a faster rank takes more steps, as it would without the benchmark; each
-curve point carries the samples every rank trained on (``samples``).
+curve point carries the samples every rank trained on (``samples``). ``diloco`` and ``sparseloco`` with rounds
+bounded in time (``round_seconds``: :func:`merges_in_rounds`) also let a faster host take more steps, but their
+training thread joins a merge at every round's end: they evaluate right after agreed merges (every rank knows how
+many rounds were merged; an evaluation at a clock time could meet a rank waiting in a merge and deadlock).
 """
 
 from __future__ import annotations
@@ -43,8 +46,13 @@ from benchmarks.lm_torchft import TORCHFT_DILOCO, TorchftDiLoCo
 from benchmarks.methods import finish, is_ddp, prepare
 from benchmarks.slow_host import Pace, SlowHost
 
-__all__ = ["LM_METHOD_OPTIONS", "BASELINES", "SHARDED_BASELINES", "PEERS", "algorithm_of", "steps_independently",
-           "train_method", "main"]
+__all__ = ["LM_METHOD_OPTIONS", "LM_ROUND_SECONDS", "BASELINES", "SHARDED_BASELINES", "PEERS", "algorithm_of",
+           "steps_independently", "merges_in_rounds", "train_method", "main"]
+
+LM_ROUND_SECONDS = 21.0
+"""``round_seconds`` of the modes that do not wait for a slow host: about what diloco's 25 inner steps of the
+LM take on a host at full speed: ``lm11m`` alone took 0.86 s a step (42 steps in 36 s, 2 hosts on loopback, the
+2-core VM: ``python -m benchmarks.lm --loopback --networks loopback --budget 30 --methods alone,diloco``)."""
 
 LM_METHOD_OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     # method -> (algorithm or DDP baseline, its options); methods not listed use the algorithm's defaults
@@ -57,6 +65,10 @@ LM_METHOD_OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "diloco_streaming": ("diloco", {"inner_steps": 12, "streaming": True, "fragments": 4, "overlap_steps": 1,
                                     "compression": "MinMaxUInt4"}),
     "sparseloco": ("sparseloco", {"inner_steps": 25}),
+    # the modes where no host waits for a slower one: rounds bounded in time, merges weighted by samples
+    "diloco_timed": ("diloco", {"round_seconds": LM_ROUND_SECONDS}),
+    "sparseloco_timed": ("sparseloco", {"round_seconds": LM_ROUND_SECONDS}),
+    "async_samples": ("async", {"sync_interval_ms": 100, "weighting": "samples"}),
     # the field's peers at bagua's settings (outer SGD lr 0.7, momentum 0.9, Nesterov: their defaults here)
     # (use_bucketization: one allreduce per fragment, not one per tensor: torchft's fastest form on a slow link)
     "torchft_diloco": (TORCHFT_DILOCO, {"inner_steps": 25, "use_bucketization": True}),
@@ -83,11 +95,25 @@ def algorithm_of(method: str) -> tuple[str, dict[str, Any] | None]:
     return LM_METHOD_OPTIONS.get(method, (method, None))
 
 
+def merges_in_rounds(name: str, options: dict[str, Any] | None) -> bool:
+    """Whether ``name`` runs rounds bounded in time (diloco's and sparseloco's ``round_seconds``): every host takes
+    its own number of steps and all of them merge at each round's end (evaluated after agreed merges)."""
+    return name in ("diloco", "sparseloco") and (options or {}).get("round_seconds") is not None
+
+
 def steps_independently(name: str, options: dict[str, Any] | None, sharded: bool = False) -> bool:
-    """Whether the ranks of ``name`` issue no collective from the training thread, so each may take its own
-    number of steps: ``alone``, and ``async`` without warmup (its averaging runs on a thread of its own);
-    never when sharded (FSDP2's collectives inside a host keep its ranks in step)."""
+    """Whether each host of ``name`` may take its own number of steps: ``alone``, and ``async`` without warmup (its
+    training thread issues no collective, its averaging runs on a thread of its own), never when sharded (FSDP2's
+    collectives inside a host keep its ranks in step); and rounds bounded in time (:func:`merges_in_rounds`), where
+    the ranks of a sharded host agree on their steps and the hosts do not."""
+    if merges_in_rounds(name, options):
+        return True
     return not sharded and (name == ALONE or (name == "async" and not (options or {}).get("warmup_steps", 0)))
+
+
+def _rounds_merged(model: torch.nn.Module) -> int:
+    """Rounds bounded in time merged so far (the same on every rank after each merge)."""
+    return model.bagua_algorithm.timed.rounds
 
 
 def _make_optimizer(params) -> torch.optim.Optimizer:
@@ -143,6 +169,7 @@ def train_method(method: str, corpus, args: argparse.Namespace, mesh: Any = None
                                    make_optimizer=_make_optimizer, options=options)
     group = mesh["replicate"].get_group() if mesh is not None else None
     independent = steps_independently(name, options, sharded=mesh is not None)
+    in_rounds = merges_in_rounds(name, options)
     held = None
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / WARMUP_STEPS))
     val_x, val_y = corpus.validation_windows(args.val_windows, seq_len)
@@ -162,7 +189,7 @@ def train_method(method: str, corpus, args: argparse.Namespace, mesh: Any = None
         return loss
 
     curve = [{"seconds": 0.0, "step": 0, "samples": 0, "loss": _agree(evaluate(), 0.0, 0)[0]}]
-    clock, step, eval_every, next_at = 0.0, 0, args.first_eval_every, None
+    clock, step, eval_every, next_at, next_round = 0.0, 0, args.first_eval_every, None, 1
     tx0 = read_counter(args.iface)
     while True:
         x, y = corpus.batch(rank, step, args.batch_size, seq_len)
@@ -177,7 +204,11 @@ def train_method(method: str, corpus, args: argparse.Namespace, mesh: Any = None
         step += 1
         if held is None:
             held = held_bytes(model, optimizer)
-        if not (clock >= next_at if independent and next_at is not None else step % eval_every == 0):
+        if in_rounds:  # right after an agreed merge
+            due = _rounds_merged(model) >= next_round
+        else:
+            due = clock >= next_at if independent and next_at is not None else step % eval_every == 0
+        if not due:
             continue
         loss, clocks, steps = _agree(evaluate(), clock, step)
         slowest = max(clocks)
@@ -186,6 +217,9 @@ def train_method(method: str, corpus, args: argparse.Namespace, mesh: Any = None
             break
         eval_every = max(1, round(step / slowest * args.budget / args.evals))
         next_at = slowest + args.budget / args.evals
+        if in_rounds:
+            merged = _rounds_merged(model)
+            next_round = merged + max(1, round(merged / slowest * args.budget / args.evals))
     tx = read_counter(args.iface) - tx0 - eval_tx[0]
     extra: dict[str, Any] = {}
     if peer is not None:

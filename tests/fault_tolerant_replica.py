@@ -2,7 +2,8 @@
 
 Trains a tiny MLP on a seeded synthetic data set read through ``QuorumSampler`` and appends one JSON line
 per step to ``--records``: the manager's committed step, whether it committed, the quorum's size and this
-replica's rank in it, a hash of the weights after the step, the pid. ``--die-at`` / ``--hang-at`` make
+replica's rank in it, a hash of the weights after the step, the pid (and with diloco's rounds bounded in time
+the rounds merged, the last merge's weights and whether this replica's samples count in the round). ``--die-at`` / ``--hang-at`` make
 it fail in the middle of that step (after forward, before backward: its peers are in the exchange);
 ``--die-in-exchange`` kills it from inside a collective between replicas (:class:`ExchangeKiller`).
 It stops after ``--steps`` committed steps or when the file ``--stop`` exists. Under ``bagua run
@@ -160,6 +161,7 @@ def main() -> None:
             optimizer.step()
             group = runtime.group
             auto = getattr(model, "bagua_auto_result", None) or {}  # algorithm="auto": its choice, once made
+            timed = getattr(model.bagua_algorithm, "timed", None)  # diloco's rounds bounded in time
             log.write(json.dumps({
                 "step": runtime.manager.current_step(), "committed": bool(runtime.decision),
                 "quorum": group.num_nodes, "rank": group.replica_rank, "local_rank": bagua.get_rank(), "hash": weights_hash(model),
@@ -168,6 +170,10 @@ def main() -> None:
                 "auto": auto.get("algorithm"), "auto_at": auto.get("decided_at_step"),
                 "held": sum(local_shard(p).numel() for p in model.parameters()),
                 "parameters": sum(p.numel() for p in model.parameters()),
+                "rounds": None if timed is None else timed.rounds,
+                "round_weights": getattr(model.bagua_algorithm, "last_weights", None),
+                "round_counting": None if timed is None else timed.counting,
+                "round_steps": None if timed is None else timed.steps,
             }) + "\n")
             log.flush()
             if args.step_delay:

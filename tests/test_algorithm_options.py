@@ -24,6 +24,7 @@ WRAP_CASES = [  # (algorithm given to with_bagua, text the error must contain)
     ({"name": "async", "sync_interval_ms": 0}, "sync_interval_ms must be a positive integer, got 0"),
     ({"name": "async", "peer_selection_mode": "shift_one"}, "peer_selection_mode"),
     ({"name": "async", "warmup_steps": -3}, "warmup_steps must be a non-negative integer, got -3"),
+    ({"name": "async", "weighting": "tokens"}, "weighting"),
     ("qadam", "needs exactly one QAdamOptimizer"),
     ({"name": "qadam", "hierarchical": False, "lr": 0.1}, "lr"),
 ]
@@ -82,7 +83,7 @@ def test_bad_options_in_constructors(make, text) -> None:
          {"hierarchical": True, "communication_interval": 2, "compression": "MinMaxUInt8"}),
         ('name = "qadam"\nhierarchical = false\n', QAdamAlgorithm, {"hierarchical": False, "compression": "MinMaxUInt8"}),
         ('name = "async"\nsync_interval_ms = 20\nwarmup_steps = 5\n', AsyncModelAverageAlgorithm,
-         {"peer_selection_mode": "all", "sync_interval_ms": 20, "warmup_steps": 5}),
+         {"peer_selection_mode": "all", "sync_interval_ms": 20, "warmup_steps": 5, "weighting": "equal"}),
     ],
 )
 def test_selected_by_config_file(tmp_path, text: str, cls: type, options: dict) -> None:

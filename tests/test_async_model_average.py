@@ -1,11 +1,13 @@
 """async: warmup equals gradient allreduce; afterwards a background thread pulls the workers'
 weights together (abort leaves every rank with the mean); abort/resume cycles; ranks that run
-different numbers of steps; abort returns only once every rank has aborted."""
+different numbers of steps; abort returns only once every rank has aborted; ``weighting="samples"``
+weights a round by the samples each rank trained on since the last one (equal samples: the mean, bit for bit)."""
 
 from __future__ import annotations
 
 import time
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -120,3 +122,63 @@ def _exit_without_abort(rank: int) -> bool:
 
 def test_no_deadlock_at_exit_without_abort() -> None:
     assert run_workers(_exit_without_abort, 2, timeout=60) == [True, True]
+
+
+def _one_weighted_round(rank: int, weighting: str, steps: list[int], sizes: list[int]) -> None:
+    """Rank r trains ``steps[r]`` steps of ``sizes[r]`` samples while the rounds are stopped, then exactly one round
+    runs (resume, then abort: the round that every rank's stop flag ends); it must leave every rank at
+    ``sum_r s_r x_r / sum_r s_r`` (the mean with "equal")."""
+    n = dist.get_world_size()
+    model = SmallNet(seed=rank)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model = model.with_bagua([optimizer], {"name": "async", "sync_interval_ms": 600_000, "weighting": weighting})
+    impl = model.bagua_algorithm
+    impl.abort(model)  # into the averaging phase, its rounds stopped (nothing trained yet: they average equally)
+    for t in range(steps[rank]):
+        x, y = batch(rank, t, size=sizes[rank])
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    trained = _flat(model)
+    impl.resume(model)
+    impl.abort(model)
+    after = _flat(model)
+    everyone = _gather(trained)
+    samples = [s * b for s, b in zip(steps, sizes)]
+    if weighting == "equal" or len(set(samples)) == 1:  # the equal-weight round as it computes it, bit for bit
+        reduced = everyone[0].clone()
+        for other in everyone[1:]:
+            reduced += other
+        assert torch.equal(after, trained + (reduced / n - trained)), (after - trained - (reduced / n - trained)).abs().max()
+        return
+    expected = sum(s * x.double() for s, x in zip(samples, everyone)) / sum(samples)
+    torch.testing.assert_close(after, expected.float(), rtol=0, atol=1e-6)
+    assert impl.averager.last_weight == pytest.approx(n * samples[rank] / sum(samples))
+
+
+@pytest.mark.parametrize("weighting,steps,sizes", [
+    ("samples", [1, 3], [6, 4]),
+    ("samples", [3, 1, 2], [2, 5, 4]),
+    ("samples", [2, 2], [5, 5]),
+    ("equal", [1, 3], [6, 4]),
+])
+def test_a_round_weighted_by_samples(weighting: str, steps: list[int], sizes: list[int]) -> None:
+    run_workers(_one_weighted_round, len(steps), weighting, steps, sizes, timeout=90)
+
+
+def _original_signature(rank: int) -> None:
+    """The original's ``bagua.torch_api`` class reifies its impl from the config's every option."""
+    from bagua.torch_api.algorithms.async_model_average import AsyncModelAverageAlgorithm as Original
+
+    model = SmallNet(seed=rank)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model = model.with_bagua([optimizer], Original(sync_interval_ms=10))
+    for t in range(2):
+        _step(model, optimizer, rank, t)
+    model.bagua_algorithm.abort(model)
+    everyone = _gather(_flat(model))
+    assert torch.allclose(everyone[0], everyone[1], atol=1e-6)
+
+
+def test_the_original_signature_wraps() -> None:
+    run_workers(_original_signature, 2, timeout=90)

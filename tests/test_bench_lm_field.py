@@ -11,7 +11,7 @@ import pytest
 from benchmarks.lm_report import lm_markdown
 from benchmarks.lm_summary import host_throughputs, summarize
 from benchmarks.lm_torchft import TorchftDiLoCoOptions
-from benchmarks.lm_worker import steps_independently
+from benchmarks.lm_worker import LM_METHOD_OPTIONS, merges_in_rounds, steps_independently
 from benchmarks.slow_host import SlowHost, plan_cores
 
 SMOKE = ["--loopback", "--networks", "loopback", "--model", "lm-tiny", "--budget", "2", "--evals", "3",
@@ -121,3 +121,20 @@ def test_options_and_schedules_are_checked() -> None:
     assert steps_independently("async", None) and not steps_independently("async", {"warmup_steps": 5})
     assert steps_independently("alone", None) and not steps_independently("alone", None, sharded=True)
     assert not steps_independently("diloco", None)
+    for method in ("diloco_timed", "sparseloco_timed"):
+        name, options = LM_METHOD_OPTIONS[method]
+        assert merges_in_rounds(name, options) and steps_independently(name, options, sharded=True)
+    assert not merges_in_rounds("diloco", {"inner_steps": 25}) and not merges_in_rounds("async", {"round_seconds": 1})
+
+
+def test_rounds_bounded_in_time_run_with_a_slow_host(tmp_path: Path) -> None:
+    """diloco_timed (rounds of 0.5 s here) runs with a slow host: every rank evaluates after the same merges."""
+    from benchmarks import lm
+
+    variants = '{"diloco_timed": ["diloco", {"round_seconds": 0.5}]}'
+    rows = lm.main([*SMOKE, "--methods", "diloco_timed", "--slow-host", "1:0.5", "--variants", variants,
+                    "--results", str(tmp_path)])
+    assert [(r["method"], r["slow_host"]) for r in rows] == [("diloco_timed", [1, 1.0]), ("diloco_timed", [1, 0.5])]
+    for row in rows:
+        assert "error" not in row, row.get("log")
+        assert row["independent_steps"] and len(row["curve"]) >= 3 and min(row["rank_steps"]) > 0, row["curve"]

@@ -118,7 +118,7 @@ def test_a_heal_leaves_the_per_replica_state_out() -> None:
     healing = ft_state.capture(model, ("algorithm_state",), per_replica=("residuals",))
     assert list(healing["algorithm_state"]) == ["starts"]
     assert list(ft_state.capture(model, ("algorithm_state",))["algorithm_state"]) == ["residuals", "starts"]
-    assert algorithm_registry.get("diloco").capabilities.fault_tolerance.per_replica_state == ("residuals",)
+    assert algorithm_registry.get("diloco").capabilities.fault_tolerance.per_replica_state == ("residuals", "round_samples")
 
 
 def test_capture_copies_a_tensor_reached_twice_once() -> None:

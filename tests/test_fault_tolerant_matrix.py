@@ -30,6 +30,9 @@ ALGORITHMS = {  # options, a different option for the refused joiner, the field 
     "diloco_streaming": ({"name": "diloco", "streaming": True, "inner_steps": 4, "fragments": 2}, {"fragments": 4},
                          "options.fragments"),
     "sparseloco": ({"name": "sparseloco", "inner_steps": 3, "chunk_size": 64, "topk": 8}, {"topk": 4}, "options.topk"),
+    "diloco_timed": ({"name": "diloco", "round_seconds": 0.2}, {"round_seconds": 0.3}, "options.round_seconds"),
+    "sparseloco_timed": ({"name": "sparseloco", "round_seconds": 0.2, "chunk_size": 64, "topk": 8},
+                         {"round_seconds": 0.3}, "options.round_seconds"),
     "async": ({"name": "async", "sync_interval_ms": 20, "warmup_steps": 2}, {"sync_interval_ms": 40},
               "options.sync_interval_ms"),
     "decentralized": ({"name": "decentralized"}, {"communication_interval": 2}, "options.communication_interval"),
@@ -302,7 +305,8 @@ def test_replicas_of_two_ranks_kill_and_restart(job: Job, algorithm: str) -> Non
 @pytest.mark.timeout(500, func_only=True)
 @pytest.mark.parametrize("algorithm", [pytest.param(name, marks=() if name == "gradient_allreduce" else pytest.mark.slow)
                                        for name in ("gradient_allreduce", "bytegrad", "qadam", "powersgd", "diloco",
-                                                    "diloco_streaming", "sparseloco", "async", "decentralized",
+                                                    "diloco_streaming", "diloco_timed", "sparseloco", "async",
+                                                    "decentralized",
                                                     "low_precision_decentralized", "auto")])
 def test_sharded_replicas_kill_and_restart(job: Job, algorithm: str) -> None:
     """Replicas of two ranks sharding the model with FSDP2 (each rank holds half of it): one of b's ranks is

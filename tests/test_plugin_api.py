@@ -27,7 +27,7 @@ PINNED_API = {
     "alltoall", "broadcast", "reduce_inplace", "isend", "irecv", "record_payload",
     "BaguaProcessGroup", "get_default_group_or_none", "Membership", "FIXED", "group_failure",
     "switch_algorithm", "set_gradient_sync", "is_wrapped", "is_sharded", "local_shard", "load_optimizer_state",
-    "has_nonfinite",
+    "shard_group", "samples_in", "has_nonfinite",
     "Prepared", "agree_or_raise", "model_signature",
     "get_default_bucket_size", "get_comm_timeout_s", "get_nonfinite_policy", "get_rank", "get_world_size",
     "get_local_rank", "get_local_size", "init_process_group", "destroy_process_group", "on_one_node", "defaults_to_hierarchical",

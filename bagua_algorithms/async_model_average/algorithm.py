@@ -21,6 +21,7 @@ from bagua_core.api import (
     failure_guard,
     first_failure,
     get_comm_timeout_s,
+    samples_in,
     split_into_buckets,
 )
 
@@ -72,7 +73,8 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
     def tensors_to_buckets(self, tensors: list[list[torch.Tensor]], do_flatten: bool) -> list[BaguaBucket]:
         if not self._async_phase:
             return super().tensors_to_buckets(tensors, do_flatten)
-        self.averager = AsyncModelAverager([], self.comm, self.config.sync_interval_ms, step_bound=self.fault_tolerant)
+        self.averager = AsyncModelAverager([], self.comm, self.config.sync_interval_ms, step_bound=self.fault_tolerant,
+                                           weighting=self.config.weighting)
         _live_averagers.add(self.averager)
         weights = [t for group in tensors for t in group]
         return split_into_buckets(weights, 2**62, do_flatten, name_prefix="async_weights")  # one per dtype
@@ -98,6 +100,8 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
                 self.averager.weight_lock.acquire()
                 self._holds_lock = True
             self.averager.apply_pending()
+            if self.config.weighting == "samples" and torch.is_grad_enabled():
+                self.averager.add_samples(samples_in(inputs))
             if self._active and not self.averager.running:
                 self.averager.raise_if_failed()
                 self.averager.start()

@@ -8,6 +8,12 @@ collectives of the bucket worker. The loop ends after the first round in which e
 its stop flag (:meth:`AsyncModelAverager.abort`), so ranks that train different numbers of steps
 still agree on when to stop; a rank that has asked to stop keeps joining rounds until then.
 
+With ``weighting="samples"`` each round first allreduces (SUM, float64) the samples ``s_r`` each rank trained on
+since its previous round's snapshot (:meth:`AsyncModelAverager.add_samples`), and every rank allreduces its
+snapshot times ``w_r = n * s_r / sum s`` (in the weights' dtype; 1 when no rank trained), so the update is
+``x += sum_r s_r x_r / sum_r s_r - snapshot``; with equal ``s_r`` every ``w_r`` is exactly 1 and the round is the
+equal-weight one, bit for bit.
+
 If the training thread holds the weight lock when a round finishes, the round's update waits in
 ``pending`` and whichever thread next holds the lock applies it (``apply_pending``), exactly once.
 
@@ -83,7 +89,7 @@ class AsyncModelAverager:
     """The background averaging loop over ``buckets`` of weights (effective tensor = the weight)."""
 
     def __init__(self, buckets: list[BaguaBucket], comm: BaguaCommunicator, sync_interval_ms: int,
-                 step_bound: bool = False) -> None:
+                 step_bound: bool = False, weighting: str = "equal") -> None:
         self.step_bound = step_bound
         """Fault-tolerant mode (:meth:`stop_for_step`): each round first agrees on the stop flag, and any rank's
         flag stops every rank's loop after that round, with no averaging in it; a round whose collectives
@@ -104,6 +110,30 @@ class AsyncModelAverager:
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self.rounds = 0
+        self.weighting = weighting
+        """"equal", or "samples": each round weights a rank's snapshot by its samples since the last one."""
+        self._samples = 0
+        self._samples_lock = threading.Lock()
+        self.last_weight: float | None = None
+        """This rank's ``w_r`` in the last weighted round."""
+
+    def add_samples(self, samples: int) -> None:
+        """The training thread trained on ``samples`` more samples (counted into the next round's weight)."""
+        with self._samples_lock:
+            self._samples += samples
+
+    def _round_weight(self) -> float:
+        """``weighting="samples"``: this rank's ``w_r = n * s_r / sum s`` for the round (one allreduce, float64);
+        the samples counted so far go into it and the count starts again."""
+        with self._samples_lock:
+            mine, self._samples = self._samples, 0
+        counts = torch.tensor([float(mine)], dtype=torch.float64)
+        allreduce_inplace(counts, op=ReduceOp.SUM, comm=self.comm)
+        self._check_group()
+        total = float(counts.item())
+        weight = self.nranks * mine / total if total > 0 else 1.0
+        self.last_weight = weight
+        return weight
 
     @property
     def running(self) -> bool:
@@ -221,8 +251,9 @@ class AsyncModelAverager:
                 if flag.item() >= 1:
                     self.rounds += 1
                     return True
+            weight = self._round_weight() if self.weighting == "samples" else 1.0
             snapshots = [bucket.flattened_tensor() for bucket in self.buckets]  # copies
-            reduced = [s.clone() for s in snapshots]
+            reduced = [s.clone() if weight == 1.0 else s.mul(weight) for s in snapshots]
             for tensor in reduced:
                 allreduce_inplace(tensor, op=ReduceOp.SUM, comm=self.comm)
             if not self.step_bound:

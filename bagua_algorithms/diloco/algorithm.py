@@ -5,6 +5,11 @@ nothing. Then the pseudo-gradient ``delta = x_start - x_local`` is averaged over
 optimizer (SGD, Nesterov momentum; lr 0.7, momentum 0.9) steps ``x_start`` with it; every rank continues
 from the new ``x_start``. The inner optimizers keep their state across rounds.
 
+Rounds bounded in time (``round_seconds``, :mod:`.timed`): a replica ends its round at the inner step whose end
+is nearest ``round_seconds`` of training since the round's first forward, so a fast replica takes more inner
+steps than a slow one and none waits for another beyond about a step, and the merge weights each replica's
+pseudo-gradient by the samples it trained on in the round: ``sum_r n_r * delta_r / sum_r n_r``.
+
 Streaming (``streaming=True``): the parameters are cut into ``fragments`` (:mod:`.fragments`) that are
 synchronised on staggered schedules, H steps apart each; a fragment's exchange stays in flight during
 the next ``overlap_steps`` inner steps and its outer result is then mixed in,
@@ -21,6 +26,7 @@ what is in flight and each rank's local parameters and inner optimizer state: re
 Example::
 
     >>> model = model.with_bagua([adamw], {"name": "diloco", "inner_steps": 50})
+    >>> model = model.with_bagua([adamw], {"name": "diloco", "round_seconds": 20.0})
     >>> model = model.with_bagua([adamw], {"name": "diloco", "streaming": True, "compression": "MinMaxUInt4"})
 """
 
@@ -35,6 +41,7 @@ from bagua_algorithms.diloco.config import DiLoCoConfig
 from bagua_algorithms.diloco.exchange import FragmentExchange
 from bagua_algorithms.diloco.fragments import Schedule, gather_flat, scatter_flat, split_fragments
 from bagua_algorithms.diloco.state import restore, state_of
+from bagua_algorithms.diloco.timed import RoundProgress, agree_to_end, replica_weights
 from bagua_core.api import (
     Algorithm,
     AlgorithmImpl,
@@ -43,6 +50,7 @@ from bagua_core.api import (
     CentralizedSynchronousOp,
     FaultTolerance,
     local_shard,
+    shard_group,
 )
 from bagua_core.codecs import get_codec
 
@@ -57,6 +65,7 @@ class RoundOptions(Protocol):
     inner_steps: int
     warmup_steps: int
     mixing: float
+    round_seconds: float | None
 
     @property
     def fragment_count(self) -> int: ...
@@ -92,6 +101,12 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         """fragment -> the inner step after which its exchange is merged."""
         self.landed: dict[int, torch.Tensor] = {}
         """fragment -> its averaged outer gradient, already received (across a checkpoint)."""
+        self.timed = RoundProgress(config.round_seconds) if config.round_seconds is not None else None
+        """Rounds bounded in time (:mod:`.timed`): this replica's progress in the round; None: rounds of H steps."""
+        self.shard_peers: Any = None
+        """The ranks sharding the model with this one (they agree on when a timed round ends), or None."""
+        self.last_weights: list[float] | None = None
+        """The weights of the last timed merge, in group order (``w_r = R * n_r / N``)."""
 
     # --- phases ------------------------------------------------------------------------------------
     def train_step(self) -> int:
@@ -135,6 +150,7 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
                        for f in self.fragments]  # fp32, on the parameters' device
         self.exchanges = [self._new_exchange(f, s) for f, s in zip(self.fragments, self.starts)]
         self.outer = self._new_outer(self.starts)
+        self.shard_peers = shard_group(bagua_module)
 
     # --- what an algorithm built on this round (sparseloco) replaces ------------------------------------------
     def _new_exchange(self, fragment: list[torch.Tensor], start: torch.Tensor) -> FragmentExchange:
@@ -151,6 +167,8 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
     def init_forward_pre_hook(self, bagua_module: torch.nn.Module) -> Callable[[Any], None]:
         def hook(inputs: Any) -> None:
             self._run_events(self.inner_step() - 1)  # a step whose optimizer did not run (GradScaler)
+            if self.timed is not None and self._inner_phase:
+                self.timed.on_forward(inputs, torch.is_grad_enabled())
 
         return hook
 
@@ -163,6 +181,11 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
     def _run_events(self, through: int) -> None:
         if not self._inner_phase:
             return
+        if self.timed is not None:
+            for step in range(self.done_through + 1, through + 1):
+                self._end_of_timed_step(step)
+                self.done_through = step
+            return
         overlap = self.schedule.overlap
         for step in range(self.done_through + 1, through + 1):
             for fragment in self.schedule.merges_at(step) if overlap else ():
@@ -173,10 +196,23 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
                     self._merge(fragment)
             self.done_through = step
 
-    def _send(self, fragment: int, merge_step: int) -> None:
+    def _end_of_timed_step(self, step: int) -> None:
+        """Rounds bounded in time: end the round after this inner step when this replica's clock says so (agreed
+        by the ranks that must step together), merging with weights by samples (:mod:`.timed`)."""
+        device = self.starts[0].device
+        between = self.group if self.fault_tolerant and self.nranks > 1 else None
+        if not agree_to_end(self.timed.after_step(), between, self.shard_peers, device):
+            return
+        weights, own = replica_weights(self.timed.contribution(), self.group, self.nranks, self.shard_peers, device)
+        self.last_weights = weights
+        self._send(0, step, weights, own)
+        self._merge(0)
+        self.timed.restart()
+
+    def _send(self, fragment: int, merge_step: int, weights: list[float] | None = None, own: float = 1.0) -> None:
         delta = gather_flat(self.fragments[fragment], torch.empty_like(self.starts[fragment]))
         torch.sub(self.starts[fragment], delta, out=delta)
-        self.exchanges[fragment].start(delta)
+        self.exchanges[fragment].start(delta, weights, own)
         self.pending[fragment] = merge_step
 
     def _merge(self, fragment: int) -> None:
@@ -222,5 +258,6 @@ class DiLoCoAlgorithm(Algorithm):
                                 supports_sharding=True,
                                 fault_tolerance=FaultTolerance(
                                     heals=("weights", "optimizer", "algorithm_state", "step"), commit="after_step",
-                                    rederives=("averaging denominator",), per_replica_state=("residuals",)))
+                                    rederives=("averaging denominator",),
+                                    per_replica_state=("residuals", "round_samples")))
     """Pseudo-gradients of the weights every ``inner_steps`` steps: ~1/H of allreduce's bytes."""

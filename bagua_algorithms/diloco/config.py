@@ -4,15 +4,27 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, StrictInt, ValidationInfo, field_validator
+from pydantic import Field, StrictInt, ValidationInfo, field_validator, model_validator
 
 from bagua_core.api import AlgorithmConfig
 from bagua_core.codecs import check_codec_name
 
-__all__ = ["DiLoCoConfig", "STREAMING_FRAGMENTS", "STREAMING_OVERLAP_STEPS"]
+__all__ = ["DiLoCoConfig", "STREAMING_FRAGMENTS", "STREAMING_OVERLAP_STEPS", "check_round_seconds"]
 
 STREAMING_FRAGMENTS = 4
 STREAMING_OVERLAP_STEPS = 1
+
+
+def check_round_seconds(config: AlgorithmConfig, streaming: bool = False) -> None:
+    """A config with ``round_seconds`` set bounds its rounds in time only (``inner_steps`` is not read): raise when
+    ``inner_steps`` is given another value than its default too, or with ``streaming`` (a config built on diloco's
+    round, sparseloco's, calls it as well). (Its default is accepted: a config rebuilt from its dump has them all.)"""
+    if streaming:
+        raise ValueError("round_seconds is not available with streaming=true (streaming's fragments are "
+                         "synchronised on staggered step schedules): leave one of them out")
+    if config.inner_steps != type(config).model_fields["inner_steps"].default:
+        raise ValueError(f"round_seconds ({config.round_seconds:g}) and inner_steps ({config.inner_steps}) both bound "
+                         f"a round, in seconds and in steps: give one of them")
 
 
 class DiLoCoConfig(AlgorithmConfig):
@@ -43,6 +55,11 @@ class DiLoCoConfig(AlgorithmConfig):
     """Codec of the outer gradients (``bagua plugins`` lists them, e.g. "MinMaxUInt4"); None: fp32."""
     error_feedback: bool = True
     """With ``compression``: add what the codec dropped to the next outer gradient of that fragment."""
+    round_seconds: float | None = Field(None, gt=0)
+    """Rounds bounded in time instead of ``inner_steps``: each replica ends its round at the inner step whose end
+    is nearest this many seconds of training since the round's first forward (at least one step), so no replica
+    waits for a slower one, and the merge weights each pseudo-gradient by the samples behind it
+    (docs/algorithms.md). Not with streaming; None: rounds of ``inner_steps`` steps."""
 
     @field_validator("compression")
     @classmethod
@@ -60,6 +77,12 @@ class DiLoCoConfig(AlgorithmConfig):
                 raise ValueError(f"overlap_steps ({overlap}) must be smaller than inner_steps ({info.data['inner_steps']}): "
                                  "a fragment's exchange must land before its next one starts")
         return value
+
+    @model_validator(mode="after")
+    def _one_round_bound(self) -> DiLoCoConfig:
+        if self.round_seconds is not None:
+            check_round_seconds(self, streaming=self.streaming)
+        return self
 
     @property
     def fragment_count(self) -> int:

@@ -7,6 +7,13 @@ dropped (``residual -= decode(encoded)``), the encoded bytes (the same size on e
 every rank decodes the n buffers and averages them in fp32 in rank order (``decode_average``), so every rank gets
 the same bits. The codec is a registered ``Codec`` or any object with its ``encode``/``decode``/``decode_average``
 calls (:class:`FragmentCodec`: sparseloco's chunk-wise top-k).
+
+Weighted (``start(delta, weights, own_weight)``: rounds bounded in time, ``bagua_algorithms.diloco.timed``): the
+result is ``sum_k w_k * D_k / n`` over the ranks k in group order, ``D_k`` what rank k sent (its delta, or its
+message decoded). Uncompressed, each rank multiplies its delta by its own weight (fp32) before the allreduce; with a
+codec, every rank decodes the n messages and adds each times its weight in rank order into zeros (fp32), then
+divides by n. A rank whose weight is 0 sends zeros and leaves its residual as it was. When every weight is 1 the
+exchange is the unweighted one, bit for bit.
 Messages go over a torch process group of the algorithm's own, issued by the training thread in the same
 order on every rank, so they never interleave with other collectives.
 
@@ -20,6 +27,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import torch
@@ -58,13 +66,26 @@ class FragmentExchange:
         self.sent: torch.Tensor | None = None
         """What this rank sent in the exchange in flight (fp32 delta, or the codec's bytes): fault-tolerant
         mode keeps it in the step's copy instead of waiting for the exchange, and :meth:`resend` repeats it."""
+        self.weights: list[float] | None = None
+        """Every rank's weight in the exchange in flight, in group order (None: all 1)."""
 
-    def start(self, delta: torch.Tensor) -> None:
-        """Launch the averaging of the fp32 ``delta`` (``numel`` elements); ``delta`` may be reused after."""
+    def start(self, delta: torch.Tensor, weights: Sequence[float] | None = None, own_weight: float = 1.0) -> None:
+        """Launch the averaging of the fp32 ``delta`` (``numel`` elements); ``delta`` may be reused after.
+        ``weights``: every rank's weight in group order (module doc), ``own_weight`` this rank's among them."""
         if self.in_flight:
             raise RuntimeError("the previous exchange of this fragment has not been waited for")
+        weighted = weights is not None and any(w != 1.0 for w in weights)
+        if weighted and own_weight == 0.0:  # nothing of this rank's counts: zeros, and the residual is kept
+            delta = torch.zeros_like(delta)
         if self.codec is None:
-            self._launch(delta.clone())
+            payload = delta.clone()
+            if weighted and own_weight not in (0.0, 1.0):
+                payload.mul_(own_weight)
+            self._launch(payload)
+            return
+        self.weights = list(weights) if weighted else None
+        if weighted and own_weight == 0.0:
+            self._launch(self.codec.encode(delta))
             return
         payload = delta
         if self.residual is not None:
@@ -86,7 +107,7 @@ class FragmentExchange:
         """Forget the exchange in flight without waiting for it (its group failed or is being replaced)."""
         if self._work is not None:  # the forgotten operation may still write into its buffer: take a new one
             self.average = torch.zeros_like(self.average)
-        self._work, self._gathered, self.sent, self.in_flight = None, None, None, False
+        self._work, self._gathered, self.sent, self.in_flight, self.weights = None, None, None, False, None
 
     def _launch(self, sent: torch.Tensor) -> None:
         self.in_flight, self.sent = True, sent
@@ -112,8 +133,20 @@ class FragmentExchange:
             self._work = None
         if self.codec is None:
             self.average.div_(self.nranks)
-        else:
+        elif self.weights is None:
             self.codec.decode_average(self._gathered, self.nranks, self.average)
-            self._gathered = None
-        self.in_flight, self.sent = False, None
+        else:
+            self._decode_weighted(self.weights)
+        self._gathered = None
+        self.in_flight, self.sent, self.weights = False, None, None
         return self.average
+
+    def _decode_weighted(self, weights: list[float]) -> None:
+        """``average`` = the sum over ranks, in order, of ``weights[k]`` times rank k's decoded message, over n."""
+        size = self._gathered.numel() // self.nranks
+        decoded = torch.empty_like(self.average)
+        self.average.zero_()
+        for k, weight in enumerate(weights):
+            self.codec.decode(self._gathered[k * size : (k + 1) * size], 1, decoded)
+            self.average.add_(decoded, alpha=weight)
+        self.average.div_(self.nranks)

@@ -7,7 +7,9 @@ the outer gradients received or in flight (waited for here, merged at their step
 restart; in fault-tolerant mode not waited for: what this rank sent is kept and sent again on restore),
 the schedule position (train step, last inner step whose events ran), this rank's local
 parameters and its inner optimizers (the dense checkpoint file holds rank 0's only). Restored, a run
-continues exactly as if it had not stopped.
+continues exactly as if it had not stopped. Rounds bounded in time add the round's progress (``round``: its
+steps, the training seconds since it began, the rounds merged) and this replica's samples in it
+(``round_samples``, its own: a joiner does not take them); a resumed round goes on from the seconds it had.
 
 Example::
 
@@ -23,6 +25,7 @@ from typing import Any, Protocol
 import torch
 
 from bagua_algorithms.diloco.exchange import FragmentExchange
+from bagua_algorithms.diloco.timed import RoundProgress
 from bagua_core.api import load_optimizer_state, local_shard
 
 __all__ = ["DiLoCoRankState", "state_of", "restore"]
@@ -43,6 +46,7 @@ class DiLoCoRankState(Protocol):
     exchanges: list[FragmentExchange]
     pending: dict[int, int]
     landed: dict[int, torch.Tensor]
+    timed: RoundProgress | None
 
     def train_step(self) -> int: ...
 
@@ -77,6 +81,8 @@ def state_of(impl: DiLoCoRankState, wait: bool = True) -> dict[str, Any]:
              "inner_optimizers": [optimizer.state_dict() for optimizer in module.bagua_optimizers]}
     if sent:
         state["sent"] = sent
+    if impl.timed is not None:
+        state["round"], state["round_samples"] = impl.timed.shared_state(), impl.timed.own_state()
     return state
 
 
@@ -101,6 +107,8 @@ def restore(impl: DiLoCoRankState, state: dict[str, Any]) -> None:
         if residual is not None:
             exchange.residual = residual.clone()
     impl.done_through = int(state["done_through"])
+    if impl.timed is not None and "round" in state:  # (a heal leaves round_samples out: the joiner's own)
+        impl.timed.load(state["round"], state.get("round_samples"))
     impl.pending = {int(f): int(step) for f, step in state["pending"]}
     impl.landed = {int(f): t.clone() for f, t in state["landed"]}
     resent = {int(f): payload for f, payload in state.get("sent", [])}

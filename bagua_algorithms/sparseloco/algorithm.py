@@ -70,6 +70,7 @@ class SparseLoCoAlgorithm(Algorithm):
                                 supports_sharding=True,
                                 fault_tolerance=FaultTolerance(
                                     heals=("weights", "optimizer", "algorithm_state", "step"), commit="after_step",
-                                    rederives=("averaging denominator",), per_replica_state=("residuals",)))
+                                    rederives=("averaging denominator",),
+                                    per_replica_state=("residuals", "round_samples")))
     """Every ``inner_steps`` steps a message of ``(topk * (bits / 8 + 2) + 6) / (4 * chunk_size)`` of the fp32
     weights' bytes for tensors of whole chunks (1/109 at the defaults)."""

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, StrictInt, ValidationInfo, field_validator
+from pydantic import Field, StrictInt, ValidationInfo, field_validator, model_validator
 
+from bagua_algorithms.diloco.config import check_round_seconds
 from bagua_core.api import AlgorithmConfig
 
 __all__ = ["SparseLoCoConfig", "MAX_CHUNK_SIZE"]
@@ -36,6 +37,10 @@ class SparseLoCoConfig(AlgorithmConfig):
     bits: Literal[2, 4, 8, 32] = 2
     """Bits per value sent: 2, 4 or 8 (one sign bit, the rest a level between the chunk's smallest and largest
     ``|e|`` sent; docs/algorithms.md states the quantiser), or 32: the fp32 values, exact."""
+    round_seconds: float | None = Field(None, gt=0)
+    """Rounds bounded in time instead of ``inner_steps`` (diloco's ``round_seconds``): no replica waits for a slower
+    one, and ``theta_global -= alpha * sum_r n_r * sent_r / sum_r n_r`` weights what each replica sent by the
+    samples behind it (docs/algorithms.md). None: rounds of ``inner_steps`` steps."""
 
     @field_validator("topk")
     @classmethod
@@ -45,6 +50,12 @@ class SparseLoCoConfig(AlgorithmConfig):
             raise ValueError(f"topk ({value}) must be at most chunk_size ({chunk_size}): a chunk has no more entries "
                              f"to send")
         return value
+
+    @model_validator(mode="after")
+    def _one_round_bound(self) -> SparseLoCoConfig:
+        if self.round_seconds is not None:
+            check_round_seconds(self)
+        return self
 
     # --- what diloco's round reads and sparseloco fixes (bagua_algorithms.diloco.algorithm.RoundOptions) ----
     @property

@@ -36,7 +36,7 @@ from bagua_core.lifecycle.shard_layout import ShardLayout
 from bagua_core.lifecycle.state import get_state
 
 __all__ = ["ImplHooks", "ModuleState", "StepTuner", "is_wrapped", "params_and_buffers_to_ignore", "set_gradient_sync",
-           "state_of", "switch_algorithm"]
+           "shard_group", "state_of", "switch_algorithm"]
 
 
 class StepTuner(Protocol):
@@ -165,6 +165,24 @@ def switch_algorithm(module: torch.nn.Module, *, impl: AlgorithmImpl | None = No
 def is_wrapped(module: torch.nn.Module) -> bool:
     """Whether ``module`` is wrapped by ``with_bagua`` (and not shut down since)."""
     return state_of(module) is not None
+
+
+def shard_group(module: torch.nn.Module) -> Any:
+    """The torch process group of the ranks that hold the wrapped ``module`` together with this rank, sharded with
+    FSDP2 (the node's mesh: they run the same forwards and backwards, so whatever decides how many a rank runs
+    must be agreed over this group); None for a model that is not sharded, or sharded over this rank alone.
+
+    Example::
+
+        >>> group = shard_group(model)
+        >>> if group is not None:
+        ...     torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX, group=group)
+    """
+    state = state_of(module)
+    if state is None:
+        raise RuntimeError(f"{type(module).__name__} is not wrapped (call with_bagua first)")
+    layout = state.shard
+    return layout.shard_group if layout is not None and layout.count > 1 else None
 
 
 def set_gradient_sync(module: torch.nn.Module, enabled: bool) -> None:

@@ -12,9 +12,10 @@ __all__ = ["AsyncModelAverageAlgorithm", "AsyncModelAverageAlgorithmImpl"]
 
 class AsyncModelAverageAlgorithmImpl(LegacyBuckets, _Impl):
     def __init__(self, process_group, peer_selection_mode: str = "all", sync_interval_ms: int = 500,
-                 warmup_steps: int = 0) -> None:
+                 warmup_steps: int = 0, weighting: str = "equal") -> None:
         super().__init__(process_group, AsyncModelAverageConfig(
-            peer_selection_mode=peer_selection_mode, sync_interval_ms=sync_interval_ms, warmup_steps=warmup_steps))
+            peer_selection_mode=peer_selection_mode, sync_interval_ms=sync_interval_ms, warmup_steps=warmup_steps,
+            weighting=weighting))
 
 
 class AsyncModelAverageAlgorithm(_Algorithm):
