@@ -217,11 +217,16 @@ def test_every_named_script_is_launched() -> None:
         if block.lang in ("python", "py") and block.name and block.marker != "not run":
             later = [b for b in BLOCKS if b.document == block.document and b.line > block.line
                      and b.marker != "not run"]
-            launched = any(re.search(rf"(?<![\w.-]){re.escape(block.name)}\b", b.code) for b in later
+            parts = block.name.removesuffix(".py").split("/")
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            # run from a directory above it (``cd pkg && python script.py``) or imported by a dotted path
+            paths = ["/".join(block.name.split("/")[i:]) for i in range(block.name.count("/") + 1)]
+            modules = [".".join(parts[i:]) for i in range(len(parts)) if all(p.isidentifier() for p in parts[i:])]
+            launched = any(re.search(rf"(?<![\w./-]){re.escape(path)}\b", b.code) for b in later for path in paths
                            if b.runs in ("bash", "console"))
-            module = block.name.split("/")[0].removesuffix(".py")
             imported = any(re.search(rf"^\s*(import|from)\s+{re.escape(module)}\b", b.code, flags=re.M)
-                           for b in later if b.lang in ("python", "py"))
+                           for b in later if b.lang in ("python", "py") for module in modules)
             if not (launched or imported):
                 problems.append(f"{block}: the script {block.name} is written but no block after it runs or imports it")
     assert not problems, "\n".join(problems)

@@ -84,6 +84,9 @@ def _app(out_dir: str, names: list[str]) -> None:
                 seen["impl"] = getattr(trainer.strategy.model, "bagua_algorithm", None)
                 seen["wrapper"] = trainer.strategy.model
 
+            def on_train_end(self, trainer, pl_module):  # before the strategy's teardown unwraps the module
+                seen["steps"] = getattr(trainer.strategy.model, "bagua_train_step_counter", None)
+
         trainer = pl.Trainer(strategy=strategy, accelerator="cpu", devices=2, max_steps=STEPS, logger=False,
                              enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                              callbacks=[Spy()], val_check_interval=3, limit_val_batches=2, **trainer_options)
@@ -108,7 +111,7 @@ def _app(out_dir: str, names: list[str]) -> None:
             "hooks_removed": state_of(seen["wrapper"]) is None,
             "async_running_after_fit": bool(averager is not None and averager.running),
             "unwrapped": trainer.strategy.model is model,
-            "bagua_steps": getattr(seen["wrapper"], "bagua_train_step_counter", None),  # validation not counted
+            "bagua_steps": seen["steps"],  # validation not counted
             "val_loss": float(trainer.callback_metrics["val_loss"]),
             "bagua_bytes": stats.total_bytes() - bytes_before,
         }
