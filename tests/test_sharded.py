@@ -18,13 +18,18 @@ class Blocks(torch.nn.Module):
     def __init__(self, width: int = 16, depth: int = 3) -> None:
         super().__init__()
         torch.manual_seed(0)
+        # a parameter of the root's own, registered first: FSDP2 orders the root unit's parameters after its
+        # children's (module.parameters() puts it first), as a language model's position embedding is
+        self.offset = torch.nn.Parameter(torch.randn(width) * 0.1)
         self.blocks = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(depth))
         self.head = torch.nn.Linear(width, 4)
+        self.norm = torch.nn.LayerNorm(4)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.offset
         for block in self.blocks:
             x = torch.relu(block(x))
-        return self.head(x)
+        return self.norm(self.head(x))
 
 
 def _shard(model: torch.nn.Module, mesh) -> torch.nn.Module:

@@ -107,19 +107,38 @@ def check_model(module: torch.nn.Module) -> tuple[tuple[Unit, ...], tuple[int, .
             f"the mesh crosses nodes: ranks {list(ranks)} share one shard group but are on nodes "
             f"{sorted({node_of[r] for r in ranks})}; shard inside a node (bagua.node_mesh(): the node's ranks) and "
             f"let bagua run between the nodes")
-    owner: dict[int, Any] = {}
-    order: list[Any] = []
-    for sub in module.modules():
-        if isinstance(sub, FSDPModule):
-            order.append(sub)
-            for param in sub.parameters():
-                owner[id(param)] = sub  # modules() is pre-order: the innermost FSDP module wins
+    order = [sub for sub in module.modules() if isinstance(sub, FSDPModule)]
     units = []
     for sub in reversed(order):
-        params = tuple(p for p in sub.parameters() if owner[id(p)] is sub)
+        params = _unit_params(sub, FSDPModule)
         if params:
             units.append(Unit(sub, params, tuple(_slot(p, len(ranks)) for p in params)))
     return tuple(units), ranks, mesh.get_group()
+
+
+def _unit_params(unit: torch.nn.Module, fsdp_module: type) -> tuple[torch.nn.Parameter, ...]:
+    """The parameters ``fully_shard(unit)`` manages, in the order of its reduce-scatter output: its modules in
+    post-order (each module's children before it, so a parameter of the unit's own module comes after its
+    children's, where ``unit.parameters()`` puts it first), not entering a nested ``fully_shard``-ed module,
+    each module's own parameters in registration order, a shared parameter where it is first met."""
+    modules: list[torch.nn.Module] = []
+    visited: set[int] = set()
+
+    def visit(module: torch.nn.Module) -> None:
+        if module is not unit and isinstance(module, fsdp_module):
+            return  # a unit of its own
+        visited.add(id(module))
+        for child in module.children():
+            if id(child) not in visited:
+                visit(child)
+        modules.append(module)
+
+    visit(unit)
+    params: dict[int, torch.nn.Parameter] = {}
+    for module in modules:
+        for param in module.parameters(recurse=False):
+            params.setdefault(id(param), param)
+    return tuple(params.values())
 
 
 def make_layout(units: tuple[Unit, ...], ranks: tuple[int, ...], shard_group: Any,
