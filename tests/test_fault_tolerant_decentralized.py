@@ -18,15 +18,6 @@ from tests.test_fault_tolerant_matrix import ALGORITHMS, GAP_S, START_S, _check_
 CASES = ["decentralized_shift_one", "low_precision_decentralized", "decentralized_dp_ring"]
 
 
-@pytest.fixture
-def job(tmp_path):
-    job = Job(tmp_path)
-    try:
-        yield job
-    finally:
-        job.close()
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(400, func_only=True)
 @pytest.mark.parametrize("algorithm", CASES)

@@ -79,15 +79,6 @@ def _args(name: str, different: bool = False) -> list[str]:
     return ["--algorithm", json.dumps({**options, **changed} if different else options)]
 
 
-@pytest.fixture
-def job(tmp_path):
-    job = Job(tmp_path)
-    try:
-        yield job
-    finally:
-        job.close()
-
-
 def _check_healthy(job: Job, name: str) -> list[dict]:
     records = job.records(name)
     assert len({r["pid"] for r in records}) == 1, f"healthy replica {name!r} was restarted"

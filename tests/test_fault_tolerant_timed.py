@@ -16,15 +16,6 @@ from tests.test_fault_tolerant_matrix import GAP_S, START_S, _check_healthy, _pi
 ALGORITHM = ["--algorithm", json.dumps({"name": "diloco", "round_seconds": 0.5})]
 
 
-@pytest.fixture
-def job(tmp_path):
-    job = Job(tmp_path)
-    try:
-        yield job
-    finally:
-        job.close()
-
-
 def _merges(records: list[dict]) -> list[dict]:
     """The committed records of the steps that ended a round (the rounds merged went up)."""
     merges, before = [], None
