@@ -32,6 +32,7 @@ import contextlib
 import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -180,7 +181,8 @@ def train_method(method: str, corpus, args: argparse.Namespace, mesh: Any = None
         before = read_counter(args.iface)
         model.eval()
         # alone: each host's own model; the others: the average of the ranks' weights (what the job holds)
-        with torch.no_grad(), contextlib.nullcontext() if name == ALONE else averaged_weights(model, group):
+        with torch.no_grad(), contextlib.nullcontext() if name == ALONE else averaged_weights(
+                model, group, via=Path(args.out).parent):
             loss = float(lm_loss(model, val_x, val_y))
         model.train()
         if isinstance(model, FSDPModule):  # the evaluation left the root unsharded, holding averaged weights
