@@ -16,7 +16,9 @@ and the validation loss when the budget is spent: ``results/lm.md``, ``.json``, 
 median and the spread). ``--limit-network NET`` runs the baseline (DDP, or HSDP) on NET too, for its samples
 to the target where the networks of the run are too slow for it to get there. ``--slow-host I:F`` runs
 host I (from 0) at F of its speed (:mod:`benchmarks.slow_host` says how), each method beside its run at
-equal speeds with the same pinning (``results/lm_slow_host.*``).
+equal speeds with the same pinning (``results/lm_slow_host.*``). ``--eval-after-merges`` evaluates
+``diloco`` and ``sparseloco`` right after their merges, as their rounds bounded in time always are
+(:mod:`benchmarks.lm_worker`).
 """
 
 from __future__ import annotations
@@ -91,6 +93,8 @@ def run_network(network: str, methods: list[str], args: argparse.Namespace, seed
                                "--ranks-per-host", str(args.ranks_per_host), "--seed", str(seed)]
                 if slow is not None:
                     worker_args += ["--slow-host", f"{slow.host}:{slow.fraction}"]
+                if args.eval_after_merges:
+                    worker_args.append("--eval-after-merges")
                 error = None
                 try:
                     launch("benchmarks.lm_worker", worker_args, args.world_size, hosts=hosts,
@@ -146,6 +150,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--slow-host", default="",
                         help="I:F: host I (from 0) at F of its speed (e.g. 1:0.5), beside a run at equal speeds "
                              "(benchmarks/slow_host.py); results/lm_slow_host.*")
+    parser.add_argument("--eval-after-merges", action="store_true",
+                        help="evaluate diloco and sparseloco with rounds of inner steps right after their merges (the "
+                             "global weights, as the timed rounds always are), not mid-round (the average of the "
+                             "local weights)")
     parser.add_argument("--name", default="", help="results file stem (default lm, lm_sharded, lm_slow_host, ...)")
     parser.add_argument("--variants", default="{}",
                         help='JSON: more methods to run, {"label": ["algorithm, ddp baseline or peer", {options}]}')

@@ -3,8 +3,8 @@ evaluation sees) and the bytes a rank holds.
 
 Example::
 
-    >>> with averaged_weights(model):           # collective: every rank enters
-    ...     loss = evaluate(model)
+    >>> with averaged_weights(model) as averaged:    # collective: every rank enters
+    ...     loss = evaluate(model)                   # averaged: False where every rank held the same weights
     >>> held_bytes(model, optimizer)            # parameters + gradients + optimizer state of this rank
 """
 
@@ -32,10 +32,11 @@ _rounds = itertools.count()
 
 
 @contextlib.contextmanager
-def averaged_weights(model: torch.nn.Module, group: Any = None, via: Path | None = None) -> Iterator[None]:
+def averaged_weights(model: torch.nn.Module, group: Any = None, via: Path | None = None) -> Iterator[bool]:
     """Inside the block the model holds the average of the ranks' weights (what the job has trained;
     local weights differ between synchronisations for decentralized methods and DiLoCo); a checksum
     skips the averaging where every rank holds the same weights. The local weights come back after.
+    It yields whether it averaged (False: the ranks' weights were equal, as right after a DiLoCo merge).
     A sharded model: each rank's shards, averaged over ``group`` (the ranks holding the same shard).
 
     ``via``: a folder every rank can read (the ranks are processes of one machine): the weights travel
@@ -49,7 +50,7 @@ def averaged_weights(model: torch.nn.Module, group: Any = None, via: Path | None
     everyone = [torch.empty_like(checksum) for _ in range(size)]
     dist.all_gather(everyone, checksum, group=group)
     if all(torch.equal(everyone[0], other) for other in everyone):
-        yield
+        yield False
         return
     saved = [p.detach().clone() for p in params]
     average = torch.cat([p.reshape(-1).float() for p in saved])
@@ -63,7 +64,7 @@ def averaged_weights(model: torch.nn.Module, group: Any = None, via: Path | None
         p.copy_(average[at : at + p.numel()].view_as(p))
         at += p.numel()
     try:
-        yield
+        yield True
     finally:
         for p, value in zip(params, saved):
             p.copy_(value)

@@ -72,7 +72,7 @@ def _limit_line(group: Sequence[dict], baseline: str) -> str:
                 "network of the run, and `alone` under these conditions).")
     alone = next(r for r in group if r["method"] == "alone")
     return (f"Zero-communication limit: {baseline}'s {first['baseline_samples']:.0f} samples to the target over the "
-            f"hosts' {alone['samples_per_s']:.1f} samples/s training alone = {first['limit_s']:.0f} s; a share above "
+            f"hosts' {alone['hosts_samples_per_s']:.1f} samples/s training alone = {first['limit_s']:.0f} s; a share above "
             "1 beats it (fewer samples to the target than synchronous training).")
 
 
@@ -124,6 +124,20 @@ def _emulated(group: Sequence[dict], slow: tuple) -> str:
             f"of the other hosts' samples/s (asked: {slow[1]:g}).")
 
 
+def _evaluated(group: Sequence[dict]) -> str:
+    """Which rows were evaluated where (:mod:`benchmarks.lm_worker`): after merges (the global weights), at step
+    counts or clock times (the average of the ranks' weights; alone: each host's own)."""
+    where: dict[str, list[str]] = {}
+    for r in group:
+        if "curve" in r and r.get("evaluated"):
+            methods = where.setdefault(r["evaluated"], [])
+            if r["method"] not in methods:
+                methods.append(r["method"])
+    if not where:
+        return ""
+    return "Evaluated " + "; ".join(f"{point}: {', '.join(methods)}" for point, methods in where.items()) + "."
+
+
 def _side_by_side(equal: Sequence[dict], slow: Sequence[dict], target: float) -> list[str]:
     label = next(r["pace"].split(":")[0] for r in slow if r.get("pace"))
     lines = [f"| method | equal speeds: samples/s | seconds to loss {target} | share of the limit | {label}: samples/s | "
@@ -161,9 +175,12 @@ def lm_markdown(rows: Sequence[dict], target: float, header: str = "", baseline:
                 pace = next((r["pace"] for r in other if r.get("pace")), "")
                 lines += ["", _title(first, network), "", f"Slow host: {pace}. {_emulated(other, condition[1])}", "",
                           _limit_line(group, baseline) + " The heterogeneous limit: the same samples over the "
-                          "hosts' summed throughput with the slow host.", ""] + _side_by_side(group, other, target)
+                          "hosts' summed throughput with the slow host. samples/s: the job's samples over the "
+                          "slowest rank's training clock.", _evaluated(group + other), ""] + \
+                    _side_by_side(group, other, target)
             continue
-        lines += ["", _title(first, network), "", _limit_line(group, baseline), ""]
+        lines += ["", _title(first, network), "", _limit_line(group, baseline)]
+        lines += [_evaluated(group), ""] if _evaluated(group) else [""]
         lines += _table(group, target, baseline, bool(first and first.get("sharded")))
     return "\n".join(lines) + "\n"
 

@@ -80,7 +80,8 @@ def _row(row: dict, target: float) -> dict:
     return {**row, "curve": curve, "seconds_to_target": crossing(curve, target, "seconds"),
             "steps_to_target": crossing(curve, target, "step"), "samples_to_target": crossing(curve, target, "samples"),
             "loss_at_budget": loss_at(curve, row["budget_s"]), "steps_per_s": last["step"] / max(last["seconds"], 1e-9),
-            "samples_per_s": sum(host_throughputs(row)), "mb_per_step": tx / max(row["steps"], 1) / 1e6}
+            "samples_per_s": last["samples"] / max(last["seconds"], 1e-9),
+            "hosts_samples_per_s": sum(host_throughputs(row)), "mb_per_step": tx / max(row["steps"], 1) / 1e6}
 
 
 def _median(values: Sequence[float | None]) -> float | None:
@@ -117,7 +118,8 @@ def _aggregate(runs: list[dict]) -> dict[str, Any]:
     out["reached"] = sum(s is not None for s in seconds)
     for key in ("steps_to_target", "samples_to_target"):
         out[key] = _median([r[key] for r in runs])
-    for key in ("loss_at_budget", "steps_per_s", "samples_per_s", "mb_per_step", "held_bytes_per_rank"):
+    for key in ("loss_at_budget", "steps_per_s", "samples_per_s", "hosts_samples_per_s", "mb_per_step",
+                "held_bytes_per_rank"):
         out[key] = statistics.median(r[key] for r in runs if r.get(key) is not None) if runs[0].get(key) is not None \
             else None
     losses = [r["loss_at_budget"] for r in runs]
@@ -146,7 +148,8 @@ def summarize(rows: Sequence[dict], target: float, baseline: str = "ddp") -> lis
         base_samples = _baseline_samples(measured, baseline, group[0]["world_size"])
         ddp = next((r for r in group if r["method"] == baseline), None)
         alone = next((r for r in group if r["method"] == "alone"), None)
-        limit = base_samples / alone["samples_per_s"] if base_samples and alone and alone["samples_per_s"] else None
+        limit = base_samples / alone["hosts_samples_per_s"] if base_samples and alone and alone["hosts_samples_per_s"] \
+            else None
         base_steps = base_samples / (ddp["world_size"] * ddp["batch_size"]) if ddp and base_samples else None
         for r in group:
             r["limit_s"], r["baseline_samples"] = limit, base_samples

@@ -23,6 +23,10 @@ curve point carries the samples every rank trained on (``samples``). ``diloco`` 
 bounded in time (``round_seconds``: :func:`merges_in_rounds`) also let a faster host take more steps, but their
 training thread joins a merge at every round's end: they evaluate right after agreed merges (every rank knows how
 many rounds were merged; an evaluation at a clock time could meet a rank waiting in a merge and deadlock).
+``--eval-after-merges`` evaluates ``diloco`` and ``sparseloco`` with rounds of inner steps right after their merges
+too (:func:`steps_per_round`): every row of a comparison then sees the global weights, what the job holds after a
+round, where by default those rows see the average of the local weights in the middle of a round (for sparseloco
+that includes what still waits in its error-feedback accumulator).
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from benchmarks.methods import finish, is_ddp, prepare
 from benchmarks.slow_host import Pace, SlowHost
 
 __all__ = ["LM_METHOD_OPTIONS", "LM_ROUND_SECONDS", "BASELINES", "SHARDED_BASELINES", "PEERS", "algorithm_of",
-           "steps_independently", "merges_in_rounds", "train_method", "main"]
+           "steps_independently", "merges_in_rounds", "steps_per_round", "train_method", "main"]
 
 LM_ROUND_SECONDS = 21.0
 """``round_seconds`` of the modes that do not wait for a slow host: about what diloco's 25 inner steps of the
@@ -112,6 +116,18 @@ def steps_independently(name: str, options: dict[str, Any] | None, sharded: bool
     return not sharded and (name == ALONE or (name == "async" and not (options or {}).get("warmup_steps", 0)))
 
 
+def steps_per_round(name: str, model: torch.nn.Module) -> tuple[int, int] | None:
+    """(inner steps H, warmup steps) of a method that merges every H steps after its warmup (``diloco`` and
+    ``sparseloco`` without streaming or ``round_seconds``: one merge after the inner steps H, 2H, ...), else None.
+    ``model``: prepared for ``name``."""
+    if name not in ("diloco", "sparseloco"):
+        return None
+    config = model.bagua_algorithm.config
+    if config.streaming or config.round_seconds is not None:
+        return None
+    return config.inner_steps, config.warmup_steps
+
+
 def _rounds_merged(model: torch.nn.Module) -> int:
     """Rounds bounded in time merged so far (the same on every rank after each merge)."""
     return model.bagua_algorithm.timed.rounds
@@ -171,19 +187,24 @@ def train_method(method: str, corpus, args: argparse.Namespace, mesh: Any = None
     group = mesh["replicate"].get_group() if mesh is not None else None
     independent = steps_independently(name, options, sharded=mesh is not None)
     in_rounds = merges_in_rounds(name, options)
+    # --eval-after-merges: rounds of H inner steps evaluated right after merges (steps counted from the warmup's end)
+    rounds = steps_per_round(name, model) if args.eval_after_merges else None
+    round_steps, offset = rounds if rounds is not None else (1, 0)
     held = None
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / WARMUP_STEPS))
     val_x, val_y = corpus.validation_windows(args.val_windows, seq_len)
 
     eval_tx = [0]  # bytes the evaluations' averaging sent: not training traffic
+    averaged = [0]  # evaluations whose ranks held different weights (0 after merges: the global weights)
 
     def evaluate() -> float:
         before = read_counter(args.iface)
         model.eval()
         # alone: each host's own model; the others: the average of the ranks' weights (what the job holds)
-        with torch.no_grad(), contextlib.nullcontext() if name == ALONE else averaged_weights(
-                model, group, via=Path(args.out).parent):
+        with torch.no_grad(), contextlib.nullcontext(False) if name == ALONE else averaged_weights(
+                model, group, via=Path(args.out).parent) as differed:
             loss = float(lm_loss(model, val_x, val_y))
+        averaged[0] += bool(differed)
         model.train()
         if isinstance(model, FSDPModule):  # the evaluation left the root unsharded, holding averaged weights
             model.reshard()
@@ -191,7 +212,8 @@ def train_method(method: str, corpus, args: argparse.Namespace, mesh: Any = None
         return loss
 
     curve = [{"seconds": 0.0, "step": 0, "samples": 0, "loss": _agree(evaluate(), 0.0, 0)[0]}]
-    clock, step, eval_every, next_at, next_round = 0.0, 0, args.first_eval_every, None, 1
+    clock, step, next_at, next_round = 0.0, 0, None, 1
+    eval_every = round_steps if rounds is not None else args.first_eval_every
     tx0 = read_counter(args.iface)
     while True:
         x, y = corpus.batch(rank, step, args.batch_size, seq_len)
@@ -208,8 +230,10 @@ def train_method(method: str, corpus, args: argparse.Namespace, mesh: Any = None
             held = held_bytes(model, optimizer)
         if in_rounds:  # right after an agreed merge
             due = _rounds_merged(model) >= next_round
+        elif independent and next_at is not None:
+            due = clock >= next_at
         else:
-            due = clock >= next_at if independent and next_at is not None else step % eval_every == 0
+            due = step > offset and (step - offset) % eval_every == 0
         if not due:
             continue
         loss, clocks, steps = _agree(evaluate(), clock, step)
@@ -217,7 +241,7 @@ def train_method(method: str, corpus, args: argparse.Namespace, mesh: Any = None
         curve.append({"seconds": slowest, "step": max(steps), "samples": sum(steps) * args.batch_size, "loss": loss})
         if slowest >= args.budget or not torch.isfinite(torch.tensor(loss)):
             break
-        eval_every = max(1, round(step / slowest * args.budget / args.evals))
+        eval_every = round_steps * max(1, round(step / slowest * args.budget / args.evals / round_steps))
         next_at = slowest + args.budget / args.evals
         if in_rounds:
             merged = _rounds_merged(model)
@@ -235,7 +259,9 @@ def train_method(method: str, corpus, args: argparse.Namespace, mesh: Any = None
             "peer": name in PEERS, "model": args.model, "params": params, "world_size": world,
             "batch_size": args.batch_size, "seq_len": seq_len, "budget_s": args.budget, "steps": step, "tx_bytes": tx,
             "curve": curve, "held_bytes_per_rank": max(h for h, _ in everyone), "sharded": mesh is not None,
-            "seed": seed, "independent_steps": independent, "rank_steps": steps, "rank_clocks": clocks,
+            "seed": seed, "independent_steps": independent,
+            "evaluated": "after merges" if in_rounds or rounds is not None else "at clock times" if independent
+            else "at step counts", "evals_averaged": averaged[0], "rank_steps": steps, "rank_clocks": clocks,
             "slow_host": None if pace.slow is None else [pace.slow.host, pace.slow.fraction], "pace": pace.describe(),
             "slow_added_s": [a for _, a in everyone], **extra}
 
@@ -258,6 +284,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="> 1: FSDP2 shards the model over a host's ranks, the method runs between hosts")
     parser.add_argument("--seed", type=int, default=0, help="of the initial weights and the data order")
     parser.add_argument("--slow-host", default="", help="I:F: host I (from 0) at F of its speed (benchmarks.slow_host)")
+    parser.add_argument("--eval-after-merges", action="store_true",
+                        help="evaluate diloco and sparseloco with rounds of inner steps right after their merges")
     args = parser.parse_args(argv)
     LM_METHOD_OPTIONS.update({label: (name, options) for label, (name, options) in json.loads(args.variants).items()})
     world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])

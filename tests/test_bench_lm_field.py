@@ -138,3 +138,25 @@ def test_rounds_bounded_in_time_run_with_a_slow_host(tmp_path: Path) -> None:
     for row in rows:
         assert "error" not in row, row.get("log")
         assert row["independent_steps"] and len(row["curve"]) >= 3 and min(row["rank_steps"]) > 0, row["curve"]
+        assert row["evaluated"] == "after merges" and row["evals_averaged"] == 0  # the global weights
+
+
+def test_rounds_of_inner_steps_are_evaluated_after_their_merges(tmp_path: Path) -> None:
+    """--eval-after-merges: diloco (2 inner steps here) is evaluated only right after merges, where every rank
+    holds the global weights (nothing to average); streaming diloco is still evaluated at step counts, mid-round,
+    on the average of weights that differ."""
+    from benchmarks import lm
+
+    variants = ('{"diloco_h2": ["diloco", {"inner_steps": 2}], "streaming": ["diloco", {"inner_steps": 4, '
+                '"streaming": true, "fragments": 2, "overlap_steps": 1}]}')
+    rows = lm.main([*SMOKE, "--methods", "diloco_h2,streaming", "--variants", variants, "--eval-after-merges",
+                    "--results", str(tmp_path)])
+    by_method = {r["method"]: r for r in rows}
+    for row in rows:
+        assert "error" not in row, row.get("log")
+    merged, streaming = by_method["diloco_h2"], by_method["streaming"]
+    assert merged["evaluated"] == "after merges" and len(merged["curve"]) >= 3
+    assert all(p["step"] % 2 == 0 for p in merged["curve"]), merged["curve"]
+    assert merged["evals_averaged"] == 0
+    assert streaming["evaluated"] == "at step counts" and streaming["evals_averaged"] > 0, streaming["curve"]
+    assert "Evaluated after merges: diloco_h2; at step counts: streaming." in (tmp_path / "lm.md").read_text()
