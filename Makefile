@@ -27,7 +27,7 @@ bench-sharded:  ## the LM sharded with FSDP2 over 2 ranks per host, 2 hosts: HSD
 	$(PYTHON) -m benchmarks.lm --ranks-per-host 2 --hosts 2 --networks 100mbit+10ms --seeds 3 --limit-network 1gbit $(BENCH_ARGS)
 
 bench-slow-host:  ## the LM with host 1 at half speed beside equal speeds, 2 and 3 hosts, 100 Mbit/s + 10 ms, 3 seeds: results/lm_slow_host.* (root; ~11 h)
-	$(PYTHON) -m benchmarks.lm --networks 100mbit+10ms --slow-host 1:0.5 --hosts 2,3 --seeds 3 --limit-network 1gbit \
+	$(PYTHON) -m benchmarks.lm --networks 100mbit+10ms --slow-host 1:0.5 --hosts 2,3 --seeds 3 --limit-network 1gbit --eval-after-merges \
 		--methods ddp,alone,diloco,diloco_timed,sparseloco,sparseloco_timed,async,async_samples $(BENCH_ARGS)
 
 bench-micro:  ## pytest-benchmark micro-benchmarks of the hot paths

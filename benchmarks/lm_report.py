@@ -124,9 +124,10 @@ def _emulated(group: Sequence[dict], slow: tuple) -> str:
             f"of the other hosts' samples/s (asked: {slow[1]:g}).")
 
 
-def _evaluated(group: Sequence[dict]) -> str:
+def _evaluated(group: Sequence[dict]) -> list[str]:
     """Which rows were evaluated where (:mod:`benchmarks.lm_worker`): after merges (the global weights), at step
-    counts or clock times (the average of the ranks' weights; alone: each host's own)."""
+    counts or clock times (the average of the ranks' weights; alone: each host's own); a paragraph, or none for
+    rows that do not say."""
     where: dict[str, list[str]] = {}
     for r in group:
         if "curve" in r and r.get("evaluated"):
@@ -134,8 +135,8 @@ def _evaluated(group: Sequence[dict]) -> str:
             if r["method"] not in methods:
                 methods.append(r["method"])
     if not where:
-        return ""
-    return "Evaluated " + "; ".join(f"{point}: {', '.join(methods)}" for point, methods in where.items()) + "."
+        return []
+    return ["Evaluated " + "; ".join(f"{point}: {', '.join(methods)}" for point, methods in where.items()) + ".", ""]
 
 
 def _side_by_side(equal: Sequence[dict], slow: Sequence[dict], target: float) -> list[str]:
@@ -176,11 +177,10 @@ def lm_markdown(rows: Sequence[dict], target: float, header: str = "", baseline:
                 lines += ["", _title(first, network), "", f"Slow host: {pace}. {_emulated(other, condition[1])}", "",
                           _limit_line(group, baseline) + " The heterogeneous limit: the same samples over the "
                           "hosts' summed throughput with the slow host. samples/s: the job's samples over the "
-                          "slowest rank's training clock.", _evaluated(group + other), ""] + \
+                          "slowest rank's training clock.", ""] + _evaluated(group + other) + \
                     _side_by_side(group, other, target)
             continue
-        lines += ["", _title(first, network), "", _limit_line(group, baseline)]
-        lines += [_evaluated(group), ""] if _evaluated(group) else [""]
+        lines += ["", _title(first, network), "", _limit_line(group, baseline), ""] + _evaluated(group)
         lines += _table(group, target, baseline, bool(first and first.get("sharded")))
     return "\n".join(lines) + "\n"
 

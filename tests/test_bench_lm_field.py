@@ -142,21 +142,24 @@ def test_rounds_bounded_in_time_run_with_a_slow_host(tmp_path: Path) -> None:
 
 
 def test_rounds_of_inner_steps_are_evaluated_after_their_merges(tmp_path: Path) -> None:
-    """--eval-after-merges: diloco (2 inner steps here) is evaluated only right after merges, where every rank
-    holds the global weights (nothing to average); streaming diloco is still evaluated at step counts, mid-round,
-    on the average of weights that differ."""
+    """--eval-after-merges: diloco and sparseloco (2 and 3 inner steps here) are evaluated only right after merges,
+    where every rank holds the global weights (nothing to average); streaming diloco is still evaluated at step
+    counts, mid-round, on the average of weights that differ."""
     from benchmarks import lm
 
-    variants = ('{"diloco_h2": ["diloco", {"inner_steps": 2}], "streaming": ["diloco", {"inner_steps": 4, '
-                '"streaming": true, "fragments": 2, "overlap_steps": 1}]}')
-    rows = lm.main([*SMOKE, "--methods", "diloco_h2,streaming", "--variants", variants, "--eval-after-merges",
-                    "--results", str(tmp_path)])
+    variants = ('{"diloco_h2": ["diloco", {"inner_steps": 2}], "sparseloco_h3": ["sparseloco", {"inner_steps": 3}], '
+                '"streaming": ["diloco", {"inner_steps": 4, "streaming": true, "fragments": 2, "overlap_steps": 1}]}')
+    rows = lm.main([*SMOKE, "--methods", "diloco_h2,sparseloco_h3,streaming", "--variants", variants,
+                    "--eval-after-merges", "--results", str(tmp_path)])
     by_method = {r["method"]: r for r in rows}
     for row in rows:
         assert "error" not in row, row.get("log")
-    merged, streaming = by_method["diloco_h2"], by_method["streaming"]
-    assert merged["evaluated"] == "after merges" and len(merged["curve"]) >= 3
-    assert all(p["step"] % 2 == 0 for p in merged["curve"]), merged["curve"]
-    assert merged["evals_averaged"] == 0
+    for method, every in (("diloco_h2", 2), ("sparseloco_h3", 3)):
+        merged = by_method[method]
+        assert merged["evaluated"] == "after merges" and len(merged["curve"]) >= 3
+        assert all(p["step"] % every == 0 for p in merged["curve"]), merged["curve"]
+        assert merged["evals_averaged"] == 0
+    streaming = by_method["streaming"]
     assert streaming["evaluated"] == "at step counts" and streaming["evals_averaged"] > 0, streaming["curve"]
-    assert "Evaluated after merges: diloco_h2; at step counts: streaming." in (tmp_path / "lm.md").read_text()
+    assert "Evaluated after merges: diloco_h2, sparseloco_h3; at step counts: streaming." in \
+        (tmp_path / "lm.md").read_text()
