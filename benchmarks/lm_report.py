@@ -101,13 +101,19 @@ def _table(group: Sequence[dict], target: float, baseline: str, sharded: bool) -
     return lines
 
 
-def _title(first: dict | None, network: str) -> str:
+def _budgets(first: dict, group: Sequence[dict]) -> str:
+    budgets = sorted({r["budget_s"] for r in group if "curve" in r} | {first["budget_s"]})
+    return " or ".join(f"{b:.0f}" for b in budgets)
+
+
+def _title(first: dict | None, network: str, group: Sequence[dict] = ()) -> str:
+    """``group``: the rows of the table (their budgets, where they differ: runs of several invocations merged)."""
     if first is None:
         return f"### {network}: not run"
     hosts = (f"{first['hosts']} hosts x {first['ranks_per_host']} ranks (FSDP2 inside a host)" if first.get("sharded")
              else f"{first['world_size']} hosts")
     title = (f"### {network}: {first['model']} ({first['params'] / 1e6:.1f}M parameters), batch {first['batch_size']} x "
-             f"{first['seq_len']} bytes per rank, {hosts}, {first['budget_s']:.0f} s of training per method")
+             f"{first['seq_len']} bytes per rank, {hosts}, {_budgets(first, group)} s of training per method")
     if len(first.get("seeds", [0])) > 1:
         title += f", seeds {', '.join(str(s) for s in first['seeds'])} (median, min-max)"
     return title + (f"; link: {first['link']}" if first.get("link") else "")
@@ -174,13 +180,13 @@ def lm_markdown(rows: Sequence[dict], target: float, header: str = "", baseline:
             for condition in slowed:
                 other = [r for r in rows if group_key(r) == condition]
                 pace = next((r["pace"] for r in other if r.get("pace")), "")
-                lines += ["", _title(first, network), "", f"Slow host: {pace}. {_emulated(other, condition[1])}", "",
+                lines += ["", _title(first, network, group + other), "", f"Slow host: {pace}. {_emulated(other, condition[1])}", "",
                           _limit_line(group, baseline) + " The heterogeneous limit: the same samples over the "
                           "hosts' summed throughput with the slow host. samples/s: the job's samples over the "
                           "slowest rank's training clock.", ""] + _evaluated(group + other) + \
                     _side_by_side(group, other, target)
             continue
-        lines += ["", _title(first, network), "", _limit_line(group, baseline), ""] + _evaluated(group)
+        lines += ["", _title(first, network, group), "", _limit_line(group, baseline), ""] + _evaluated(group)
         lines += _table(group, target, baseline, bool(first and first.get("sharded")))
     return "\n".join(lines) + "\n"
 
