@@ -123,7 +123,7 @@ def steps_per_round(name: str, model: torch.nn.Module) -> tuple[int, int] | None
     if name not in ("diloco", "sparseloco"):
         return None
     config = model.bagua_algorithm.config
-    if getattr(config, "streaming", False) or config.round_seconds is not None:  # (sparseloco has no streaming)
+    if config.round_seconds is not None or (name == "diloco" and config.streaming):  # (sparseloco never streams)
         return None
     return config.inner_steps, config.warmup_steps
 
