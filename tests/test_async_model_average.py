@@ -1,7 +1,8 @@
 """async: warmup equals gradient allreduce; afterwards a background thread pulls the workers'
 weights together (abort leaves every rank with the mean); abort/resume cycles; ranks that run
 different numbers of steps; abort returns only once every rank has aborted; ``weighting="samples"``
-weights a round by the samples each rank trained on since the last one (equal samples: the mean, bit for bit)."""
+weights a round by each rank's samples per round since the averaging began, its throughput (equal: the mean,
+bit for bit)."""
 
 from __future__ import annotations
 
@@ -164,6 +165,53 @@ def _one_weighted_round(rank: int, weighting: str, steps: list[int], sizes: list
 ])
 def test_a_round_weighted_by_samples(weighting: str, steps: list[int], sizes: list[int]) -> None:
     run_workers(_one_weighted_round, len(steps), weighting, steps, sizes, timeout=90)
+
+
+def _train(model, optimizer, rank: int, steps: int, size: int, offset: int) -> None:
+    for t in range(steps):
+        x, y = batch(rank, offset + t, size=size)
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+
+def _rounds_weighted_by_samples_so_far(rank: int, first: list[int], second: list[int], sizes: list[int]) -> None:
+    """Rank r trains ``first[r]`` steps, one round runs, then ``second[r]`` steps and one more round: the second round
+    weights rank r by all its samples, ``(first[r] + second[r]) * sizes[r]`` (every rank was in every round), not by
+    the samples since the first round."""
+    n = dist.get_world_size()
+    model = SmallNet(seed=rank)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model = model.with_bagua([optimizer], {"name": "async", "sync_interval_ms": 600_000, "weighting": "samples"})
+    impl = model.bagua_algorithm
+    impl.abort(model)  # into the averaging phase, its rounds stopped
+    _train(model, optimizer, rank, first[rank], sizes[rank], 0)
+    impl.resume(model)
+    impl.abort(model)  # one round
+    _train(model, optimizer, rank, second[rank], sizes[rank], 100)
+    trained = _flat(model)
+    impl.resume(model)
+    impl.abort(model)  # the second round
+    after = _flat(model)
+    everyone = _gather(trained)
+    samples = [(a + b) * size for a, b, size in zip(first, second, sizes)]
+    assert impl.averager.last_weight == pytest.approx(n * samples[rank] / sum(samples))
+    if len(set(samples)) == 1:  # equal throughput: the equal-weight round as it computes it, bit for bit
+        reduced = everyone[0].clone()
+        for other in everyone[1:]:
+            reduced += other
+        assert torch.equal(after, trained + (reduced / n - trained))
+        return
+    expected = sum(s * x.double() for s, x in zip(samples, everyone)) / sum(samples)
+    torch.testing.assert_close(after, expected.float(), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("first,second,sizes", [
+    ([3, 1], [1, 3], [4, 4]),  # equal samples so far, unequal since the first round
+    ([2, 1, 1], [1, 1, 3], [4, 6, 2]),
+])
+def test_a_round_weights_the_samples_trained_so_far(first: list[int], second: list[int], sizes: list[int]) -> None:
+    run_workers(_rounds_weighted_by_samples_so_far, len(first), first, second, sizes, timeout=90)
 
 
 def _original_signature(rank: int) -> None:

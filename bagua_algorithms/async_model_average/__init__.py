@@ -7,9 +7,10 @@ the weights' dtype, on a torch process group of its own) and under the weight lo
 (:mod:`bagua_algorithms.async_model_average.averager`). The training thread holds the weight lock from the
 forward pre-hook until its optimizers have stepped (until the end of backward when it has none), so
 an averaging update never interleaves with an optimizer update; an update that finished meanwhile is
-applied at the next forward. ``weighting="samples"`` weights each rank's snapshot by the samples it trained on
-since the previous round (one more allreduce of a float64 count per round): ``x += sum_r s_r x_r / sum_r s_r -
-snapshot``, so a faster rank's weights count for the data behind them.
+applied at the next forward. ``weighting="samples"`` weights each rank's snapshot by its throughput ``rho_r``, the
+samples it trained on since the averaging began per round it took part in (one more allreduce of a float64 per
+round): ``x += sum_r rho_r x_r / sum_r rho_r - snapshot``, so a faster rank's weights count for the data behind
+them.
 
 ``module.bagua_algorithm.abort(module)`` stops the averaging; it returns once every rank has
 called it (ranks may run different numbers of steps: a rank that aborted keeps joining the rounds

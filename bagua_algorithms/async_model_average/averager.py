@@ -8,11 +8,16 @@ collectives of the bucket worker. The loop ends after the first round in which e
 its stop flag (:meth:`AsyncModelAverager.abort`), so ranks that train different numbers of steps
 still agree on when to stop; a rank that has asked to stop keeps joining rounds until then.
 
-With ``weighting="samples"`` each round first allreduces (SUM, float64) the samples ``s_r`` each rank trained on
-since its previous round's snapshot (:meth:`AsyncModelAverager.add_samples`), and every rank allreduces its
-snapshot times ``w_r = n * s_r / sum s`` (in the weights' dtype; 1 when no rank trained), so the update is
-``x += sum_r s_r x_r / sum_r s_r - snapshot``; with equal ``s_r`` every ``w_r`` is exactly 1 and the round is the
-equal-weight one, bit for bit.
+With ``weighting="samples"`` each round weights a rank by its throughput ``rho_r = C_r / R_r``: the samples ``C_r``
+it trained on since this averager began (:meth:`AsyncModelAverager.add_samples`) over the weighted rounds ``R_r``
+it has taken part in, this one included. The round first allreduces (SUM, float64) every ``rho_r``, and every
+rank allreduces its snapshot times ``w_r = n * rho_r / sum rho`` (in the weights' dtype; 1 when no rank trained),
+so the update is ``x += sum_r rho_r x_r / sum_r rho_r - snapshot``; with equal ``rho_r`` every ``w_r`` is exactly 1
+and the round is the equal-weight one, bit for bit. Where every rank has taken part in every round (all but
+fault-tolerant mode) ``R_r`` is the same on every rank and the weights are the shares of the samples trained so
+far. A round ends at the next forward of every rank (the update waits for the weight lock), so it spans about
+one step of the slowest rank: the samples since the previous round alone are whole steps, 1 or 2 of a rank
+twice as fast, and would swing the weights between equal and copying one rank's weights to every rank.
 
 If the training thread holds the weight lock when a round finishes, the round's update waits in
 ``pending`` and whichever thread next holds the lock applies it (``apply_pending``), exactly once.
@@ -111,27 +116,31 @@ class AsyncModelAverager:
         self.error: BaseException | None = None
         self.rounds = 0
         self.weighting = weighting
-        """"equal", or "samples": each round weights a rank's snapshot by its samples since the last one."""
-        self._samples = 0
+        """"equal", or "samples": each round weights a rank's snapshot by its samples per round (its throughput)."""
+        self._samples = 0  # since this averager began
+        self._weighted_rounds = 0
         self._samples_lock = threading.Lock()
         self.last_weight: float | None = None
         """This rank's ``w_r`` in the last weighted round."""
 
     def add_samples(self, samples: int) -> None:
-        """The training thread trained on ``samples`` more samples (counted into the next round's weight)."""
+        """The training thread trained on ``samples`` more samples (counted into every later round's weight)."""
         with self._samples_lock:
             self._samples += samples
 
     def _round_weight(self) -> float:
-        """``weighting="samples"``: this rank's ``w_r = n * s_r / sum s`` for the round (one allreduce, float64);
-        the samples counted so far go into it and the count starts again."""
+        """``weighting="samples"``: this rank's ``w_r = n * rho_r / sum rho`` for the round, ``rho_r`` its samples since
+        this averager began over the weighted rounds it has been in, this one included (one allreduce, float64)."""
+        self._weighted_rounds += 1
         with self._samples_lock:
-            mine, self._samples = self._samples, 0
-        counts = torch.tensor([float(mine)], dtype=torch.float64)
-        allreduce_inplace(counts, op=ReduceOp.SUM, comm=self.comm)
+            mine = self._samples / self._weighted_rounds
+        rates = torch.tensor([mine], dtype=torch.float64)
+        allreduce_inplace(rates, op=ReduceOp.SUM, comm=self.comm)
         self._check_group()
-        total = float(counts.item())
+        total = float(rates.item())
         weight = self.nranks * mine / total if total > 0 else 1.0
+        if abs(weight - 1.0) < 1e-12:  # equal rates, summed in another order: the equal-weight round, bit for bit
+            weight = 1.0
         self.last_weight = weight
         return weight
 

@@ -20,8 +20,9 @@ class AsyncModelAverageConfig(AlgorithmConfig):
     warmup_steps: int = 0
     """Steps of plain gradient allreduce before the asynchronous averaging starts."""
     weighting: Literal["equal", "samples"] = "equal"
-    """How a round weights each rank's weights: "equal" (the mean), or "samples": by the samples the rank trained
-    on since the previous round, ``sum_r s_r x_r / sum_r s_r`` (a faster rank's weights count more)."""
+    """How a round weights each rank's weights: "equal" (the mean), or "samples": by the rank's throughput, its
+    samples per round since the averaging began, ``sum_r rho_r x_r / sum_r rho_r`` (a faster rank's weights count
+    more)."""
 
     @field_validator("sync_interval_ms", "warmup_steps", mode="before")
     @classmethod
