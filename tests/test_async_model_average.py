@@ -125,6 +125,29 @@ def test_no_deadlock_at_exit_without_abort() -> None:
     assert run_workers(_exit_without_abort, 2, timeout=60) == [True, True]
 
 
+def _train(model, optimizer, rank: int, steps: int, size: int, offset: int) -> None:
+    for t in range(steps):
+        x, y = batch(rank, offset + t, size=size)
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+
+def _check_round(after: torch.Tensor, trained: torch.Tensor, everyone: list[torch.Tensor], samples: list[int],
+                 equal: bool) -> None:
+    """The round moved this rank from ``trained`` to ``after``: the equal-weight round as it computes it, bit for
+    bit, or ``sum_r s_r x_r / sum_r s_r`` over ``everyone``'s trained weights."""
+    if equal:
+        reduced = everyone[0].clone()
+        for other in everyone[1:]:
+            reduced += other
+        expected = trained + (reduced / len(everyone) - trained)
+        assert torch.equal(after, expected), (after - expected).abs().max()
+        return
+    expected = sum(s * x.double() for s, x in zip(samples, everyone)) / sum(samples)
+    torch.testing.assert_close(after, expected.float(), rtol=0, atol=1e-6)
+
+
 def _one_weighted_round(rank: int, weighting: str, steps: list[int], sizes: list[int]) -> None:
     """Rank r trains ``steps[r]`` steps of ``sizes[r]`` samples while the rounds are stopped, then exactly one round
     runs (resume, then abort: the round that every rank's stop flag ends); it must leave every rank at
@@ -135,26 +158,14 @@ def _one_weighted_round(rank: int, weighting: str, steps: list[int], sizes: list
     model = model.with_bagua([optimizer], {"name": "async", "sync_interval_ms": 600_000, "weighting": weighting})
     impl = model.bagua_algorithm
     impl.abort(model)  # into the averaging phase, its rounds stopped (nothing trained yet: they average equally)
-    for t in range(steps[rank]):
-        x, y = batch(rank, t, size=sizes[rank])
-        optimizer.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        optimizer.step()
+    _train(model, optimizer, rank, steps[rank], sizes[rank], 0)
     trained = _flat(model)
     impl.resume(model)
     impl.abort(model)
-    after = _flat(model)
-    everyone = _gather(trained)
     samples = [s * b for s, b in zip(steps, sizes)]
-    if weighting == "equal" or len(set(samples)) == 1:  # the equal-weight round as it computes it, bit for bit
-        reduced = everyone[0].clone()
-        for other in everyone[1:]:
-            reduced += other
-        assert torch.equal(after, trained + (reduced / n - trained)), (after - trained - (reduced / n - trained)).abs().max()
-        return
-    expected = sum(s * x.double() for s, x in zip(samples, everyone)) / sum(samples)
-    torch.testing.assert_close(after, expected.float(), rtol=0, atol=1e-6)
-    assert impl.averager.last_weight == pytest.approx(n * samples[rank] / sum(samples))
+    _check_round(_flat(model), trained, _gather(trained), samples, weighting == "equal" or len(set(samples)) == 1)
+    if weighting == "samples":
+        assert impl.averager.last_weight == pytest.approx(n * samples[rank] / sum(samples))
 
 
 @pytest.mark.parametrize("weighting,steps,sizes", [
@@ -165,14 +176,6 @@ def _one_weighted_round(rank: int, weighting: str, steps: list[int], sizes: list
 ])
 def test_a_round_weighted_by_samples(weighting: str, steps: list[int], sizes: list[int]) -> None:
     run_workers(_one_weighted_round, len(steps), weighting, steps, sizes, timeout=90)
-
-
-def _train(model, optimizer, rank: int, steps: int, size: int, offset: int) -> None:
-    for t in range(steps):
-        x, y = batch(rank, offset + t, size=size)
-        optimizer.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        optimizer.step()
 
 
 def _rounds_weighted_by_samples_so_far(rank: int, first: list[int], second: list[int], sizes: list[int]) -> None:
@@ -192,18 +195,9 @@ def _rounds_weighted_by_samples_so_far(rank: int, first: list[int], second: list
     trained = _flat(model)
     impl.resume(model)
     impl.abort(model)  # the second round
-    after = _flat(model)
-    everyone = _gather(trained)
     samples = [(a + b) * size for a, b, size in zip(first, second, sizes)]
     assert impl.averager.last_weight == pytest.approx(n * samples[rank] / sum(samples))
-    if len(set(samples)) == 1:  # equal throughput: the equal-weight round as it computes it, bit for bit
-        reduced = everyone[0].clone()
-        for other in everyone[1:]:
-            reduced += other
-        assert torch.equal(after, trained + (reduced / n - trained))
-        return
-    expected = sum(s * x.double() for s, x in zip(samples, everyone)) / sum(samples)
-    torch.testing.assert_close(after, expected.float(), rtol=0, atol=1e-6)
+    _check_round(_flat(model), trained, _gather(trained), samples, len(set(samples)) == 1)
 
 
 @pytest.mark.parametrize("first,second,sizes", [
