@@ -22,3 +22,22 @@ def job(tmp_path):
         yield job
     finally:
         job.close()
+
+
+SLOW_FIRST = (
+    "tests/test_bench_message_count.py", "tests/test_fault_tolerant_decentralized.py",
+    "tests/test_plugin_guide_package.py", "tests/test_fault_tolerant_quiet.py", "tests/test_fault_tolerant_matrix.py",
+    "tests/test_bench_lm_field.py", "tests/test_convergence.py", "tests/test_launch_failure_message.py",
+    "tests/test_bench_lm_measure.py", "tests/test_compat_launch.py", "tests/test_cli_help.py",
+    "tests/test_fault_tolerant_train_restart.py", "tests/test_cli.py", "tests/test_sharded_checkpoints.py",
+    "tests/test_elastic.py", "tests/test_benchmarks_smoke.py", "tests/test_fault_tolerant_timed.py",
+    "tests/test_failure_propagation.py", "tests/test_docs_examples.py", "tests/test_bench_scale.py",
+)
+"""Modules whose tests take 10 s or more each (measured under 8 workers), slowest first. pytest-xdist hands out
+tests in collection order, so these go first: a worker is never left running one of them alone at the end."""
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    rank = {path: i for i, path in enumerate(SLOW_FIRST)}
+    order = {id(item): n for n, item in enumerate(items)}
+    items.sort(key=lambda item: (rank.get(item.nodeid.split("::", 1)[0], len(SLOW_FIRST)), order[id(item)]))

@@ -22,21 +22,45 @@ import traceback
 from typing import Any
 from collections.abc import Callable
 
-__all__ = ["run_workers", "run_workers_outcomes", "free_port", "WorkerFailure", "WorkerOutcome"]
+__all__ = ["run_workers", "run_workers_outcomes", "free_port", "FORKSERVER", "WorkerFailure", "WorkerOutcome"]
 
 _CONTEXT = mp.get_context("forkserver")
-# torch._dynamo is imported by the first optimizer a worker creates: seconds saved per worker
-_CONTEXT.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo", "torch.optim", "bagua_core"])
+# One server per pytest worker forks every worker and fault-tolerant replica (tests/fault_tolerant_job.py) with
+# these already imported: about 2.5 s of CPU saved per process. torch._dynamo is imported by the first optimizer
+# a worker creates; torchft (the [ft] extra) is skipped where it is not installed.
+_CONTEXT.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo", "torch.optim", "bagua_core",
+                                 "torchft", "tests.fault_tolerant_replica"])
+FORKSERVER = _CONTEXT
 
 
 class WorkerFailure(AssertionError):
     pass
 
 
+PORTS_PER_WORKER = 800
+FIRST_PORT = 10_000
+"""Ports are handed out below Linux's ephemeral range (32768 and up), so a port this process picked is never
+one the kernel gives another socket in the meantime; each pytest-xdist worker (``gwN``) draws from its own
+range of ``PORTS_PER_WORKER``, so two workers never pick the same port for two jobs started at once."""
+_next_port = [0]
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port on 127.0.0.1 that nothing listens on, from this pytest worker's own range (one in turn, skipping
+    ports in use), for a job's MASTER_PORT, a rendezvous endpoint or a server the test starts."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    first = FIRST_PORT + (index % ((32768 - FIRST_PORT) // PORTS_PER_WORKER)) * PORTS_PER_WORKER
+    for _ in range(PORTS_PER_WORKER):
+        port = first + (os.getpid() + _next_port[0]) % PORTS_PER_WORKER
+        _next_port[0] += 1
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {first}..{first + PORTS_PER_WORKER - 1} (pytest worker {worker})")
 
 
 def _worker(rank: int, world_size: int, local_size: int, port: int, timeout: float, extra_env: dict,

@@ -98,7 +98,7 @@ def test_convergence_benchmark_writes_curves(tmp_path: Path) -> None:
 
 def test_micro_benchmarks_run_once(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "benchmarks/test_bench_hotpaths.py", "--benchmark-disable", "-q",
+        [sys.executable, "-m", "pytest", "benchmarks/test_bench_hotpaths.py", "--benchmark-disable", "-q", "-n", "0",
          "-p", "no:cacheprovider", "--rootdir", str(ROOT)],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )

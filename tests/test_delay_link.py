@@ -23,7 +23,9 @@ def test_parse_delay() -> None:
 @pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/net/tun") or shutil.which("ip") is None,
                     reason="needs root, /dev/net/tun and iproute2")
 def test_link_adds_the_delay_and_keeps_the_rate() -> None:
-    with delay_link(2, "200mbit", "15ms") as hosts:
-        rtt, mbits = measure(hosts, mebibytes=16)
+    # 50 Mbit/s, not more: the suite runs 8 workers on 2 cores, and the forwarder (a Python process) starved of
+    # CPU carried 95 Mbit/s of a 200 Mbit/s link there; the benchmarks' own runs have the machine to themselves
+    with delay_link(2, "50mbit", "15ms") as hosts:
+        rtt, mbits = measure(hosts, mebibytes=8)
     assert 0.030 <= rtt < 0.045, rtt  # 2 x 15 ms, plus the forwarder's scheduling
-    assert 150 < mbits <= 210, mbits  # tbf's 200 Mbit/s, less TCP's ramp-up over a 30 ms RTT
+    assert 37 < mbits <= 53, mbits  # tbf's 50 Mbit/s, less TCP's ramp-up over a 30 ms RTT

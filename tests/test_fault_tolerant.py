@@ -371,13 +371,12 @@ def test_main_job_fault_tolerant(tmp_path) -> None:
     replica alone in one quorum)."""
     import json
     import os
-    import socket
     import subprocess
     import sys
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    from tests.distributed import free_port
+
+    port = free_port()
     summary = tmp_path / "summary_{replica}.json"
     command = [sys.executable, "-m", "bagua_core.cli", "train", "--fault-tolerant", "--replicas", "2",
                "--min-replicas", "2", "--lighthouse-port", str(port), "--ft-join-timeout-ms", "1500", "--epochs", "2",

@@ -230,15 +230,14 @@ def test_bagua_run_restarts_only_the_failed_replica(tmp_path) -> None:
     """``bagua run --fault-tolerant --replicas 2 --max-restarts 1``: replica_1 is killed mid-step; torchrun
     restarts it alone, it heals from replica_0 and trains on; replica_0 is one process throughout."""
     import os
-    import socket
     import subprocess
     import sys
 
     from tests.fault_tolerant_job import REPLICA
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    from tests.distributed import free_port
+
+    port = free_port()
     log = tmp_path / "{replica}.log"
     command = [sys.executable, "-m", "bagua_core.cli", "run", "--fault-tolerant", "--replicas", "2",
                "--lighthouse-port", str(port), "--ft-timeout", str(TIMEOUT_S), "--ft-join-timeout-ms", "1500",
