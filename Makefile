@@ -31,7 +31,7 @@ bench-slow-host:  ## the LM with host 1 at half speed beside equal speeds, 2 and
 		--methods ddp,alone,diloco,diloco_timed,sparseloco,sparseloco_timed,async,async_samples $(BENCH_ARGS)
 
 bench-micro:  ## pytest-benchmark micro-benchmarks of the hot paths
-	$(PYTHON) -m pytest benchmarks -n 0 -p no:cacheprovider --benchmark-columns=min,median,mean,rounds
+	$(PYTHON) -m pytest benchmarks -n 0 --benchmark-enable -p no:cacheprovider --benchmark-columns=min,median,mean,rounds
 
 bench-smoke:  ## seconds, no root: checks that the benchmarks run (what CI runs)
 	$(PYTHON) -m pytest tests/test_benchmarks_smoke.py tests/test_bench_lm_smoke.py tests/test_bench_lm_field.py -q

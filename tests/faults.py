@@ -29,11 +29,16 @@ import torch.nn.functional as F
 
 from tests.models import SmallNet, batch
 
-__all__ = ["ALGORITHMS", "FAULTS", "FAULT_STEP", "HANG_TIMEOUT_S", "STEPS", "WRAPPER", "train_cell"]
+__all__ = ["ALGORITHMS", "DISAGREEMENTS", "FAULTS", "FAULT_STEP", "HANG_TIMEOUT_S", "STEPS", "WRAPPER",
+           "disagree_in_turn", "train_cell"]
 
 STEPS, FAULT_STEP, HANG_TIMEOUT_S = 6, 3, 4
 WRAPPER = "DecentralizedDataParallel"
 FAULTS = ["kill", "exception", "nonfinite", "hang", "algorithm", "option", "environment"]
+DISAGREEMENTS = ["algorithm", "option", "environment"]
+"""The faults raised at wrap time, before the first collective: :func:`disagree_in_turn` runs them all in one job."""
+ENVIRONMENT = {"BAGUA_DEFAULT_BUCKET_SIZE": "4096", "LOCAL_WORLD_SIZE": "1"}
+"""Rank 1's environment in an ``environment`` cell."""
 OPTIONS: dict[str, dict] = {  # the interesting phase of each algorithm falls inside the few steps
     "qadam": {"hierarchical": False},
     "async": {"sync_interval_ms": 20, "warmup_steps": 1},
@@ -161,3 +166,32 @@ def train_cell(rank: int, algorithm: str, fault: str, directory: str) -> dict[st
     result["params"] = torch.cat([p.detach().reshape(-1) for p in wrapped.parameters()])
     result["scale"] = float(scaler.get_scale()) if scaler is not None else None
     return result
+
+
+def disagree_in_turn(rank: int, cells: list[tuple[str, str]], directory: str) -> None:
+    """The ``algorithm``, ``option`` and ``environment`` cells of ``cells``, one after another in one job: each
+    wraps a new model as :func:`train_cell` does (rank 1 with ``ENVIRONMENT`` set for an ``environment`` cell)
+    and appends what it raised to ``rank<r>.jsonl`` in ``directory``, one JSON line per cell, so that the cells
+    before a hang are reported. A cell that wraps without an error on both ranks records that and trains
+    nothing. Each cell then checks with a barrier that both ranks are still in step."""
+    import json
+
+    with open(os.path.join(directory, f"rank{rank}.jsonl"), "a") as log:
+        for algorithm, fault in cells:
+            saved = dict(os.environ)
+            if rank == 1 and fault == "environment":
+                os.environ.update(ENVIRONMENT)
+            result: dict[str, Any] = {"algorithm": algorithm, "fault": fault, "error": None, "error_type": None}
+            try:
+                wrapped, _, _ = _build(rank, algorithm, fault)
+                capabilities = getattr(wrapped, "bagua_capabilities", None)
+                if capabilities is not None and capabilities.background_work:
+                    wrapped.bagua_algorithm.abort(wrapped)
+            except Exception as exc:
+                result.update(error=str(exc), error_type=type(exc).__name__)
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
+            log.write(json.dumps(result) + "\n")
+            log.flush()
+            dist.barrier()

@@ -4,17 +4,23 @@ ranks (see tests/faults.py). No cell may end in a hang or a silent divergence: a
 raised on every rank before the first step, naming what differs; any other fault ends every rank
 within 10 s (a hang: BAGUA_COMM_TIMEOUT_S + 10 s) with an error naming the rank and the cause; an
 overflow under GradScaler is skipped consistently. One test per cell, so a regression names its cell.
+
+The disagreement cells are checks made at wrap time, before the first collective: one job of two ranks runs
+them all in turn (``test_disagreement``, one test per cell reading that job's record), where a job per cell spent
+about 3 s of CPU starting its two ranks. The other faults end their job, so each has a job of its own.
 """
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
 import torch
 
 from tests.distributed import run_workers_outcomes
-from tests.faults import ALGORITHMS, FAULTS, HANG_TIMEOUT_S, NO_SCALER, STEPS, train_cell
+from tests.faults import (ALGORITHMS, DISAGREEMENTS, ENVIRONMENT, FAULTS, HANG_TIMEOUT_S, NO_SCALER, STEPS,
+                          disagree_in_turn, train_cell)
 
 BOUND_S = 10.0
 IDENTICAL_ON_ALL_RANKS = {"gradient_allreduce", "bytegrad", "qadam", "local_sgd"}
@@ -26,7 +32,7 @@ momenta, or communicate after the optimizer step)."""
 
 def _run(tmp_path, algorithm: str, fault: str) -> tuple[list, float | None]:
     env = {"BAGUA_COMM_TIMEOUT_S": str(HANG_TIMEOUT_S if fault == "hang" else 30)}
-    rank_env = {1: {"BAGUA_DEFAULT_BUCKET_SIZE": "4096", "LOCAL_WORLD_SIZE": "1"}} if fault == "environment" else {}
+    rank_env = {1: ENVIRONMENT} if fault == "environment" else {}
     outcomes = run_workers_outcomes(train_cell, 2, algorithm, fault, str(tmp_path), timeout=60, env=env,
                                     rank_env=rank_env)
     marker = tmp_path / "fault_at"
@@ -38,8 +44,41 @@ def _ended(outcome, rank: int) -> dict:
     return outcome.value
 
 
+@pytest.fixture(scope="module")
+def disagreements(tmp_path_factory) -> tuple[list, list[dict[tuple[str, str], dict]]]:
+    """Every disagreement cell, in one job of two ranks (:func:`tests.faults.disagree_in_turn`): how each rank
+    ended, and what it recorded per cell."""
+    directory = tmp_path_factory.mktemp("disagreements")
+    cells = [(algorithm, fault) for algorithm in ALGORITHMS for fault in DISAGREEMENTS]
+    outcomes = run_workers_outcomes(disagree_in_turn, 2, cells, str(directory), timeout=240,
+                                    env={"BAGUA_COMM_TIMEOUT_S": "30"})
+    recorded = []
+    for rank in range(2):
+        path = directory / f"rank{rank}.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        recorded.append({(r["algorithm"], r["fault"]): r for r in map(json.loads, lines)})
+    return outcomes, recorded
+
+
+@pytest.mark.xdist_group("disagreements")  # one job for all of them, on one worker (--dist loadgroup)
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("fault", DISAGREEMENTS)
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_disagreement(disagreements, algorithm: str, fault: str) -> None:
+    """Rank 1 wraps with another algorithm, another value of one option or another environment: both ranks
+    raise a RankMismatchError at wrap time, before the first collective, listing the same differences."""
+    outcomes, recorded = disagreements
+    results = [recorded[rank].get((algorithm, fault)) for rank in range(2)]
+    for rank, result in enumerate(results):
+        assert result is not None, (f"rank {rank} did not reach this cell: it ended {outcomes[rank].status} "
+                                    f"after {len(recorded[rank])} cells: {outcomes[rank].value}")
+        assert result["error_type"] == "RankMismatchError", (rank, result)
+        assert "differs: rank 0" in result["error"], result["error"]
+    assert results[0]["error"].split("\n")[1:] == results[1]["error"].split("\n")[1:]  # the same differences
+
+
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("fault", [f for f in FAULTS if f not in DISAGREEMENTS])
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_cell(tmp_path, algorithm: str, fault: str) -> None:
     outcomes, fault_at = _run(tmp_path, algorithm, fault)
@@ -52,12 +91,6 @@ def test_cell(tmp_path, algorithm: str, fault: str) -> None:
         return
     results = [_ended(o, r) for r, o in enumerate(outcomes)]
     seen = {r: {k: v for k, v in result.items() if k != "params"} for r, result in enumerate(results)}
-    if fault in ("algorithm", "option", "environment"):
-        for result in results:
-            assert result["at_wrap"] and result["error_type"] == "RankMismatchError", result
-            assert "differs: rank 0" in result["error"], result["error"]
-        assert results[0]["error"].split("\n")[1:] == results[1]["error"].split("\n")[1:]  # the same differences
-        return
     if fault == "exception":
         assert "injected fault" in results[1]["error"], seen
         assert results[0]["error_type"] == "PeerFailureError", seen
