@@ -57,3 +57,22 @@ def test_long_output_is_written_in_pieces_that_end_at_a_line_end() -> None:
     assert b"".join(pieces) == data and len(pieces) > 1
     assert all(piece.endswith(b"\n") and len(piece) <= 4096 for piece in pieces)
     assert _whole_line_pieces(b"x" * 5000 + b"\n") == [b"x" * 5000 + b"\n"]  # a longer line stays whole
+
+
+def test_a_line_written_without_its_end_is_not_cut_by_another_ranks(monkeypatch) -> None:
+    """A rank's line goes out without its end once it waited PARTIAL_LINE_S (on a loaded machine the end can
+    come later: a CI run printed 'rank 0 line 258rank 1 line 184'); another rank's line then waits for it."""
+    import io
+    import threading
+    import time
+
+    captured = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", captured)
+    first, second = _Pump("unused", 0, "stdout", b""), _Pump("unused", 1, "stdout", b"")
+    first._emit(b"rank 0 line 258")
+    other = threading.Thread(target=second._emit, args=(b"rank 1 line 184\n",))
+    other.start()
+    time.sleep(0.3)  # the end of rank 0's line comes late
+    first._emit(b"\n")
+    other.join()
+    assert captured.getvalue() == "rank 0 line 258\nrank 1 line 184\n"

@@ -9,7 +9,8 @@ when no ``--redirects``/``--tee``/``--logs-specs`` is given) keeps torchrun's la
 worker's stdout and stderr a pipe (a FIFO where torchrun would write ``stdout.log``/``stderr.log``). A
 thread per stream copies the bytes to this process's stdout or stderr as they arrive, a line at a time:
 whole lines (up to a ``\\n`` or a ``\\r``, so progress bars keep their ``\\r``) go out in one write, and a
-partial line only once it has waited ``PARTIAL_LINE_S`` (a prompt, a progress bar being drawn). The
+partial line only once it has waited ``PARTIAL_LINE_S`` (a prompt, a progress bar being drawn); the other
+workers' output then waits, up to ``UNFINISHED_LINE_HOLD_S``, for that line to end. The
 stderr threads keep the last 64 KiB; :func:`stderr_tail` gives them to the launcher when a worker failed.
 Under ``bagua run --fault-tolerant`` each line starts with its replica (``[replica 1] ``, from
 ``BAGUA_FT_REPLICA_INDEX``), since every replica's ranks count from 0.
@@ -47,7 +48,12 @@ PARTIAL_LINE_S = 0.1
 _ATOMIC_BYTES = 4096
 """A write of at most this many bytes to a pipe is never split by another process's (POSIX PIPE_BUF)."""
 _LINE_END = re.compile(rb"(?<=[\r\n])")
-_write_lock = threading.Lock()  # one pump writes at a time: a line of one rank is never cut by another's
+UNFINISHED_LINE_HOLD_S = 2.0
+"""How long another worker's output waits for a line written without its end (after ``PARTIAL_LINE_S``) to end:
+on a loaded machine the end of a line can come later than ``PARTIAL_LINE_S``, and must still follow its text."""
+_write_lock = threading.Condition()  # one pump writes at a time: a line of one rank is never cut by another's
+_unfinished: dict[str, Any] = {}
+"""Per stream (``stdout``, ``stderr``): the pump whose last write left a line unfinished there, if any."""
 
 
 class _Pump(threading.Thread):
@@ -85,6 +91,10 @@ class _Pump(threading.Thread):
                     pending = b""
             if pending:
                 self._emit(pending)
+        with _write_lock:  # a worker that ended mid-line holds nobody up
+            if _unfinished.get(self.stream) is self:
+                _unfinished[self.stream] = None
+                _write_lock.notify_all()
 
     def _prefixed(self, data: bytes) -> bytes:
         if not self.prefix:
@@ -101,6 +111,12 @@ class _Pump(threading.Thread):
     def _emit(self, data: bytes) -> None:
         text = self._prefixed(data)
         with _write_lock:
+            deadline = time.monotonic() + UNFINISHED_LINE_HOLD_S
+            while _unfinished.get(self.stream) not in (None, self) and time.monotonic() < deadline:
+                _write_lock.wait(deadline - time.monotonic())
+            if text:
+                _unfinished[self.stream] = None if text.endswith((b"\n", b"\r")) else self
+                _write_lock.notify_all()
             target = sys.stdout if self.stream == "stdout" else sys.stderr
             try:
                 for piece in _whole_line_pieces(text):
