@@ -139,3 +139,19 @@ def test_the_core_wings_are_layers() -> None:
 def test_env_is_the_bottom() -> None:
     graph = ImportGraph(find_modules({"bagua_core": ROOT}))
     assert [e for e in graph.edges["bagua_core.runtime.env"] if e.target.startswith("bagua_core")] == []
+
+
+def test_importing_bagua_leaves_out_what_only_sharded_models_need() -> None:
+    """``torch.distributed.tensor`` (DTensor) and ``torch.distributed.checkpoint`` take about 0.6 s to import, in
+    every worker of every job: bagua imports them only for a model sharded with FSDP2, which imported them first."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, bagua_core, bagua_algorithms\n"
+             "from bagua_core.plugins import algorithm_registry\n"
+             "[algorithm_registry.get(name) for name in algorithm_registry.names()]\n"
+             "print(sorted(m for m in ('torch.distributed.tensor', 'torch.distributed.checkpoint', "
+             "'torch.distributed.fsdp') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout

@@ -54,7 +54,6 @@ from bagua_core.checkpoints.files import (
     load_file,
     read_tracker,
 )
-from bagua_core.checkpoints.sharded import is_sharded_checkpoint, load_sharded, save_sharded
 from bagua_core.lifecycle.tensor import is_sharded, register_shards
 from bagua_core.runtime.exceptions import BaguaError
 from bagua_core.runtime.process_group import get_default_group, is_initialized
@@ -106,6 +105,8 @@ def save_checkpoint(iteration: int, checkpoints_path: str, model: torch.nn.Modul
     # first: an algorithm may finish its communication in flight into the weights (decentralized_dp)
     bagua_state = model.bagua_checkpoint_state() if hasattr(model, "bagua_checkpoint_state") else None
     if is_sharded(model):
+        from bagua_core.checkpoints.sharded import save_sharded  # DCP and DTensor: imported for sharded models only
+
         directory = os.path.dirname(get_checkpoint_name(checkpoints_path, iteration))
         save_sharded(directory, iteration, model, optimizer, lr_scheduler, bagua_state)  # DCP: raises on every rank
         _on_every_rank(comm, lambda: _write_tracker(checkpoints_path, iteration, rank),
@@ -159,6 +160,8 @@ def load_checkpoint(checkpoints_path: str, model: torch.nn.Module, optimizer: to
     rank, world_size, _ = _rank_and_world()
     register_shards(model)
     directory = os.path.dirname(get_checkpoint_name(checkpoints_path, iteration))
+    from bagua_core.checkpoints.sharded import is_sharded_checkpoint, load_sharded  # DCP: imported when loading
+
     if is_sharded_checkpoint(directory) != is_sharded(model):
         raise BaguaError(
             f"the checkpoint of iteration {iteration} in {checkpoints_path} was saved from a "

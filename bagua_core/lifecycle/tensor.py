@@ -9,15 +9,24 @@ marks it is one ``TensorState`` (``bagua_core.lifecycle.state``); ``bagua_tensor
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.distributed.tensor import DTensor
 
 from bagua_core.lifecycle.state import TensorState, set_state, tensor_state_of
 
 __all__ = ["is_sharded", "local_shard", "load_optimizer_state", "register_shards", "BaguaTensor", "install_tensor_methods"]
+
+
+def is_dtensor(value: Any) -> bool:
+    """Whether ``value`` is a ``DTensor`` (FSDP2's parameters, gradients and optimizer state). No tensor is one until
+    ``torch.distributed.tensor`` was imported (``fully_shard`` imports it), so bagua does not import it itself: that
+    import takes about 0.6 s, in every process of a job that shards nothing."""
+    module = sys.modules.get("torch.distributed.tensor")
+    dtensor = getattr(module, "DTensor", None)
+    return dtensor is not None and isinstance(value, dtensor)
 
 
 def ensure_bagua_tensor(
@@ -74,7 +83,7 @@ def local_shard(value: Any) -> Any:
 
         >>> [local_shard(p).shape for p in sharded_model.parameters()]   # this rank's shards
     """
-    if not isinstance(value, DTensor):
+    if not is_dtensor(value):
         return value
     with torch.no_grad():  # DTensor's public accessor: the local tensor itself, not an autograd view of it
         return value.to_local()
@@ -89,7 +98,7 @@ def is_sharded(module: torch.nn.Module) -> bool:
         >>> is_sharded(fully_shard(model, mesh=bagua.node_mesh()))
         True
     """
-    return any(isinstance(p, DTensor) for p in module.parameters())
+    return any(is_dtensor(p) for p in module.parameters())
 
 
 def register_shards(module: torch.nn.Module) -> None:
@@ -103,6 +112,8 @@ def register_shards(module: torch.nn.Module) -> None:
         >>> model(x_eval)                 # under no_grad: the root's parameters stay unsharded
         >>> register_shards(model)        # the sharded DTensor parameters again
     """
+    if "torch.distributed.fsdp" not in sys.modules:  # nothing is fully_shard-ed: FSDP2 was never imported
+        return
     from torch.distributed.fsdp import FSDPModule
 
     for sub in module.modules():
@@ -126,14 +137,14 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]
     wrapped = {}
     for index, entries in state["state"].items():
         param = params[int(index)]
-        if not isinstance(param, DTensor):
+        if not is_dtensor(param):
             wrapped[index] = entries
             continue
         shape = param.to_local().shape
         wrapped[index] = {
-            key: DTensor.from_local(value, param.device_mesh, param.placements, run_check=False, shape=param.shape,
+            key: type(param).from_local(value, param.device_mesh, param.placements, run_check=False, shape=param.shape,
                                     stride=param.stride())
-            if isinstance(value, torch.Tensor) and not isinstance(value, DTensor) and value.dim() > 0
+            if isinstance(value, torch.Tensor) and not is_dtensor(value) and value.dim() > 0
             and value.shape == shape else value
             for key, value in entries.items()}
     optimizer.load_state_dict({**state, "state": wrapped})
