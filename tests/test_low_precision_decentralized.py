@@ -149,6 +149,10 @@ def _resynchronized(rank: int) -> None:
     everyone = [torch.empty_like(before) for _ in range(dist.get_world_size())]
     dist.all_gather(everyone, before)
     assert not torch.equal(everyone[0], everyone[1])
+    # the last round's neighbour messages are added into l and r on the communication thread; fault-tolerant
+    # mode completes them before its commit decision, as here (resynchronizing while they land left l or r
+    # different from the weights, under load)
+    model.bagua_algorithm.complete_exchanges()
     for bucket in model.bagua_buckets:
         for op in bucket._ops:
             if isinstance(op, LowPrecisionDecentralizedOp):

@@ -111,6 +111,7 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
         def hook(inputs) -> None:
             if self._resynchronize:  # the first step on a new quorum: average, restart the replicas
                 self._resynchronize = False
+                self.complete_exchanges()  # no neighbour's message may land in l or r after the restart
                 for bucket, op in self._replica_ops():
                     op.resynchronize(bucket)
 
