@@ -33,7 +33,7 @@ SLOW_FIRST = (
     "tests/test_elastic.py", "tests/test_benchmarks_smoke.py", "tests/test_fault_tolerant_timed.py",
     "tests/test_failure_propagation.py", "tests/test_docs_examples.py", "tests/test_bench_scale.py",
 )
-"""Modules whose tests take 10 s or more each (measured under 8 workers), slowest first. pytest-xdist hands out
+"""Modules whose tests took 10 s or more each (measured on 6 workers), slowest first. pytest-xdist hands out
 tests in collection order, so these go first: a worker is never left running one of them alone at the end."""
 
 

@@ -91,12 +91,14 @@ def test_bagua_run_names_the_first_failure(tmp_path) -> None:
     script.write_text(SCRIPT)
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "bagua_core.cli", "run", "--standalone", "--nproc_per_node=2",
-                           f"--master-port={free_port()}", str(script)], capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, OMP_NUM_THREADS="1", BAGUA_COMM_TIMEOUT_S="60"))
+                           f"--master-port={free_port()}", str(script)], capture_output=True, text=True, timeout=270,
+                          env=dict(os.environ, OMP_NUM_THREADS="1", BAGUA_COMM_TIMEOUT_S="900"))
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1, output[-4000:]
     assert "bagua: workers failed; first failure: rank 1 (exit code 1): RuntimeError: boom on rank 1" in output
-    assert time.monotonic() - started < 60  # far below BAGUA_COMM_TIMEOUT_S: nobody waited for the timeout
+    # far below BAGUA_COMM_TIMEOUT_S: nobody waited for the timeout (the bound leaves room for a loaded machine:
+    # with 8 test workers on 2 cores the job's start alone took over a minute once)
+    assert time.monotonic() - started < 240
 
 
 def test_nccl_groups_are_aborted(monkeypatch) -> None:
