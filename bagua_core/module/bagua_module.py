@@ -113,12 +113,6 @@ class BaguaModule:
         layout = None
         if found is not None:
             layout, group = sharded.make_layout(*found, job)  # collective
-            if group.membership.changes and len(layout.replica_ranks) > 1:
-                raise BaguaConfigError(
-                    f"fault-tolerant mode: a replica shards the model over its own ranks and the replicas of the "
-                    f"quorum are the replicate dimension, but this model's sharding replicates inside the replica "
-                    f"(ranks holding each shard: {[list(r) for r in layout.replica_sets]}); shard over all the "
-                    f"replica's ranks (bagua.node_mesh() on a replica of one node)")
         comm = group.get_global_communicator()
         if resumed is None or not resumed.keeps_own_weights(declaration.name):  # (else: each rank its own)
             if layout is None:

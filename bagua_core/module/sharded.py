@@ -152,6 +152,13 @@ def make_layout(units: tuple[Unit, ...], ranks: tuple[int, ...], shard_group: An
         raise BaguaConfigError(f"bagua needs the same number of ranks sharing the model on every node; the meshes are "
                                f"{[list(m) for m in distinct]}")
     replica_sets = tuple(zip(*distinct))  # shard j: the j-th rank of every mesh, in node order
+    if job.membership.changes and len(replica_sets[0]) > 1:  # refused before any group is made: every rank
+        # raises here, and none is left connecting a new group to a store that a rank raising first took down
+        raise BaguaConfigError(
+            f"fault-tolerant mode: a replica shards the model over its own ranks and the replicas of the "
+            f"quorum are the replicate dimension, but this model's sharding replicates inside the replica "
+            f"(ranks holding each shard: {[list(r) for r in replica_sets]}); shard over all the "
+            f"replica's ranks (bagua.node_mesh() on a replica of one node)")
     me = dist.get_rank()
     made = [new_group(list(members)) for members in replica_sets]  # collective, in the same order everywhere
     group = next(g for g, members in zip(made, replica_sets) if me in members)
