@@ -31,7 +31,7 @@ def test_three_replicas_then_two(job: Job, algorithm: str) -> None:
     ranks = {r["rank"] for name in ("a", "b", "c") for r in job.committed(name, quorum=3)}
     assert ranks == {0, 1, 2}, ranks
     job.procs["c"].send_signal(signal.SIGKILL)
-    assert job.wait_exit("c", GAP_S) == -9
+    assert job.wait_exit("c", GAP_S) == -9, job.output("c")[-3000:]
     before = {name: len(job.committed(name, quorum=2)) for name in ("a", "b")}
     for name in ("a", "b"):
         job.wait_for("committed 3 steps in a quorum of two after c was killed",
@@ -56,7 +56,7 @@ def test_replicas_of_two_ranks_kill_and_restart(job: Job, algorithm: str) -> Non
     spec = json.dumps(ALGORITHMS[algorithm][0])
     job.start("a", "--algorithm", spec, ranks=2)
     job.start("b", "--algorithm", spec, "--die-at", "4", "--only-rank", "1", ranks=2)
-    assert job.wait_exit("b.1", START_S) == -9
+    assert job.wait_exit("b.1", START_S) == -9, job.output("b.1")[-3000:]
     assert job.wait_exit("b.0", GAP_S * 2) != 0, "b's other rank went on without its replica"
     job.wait_for("committed 3 steps without b", lambda: len(job.committed("a.0", quorum=1)) >= 3, GAP_S * 3, "a.0")
     first = _pids(job, "b.0") + _pids(job, "b.1")

@@ -189,7 +189,7 @@ def test_replica_joining_late(job: Job, algorithm: str) -> None:
 def test_killed_replica_restarted(job: Job, algorithm: str) -> None:
     job.start("a", *_args(algorithm))
     job.start("b", *_args(algorithm), "--die-at", "3")
-    assert job.wait_exit("b", START_S) == -9
+    assert job.wait_exit("b", START_S) == -9, job.output("b")[-3000:]
     job.wait_for("committed alone after b was killed", lambda: len(job.committed("a", quorum=1)) >= 1, GAP_S * 2, "a")
     first = _pids(job.records("b"))
     job.start("b", *_args(algorithm))
@@ -270,7 +270,7 @@ def _kill_a_rank_of_b_and_restart(job: Job, *args: str) -> list[int]:
     Returns the pids of b's first attempt."""
     job.start("a", *args, ranks=2)
     job.start("b", *args, "--die-at", "4", "--only-rank", "1", ranks=2)
-    assert job.wait_exit("b.1", START_S) == -9
+    assert job.wait_exit("b.1", START_S) == -9, job.output("b.1")[-3000:]
     assert job.wait_exit("b.0", GAP_S * 2) != 0, "b's other rank went on without its replica"
     job.wait_for("committed 3 steps without b", lambda: len(job.committed("a.0", quorum=1)) >= 3, GAP_S * 3, "a.0")
     first = _pids(job.records("b.0")) + _pids(job.records("b.1"))
@@ -358,7 +358,7 @@ def test_auto_choice_survives_and_reaches_a_joiner(job: Job) -> None:
     trials = options["warmup_steps"] + 2 * options["trial_steps"]
     job.start("a", *_args("auto"))
     job.start("b", *_args("auto"), "--die-at", "3")
-    assert job.wait_exit("b", START_S) == -9
+    assert job.wait_exit("b", START_S) == -9, job.output("b")[-3000:]
     job.wait_for("chosen an algorithm", lambda: any(r["auto"] for r in job.committed("a")), GAP_S * 3, "a")
     records = job.committed("a")
     chosen = next(r for r in records if r["auto"])

@@ -20,7 +20,7 @@ def test_cuda_replica_killed_restarted_heals(tmp_path, algorithm: str) -> None:
     try:
         job.start("a", "--algorithm", algorithm, "--device", "cuda")
         job.start("b", "--algorithm", algorithm, "--device", "cuda", "--die-at", "4")
-        assert job.wait_exit("b", START_S) == -9
+        assert job.wait_exit("b", START_S) == -9, job.output("b")[-3000:]
         job.wait_for("committed alone after b was killed", lambda: len(job.committed("a", quorum=1)) >= 1, GAP_S * 2, "a")
         first = _pids(job.records("b"))
         job.start("b", "--algorithm", algorithm, "--device", "cuda")
