@@ -16,6 +16,7 @@ def results() -> list[dict]:
     return run_workers(train_all_amp, 2, "cpu", timeout=300)
 
 
+@pytest.mark.xdist_group("amp")  # the cases of one module-scoped job share a worker, so it runs once
 @pytest.mark.parametrize("case", cases_for(2))
 def test_autocast_and_grad_scaler_on_cpu(case: str, results: list[dict]) -> None:
     check_amp_results(case, results)

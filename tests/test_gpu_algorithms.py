@@ -11,7 +11,8 @@ import torch
 from tests.algorithm_matrix import ALGORITHMS, cases_for, check_amp_results, train_all, train_all_amp
 from tests.distributed import run_workers
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
+              pytest.mark.xdist_group("gpu_algorithms")]  # one module-scoped job for all: one worker
 
 GLOO = {"BAGUA_BACKEND": "gloo"}
 NATIVE = {"BAGUA_COMMUNICATOR": "nccl"}

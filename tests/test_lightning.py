@@ -162,6 +162,7 @@ def test_registered_and_options_validated() -> None:
         BaguaStrategy(algorithm="gradient_allreduce", hierarchicl=True)
 
 
+@pytest.mark.xdist_group("lightning")  # the tests of one module-scoped fit share a worker, so it runs once
 def test_gradient_allreduce_equals_lightning_ddp(fitted) -> None:
     for report in fitted["ranks"]:
         for key in ("gradient_allreduce", "bagua_instance_flatten_false"):
@@ -178,6 +179,7 @@ def test_gradient_allreduce_equals_lightning_ddp(fitted) -> None:
         assert report["validate_only"] > 0  # Trainer.validate with strategy="bagua" (no wrapping)
 
 
+@pytest.mark.xdist_group("lightning")
 @pytest.mark.parametrize("name", builtin_algorithms())
 def test_every_builtin_algorithm_trains(fitted, name) -> None:
     first = fitted["ranks"][0][name]
