@@ -27,8 +27,12 @@ class SleepyConfig(AlgorithmConfig):
     name: Literal["sleepy_allreduce"] = "sleepy_allreduce"
 
 
+SLEEP_S = 0.3
+
+
 class SleepyAllReduce(Algorithm):
-    """A third-party drop-in: gradient allreduce that sleeps 30 ms per step (it must lose)."""
+    """A third-party drop-in: gradient allreduce that sleeps 300 ms per step (it must lose: the other candidates'
+    steps took 60 ms on a loaded 2-core machine, when it slept 30 ms and won)."""
 
     name = "sleepy_allreduce"
     Config = SleepyConfig
@@ -42,7 +46,7 @@ class SleepyAllReduce(Algorithm):
 
         def slow(module):
             hook = post_backward(module)
-            return lambda: (time.sleep(0.03), hook())
+            return lambda: (time.sleep(SLEEP_S), hook())
 
         impl.init_post_backward_hook = slow
         return impl
@@ -81,7 +85,7 @@ def test_third_party_candidate_takes_part_and_every_rank_agrees() -> None:
     results = run_workers(_train, 2, algorithm, steps, True, timeout=120)
     first = results[0]["auto"]
     assert first is not None and set(first["step_time_s"]) == {"bytegrad", "gradient_allreduce", "sleepy_allreduce"}
-    assert first["step_time_s"]["sleepy_allreduce"] > 0.03 and first["algorithm"] != "sleepy_allreduce"
+    assert first["step_time_s"]["sleepy_allreduce"] > SLEEP_S and first["algorithm"] != "sleepy_allreduce"
     assert first["decided_at_step"] == WARMUP + 3 * TRIAL + 1
     assert first["latency_s"] > 0 and first["model_bytes"] == (16 * 32 + 32 + 32 * 4 + 4) * 4
     bandwidth = first["bandwidth_bytes_per_s"]  # None: too fast to measure with the buffers tried

@@ -270,7 +270,8 @@ def _kill_a_rank_of_b_and_restart(job: Job, *args: str) -> list[int]:
     Returns the pids of b's first attempt."""
     job.start("a", *args, ranks=2)
     job.start("b", *args, "--die-at", "4", "--only-rank", "1", ranks=2)
-    assert job.wait_exit("b.1", START_S) == -9, job.output("b.1")[-3000:]
+    assert job.wait_exit("b.1", START_S) == -9, \
+        f"b.1:\n{job.output('b.1')[-2000:]}\nb.0 (its sibling):\n{job.output('b.0')[-2500:]}"
     assert job.wait_exit("b.0", GAP_S * 2) != 0, "b's other rank went on without its replica"
     job.wait_for("committed 3 steps without b", lambda: len(job.committed("a.0", quorum=1)) >= 3, GAP_S * 3, "a.0")
     first = _pids(job.records("b.0")) + _pids(job.records("b.1"))
