@@ -61,7 +61,7 @@ def netns_link(hosts: int, rate: str, delay: str) -> Iterator[Hosts]:
 def tcp_congestion_control() -> str:
     """The TCP congestion control between emulated hosts: ``BAGUA_NETNS_CC`` (hosts.sh sets it on their
     route), else this machine's default (what a new namespace uses). It matters: two flows leaving one
-    host share its link unevenly under bbr (see benchmarks/README.md)."""
+    host share its link unevenly under bbr (see docs/benchmarking.md)."""
     chosen = os.environ.get("BAGUA_NETNS_CC", "")
     if chosen:
         return chosen
