@@ -16,8 +16,8 @@ document's earlier blocks named, with ``PYTHONPATH`` set to the repository root,
 this checkout's.
 
 A block that cannot run here says so on the line just before its fence, with a reason:
-``<!-- not run: needs a GPU -->``. A block that takes more than about 20 s carries ``<!-- slow: ... -->``
-there instead, and its test is marked ``slow``. A failing block fails its test with the document, the line
+``<!-- not run: needs a GPU -->``. A block that starts workers, or takes more than about 5 s, carries
+``<!-- slow: ... -->`` there instead, and its test is marked ``slow`` (``-m "not slow"`` is the quick subset). A failing block fails its test with the document, the line
 of its fence, the command and the tail of its output.
 """
 
