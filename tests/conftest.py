@@ -37,7 +37,13 @@ SLOW_FIRST = (
 tests in collection order, so these go first: a worker is never left running one of them alone at the end."""
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(config, items) -> None:
+    from tests.quick_subset import is_slow
+
+    for item in items:
+        if is_slow(item.nodeid):
+            item.add_marker(pytest.mark.slow)
     rank = {path: i for i, path in enumerate(SLOW_FIRST)}
     order = {id(item): n for n, item in enumerate(items)}
     items.sort(key=lambda item: (rank.get(item.nodeid.split("::", 1)[0], len(SLOW_FIRST)), order[id(item)]))
