@@ -251,7 +251,19 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"{epochs} epoch{'' if epochs == 1 else 's'}: "
             f"loss {summary['final_loss']:.4f}, test accuracy {summary['test_accuracy'] * 100:.2f}%, "
             f"{summary['samples_per_s']:.0f} samples/s, "
-            f"{summary['bytes_communicated_per_rank'] / 1e6:.2f} MB handed to collectives per worker")
+            f"{format_bytes(summary['bytes_communicated_per_rank'])} handed to collectives per worker")
+
+
+def format_bytes(count: float) -> str:
+    """A byte count in the largest unit (bytes, kB, MB, GB: powers of 1000) that keeps it at least 1, so that
+    a small count (sparseloco's few kB) never reads as 0.00 MB."""
+    if count < 1000:
+        return f"{count:.0f} bytes"
+    for unit in ("kB", "MB", "GB"):
+        count /= 1000
+        if count < 1000 or unit == "GB":
+            return f"{count:.2f} {unit}"
+    raise AssertionError("unreachable")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -99,6 +99,15 @@ def test_summary_says_epoch_or_epochs() -> None:
     assert format_summary({**summary, "world_size": 1}).startswith("gradient_allreduce on 1 worker (cpu)")
 
 
+@pytest.mark.parametrize("count, shown", [(0, "0 bytes"), (1379, "1.38 kB"), (999, "999 bytes"), (2e6, "2.00 MB"),
+                                          (12_345, "12.35 kB"), (3.5e9, "3.50 GB")])
+def test_summary_shows_a_small_byte_count(count: float, shown: str) -> None:
+    """sparseloco hands a few kB to collectives: its summary never reads "0.00 MB"."""
+    summary = {"algorithm": "sparseloco", "world_size": 2, "device": "cpu", "epochs": 1, "final_loss": 0.5,
+               "test_accuracy": 0.9, "samples_per_s": 100.0, "bytes_communicated_per_rank": count}
+    assert format_summary(summary).endswith(f", {shown} handed to collectives per worker")
+
+
 def test_a_misspelt_algorithm_flag_gets_one_line_and_a_guess(capsys) -> None:
     assert main(["train", "--algorithm", "bytegrd"]) == 2
     err = capsys.readouterr().err
