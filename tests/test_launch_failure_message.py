@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from bagua_core.cli.worker_logs import last_error
 
 BAGUA = [sys.executable, "-m", "bagua_core.cli"]
@@ -32,12 +34,21 @@ def test_import_error_at_the_top_of_the_script(tmp_path) -> None:
     assert "ModuleNotFoundError: No module named 'bagua_no_such_module_here'" in result.stderr
 
 
-def test_missing_script(tmp_path) -> None:
-    result = _run(["run", "--standalone", "--nproc_per_node=1", "no_such_script.py"], cwd=tmp_path)
-    assert result.returncode == 1
-    last = result.stdout.strip().splitlines()[-1]
-    assert "first failure: rank 0 (exit code 2): " in last
-    assert "can't open file" in last and "no_such_script.py" in last and "No such file or directory" in last
+@pytest.mark.parametrize("mode", [[], ["--fault-tolerant", "--replicas", "2"]], ids=["fail-fast", "fault-tolerant"])
+def test_missing_script_is_reported_before_any_worker_starts(tmp_path, mode: list[str]) -> None:
+    """Once, in a line, with the folder it was looked for in: no rendezvous, no lighthouse, no worker."""
+    result = _run(["run", *mode, "--standalone", "--nproc_per_node=2", "no_such_script.py"], cwd=tmp_path,
+                  timeout=60)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        f"bagua run: error: no_such_script.py (in {tmp_path}) was not found: no worker was started"]
+
+
+def test_a_module_is_not_checked_as_a_script(tmp_path) -> None:
+    result = _run(["run", "--standalone", "--nproc_per_node=1", "-m", "json.tool", "--help"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "usage:" in result.stdout
 
 
 def test_progress_output_passes_through_unchanged(tmp_path) -> None:

@@ -4,7 +4,9 @@ multi-node rendezvous and elastic options (``--nnodes=MIN:MAX``, ``--max-restart
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
+import io
 import logging
 import os
 import sys
@@ -75,7 +77,7 @@ def _with_stderr_capture(torchrun_args: list[str]) -> list[str]:
 def _failure_report(rank: int, failure: Any) -> tuple[list[str], str]:
     """bagua's last lines for the first failed worker, and its cause in one line: its recorded error
     (bagua's failure handling wrote the error file), else the error at the end of its stderr (it died
-    before: an import error, a missing script, a bad argument), else what torchrun knows."""
+    before: an import error, a bad argument), else what torchrun knows."""
     message = failure.message.get("message", failure.message) if isinstance(failure.message, dict) else failure.message
     lines: list[str] = []
     # a signal (exit code < 0) is its own cause: the stderr's last line would be whatever came before it
@@ -168,6 +170,25 @@ def _print_run_help() -> None:
     parser.print_help()
 
 
+def check_script(torchrun_args: list[str]) -> None:
+    """Raise ``ValueError`` if the script torchrun would start on every worker is not a file: said once, before
+    any worker starts (each worker would fail on it after the rendezvous). A module (``-m``) or a program
+    (``--no-python``) is left to the workers; so are arguments torchrun itself refuses (it says why)."""
+    from torch.distributed import run as torchrun
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            parsed = torchrun.get_args_parser().parse_args(torchrun_args)
+    except SystemExit:
+        return
+    script = parsed.training_script
+    if parsed.module or parsed.no_python or os.path.isfile(script):
+        return
+    where = f" (in {os.getcwd()})" if not os.path.isabs(script) else ""
+    what = "is a directory, not a script" if os.path.isdir(script) else "was not found"
+    raise ValueError(f"{script}{where} {what}: no worker was started")
+
+
 def run_command(argv: list[str]) -> int:
     """``bagua run [--config FILE] [--fault-tolerant ...] <torchrun options> script.py [script args]``.
 
@@ -186,6 +207,7 @@ def run_command(argv: list[str]) -> int:
     from bagua_core.cli.fault_tolerant import run_fault_tolerant, split_fault_tolerant_args
 
     fault_tolerant, rest = split_fault_tolerant_args(rest)
+    check_script(rest)
     if fault_tolerant is not None:  # one torchrun per replica (docs/fault_tolerance.md)
         return run_fault_tolerant(fault_tolerant, rest)
     return _launch(rest)
