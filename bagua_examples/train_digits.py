@@ -180,15 +180,18 @@ def parse_args(argv: list[str] | None, prog: str | None = None) -> tuple[Trainin
                              "{replica}: then each replica writes its own)")
     for name, field in TrainingConfig.model_fields.items():
         flag = _flag(name)
+        # default None: a flag not given leaves the config file's value; the help shows the training default
+        shown = "on" if field.default is True else "off" if field.default is False else field.default
+        help_text = _plain(field.description)
+        if field.default is not None and "default" not in help_text:
+            help_text += f" (default: {shown})"
         if field.annotation is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
-                                help=_plain(field.description))
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         elif typing.get_origin(field.annotation) is typing.Literal:
-            parser.add_argument(flag, default=None, choices=typing.get_args(field.annotation),
-                                help=_plain(field.description))
+            parser.add_argument(flag, default=None, choices=typing.get_args(field.annotation), help=help_text)
         else:
             arg_type = type(field.default) if field.default is not None else float
-            parser.add_argument(flag, default=None, type=arg_type, help=_plain(field.description))
+            parser.add_argument(flag, default=None, type=arg_type, help=help_text)
     args = parser.parse_args(argv)
     if args.algorithm:
         try:

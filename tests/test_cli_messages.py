@@ -137,3 +137,47 @@ def test_run_checks_every_table_before_starting_workers(tmp_path, capsys) -> Non
     assert main(["run", "--config", str(bad), "--nproc_per_node=2", "never_started.py"]) == 2
     err = capsys.readouterr().err
     assert f"bagua run: error: invalid {bad}: [training] table:\n  training.lr: Input should be greater than 0" in err
+
+
+@pytest.mark.parametrize("argv, guess", [
+    (["train", "--algoritm", "bytegrad"], "--algorithm"),  # the job's flag
+    (["train", "--nprocs", "2"], "--nproc"),  # the launcher's flag
+    (["train", "--fault-tolerant", "--replcas", "2"], "--replicas"),
+    (["train", "--epochs", "1", "--bach-size=4"], "--batch-size"),
+    (["run", "--nprocs", "2", "train.py"], "--nproc-per-node"),  # torchrun's flag
+    (["run", "--verbos", "train.py"], "--verbose"),  # bagua run's own
+    (["plugins", "--jsn"], "--json"),
+    (["check-config", "--hlp", "x.toml"], "--help"),
+])
+def test_a_misspelt_flag_gets_a_guess_in_one_line(capsys, argv: list[str], guess: str) -> None:
+    """No usage block (torchrun's is 20 lines): the error, the guess and where the options are, in a line."""
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    command = f"bagua {argv[0]}"
+    assert out == ""
+    assert err.strip().splitlines() == [err.strip()], err
+    assert err.startswith(f"{command}: error: unrecognized arguments: ") and f"(did you mean {guess}?)" in err, err
+    assert err.rstrip().endswith(f"`{command} --help` lists the options")
+
+
+def test_a_flag_with_no_likely_spelling_gets_no_guess(capsys) -> None:
+    assert main(["train", "--zzzzzz"]) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --zzzzzz;" in err and "did you mean" not in err
+
+
+def test_a_bad_value_is_one_line(capsys) -> None:
+    assert main(["train", "--epochs", "x"]) == 2
+    assert capsys.readouterr().err == \
+        "bagua train: error: argument --epochs: invalid int value: 'x'; `bagua train --help` lists the options\n"
+
+
+def test_train_help_has_one_usage_line_and_the_defaults(capsys) -> None:
+    assert main(["train", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("usage:") == 1
+    flat = " ".join(out.split())
+    for shown in ("--epochs EPOCHS Passes over the training set. (default: 10)",
+                  "--batch-size BATCH_SIZE Samples per step on each worker. (default: 32)",
+                  "(default: on)", "--nproc N local worker processes (default: 2;"):
+        assert shown in flat, shown

@@ -14,6 +14,7 @@ from importlib import metadata
 from typing import Any
 
 from bagua_core.cli import worker_logs
+from bagua_core.cli.arguments import parser_flags, short_usage_errors
 from bagua_core.cli.jobs import find_job, job_config_tables
 from bagua_core.cli.replica_watch import replica_index, report_final_failure, watch_replica
 from bagua_core.selection.config import algorithm_config_of, validate_config_file
@@ -170,17 +171,22 @@ def _print_run_help() -> None:
     parser.print_help()
 
 
-def check_script(torchrun_args: list[str]) -> None:
-    """Raise ``ValueError`` if the script torchrun would start on every worker is not a file: said once, before
-    any worker starts (each worker would fail on it after the rendezvous). A module (``-m``) or a program
-    (``--no-python``) is left to the workers; so are arguments torchrun itself refuses (it says why)."""
+RUN_FLAGS = ("--config", "--verbose", "--help")
+"""``bagua run``'s own flags, beside torchrun's and the fault-tolerant ones (guesses for a misspelt flag)."""
+
+
+def check_launch_args(torchrun_args: list[str]) -> None:
+    """Raise ``ValueError`` for what would fail on every worker, said once before any worker starts: a
+    misspelt launcher flag (with a guess), a script that is not a file. A module (``-m``) or a program
+    (``--no-python``) is left to the workers."""
     from torch.distributed import run as torchrun
 
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):
-            parsed = torchrun.get_args_parser().parse_args(torchrun_args)
-    except SystemExit:
-        return
+    from bagua_core.cli.fault_tolerant import _FLAGS as FAULT_TOLERANT_FLAGS
+
+    parser = torchrun.get_args_parser()
+    parser.prog = "bagua run"
+    with short_usage_errors("bagua run", [*parser_flags(parser), *RUN_FLAGS, *FAULT_TOLERANT_FLAGS]):
+        parsed = parser.parse_args(torchrun_args)
     script = parsed.training_script
     if parsed.module or parsed.no_python or os.path.isfile(script):
         return
@@ -207,27 +213,65 @@ def run_command(argv: list[str]) -> int:
     from bagua_core.cli.fault_tolerant import run_fault_tolerant, split_fault_tolerant_args
 
     fault_tolerant, rest = split_fault_tolerant_args(rest)
-    check_script(rest)
+    check_launch_args(rest)
     if fault_tolerant is not None:  # one torchrun per replica (docs/fault_tolerance.md)
         return run_fault_tolerant(fault_tolerant, rest)
     return _launch(rest)
+
+
+def _train_launcher_parser() -> argparse.ArgumentParser:
+    """``bagua train``'s own options (the launcher's), for its help and for guesses at a misspelt flag."""
+    from bagua_core.cli.fault_tolerant import add_fault_tolerant_arguments, add_restart_argument
+
+    launcher = argparse.ArgumentParser(
+        prog="bagua train", usage="bagua train [--nproc N] [--verbose] [--fault-tolerant [--replicas K] "
+                                  "[--max-restarts M] ...] [worker options]", add_help=False,
+        description="Start the main job on local workers; the worker options (below the launcher's) go to "
+                    "every worker.")
+    ours = launcher.add_argument_group("launcher")
+    ours.add_argument("-h", "--help", action="store_true", help="show this help and exit")
+    ours.add_argument("--nproc", metavar="N", help="local worker processes (default: 2; with --fault-tolerant: "
+                                                   "ranks per replica, default: 1)")
+    ours.add_argument("--verbose", action="store_true", help="every rank's traceback and the third-party logs "
+                                                             "(BAGUA_VERBOSE=1)")
+    group = launcher.add_argument_group("fault-tolerant mode (docs/fault_tolerance.md)")
+    add_fault_tolerant_arguments(group)
+    add_restart_argument(group)
+    return launcher
+
+
+def _print_train_help(launcher: argparse.ArgumentParser, job: Any, prog: dict[str, str]) -> None:
+    """The launcher's help, then the job's options without a second usage line."""
+    launcher.print_help()
+    job_help = io.StringIO()
+    with contextlib.redirect_stdout(job_help):
+        try:
+            job.parse_args(["--help"], **prog)
+        except SystemExit:  # argparse exits after printing the help
+            pass
+    text = job_help.getvalue()
+    if text.startswith("usage:"):  # the block up to the first blank line
+        text = text.split("\n\n", 1)[1] if "\n\n" in text else ""
+    print("\nworker options (the main job's):")
+    print(text.rstrip())
 
 
 def train_command(argv: list[str]) -> int:
     """``bagua train [--nproc N] [--algorithm NAME | --config FILE] [training options]``: the main job
     (the ``bagua.jobs`` entry point ``train``, see ``bagua_core.cli.jobs``). With ``--fault-tolerant
     [--replicas K ...]``: K replicas of N ranks (default 1) on torchft (``docs/fault_tolerance.md``)."""
+    from bagua_core.cli.fault_tolerant import parse_fault_tolerant_options
+
+    launcher = _train_launcher_parser()
     parser = argparse.ArgumentParser(prog="bagua train", add_help=False)
     parser.add_argument("--nproc", type=int, default=None)
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("-h", "--help", action="store_true")
-    known, worker_args = parser.parse_known_args(argv)
+    with short_usage_errors("bagua train", parser_flags(launcher)):
+        known, worker_args = parser.parse_known_args(argv)
+        fault_tolerant, worker_args = parse_fault_tolerant_options(worker_args)
     if known.verbose:
         os.environ["BAGUA_VERBOSE"] = "1"  # the workers inherit it
-    from bagua_core.cli.fault_tolerant import add_fault_tolerant_arguments, add_restart_argument, \
-        parse_fault_tolerant_options
-
-    fault_tolerant, worker_args = parse_fault_tolerant_options(worker_args)
     restarts = ("--max-restarts", "--max_restarts")
     if fault_tolerant is None and any(t.split("=")[0] in restarts for t in worker_args):
         raise ValueError("--max-restarts restarts a failed replica of a fault-tolerant job: add --fault-tolerant "
@@ -236,29 +280,12 @@ def train_command(argv: list[str]) -> int:
     # the job's usage line says `bagua train` (a job written before the prog= keyword gets its own name)
     prog = {"prog": "bagua train [--nproc N]"} if "prog" in inspect.signature(job.parse_args).parameters else {}
     if known.help:
-        launcher = argparse.ArgumentParser(
-            prog="bagua train", usage="bagua train [--nproc N] [--verbose] [--fault-tolerant [--replicas K] "
-                                      "[--max-restarts M] ...] [worker options]", add_help=False,
-            description="Start the main job on local workers; the worker options (below the launcher's) go to "
-                        "every worker.")
-        ours = launcher.add_argument_group("launcher")
-        ours.add_argument("--nproc", metavar="N", help="local worker processes (default 2; with --fault-tolerant: "
-                                                       "ranks per replica, default 1)")
-        ours.add_argument("--verbose", action="store_true", help="every rank's traceback and the third-party logs "
-                                                                 "(BAGUA_VERBOSE=1)")
-        group = launcher.add_argument_group("fault-tolerant mode (docs/fault_tolerance.md)")
-        add_fault_tolerant_arguments(group)
-        add_restart_argument(group)
-        launcher.print_help()
-        print("\nworker options:")
-        try:
-            job.parse_args(["--help"], **prog)
-        except SystemExit:  # argparse exits after printing the help
-            pass
+        _print_train_help(launcher, job, prog)
         return 0
     if known.nproc is not None and known.nproc < 1:
         raise ValueError(f"--nproc must be a positive integer, got {known.nproc}")
-    cfg, algorithm, _ = job.parse_args(worker_args, **prog)  # validate options and config before starting workers
+    with short_usage_errors("bagua train", parser_flags(launcher)):  # a misspelt flag: one line, a guess
+        cfg, algorithm, _ = job.parse_args(worker_args, **prog)  # options and config checked before any worker
     algorithm_config_of(algorithm)
     if fault_tolerant is not None:  # --replicas replicas of --nproc ranks each (default 1)
         from bagua_core.cli.fault_tolerant import run_fault_tolerant
