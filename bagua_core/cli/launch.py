@@ -76,30 +76,50 @@ def _with_stderr_capture(torchrun_args: list[str]) -> list[str]:
 
 
 def _failure_report(rank: int, failure: Any) -> tuple[list[str], str]:
-    """bagua's last lines for the first failed worker, and its cause in one line: its recorded error
-    (bagua's failure handling wrote the error file), else the error at the end of its stderr (it died
+    """bagua's last lines for the failed worker to report, and its cause in one line. A failure that bagua's
+    failure handling recorded was shown above, once, by the rank that printed its traceback: the line names
+    that rank and the error's type, not its message again. Else the error at the end of its stderr (it died
     before: an import error, a bad argument), else what torchrun knows."""
     message = failure.message.get("message", failure.message) if isinstance(failure.message, dict) else failure.message
     lines: list[str] = []
+    shown_here = _shown_by(failure) == rank
+    if shown_here:
+        kind = str(message).split(":", 1)[0]
+        message = f"{kind} (its traceback is above; bagua run --verbose shows every rank's)"
     # a signal (exit code < 0) is its own cause: the stderr's last line would be whatever came before it
-    if failure.exitcode > 0 and not os.path.isfile(failure.error_file or ""):
+    elif failure.exitcode > 0 and not os.path.isfile(failure.error_file or ""):
         error, context = worker_logs.last_error(worker_logs.stderr_tail(failure.local_rank))
         if error:
             message = error if context[:1] == ["Traceback (most recent call last):"] else f"{error} (its stderr's last line)"
             if len(context) > 1:
                 lines = [f"bagua: rank {rank}'s stderr ended with:", *(f"  {line}" for line in context)]
-    cause = f"rank {rank} (exit code {failure.exitcode}): {message}"
+    # a rank that printed its failure and waited for the others' lines may be stopped by torchrun (SIGTERM)
+    status = "stopped by the launcher after it failed" if shown_here and failure.exitcode < 0 else \
+        f"exit code {failure.exitcode}"
+    cause = f"rank {rank} ({status}): {message}"
     replica = replica_index()
     who = f"replica {replica} failed: " if replica is not None else "workers failed; first failure: "
     return [*lines, f"bagua: {who}{cause}"], cause
 
 
+def _shown_by(failure: Any) -> int | None:
+    """The rank whose traceback shows ``failure`` (recorded by bagua's failure handling), or None."""
+    info = failure.message.get("extraInfo", {}) if isinstance(failure.message, dict) else {}
+    shown = info.get("bagua_shown_by") if isinstance(info, dict) else None
+    return shown if isinstance(shown, int) else None
+
+
 def _first_of_its_kind(exc: Any, rank: int, failure: Any) -> tuple[int, Any]:
-    """The lowest rank that failed with the same message as the first failure (every rank raised the same
-    error: the one that shows its traceback, the lowest), and its failure."""
-    same = [r for r, f in getattr(exc, "failures", {}).items() if f.message == failure.message]
+    """The failure to report: the one of the rank that showed the first failure's traceback (a rank that
+    stopped because another failed names that one), else the lowest rank that failed with the same message
+    as the first failure (every rank raised the same error: the one that shows its traceback, the lowest)."""
+    failures = getattr(exc, "failures", {})
+    shown = _shown_by(failure)
+    if shown is not None and shown in failures:
+        return shown, failures[shown]
+    same = [r for r, f in failures.items() if f.message == failure.message]
     lowest = min(same, default=rank)
-    return (lowest, exc.failures[lowest]) if lowest != rank else (rank, failure)
+    return (lowest, failures[lowest]) if lowest != rank else (rank, failure)
 
 
 def _fallback_report(exc: BaseException) -> list[str]:
