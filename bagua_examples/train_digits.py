@@ -180,15 +180,18 @@ def parse_args(argv: list[str] | None, prog: str | None = None) -> tuple[Trainin
                              "{replica}: then each replica writes its own)")
     for name, field in TrainingConfig.model_fields.items():
         flag = _flag(name)
+        # default None: a flag not given leaves the config file's value; the help shows the training default
+        shown = "on" if field.default is True else "off" if field.default is False else field.default
+        help_text = _plain(field.description)
+        if field.default is not None and "default" not in help_text:
+            help_text += f" (default: {shown})"
         if field.annotation is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
-                                help=_plain(field.description))
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         elif typing.get_origin(field.annotation) is typing.Literal:
-            parser.add_argument(flag, default=None, choices=typing.get_args(field.annotation),
-                                help=_plain(field.description))
+            parser.add_argument(flag, default=None, choices=typing.get_args(field.annotation), help=help_text)
         else:
             arg_type = type(field.default) if field.default is not None else float
-            parser.add_argument(flag, default=None, type=arg_type, help=_plain(field.description))
+            parser.add_argument(flag, default=None, type=arg_type, help=help_text)
     args = parser.parse_args(argv)
     if args.algorithm:
         try:
@@ -251,7 +254,19 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"{epochs} epoch{'' if epochs == 1 else 's'}: "
             f"loss {summary['final_loss']:.4f}, test accuracy {summary['test_accuracy'] * 100:.2f}%, "
             f"{summary['samples_per_s']:.0f} samples/s, "
-            f"{summary['bytes_communicated_per_rank'] / 1e6:.2f} MB handed to collectives per worker")
+            f"{format_bytes(summary['bytes_communicated_per_rank'])} handed to collectives per worker")
+
+
+def format_bytes(count: float) -> str:
+    """A byte count in the largest unit (bytes, kB, MB, GB: powers of 1000) that keeps it at least 1, so that
+    a small count (sparseloco's few kB) never reads as 0.00 MB."""
+    if count < 1000:
+        return f"{count:.0f} bytes"
+    for unit in ("kB", "MB", "GB"):
+        count /= 1000
+        if count < 1000 or unit == "GB":
+            return f"{count:.2f} {unit}"
+    raise AssertionError("unreachable")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -42,3 +42,30 @@ def test_train_help_is_plain_text_and_lists_max_restarts() -> None:
     text = _help("train", "--help")
     assert "``" not in text, [line for line in text.splitlines() if "``" in line]
     assert "--max-restarts M" in text
+
+
+@pytest.mark.parametrize("args, status", [(["--help"], 0), ([], 0), (["trian"], 2)], ids=["help", "no-args", "unknown"])
+def test_the_console_script_answers_without_importing_torch(args: list[str], status: int) -> None:
+    """``bagua --help`` answers at once: ``import torch`` takes seconds, and the console script (``bagua_cli``)
+    imports neither torch nor the ``bagua_core`` package (which imports torch) to print its usage."""
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "bagua_cli", *args], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == status, result.stderr
+    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in result.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "bagua_cli" in imported  # the check sees the imports
+    assert not imported & {"torch", "bagua_core", "pydantic", "pluggy"}, sorted(imported)
+    shown = result.stdout if status == 0 else result.stderr
+    assert ("bagua train" in shown) if status == 0 else ("did you mean train?" in shown)
+
+
+def test_the_console_script_is_the_front_door() -> None:
+    """The installed ``bagua`` runs ``bagua_cli:main``, which hands a command to ``bagua_core.cli.main``."""
+    import pathlib
+    import tomllib
+
+    pyproject = tomllib.loads((pathlib.Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
+    assert pyproject["project"]["scripts"]["bagua"] == "bagua_cli:main"
+    result = subprocess.run([sys.executable, "-m", "bagua_cli", "check-config", "no_such_config.toml"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "bagua check-config: error:" in result.stderr, result.stderr

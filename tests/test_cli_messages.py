@@ -99,6 +99,15 @@ def test_summary_says_epoch_or_epochs() -> None:
     assert format_summary({**summary, "world_size": 1}).startswith("gradient_allreduce on 1 worker (cpu)")
 
 
+@pytest.mark.parametrize("count, shown", [(0, "0 bytes"), (1379, "1.38 kB"), (999, "999 bytes"), (2e6, "2.00 MB"),
+                                          (12_345, "12.35 kB"), (3.5e9, "3.50 GB")])
+def test_summary_shows_a_small_byte_count(count: float, shown: str) -> None:
+    """sparseloco hands a few kB to collectives: its summary never reads "0.00 MB"."""
+    summary = {"algorithm": "sparseloco", "world_size": 2, "device": "cpu", "epochs": 1, "final_loss": 0.5,
+               "test_accuracy": 0.9, "samples_per_s": 100.0, "bytes_communicated_per_rank": count}
+    assert format_summary(summary).endswith(f", {shown} handed to collectives per worker")
+
+
 def test_a_misspelt_algorithm_flag_gets_one_line_and_a_guess(capsys) -> None:
     assert main(["train", "--algorithm", "bytegrd"]) == 2
     err = capsys.readouterr().err
@@ -128,3 +137,47 @@ def test_run_checks_every_table_before_starting_workers(tmp_path, capsys) -> Non
     assert main(["run", "--config", str(bad), "--nproc_per_node=2", "never_started.py"]) == 2
     err = capsys.readouterr().err
     assert f"bagua run: error: invalid {bad}: [training] table:\n  training.lr: Input should be greater than 0" in err
+
+
+@pytest.mark.parametrize("argv, guess", [
+    (["train", "--algoritm", "bytegrad"], "--algorithm"),  # the job's flag
+    (["train", "--nprocs", "2"], "--nproc"),  # the launcher's flag
+    (["train", "--fault-tolerant", "--replcas", "2"], "--replicas"),
+    (["train", "--epochs", "1", "--bach-size=4"], "--batch-size"),
+    (["run", "--nprocs", "2", "train.py"], "--nproc-per-node"),  # torchrun's flag
+    (["run", "--verbos", "train.py"], "--verbose"),  # bagua run's own
+    (["plugins", "--jsn"], "--json"),
+    (["check-config", "--hlp", "x.toml"], "--help"),
+])
+def test_a_misspelt_flag_gets_a_guess_in_one_line(capsys, argv: list[str], guess: str) -> None:
+    """No usage block (torchrun's is 20 lines): the error, the guess and where the options are, in a line."""
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    command = f"bagua {argv[0]}"
+    assert out == ""
+    assert err.strip().splitlines() == [err.strip()], err
+    assert err.startswith(f"{command}: error: unrecognized arguments: ") and f"(did you mean {guess}?)" in err, err
+    assert err.rstrip().endswith(f"`{command} --help` lists the options")
+
+
+def test_a_flag_with_no_likely_spelling_gets_no_guess(capsys) -> None:
+    assert main(["train", "--zzzzzz"]) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --zzzzzz;" in err and "did you mean" not in err
+
+
+def test_a_bad_value_is_one_line(capsys) -> None:
+    assert main(["train", "--epochs", "x"]) == 2
+    assert capsys.readouterr().err == \
+        "bagua train: error: argument --epochs: invalid int value: 'x'; `bagua train --help` lists the options\n"
+
+
+def test_train_help_has_one_usage_line_and_the_defaults(capsys) -> None:
+    assert main(["train", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("usage:") == 1
+    flat = " ".join(out.split())
+    for shown in ("--epochs EPOCHS Passes over the training set. (default: 10)",
+                  "--batch-size BATCH_SIZE Samples per step on each worker. (default: 32)",
+                  "(default: on)", "--nproc N local worker processes (default: 2;"):
+        assert shown in flat, shown

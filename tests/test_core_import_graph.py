@@ -21,7 +21,7 @@ import pytest
 from tests.import_graph import ImportGraph, find_modules
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-ABOVE = ("bagua_algorithms", "bagua_codecs", "bagua_contrib", "bagua_examples", "bagua")
+ABOVE = ("bagua_algorithms", "bagua_codecs", "bagua_contrib", "bagua_examples", "bagua", "bagua_cli")
 
 
 def imported_modules(source: str, filename: str) -> list[tuple[int, str]]:
@@ -66,7 +66,7 @@ def test_the_check_lets_the_core_import_itself() -> None:
 
 
 FIRST_PARTY = {package: ROOT for package in
-               ("bagua_core", "bagua_algorithms", "bagua_codecs", "bagua_contrib", "bagua_examples", "bagua",
+               ("bagua_core", "bagua_algorithms", "bagua_codecs", "bagua_contrib", "bagua_examples", "bagua", "bagua_cli",
                 "benchmarks")}
 FIRST_PARTY["bagua_local_sgd"] = ROOT / "plugins_example"
 

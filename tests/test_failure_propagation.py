@@ -95,7 +95,10 @@ def test_bagua_run_names_the_first_failure(tmp_path) -> None:
                           env=dict(os.environ, OMP_NUM_THREADS="1", BAGUA_COMM_TIMEOUT_S="900"))
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1, output[-4000:]
-    assert "bagua: workers failed; first failure: rank 1 (exit code 1): RuntimeError: boom on rank 1" in output
+    assert "[rank1]: RuntimeError: boom on rank 1" in output  # its traceback, once
+    assert output.count("boom on rank 1") == 2  # the traceback's line that raised it, and the error
+    assert "[rank0]: bagua: stopped: rank 1 failed first (RuntimeError)" in output
+    assert "bagua: workers failed; first failure: rank 1 (exit code 1): RuntimeError (its traceback is above" in output
     # far below BAGUA_COMM_TIMEOUT_S: nobody waited for the timeout (the bound leaves room for a loaded machine:
     # with 8 test workers on 2 cores the job's start alone took over a minute once)
     assert time.monotonic() - started < 240
@@ -138,12 +141,13 @@ def test_the_error_file_appears_whole_or_not_at_all(tmp_path, monkeypatch) -> No
 
     monkeypatch.setattr(uncaught.json, "dump", cut_short)
     with pytest.raises(KeyboardInterrupt):
-        uncaught._write_elastic_error_file(RuntimeError("boom"))
+        uncaught._write_elastic_error_file(RuntimeError("boom"), 0)
     assert not path.exists()
     monkeypatch.undo()
     monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(path))
-    uncaught._write_elastic_error_file(RuntimeError("boom"))
+    uncaught._write_elastic_error_file(RuntimeError("boom"), 0)
     assert json.loads(path.read_text())["message"]["message"] == "RuntimeError: boom"
+    assert json.loads(path.read_text())["message"]["extraInfo"]["bagua_shown_by"] == 0
     assert [p.name for p in tmp_path.iterdir()] == ["error.json"]
 
 

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from bagua_core.cli.worker_logs import last_error
 
 BAGUA = [sys.executable, "-m", "bagua_core.cli"]
@@ -32,12 +34,21 @@ def test_import_error_at_the_top_of_the_script(tmp_path) -> None:
     assert "ModuleNotFoundError: No module named 'bagua_no_such_module_here'" in result.stderr
 
 
-def test_missing_script(tmp_path) -> None:
-    result = _run(["run", "--standalone", "--nproc_per_node=1", "no_such_script.py"], cwd=tmp_path)
-    assert result.returncode == 1
-    last = result.stdout.strip().splitlines()[-1]
-    assert "first failure: rank 0 (exit code 2): " in last
-    assert "can't open file" in last and "no_such_script.py" in last and "No such file or directory" in last
+@pytest.mark.parametrize("mode", [[], ["--fault-tolerant", "--replicas", "2"]], ids=["fail-fast", "fault-tolerant"])
+def test_missing_script_is_reported_before_any_worker_starts(tmp_path, mode: list[str]) -> None:
+    """Once, in a line, with the folder it was looked for in: no rendezvous, no lighthouse, no worker."""
+    result = _run(["run", *mode, "--standalone", "--nproc_per_node=2", "no_such_script.py"], cwd=tmp_path,
+                  timeout=60)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        f"bagua run: error: no_such_script.py (in {tmp_path}) was not found: no worker was started"]
+
+
+def test_a_module_is_not_checked_as_a_script(tmp_path) -> None:
+    result = _run(["run", "--standalone", "--nproc_per_node=1", "-m", "json.tool", "--help"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "usage:" in result.stdout
 
 
 def test_progress_output_passes_through_unchanged(tmp_path) -> None:
@@ -75,22 +86,87 @@ model = model.with_bagua([optimizer], "bytegradd" if bagua.get_rank() == 1 else 
 """
 
 
+def _check_one_screen(output: str, shown_by: int, cause: str, kind: str, others: list[str]) -> None:
+    """At most 10 lines: one traceback (rank ``shown_by``'s, its cause ``cause`` once), a line for each other
+    rank (``others``), every rank's line with its prefix, and the launcher's summary naming the rank and type."""
+    lines = output.strip().splitlines()
+    assert len(lines) <= 10, output
+    assert output.count(cause) == 1, output
+    assert output.count("Traceback (most recent call last)") == 1, output
+    assert [line for line in lines if not line.startswith("[rank")] == lines[-1:], output  # prefixed but the last
+    assert lines[0] == f"[rank{shown_by}]: Traceback (most recent call last):", output
+    assert [line.split("]: ", 1)[1] for line in lines if line.startswith("[rank") and "]: bagua: " in line] == others
+    assert not [line for line in lines if line.startswith(("E1", "W1", "I1"))]  # torch's launcher logs
+    assert lines[-1].startswith(f"bagua: workers failed; first failure: rank {shown_by} (") and \
+        lines[-1].endswith(f"): {kind} (its traceback is above; bagua run --verbose shows every rank's)"), lines[-1]
+
+
 def test_a_failed_job_fits_one_screen_and_starts_with_the_cause(tmp_path) -> None:
-    """One traceback (the rank where it began), one line for each other rank, no launcher log lines, and
-    bagua's summary last: under 40 lines of output, the first of them naming the cause."""
+    """A bad option on one rank of three: its traceback, one line for each other rank, the summary."""
     script = tmp_path / "bad.py"
     script.write_text(BAD_OPTION)
     result = _run(["run", "--standalone", "--nproc_per_node=3", str(script)], cwd=tmp_path)
     assert result.returncode == 1
-    lines = (result.stderr + result.stdout).strip().splitlines()
-    assert len(lines) < 40, "\n".join(lines)
-    assert (result.stderr + result.stdout).count("Traceback (most recent call last)") == 1
-    cause = "unknown algorithm 'bytegradd'"
-    assert cause in lines[0], lines[0]
-    stopped = [line for line in lines if "stopped: BaguaError: with_bagua failed on rank 1" in line]
-    assert len(stopped) == 2  # ranks 0 and 2: a line each
-    assert not [line for line in lines if line.startswith(("E1", "W1", "I1"))]  # torch's launcher logs
-    assert lines[-1].startswith("bagua: workers failed; first failure: rank ") and cause in lines[-1]
+    _check_one_screen(result.stderr + result.stdout, 1, "unknown algorithm 'bytegradd'", "UnknownNameError",
+                      ["bagua: stopped: rank 1 failed first (UnknownNameError)"] * 2)
+
+
+OPTION_BY_RANK = """\
+import torch
+import bagua_core as bagua
+from bagua_algorithms.gradient_allreduce import GradientAllReduceAlgorithm
+
+bagua.init_process_group()
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model = model.with_bagua([optimizer], GradientAllReduceAlgorithm(hierarchical=bagua.get_rank() == 1))
+"""
+
+UNKNOWN_OPTION = """\
+import torch
+import bagua_core as bagua
+
+bagua.init_process_group()
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+algorithm = {"name": "bytegrad", "hierarchical": False}
+if RANKS:
+    algorithm["compresion"] = "MinMaxUInt8"
+model = model.with_bagua([optimizer], algorithm)
+"""
+
+EXCEPTION_WHILE_TRAINING = """\
+import torch
+import bagua_core as bagua
+
+bagua.init_process_group()
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model = model.with_bagua([optimizer], "gradient_allreduce")
+for step in range(3):
+    if bagua.get_rank() == 1 and step == 1:
+        raise ValueError("bad batch")
+    model(torch.randn(2, 4)).sum().backward()
+    optimizer.step()
+"""
+
+
+@pytest.mark.parametrize("source, shown_by, cause, kind, other", [
+    (OPTION_BY_RANK, 0, "algorithm option 'hierarchical' differs: rank 0 False, rank 1 True", "RankMismatchError",
+     "bagua: failed the same way as rank 0 (RankMismatchError)"),
+    (UNKNOWN_OPTION.replace("RANKS", "bagua.get_rank() == 1"), 1, "bytegrad.compresion: Extra inputs",
+     "BaguaConfigError", "bagua: stopped: rank 1 failed first (BaguaConfigError)"),
+    (UNKNOWN_OPTION.replace("RANKS", "True"), 0, "bytegrad.compresion: Extra inputs", "BaguaConfigError",
+     "bagua: failed the same way as rank 0 (BaguaConfigError)"),
+    (EXCEPTION_WHILE_TRAINING, 1, "ValueError: bad batch", "ValueError", "bagua: stopped: rank 1 failed first (ValueError)"),
+], ids=["option-differs-by-rank", "bad-option-on-one-rank", "bad-option-on-both", "exception-while-training"])
+def test_a_failed_two_rank_job_is_one_traceback_and_a_line(tmp_path, source: str, shown_by: int, cause: str,
+                                                           kind: str, other: str) -> None:
+    script = tmp_path / "failing.py"
+    script.write_text(source)
+    result = _run(["run", "--standalone", "--nproc_per_node=2", str(script)], cwd=tmp_path)
+    assert result.returncode == 1
+    _check_one_screen(result.stderr + result.stdout, shown_by, cause, kind, [other])
 
 
 TYPO_ON_EVERY_RANK = """\
@@ -106,21 +182,15 @@ model = model.with_bagua([optimizer], "bytegrd")
 
 def test_the_same_error_on_two_ranks_is_one_failure_in_a_few_lines(tmp_path) -> None:
     """Every rank raises the same error before any collective: one failure, so one traceback (without the
-    frames of bagua's checks), one line for the other rank, the launcher's line; the cause first."""
+    frames of bagua's checks), one line for the other rank, the launcher's line."""
     script = tmp_path / "typo.py"
     script.write_text(TYPO_ON_EVERY_RANK)
     result = _run(["run", "--standalone", "--nproc_per_node=2", str(script)], cwd=tmp_path)
     assert result.returncode == 1
     output = result.stderr + result.stdout
-    lines = output.strip().splitlines()
-    assert len(lines) < 15, "\n".join(lines)
-    cause = "unknown algorithm 'bytegrd' (did you mean 'bytegrad'?)"
-    assert lines[0].startswith("bagua: rank 0 failed: UnknownNameError: ") and cause in lines[0], lines[0]
-    assert output.count("Traceback (most recent call last)") == 1
+    _check_one_screen(output, 0, "unknown algorithm 'bytegrd' (did you mean 'bytegrad'?)", "UnknownNameError",
+                      ["bagua: failed the same way as rank 0 (UnknownNameError)"])
     assert f'File "{script}", line 7, in <module>' in output and "agreement.py" not in output
-    assert [line for line in lines if "failed the same way" in line] == \
-        ["bagua: rank 1 failed the same way as rank 0 (UnknownNameError)"]
-    assert lines[-1].startswith("bagua: workers failed; first failure: rank 0 (exit code 1): ") and cause in lines[-1]
 
 
 def test_every_rank_traceback_with_verbose(tmp_path) -> None:

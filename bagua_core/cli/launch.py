@@ -4,7 +4,9 @@ multi-node rendezvous and elastic options (``--nnodes=MIN:MAX``, ``--max-restart
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
+import io
 import logging
 import os
 import sys
@@ -12,6 +14,7 @@ from importlib import metadata
 from typing import Any
 
 from bagua_core.cli import worker_logs
+from bagua_core.cli.arguments import parser_flags, short_usage_errors
 from bagua_core.cli.jobs import find_job, job_config_tables
 from bagua_core.cli.replica_watch import replica_index, report_final_failure, watch_replica
 from bagua_core.selection.config import algorithm_config_of, validate_config_file
@@ -73,30 +76,50 @@ def _with_stderr_capture(torchrun_args: list[str]) -> list[str]:
 
 
 def _failure_report(rank: int, failure: Any) -> tuple[list[str], str]:
-    """bagua's last lines for the first failed worker, and its cause in one line: its recorded error
-    (bagua's failure handling wrote the error file), else the error at the end of its stderr (it died
-    before: an import error, a missing script, a bad argument), else what torchrun knows."""
+    """bagua's last lines for the failed worker to report, and its cause in one line. A failure that bagua's
+    failure handling recorded was shown above, once, by the rank that printed its traceback: the line names
+    that rank and the error's type, not its message again. Else the error at the end of its stderr (it died
+    before: an import error, a bad argument), else what torchrun knows."""
     message = failure.message.get("message", failure.message) if isinstance(failure.message, dict) else failure.message
     lines: list[str] = []
+    shown_here = _shown_by(failure) == rank
+    if shown_here:
+        kind = str(message).split(":", 1)[0]
+        message = f"{kind} (its traceback is above; bagua run --verbose shows every rank's)"
     # a signal (exit code < 0) is its own cause: the stderr's last line would be whatever came before it
-    if failure.exitcode > 0 and not os.path.isfile(failure.error_file or ""):
+    elif failure.exitcode > 0 and not os.path.isfile(failure.error_file or ""):
         error, context = worker_logs.last_error(worker_logs.stderr_tail(failure.local_rank))
         if error:
             message = error if context[:1] == ["Traceback (most recent call last):"] else f"{error} (its stderr's last line)"
             if len(context) > 1:
                 lines = [f"bagua: rank {rank}'s stderr ended with:", *(f"  {line}" for line in context)]
-    cause = f"rank {rank} (exit code {failure.exitcode}): {message}"
+    # a rank that printed its failure and waited for the others' lines may be stopped by torchrun (SIGTERM)
+    status = "stopped by the launcher after it failed" if shown_here and failure.exitcode < 0 else \
+        f"exit code {failure.exitcode}"
+    cause = f"rank {rank} ({status}): {message}"
     replica = replica_index()
     who = f"replica {replica} failed: " if replica is not None else "workers failed; first failure: "
     return [*lines, f"bagua: {who}{cause}"], cause
 
 
+def _shown_by(failure: Any) -> int | None:
+    """The rank whose traceback shows ``failure`` (recorded by bagua's failure handling), or None."""
+    info = failure.message.get("extraInfo", {}) if isinstance(failure.message, dict) else {}
+    shown = info.get("bagua_shown_by") if isinstance(info, dict) else None
+    return shown if isinstance(shown, int) else None
+
+
 def _first_of_its_kind(exc: Any, rank: int, failure: Any) -> tuple[int, Any]:
-    """The lowest rank that failed with the same message as the first failure (every rank raised the same
-    error: the one that shows its traceback, the lowest), and its failure."""
-    same = [r for r, f in getattr(exc, "failures", {}).items() if f.message == failure.message]
+    """The failure to report: the one of the rank that showed the first failure's traceback (a rank that
+    stopped because another failed names that one), else the lowest rank that failed with the same message
+    as the first failure (every rank raised the same error: the one that shows its traceback, the lowest)."""
+    failures = getattr(exc, "failures", {})
+    shown = _shown_by(failure)
+    if shown is not None and shown in failures:
+        return shown, failures[shown]
+    same = [r for r, f in failures.items() if f.message == failure.message]
     lowest = min(same, default=rank)
-    return (lowest, exc.failures[lowest]) if lowest != rank else (rank, failure)
+    return (lowest, failures[lowest]) if lowest != rank else (rank, failure)
 
 
 def _fallback_report(exc: BaseException) -> list[str]:
@@ -168,6 +191,30 @@ def _print_run_help() -> None:
     parser.print_help()
 
 
+RUN_FLAGS = ("--config", "--verbose", "--help")
+"""``bagua run``'s own flags, beside torchrun's and the fault-tolerant ones (guesses for a misspelt flag)."""
+
+
+def check_launch_args(torchrun_args: list[str]) -> None:
+    """Raise ``ValueError`` for what would fail on every worker, said once before any worker starts: a
+    misspelt launcher flag (with a guess), a script that is not a file. A module (``-m``) or a program
+    (``--no-python``) is left to the workers."""
+    from torch.distributed import run as torchrun
+
+    from bagua_core.cli.fault_tolerant import _FLAGS as FAULT_TOLERANT_FLAGS
+
+    parser = torchrun.get_args_parser()
+    parser.prog = "bagua run"
+    with short_usage_errors("bagua run", [*parser_flags(parser), *RUN_FLAGS, *FAULT_TOLERANT_FLAGS]):
+        parsed = parser.parse_args(torchrun_args)
+    script = parsed.training_script
+    if parsed.module or parsed.no_python or os.path.isfile(script):
+        return
+    where = f" (in {os.getcwd()})" if not os.path.isabs(script) else ""
+    what = "is a directory, not a script" if os.path.isdir(script) else "was not found"
+    raise ValueError(f"{script}{where} {what}: no worker was started")
+
+
 def run_command(argv: list[str]) -> int:
     """``bagua run [--config FILE] [--fault-tolerant ...] <torchrun options> script.py [script args]``.
 
@@ -186,26 +233,65 @@ def run_command(argv: list[str]) -> int:
     from bagua_core.cli.fault_tolerant import run_fault_tolerant, split_fault_tolerant_args
 
     fault_tolerant, rest = split_fault_tolerant_args(rest)
+    check_launch_args(rest)
     if fault_tolerant is not None:  # one torchrun per replica (docs/fault_tolerance.md)
         return run_fault_tolerant(fault_tolerant, rest)
     return _launch(rest)
+
+
+def _train_launcher_parser() -> argparse.ArgumentParser:
+    """``bagua train``'s own options (the launcher's), for its help and for guesses at a misspelt flag."""
+    from bagua_core.cli.fault_tolerant import add_fault_tolerant_arguments, add_restart_argument
+
+    launcher = argparse.ArgumentParser(
+        prog="bagua train", usage="bagua train [--nproc N] [--verbose] [--fault-tolerant [--replicas K] "
+                                  "[--max-restarts M] ...] [worker options]", add_help=False,
+        description="Start the main job on local workers; the worker options (below the launcher's) go to "
+                    "every worker.")
+    ours = launcher.add_argument_group("launcher")
+    ours.add_argument("-h", "--help", action="store_true", help="show this help and exit")
+    ours.add_argument("--nproc", metavar="N", help="local worker processes (default: 2; with --fault-tolerant: "
+                                                   "ranks per replica, default: 1)")
+    ours.add_argument("--verbose", action="store_true", help="every rank's traceback and the third-party logs "
+                                                             "(BAGUA_VERBOSE=1)")
+    group = launcher.add_argument_group("fault-tolerant mode (docs/fault_tolerance.md)")
+    add_fault_tolerant_arguments(group)
+    add_restart_argument(group)
+    return launcher
+
+
+def _print_train_help(launcher: argparse.ArgumentParser, job: Any, prog: dict[str, str]) -> None:
+    """The launcher's help, then the job's options without a second usage line."""
+    launcher.print_help()
+    job_help = io.StringIO()
+    with contextlib.redirect_stdout(job_help):
+        try:
+            job.parse_args(["--help"], **prog)
+        except SystemExit:  # argparse exits after printing the help
+            pass
+    text = job_help.getvalue()
+    if text.startswith("usage:"):  # the block up to the first blank line
+        text = text.split("\n\n", 1)[1] if "\n\n" in text else ""
+    print("\nworker options (the main job's):")
+    print(text.rstrip())
 
 
 def train_command(argv: list[str]) -> int:
     """``bagua train [--nproc N] [--algorithm NAME | --config FILE] [training options]``: the main job
     (the ``bagua.jobs`` entry point ``train``, see ``bagua_core.cli.jobs``). With ``--fault-tolerant
     [--replicas K ...]``: K replicas of N ranks (default 1) on torchft (``docs/fault_tolerance.md``)."""
+    from bagua_core.cli.fault_tolerant import parse_fault_tolerant_options
+
+    launcher = _train_launcher_parser()
     parser = argparse.ArgumentParser(prog="bagua train", add_help=False)
     parser.add_argument("--nproc", type=int, default=None)
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("-h", "--help", action="store_true")
-    known, worker_args = parser.parse_known_args(argv)
+    with short_usage_errors("bagua train", parser_flags(launcher)):
+        known, worker_args = parser.parse_known_args(argv)
+        fault_tolerant, worker_args = parse_fault_tolerant_options(worker_args)
     if known.verbose:
         os.environ["BAGUA_VERBOSE"] = "1"  # the workers inherit it
-    from bagua_core.cli.fault_tolerant import add_fault_tolerant_arguments, add_restart_argument, \
-        parse_fault_tolerant_options
-
-    fault_tolerant, worker_args = parse_fault_tolerant_options(worker_args)
     restarts = ("--max-restarts", "--max_restarts")
     if fault_tolerant is None and any(t.split("=")[0] in restarts for t in worker_args):
         raise ValueError("--max-restarts restarts a failed replica of a fault-tolerant job: add --fault-tolerant "
@@ -214,29 +300,12 @@ def train_command(argv: list[str]) -> int:
     # the job's usage line says `bagua train` (a job written before the prog= keyword gets its own name)
     prog = {"prog": "bagua train [--nproc N]"} if "prog" in inspect.signature(job.parse_args).parameters else {}
     if known.help:
-        launcher = argparse.ArgumentParser(
-            prog="bagua train", usage="bagua train [--nproc N] [--verbose] [--fault-tolerant [--replicas K] "
-                                      "[--max-restarts M] ...] [worker options]", add_help=False,
-            description="Start the main job on local workers; the worker options (below the launcher's) go to "
-                        "every worker.")
-        ours = launcher.add_argument_group("launcher")
-        ours.add_argument("--nproc", metavar="N", help="local worker processes (default 2; with --fault-tolerant: "
-                                                       "ranks per replica, default 1)")
-        ours.add_argument("--verbose", action="store_true", help="every rank's traceback and the third-party logs "
-                                                                 "(BAGUA_VERBOSE=1)")
-        group = launcher.add_argument_group("fault-tolerant mode (docs/fault_tolerance.md)")
-        add_fault_tolerant_arguments(group)
-        add_restart_argument(group)
-        launcher.print_help()
-        print("\nworker options:")
-        try:
-            job.parse_args(["--help"], **prog)
-        except SystemExit:  # argparse exits after printing the help
-            pass
+        _print_train_help(launcher, job, prog)
         return 0
     if known.nproc is not None and known.nproc < 1:
         raise ValueError(f"--nproc must be a positive integer, got {known.nproc}")
-    cfg, algorithm, _ = job.parse_args(worker_args, **prog)  # validate options and config before starting workers
+    with short_usage_errors("bagua train", parser_flags(launcher)):  # a misspelt flag: one line, a guess
+        cfg, algorithm, _ = job.parse_args(worker_args, **prog)  # options and config checked before any worker
     algorithm_config_of(algorithm)
     if fault_tolerant is not None:  # --replicas replicas of --nproc ranks each (default 1)
         from bagua_core.cli.fault_tolerant import run_fault_tolerant

@@ -13,6 +13,7 @@ from pydantic_core import PydanticUndefined
 
 from bagua_core.lifecycle.capabilities import Capabilities
 from bagua_core.codecs import describe_codecs
+from bagua_core.cli.arguments import parser_flags, short_usage_errors
 from bagua_core.cli.jobs import job_config_tables
 from bagua_core.selection.config import validate_config_file
 from bagua_core.plugins import algorithm_registry, registration_hooks
@@ -79,7 +80,8 @@ def _names(registry) -> list[dict[str, str]]:
 def plugins_command(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bagua plugins", description="list installed bagua plugins")
     parser.add_argument("--json", action="store_true", help="print JSON")
-    args = parser.parse_args(argv)
+    with short_usage_errors(parser.prog, parser_flags(parser)):
+        args = parser.parse_args(argv)
     # every other registration hook (the plugin packages' own specs, e.g. topologies, cache stores)
     others = {key: _names(registry) for key, registry in registration_hooks().items()
               if key not in ("algorithms", "codecs")}
@@ -112,7 +114,8 @@ def check_config_command(argv: list[str]) -> int:
                                      description="validate every table of a bagua config file: the algorithm "
                                                  "and the tables the installed jobs read ([training])")
     parser.add_argument("file")
-    args = parser.parse_args(argv)
+    with short_usage_errors(parser.prog, parser_flags(parser)):
+        args = parser.parse_args(argv)
     algorithm, tables = validate_config_file(args.file, job_config_tables())
     parts = [f"algorithm {algorithm.name}: {algorithm.model_dump(exclude={'name'})}" if algorithm is not None
              else "no algorithm (the job's default)"]

@@ -1,6 +1,7 @@
 """Each worker's output, forwarded in whole lines, and the last lines of its stderr: so that the lines of
 different ranks never run together, and ``bagua run`` can say why a worker died before bagua's failure
-handling could record it (an import error, a missing script, a bad argument).
+handling could record it (an import error, a bad argument; a missing script is refused before any worker
+starts, `launch.check_script`).
 
 torchrun's agent records a worker's error in its error file only when the worker itself writes one
 (``@record``, or ``bagua_core.runtime.failure`` once ``init_process_group`` ran); otherwise it knows only the exit

@@ -12,7 +12,9 @@ each rank's value::
 fields). Errors raised here are marked ``bagua_coordinated``: every rank raises them, so none of them
 poisons the group (see :mod:`bagua_core.runtime.failure`). An error raised the same way on several ranks (a
 misspelt algorithm name in a script every rank runs) is one failure: the lowest of those ranks shows it,
-the others are marked ``bagua_same_failure_as`` that rank and say so in one line.
+the others are marked ``bagua_same_failure_as`` that rank and say so in one line; so is a disagreement
+(rank 0 of the group shows it). A rank that raises because another one failed is marked
+``bagua_failed_elsewhere`` (that rank) and ``bagua_failed_kind`` (its exception's type).
 
 Example::
 
@@ -141,7 +143,11 @@ def agree_or_raise(comm: Any, prepare: Callable[[], Any], signature: object = No
         raise _coordinated(error, same_as=first if first != me else None)
     for rank, (message, *_rest) in enumerate(gathered):
         if message is not None:
-            raise _coordinated(BaguaError(f"{what} failed on rank {rank} of the group: {message}"), origin=rank)
+            error = _coordinated(BaguaError(f"{what} failed on rank {rank} of the group: {message}"), origin=rank)
+            error.bagua_failed_kind = message.split(":", 1)[0]  # type: ignore[attr-defined]
+            raise error
+    # a disagreement is one failure, raised on every rank: group rank 0 shows it, the others say so in a line
+    lowest = 0 if me != 0 else None
     lines = describe_differences([g[2] for g in gathered], [g[3] for g in gathered])
     if lines:
         shown = lines[:_MAX_LISTED_FIELDS] + ([f"... and {len(lines) - _MAX_LISTED_FIELDS} more"]
@@ -149,8 +155,8 @@ def agree_or_raise(comm: Any, prepare: Callable[[], Any], signature: object = No
         raise _coordinated(RankMismatchError(
             f"{what}: the ranks disagree on what decides their collectives:\n  " + "\n  ".join(shown)
             + "\nevery rank must be started with the same options, config file and BAGUA_* environment"
-        ))
+        ), same_as=lowest)
     for rank, (_, other, *_rest) in enumerate(gathered):
         if other != signature:
-            raise _coordinated(RankMismatchError(_model_difference(me, rank, signature, other)))
+            raise _coordinated(RankMismatchError(_model_difference(me, rank, signature, other)), same_as=lowest)
     return prepared.result

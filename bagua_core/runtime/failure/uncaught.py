@@ -4,8 +4,10 @@
 (so the peers' errors name this rank and the cause), and under torchelastic (``bagua run``) it is written
 to the worker's error file, so the launcher's summary shows it as the root cause. Only the rank where a
 failure began prints a traceback: a rank that stopped because another one failed (a ``PeerFailureError``,
-or an agreement that failed on another rank) prints one line naming that rank and the cause, so a failed
-job's output is one traceback and a line per other rank. An error raised the same way on several ranks
+or an agreement that failed on another rank) prints one line naming that rank and the error's type, after
+that rank's traceback, so a failed job's output is one traceback and a line per other rank, the error's
+text once, every line with its rank's prefix (``[rank1]: ``, torch's). The error file names the rank whose
+traceback shows the failure (``bagua_shown_by``), which the launcher's summary names. An error raised the same way on several ranks
 before any collective (a misspelt algorithm name in the script) is one failure: the lowest of those ranks
 shows it, the others say in one line that they failed the same way. An error about what the caller asked
 for (a bad name or option, ranks that disagree) is shown without the frames of bagua's own checks below
@@ -33,6 +35,7 @@ from typing import Any
 from bagua_core.runtime import env
 from bagua_core.runtime.exceptions import (
     BaguaConfigError,
+    JobFailureError,
     NotInitializedError,
     PeerFailureError,
     PluginError,
@@ -50,46 +53,61 @@ _ABOUT_THE_CALLER = (BaguaConfigError, PluginError, RankMismatchError, NotInitia
 """Errors about what the caller asked for: their traceback ends at the caller's frame."""
 
 
+def _say(text: str) -> None:
+    """Write ``text`` to stderr with this rank's prefix on every line (torch's ``[rank1]: ``, as its traceback)."""
+    prefix = f"[rank{state.rank}]: "
+    print("\n".join(prefix + line for line in text.splitlines()), file=sys.stderr, flush=True)
+
+
+def _kind(translated: BaseException, exc: BaseException) -> tuple[int | None, str]:
+    """(the rank that failed first, the type of its error) for a rank that stopped because of it."""
+    if isinstance(translated, JobFailureError):
+        return translated.failed_rank, translated.cause.split(":", 1)[0].strip() or "an error"
+    return getattr(exc, "bagua_failed_elsewhere", None), getattr(exc, "bagua_failed_kind", "an error")
+
+
 def _handle(exc: BaseException | None, where: str) -> bool:
     """Report ``exc``; True when its traceback is not worth printing (one line said it all)."""
     if exc is None or not state.started or isinstance(exc, SystemExit):
         return False
     try:
         translated = translate(exc, where)
-        _write_elastic_error_file(translated)
         same_as = getattr(exc, "bagua_same_failure_as", None)
+        elsewhere = isinstance(translated, PeerFailureError) or getattr(exc, "bagua_failed_elsewhere", None) is not None
+        shown_by = same_as if same_as is not None else _kind(translated, exc)[0] if elsewhere else state.rank
+        _write_elastic_error_file(translated, shown_by)
         if same_as is not None and not env.verbose():  # one failure on several ranks: its traceback is there
             wait_until_said(_PEERS_LINES_S, ranks=[same_as])  # rank same_as shows the cause and traceback first
-            print(f"bagua: rank {state.rank} failed the same way as rank {same_as} ({type(exc).__name__})",
-                  file=sys.stderr, flush=True)
+            _say(f"bagua: failed the same way as rank {same_as} ({type(exc).__name__})")
             said()
             if os.environ.get("TORCHELASTIC_RUN_ID"):  # torchrun stops the others once this one exits: let
                 time.sleep(_AFTER_ORIGIN_S)  # rank same_as exit first (the launcher reports its exit status)
             return True
-        elsewhere = isinstance(translated, PeerFailureError) or getattr(exc, "bagua_failed_elsewhere", None) is not None
         if elsewhere and not env.verbose():
-            print(f"bagua: rank {state.rank} stopped: {type(translated).__name__}: {translated}", file=sys.stderr,
-                  flush=True)
+            origin, kind = _kind(translated, exc)
+            if origin is not None:  # its traceback first: this line refers to it
+                wait_until_said(_PEERS_LINES_S, ranks=[origin])
+            _say(f"bagua: stopped: rank {origin} failed first ({kind})" if origin is not None else
+                 f"bagua: stopped: {type(translated).__name__}: {str(translated).strip().splitlines()[0]}")
             said()
             return True
         if translated is not exc:
-            print(f"bagua: {translated}", file=sys.stderr, flush=True)
-        elif state.world_size > 1:  # the cause first, in one line: the job's first line, whichever rank prints first
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            print(f"bagua: rank {state.rank} failed: {type(exc).__name__}: {first}", file=sys.stderr, flush=True)
+            _say(f"bagua: {translated}")
     except Exception:  # never hide the original traceback
         pass
     return False
 
 
-def _write_elastic_error_file(exc: BaseException) -> None:
-    """The format of torchelastic's ``ErrorHandler.record_exception``, with this exception's traceback."""
+def _write_elastic_error_file(exc: BaseException, shown_by: int | None) -> None:
+    """The format of torchelastic's ``ErrorHandler.record_exception``, with this exception's traceback, and
+    ``bagua_shown_by``: the rank whose traceback shows this failure (the launcher reports that rank)."""
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if not path or os.path.exists(path):  # not under torchelastic, or @record already wrote it
         return
     callstack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     data = {"message": {"message": f"{type(exc).__name__}: {exc}",
-                        "extraInfo": {"py_callstack": callstack, "timestamp": str(int(time.time()))}}}
+                        "extraInfo": {"py_callstack": callstack, "timestamp": str(int(time.time())),
+                                      "bagua_shown_by": shown_by}}}
     partial = f"{path}.{os.getpid()}.partial"  # torchrun reads the file of a worker it is killing: never half of it
     with open(partial, "w") as fh:
         json.dump(data, fh)
@@ -126,9 +144,6 @@ def _excepthook(exc_type: type[BaseException], exc: BaseException, tb: Traceback
     if not _handle(exc, "an uncaught exception in the main thread"):
         shown = _without_bagua_frames(exc, tb)
         _previous["sys"](exc_type, exc.with_traceback(shown), shown)  # the printer reads the exception's own
-        if shown is not tb:
-            print("bagua: (the traceback leaves out bagua's own frames; bagua run --verbose or BAGUA_VERBOSE=1 "
-                  "shows them)", file=sys.stderr, flush=True)
         if state.started:
             said()  # the ranks that failed the same way wait for this traceback
         if state.started and state.world_size > 1 and os.environ.get("TORCHELASTIC_RUN_ID") \
