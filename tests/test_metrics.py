@@ -78,6 +78,37 @@ def test_gradient_allreduce_steps_and_rounds_match_the_event_file(tmp_path: path
     assert scalars["round/bytes"] == [(r.step, float(r.bytes)) for r in rounds]
 
 
+@pytest.mark.parametrize("compression, ratio_at_least", [(None, 1.0), ("MinMaxUInt8", 3.0)])
+def test_diloco_reports_its_rounds_and_their_compression(compression, ratio_at_least) -> None:
+    algorithm = {"name": "diloco", "inner_steps": 2, "compression": compression}
+    results = run_workers(_train, 2, algorithm, None, timeout=240)
+    for result in results:
+        steps, rounds = result["steps"], result["rounds"]
+        # nothing is communicated during the inner steps; a round ends every second step
+        assert [s.bytes > 0 for s in steps] == [False, True] * (STEPS // 2), steps
+        assert [r.step for r in rounds] == [2, 4, 6]
+        assert all(r.dense_bytes == result["param_bytes"] for r in rounds)
+        assert [r.bytes for r in rounds] == [s.bytes for s in steps if s.bytes]
+        for r in rounds:
+            if compression is None:
+                assert r.compression_ratio == pytest.approx(1.0)
+            else:  # 8 bits an element and the headers, gathered from both ranks
+                assert ratio_at_least < r.compression_ratio < 4.0, r
+        assert result["totals"]["rounds"] == 3
+
+
+def _sparseloco_ratio(rank: int) -> tuple[float, float]:
+    result = _train(rank, {"name": "sparseloco", "inner_steps": 3, "chunk_size": 64, "topk": 4}, None)
+    rounds = result["rounds"]
+    assert [r.step for r in rounds] == [3, 6]
+    return rounds[-1].compression_ratio, result["totals"]["compression_ratio"]
+
+
+def test_sparseloco_round_compresses_by_much_more_than_a_codec() -> None:
+    for ratio, overall in run_workers(_sparseloco_ratio, 2, timeout=240):
+        assert ratio > 4.0 and overall == pytest.approx(ratio)
+
+
 def _measures_nothing_unless_asked(rank: int) -> tuple[int, int]:
     import bagua_core.metrics.step_metrics as step_metrics
     from bagua_core.lifecycle.module_state import state_of
