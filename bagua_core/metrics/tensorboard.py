@@ -33,11 +33,13 @@ FT_TAGS = {"steps_discarded": "ft/steps_discarded", "replicas_lost": "ft/replica
 
 
 def require_tensorboard() -> None:
-    """Raise ``BaguaConfigError`` saying what to install when the ``tensorboard`` package is missing."""
+    """Raise ``BaguaConfigError`` saying what to install when the ``tensorboard`` package is missing; else import
+    torch's writer (seconds: every rank calls this, so the one that writes does not start its steps late)."""
     if importlib.util.find_spec("tensorboard") is None:
         raise BaguaConfigError(
             "writing metrics to TensorBoard needs the tensorboard package, which is not installed: "
             "pip install \"bagua[tensorboard]\" (or pip install tensorboard)")
+    import torch.utils.tensorboard  # noqa: F401
 
 
 class TensorBoardWriter:
