@@ -60,6 +60,7 @@ from bagua_core.lifecycle.bucket_ops.operand import BucketOperand
 from bagua_core.lifecycle.bucket_ops.pipeline import Segment, post_receives, schedule, segments, send_segment, wait_all
 from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance, auto_candidate, capabilities_of
 from bagua_core.lifecycle.batch import samples_in
+from bagua_core.lifecycle.rounds import RoundCount
 from bagua_core.lifecycle.module_state import is_wrapped, set_gradient_sync, shard_group, switch_algorithm
 from bagua_core.lifecycle.tensor import is_sharded, load_optimizer_state, local_shard
 from bagua_core.module.initial_sync import model_signature
@@ -104,6 +105,7 @@ __all__ = [
     "AlgorithmImpl",
     "Capabilities",
     "FaultTolerance",
+    "RoundCount",
     "auto_candidate",
     "capabilities_of",
     "hookimpl",

@@ -39,6 +39,7 @@ from bagua_core.runtime.exceptions import BaguaConfigError, UnknownNameError
 from bagua_core.plugins import algorithm_registry
 from bagua_core.selection.single_node import is_hierarchical, on_one_node, one_node_note, without_hierarchy
 from bagua_examples.digits import DigitsMLP, load_digits
+from bagua_examples.run_metrics import format_metrics, metrics_summary, start_metrics
 from bagua_examples.run_settings import make_optimizer, resolve_device
 from bagua_examples.training_config import TrainingConfig
 
@@ -92,8 +93,9 @@ def _never_synchronised(config: Any, steps: int) -> str:
             f"{why}; each rank trained alone")
 
 
-def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
-    """Train on this worker's shard; every rank returns the same summary dict."""
+def train(cfg: TrainingConfig, algorithm: Any, tensorboard: str | None = None) -> dict[str, Any]:
+    """Train on this worker's shard; every rank returns the same summary dict. ``tensorboard``: rank 0 writes
+    the run's metrics there."""
     rank, world = bagua.get_rank(), bagua.get_world_size()
     algorithm, note = single_node_choice(algorithm)
     # auto's choice is in the summary; its log line would land in the progress bar's line
@@ -109,6 +111,7 @@ def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
     optimizer = make_optimizer(model, cfg, algorithm_class_of(name), steps_per_epoch)
     model = model.with_bagua([optimizer], algorithm)
     stats.reset()
+    metrics = start_metrics(model, tensorboard)
     bar = tqdm.tqdm(total=cfg.epochs * steps_per_epoch, disable=rank != 0 or not cfg.progress,
                     desc=f"{name} x{world}", unit="step")
     started = time.perf_counter()
@@ -123,6 +126,7 @@ def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
             loss.backward()
             optimizer.step()
             loss_value = loss.item()
+            metrics.note_loss(loss_value)
             bar.update(1)
             bar.set_postfix(epoch=epoch + 1, loss=f"{loss_value:.4f}")
     elapsed = time.perf_counter() - started
@@ -148,6 +152,7 @@ def train(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
         "bytes_communicated_per_rank": int(_mean_over_ranks(float(communicated))),
         "seconds": _mean_over_ranks(elapsed),
         "note": note,
+        **metrics_summary(metrics, elapsed, _mean_over_ranks),
     }
     model.bagua_shutdown()
     return summary
@@ -174,6 +179,10 @@ def parse_args(argv: list[str] | None, prog: str | None = None) -> tuple[Trainin
                              "hierarchical=false --option compression=MinMaxUInt4; validated like a config file")
     parser.add_argument("--config", default=os.environ.get("BAGUA_CONFIG_FILE"),
                         help="config file with [algorithm] and [training] tables")
+    parser.add_argument("--tensorboard", default=None, metavar="DIR",
+                        help="write per-step and per-round metrics (exposed communication seconds, bytes, loss, "
+                             "compression ratio) as TensorBoard scalars to DIR (rank 0; needs the tensorboard "
+                             "package: pip install \"bagua[tensorboard]\")")
     parser.add_argument("--summary-json", default=None,
                         help="also write the summary to this file (rank 0; in a fault-tolerant job, each replica's "
                              "rank 0 writes it whole and the last one to finish stays, unless the name holds "
@@ -280,9 +289,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if current_runtime() is not None:  # the shard follows each step's quorum
             from bagua_examples.train_digits_ft import train_fault_tolerant
 
-            summary = train_fault_tolerant(cfg, algorithm)
+            summary = train_fault_tolerant(cfg, algorithm, args.tensorboard)
         else:
-            summary = train(cfg, algorithm)
+            summary = train(cfg, algorithm, args.tensorboard)
     finally:
         bagua.destroy_process_group()
     fault_tolerant = summary.get("fault_tolerance") is not None
@@ -290,6 +299,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if cfg.progress:  # below the progress bar
             print()
         print(format_summary(summary))
+        if format_metrics(summary):
+            print(format_metrics(summary))
         if summary.get("note"):  # the fault-tolerant job's summary has none
             print(summary["note"])
         if fault_tolerant:

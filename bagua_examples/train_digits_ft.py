@@ -19,6 +19,7 @@ from bagua_core.runtime.communication import stats
 from bagua_core.selection.config import algorithm_class_of, algorithm_config_of
 from bagua_core.fault_tolerance import QuorumSampler, current_runtime
 from bagua_examples.digits import DigitsMLP, load_digits
+from bagua_examples.run_metrics import metrics_summary, start_metrics
 from bagua_examples.run_settings import make_optimizer, resolve_device
 from bagua_examples.training_config import TrainingConfig
 
@@ -45,8 +46,9 @@ def format_fault_tolerance(stats: dict[str, Any]) -> str:
     return f"steps (replica {replica}'s view): " + ", ".join(parts)
 
 
-def train_fault_tolerant(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
-    """Train this replica until the quorum's epoch reaches ``cfg.epochs``; return its summary."""
+def train_fault_tolerant(cfg: TrainingConfig, algorithm: Any, tensorboard: str | None = None) -> dict[str, Any]:
+    """Train this replica until the quorum's epoch reaches ``cfg.epochs``; return its summary. ``tensorboard``:
+    each replica's rank 0 writes its metrics to ``DIR/replica_i``."""
     runtime = current_runtime()
     device = resolve_device(cfg.device)
     train_x, train_y, test_x, test_y = (t.to(device) for t in load_digits(seed=cfg.seed))
@@ -58,6 +60,7 @@ def train_fault_tolerant(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
     model = model.with_bagua([optimizer], algorithm)
     sampler = QuorumSampler(len(train_y), cfg.batch_size, seed=cfg.seed)
     stats.reset()
+    metrics = start_metrics(model, tensorboard, os.environ.get("BAGUA_FT_REPLICA_INDEX", "0"))
     bar = tqdm.tqdm(disable=not reports() or not cfg.progress, desc=f"{name} (fault-tolerant)", unit="step")
     started = time.perf_counter()
     loss_value, samples = float("nan"), 0
@@ -71,6 +74,7 @@ def train_fault_tolerant(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
         optimizer.step()
         if runtime.decision:
             loss_value, samples = loss.item(), samples + len(idx)
+            metrics.note_loss(loss_value)
         bar.update(1)
         bar.set_postfix(epoch=sampler.epoch + 1, loss=f"{loss_value:.4f}", replicas=runtime.group.num_nodes)
     elapsed = time.perf_counter() - started
@@ -83,6 +87,7 @@ def train_fault_tolerant(cfg: TrainingConfig, algorithm: Any) -> dict[str, Any]:
         "epochs": cfg.epochs, "final_loss": loss_value, "test_accuracy": accuracy,
         "samples_per_s": samples / max(elapsed, 1e-9), "bytes_communicated_per_rank": stats.total_bytes(),
         "seconds": elapsed, "fault_tolerance": dict(runtime.stats),
+        **metrics_summary(metrics, elapsed, lambda value: value),  # this rank's: replicas come and go
     }
     model.bagua_shutdown()
     return summary

@@ -18,7 +18,7 @@ PLUGIN_PACKAGES = (ROOT / "bagua_algorithms", ROOT / "bagua_codecs", ROOT / "plu
 PLUGIN_MODULES = {"bagua_core.api", "bagua_core.codecs", "bagua_core.kernels"}
 
 PINNED_API = {
-    "Algorithm", "AlgorithmConfig", "AlgorithmImpl", "Capabilities", "FaultTolerance", "auto_candidate",
+    "Algorithm", "AlgorithmConfig", "AlgorithmImpl", "Capabilities", "FaultTolerance", "RoundCount", "auto_candidate",
     "capabilities_of", "hookimpl", "hookspec", "algorithm_registry", "NamedRegistry", "get_plugin_manager",
     "BaguaBucket", "BucketOperand", "group_tensors", "split_into_buckets", "CentralizedSynchronousOp",
     "start_allreduce_in_pieces", "reduce_to_leader", "broadcast_from_leader", "resolve_group", "Segment", "segments",

@@ -18,6 +18,7 @@ from bagua_core.api import (
     Capabilities,
     CentralizedSynchronousOp,
     FaultTolerance,
+    RoundCount,
     failure_guard,
     first_failure,
     get_comm_timeout_s,
@@ -50,6 +51,7 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
         group = membership.between_replicas if self.fault_tolerant else process_group.new_channel()
         self.comm = BaguaCommunicator(group, process_group.ranks, f"{process_group.name}/async")
         self.averager: AsyncModelAverager | None = None
+        self._averaged_before = (0, 0)  # rounds and bytes of the averagers before this one
         self._module: torch.nn.Module | None = None
         self._async_phase: bool | None = None
         self._forced_async = False
@@ -73,6 +75,8 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
     def tensors_to_buckets(self, tensors: list[list[torch.Tensor]], do_flatten: bool) -> list[BaguaBucket]:
         if not self._async_phase:
             return super().tensors_to_buckets(tensors, do_flatten)
+        if self.averager is not None:  # its rounds stay counted (rounds_completed)
+            self._averaged_before = tuple(a + b for a, b in zip(self._averaged_before, self.averager.averaged))
         self.averager = AsyncModelAverager([], self.comm, self.config.sync_interval_ms, step_bound=self.fault_tolerant,
                                            weighting=self.config.weighting)
         _live_averagers.add(self.averager)
@@ -163,6 +167,14 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
         if self.fault_tolerant and self.averager is not None:
             self._release_lock()
             self.averager.stop_for_step(timeout=get_comm_timeout_s())
+
+    def rounds_completed(self) -> RoundCount | None:
+        """The background averaging rounds (each allreduces every bucket's fp32 weights); None during warmup,
+        whose steps allreduce gradients and are rounds each."""
+        if self.averager is None:
+            return None
+        rounds, dense_bytes = (a + b for a, b in zip(self._averaged_before, self.averager.averaged))
+        return RoundCount(rounds, dense_bytes)
 
     def shutdown(self, bagua_module: torch.nn.Module) -> None:
         """Stop the loop (collectively: every rank re-wraps or shuts down the module; in fault-tolerant mode

@@ -115,6 +115,8 @@ class AsyncModelAverager:
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self.rounds = 0
+        self.averaged = (0, 0)
+        """The rounds that averaged the weights (not those that only agreed to stop) and their fp32 bytes."""
         self.weighting = weighting
         """"equal", or "samples": each round weights a rank's snapshot by its samples per round (its throughput)."""
         self._samples = 0  # since this averager began
@@ -287,6 +289,7 @@ class AsyncModelAverager:
                 if self._pending is None:
                     break
         self.rounds += 1
+        self.averaged = (self.averaged[0] + 1, self.averaged[1] + sum(s.numel() * 4 for s in snapshots))
         return int(flag.item()) == self.nranks
 
     def _check_group(self) -> None:

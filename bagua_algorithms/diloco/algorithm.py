@@ -49,6 +49,7 @@ from bagua_core.api import (
     Capabilities,
     CentralizedSynchronousOp,
     FaultTolerance,
+    RoundCount,
     local_shard,
     shard_group,
 )
@@ -107,6 +108,8 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         """The ranks sharding the model with this one (they agree on when a timed round ends), or None."""
         self.last_weights: list[float] | None = None
         """The weights of the last timed merge, in group order (``w_r = R * n_r / N``)."""
+        self.merged = RoundCount(0, 0)
+        """The fragments' outer steps this impl ran, and their fp32 bytes (``rounds_completed``)."""
 
     # --- phases ------------------------------------------------------------------------------------
     def train_step(self) -> int:
@@ -230,6 +233,12 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
             scatter_flat(local.mul_(self.config.mixing).add_(start, alpha=1 - self.config.mixing), params)
         else:
             scatter_flat(start, params)
+        self.merged = RoundCount(self.merged.rounds + 1, self.merged.dense_bytes + start.numel() * 4)
+
+    def rounds_completed(self) -> RoundCount:
+        """A round is one fragment's outer step (every fragment's at once without streaming); its full-precision
+        bytes are the fragment's fp32 outer gradient, what an uncompressed allreduce of it hands over."""
+        return self.merged
 
     def shutdown(self, bagua_module: torch.nn.Module) -> None:
         for fragment in list(self.pending):

@@ -7,7 +7,8 @@ engine), ``algorithm``
 hooks' documented parameter names), ``capabilities`` (what an algorithm declares, so the core asks
 instead of knowing names), ``scheduler`` (launches a module's buckets in order), ``state`` (the one
 attribute at which bagua keeps its state on a user's object, and a tensor proxy's ``TensorState``) and
-``module_state`` (a wrapped module's ``ModuleState``: here, below the wings that read it).
+``module_state`` (a wrapped module's ``ModuleState``: here, below the wings that read it), ``rounds`` (what an
+algorithm communicating in rounds reports of them).
 Imports the runtime, the plugin registries and the codec contract; never selection, checkpoints or
 the wrapped module.
 """

@@ -24,6 +24,7 @@ from bagua_core.lifecycle.capabilities import NOT_DECLARED, Capabilities
 from bagua_core.runtime.exceptions import format_validation_error
 from bagua_core.lifecycle.hook_parameters import adapt_hooks
 from bagua_core.lifecycle.state import tensor_state_of
+from bagua_core.lifecycle.rounds import RoundCount
 from bagua_core.lifecycle.tensor import local_shard
 from bagua_core.runtime.exceptions import BaguaConfigError
 from bagua_core.plugins import algorithm_registry
@@ -381,6 +382,13 @@ class AlgorithmImpl:
 
     def shutdown(self, bagua_module: torch.nn.Module) -> None:
         """Release what the impl started (threads, groups) when the module is re-wrapped or closed."""
+        return None
+
+    def rounds_completed(self) -> RoundCount | None:
+        """For an algorithm that communicates in rounds rather than once per step (every H inner steps, on a
+        background thread): the rounds this impl completed on this rank since it was reified and their
+        full-precision bytes (:class:`~bagua_core.lifecycle.rounds.RoundCount`), read by the module's metrics
+        at the end of each step. Default None: every step that hands bytes to a collective is a round."""
         return None
 
 

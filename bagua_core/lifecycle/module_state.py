@@ -115,6 +115,9 @@ class ModuleState:
     """The autotuner; False: tuning is off; None: decided at the next step (``BAGUA_AUTOTUNE``)."""
     autotune_result: dict[str, Any] | None = None
     """``module.bagua_autotune_result``: what the autotuner chose, once it has."""
+    metrics: Any = None
+    """The ``bagua_core.metrics.StepMetrics`` the hooks record into once ``module.bagua_metrics()`` asked for it;
+    None: nothing is measured."""
 
 
     def mark_stepped(self, optimizer: torch.optim.Optimizer) -> bool:

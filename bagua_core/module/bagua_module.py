@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any
 from collections.abc import Iterator, Sequence
 
 import torch
 
+from bagua_core.metrics import StepMetrics, TensorBoardWriter, require_tensorboard
+from bagua_core.runtime import env
 from bagua_core.runtime.agreement import Prepared
 from bagua_core.lifecycle.capabilities import capabilities_of
 from bagua_core.lifecycle.module_state import ModuleState, params_and_buffers_to_ignore, state_of
@@ -129,6 +132,7 @@ class BaguaModule:
                             shard=layout)
         if previous is not None:
             state.find_unused_parameters, state.autotuner = previous.find_unused_parameters, previous.autotuner
+            state.metrics = previous.metrics
         set_state(self, state)  # (replaces the checkpoint kept for this wrap, if any)
         register_module(self)
         hooks.install(self, state)
@@ -213,6 +217,40 @@ class BaguaModule:
         if state is not None and state.scheduler is not None:
             state.scheduler.wait()
 
+    def bagua_metrics(self: torch.nn.Module, log_dir: str | os.PathLike[str] | None = None, *,
+                      history: int = 10_000, sink: Any = None) -> StepMetrics:
+        """Record, from now on, what each training step and each round of this wrapped module costs, and return the
+        records (``bagua_core.metrics.StepMetrics``): per step the training thread's seconds in bagua's hooks
+        (``exposed_comm_s``), the bytes handed to collectives and the loss noted with ``note_loss``; per round the
+        compression ratio and, in fault-tolerant mode, failures, restarts and heals. ``log_dir``: rank 0 also
+        writes them as TensorBoard scalars there (every rank checks that the ``tensorboard`` package is
+        installed, and raises ``BaguaConfigError`` naming it if not); ``sink``: any object with ``write_step``,
+        ``write_round``, ``flush`` and ``close`` (every rank's, as given). Called again, it returns the same
+        records, adding the writer or sink given. Until it is called the hooks measure nothing; it issues no
+        collective.
+
+        Example::
+
+            >>> metrics = model.bagua_metrics(log_dir="runs/digits")
+            >>> for x, y in batches:
+            ...     loss = F.cross_entropy(model(x), y); loss.backward(); optimizer.step()
+            ...     metrics.note_loss(loss)
+            >>> metrics.close(); metrics.totals()["exposed_comm_s"]
+            0.42
+        """
+        state = state_of(self)
+        if state is None:
+            raise BaguaError(f"bagua_metrics: {type(self).__name__} is not wrapped (call with_bagua first)")
+        if log_dir is not None:
+            require_tensorboard()
+        if state.metrics is None:
+            state.metrics = StepMetrics(history)
+        if log_dir is not None and env.get_rank() == 0:
+            state.metrics.sinks.append(TensorBoardWriter(log_dir))
+        if sink is not None:
+            state.metrics.sinks.append(sink)
+        return state.metrics
+
     def bagua_reset(self: torch.nn.Module) -> None:
         """Redo tensors, buckets and operations (the impl's ``need_reset`` asks for it)."""
         state = state_of(self)
@@ -293,7 +331,7 @@ def with_bagua(module: torch.nn.Module, optimizers: Any, algorithm: Any = None, 
 def install_module_methods() -> None:
     for name in ("with_bagua", "bagua_named_parameters", "bagua_build_params", "bagua_named_buffers", "no_sync",
                  "bagua_wait_for_communication", "bagua_reset", "bagua_shutdown", "_bagua_backend", "bagua_ddp",
-                 "bagua_checkpoint_state", "bagua_load_checkpoint_state"):
+                 "bagua_checkpoint_state", "bagua_load_checkpoint_state", "bagua_metrics"):
         if name == "no_sync" and hasattr(torch.nn.Module, "no_sync"):
             continue
         setattr(torch.nn.Module, name, BaguaModule.__dict__[name])

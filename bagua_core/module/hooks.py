@@ -20,6 +20,7 @@ from bagua_core.runtime.failure.record import state as failure_state
 from bagua_core.module import sharded
 from bagua_core.module.nonfinite import agree_on_nonfinite_gradients
 from bagua_core.lifecycle.scheduler import BucketScheduler
+from bagua_core.metrics.step_metrics import timed
 from bagua_core.module.unused_params import agree_on_used_parameters
 
 __all__ = ["install", "uninstall", "rebuild_buckets"]
@@ -65,7 +66,10 @@ def _make_forward_pre_hook(state: ModuleState):
     def hook(module: torch.nn.Module, inputs: Any) -> None:
         if not module.training:
             return
-        call_guarded("the forward pre-hook of a wrapped module", _before_forward, module, state, inputs)
+        metrics = state.metrics
+        if metrics is not None:
+            metrics.begin_step(state, state.train_step_counter + 1)
+        timed(metrics, call_guarded, "the forward pre-hook of a wrapped module", _before_forward, module, state, inputs)
 
     return hook
 
@@ -98,7 +102,7 @@ def _make_backward_hook(module: torch.nn.Module, state: ModuleState, name: str):
             _queue_end_of_backward(module, state)
         if state.find_unused_parameters:
             state.grad_seen.add(name)
-        call_guarded("the backward hook of a wrapped module", state.hooks.backward, name, param)
+        timed(state.metrics, call_guarded, "the backward hook of a wrapped module", state.hooks.backward, name, param)
 
     return hook
 
@@ -127,7 +131,7 @@ def _make_output_hook(module: torch.nn.Module, state: ModuleState):
 def _post_backward(module: torch.nn.Module, state: ModuleState) -> None:
     state.post_backward_queued = False
     state.scheduler.in_backward = False
-    call_guarded("the end of backward of a wrapped module", _end_of_backward, module, state)
+    timed(state.metrics, call_guarded, "the end of backward of a wrapped module", _end_of_backward, module, state)
 
 
 def _end_of_backward(module: torch.nn.Module, state: ModuleState) -> None:
@@ -149,9 +153,15 @@ def _end_of_backward(module: torch.nn.Module, state: ModuleState) -> None:
 
 
 def _post_step(state: ModuleState, optimizer: torch.optim.Optimizer) -> None:
-    call_guarded("the optimizer step hook of a wrapped module", state.hooks.post_optimizer_step, optimizer)
-    if state.mark_stepped(optimizer) and state.hooks.step_end is not None:
-        call_guarded("the step-end hook of a wrapped module", state.hooks.step_end)
+    metrics = state.metrics
+    timed(metrics, call_guarded, "the optimizer step hook of a wrapped module", state.hooks.post_optimizer_step,
+          optimizer)
+    if not state.mark_stepped(optimizer):
+        return
+    if state.hooks.step_end is not None:
+        timed(metrics, call_guarded, "the step-end hook of a wrapped module", state.hooks.step_end)
+    if metrics is not None:
+        metrics.end_step(state)
 
 
 def install(module: torch.nn.Module, state: ModuleState) -> None:
@@ -187,6 +197,8 @@ def uninstall(module: torch.nn.Module, state: ModuleState) -> None:
     state.scheduler = None
     for bucket in state.lent.values():
         bucket.lend(None)
+    if state.metrics is not None:  # the last step's record reaches the sinks
+        state.metrics.flush()
     try:
         state.impl.shutdown(module)
     finally:
