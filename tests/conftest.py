@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -44,6 +45,9 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if is_slow(item.nodeid):
             item.add_marker(pytest.mark.slow)
+    if os.environ.get("BAGUA_TESTS_LIST"):  # tests/test_quick_subset.py: every test, and whether it is slow
+        with open(os.environ["BAGUA_TESTS_LIST"], "w") as out:
+            json.dump({item.nodeid: item.get_closest_marker("slow") is not None for item in items}, out)
     rank = {path: i for i, path in enumerate(SLOW_FIRST)}
     order = {id(item): n for n, item in enumerate(items)}
     items.sort(key=lambda item: (rank.get(item.nodeid.split("::", 1)[0], len(SLOW_FIRST)), order[id(item)]))
