@@ -85,6 +85,17 @@ def _as_wrapped(model: torch.nn.Module, optimizer: torch.optim.Optimizer, impl: 
                                  train_step_counter=step))
 
 
+def test_a_discarded_steps_cause_is_one_line_without_gloos_advice() -> None:
+    from bagua_core.fault_tolerance.runtime import _one_line
+
+    crash = RuntimeError("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by "
+                         "peer [127.0.0.1]:5545. This is typically caused by a remote worker crashing. Check the logs "
+                         "of the remote worker before reporting an error. GLHF! \U0001F3D6\ufe0f")
+    assert _one_line(crash) == "Connection closed by peer [127.0.0.1]:5545."
+    assert _one_line(RuntimeError("Read error [127.0.0.1]:3717: Connection reset by peer")) == \
+        "Read error [127.0.0.1]:3717: Connection reset by peer"
+
+
 def test_capture_and_restore_round_trip() -> None:
     from bagua_core.lifecycle.module_state import state_of
 

@@ -75,13 +75,18 @@ def quiet_torchft_logs() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"torchft\.")  # its use of torch's pytree
 
 
+_GLOO_ADVICE = re.compile(r"\s*This is typically caused by a remote worker crashing\..*$|\s*GLHF!.*$")
+"""What torch appends to gloo's error on a peer's crash ("... Check the logs of the remote worker before
+reporting an error. GLHF! 🏖️"): in fault-tolerant mode a peer's crash is expected, and bagua says so."""
+
+
 def _one_line(error: object) -> str:
     """The cause of a torchft error in one line: its original exception's message, without gloo's source
     path (``[.../pair.cc:537] Read error ...: Connection reset by peer`` -> ``Read error ...: Connection
-    reset by peer``)."""
+    reset by peer``) and without torch's advice to read the crashed worker's logs."""
     cause = getattr(error, "original_exception", error)
     text = " ".join(str(cause).split()) or type(cause).__name__
-    text = re.sub(r"^\[[^\]]*\.(?:cc|cpp|h):\d+\]\s*", "", text)
+    text = _GLOO_ADVICE.sub("", re.sub(r"^\[[^\]]*\.(?:cc|cpp|h):\d+\]\s*", "", text))
     return text if len(text) <= 200 else text[:197] + "..."
 
 
