@@ -78,6 +78,7 @@ def _handle(exc: BaseException | None, where: str) -> bool:
         _write_elastic_error_file(translated, shown_by)
         if same_as is not None and not env.verbose():  # one failure on several ranks: its traceback is there
             wait_until_said(_PEERS_LINES_S, ranks=[same_as])  # rank same_as shows the cause and traceback first
+            time.sleep(_PUMPED_S)
             _say(f"bagua: failed the same way as rank {same_as} ({type(exc).__name__})")
             said()
             if os.environ.get("TORCHELASTIC_RUN_ID"):  # torchrun stops the others once this one exits: let
@@ -87,6 +88,7 @@ def _handle(exc: BaseException | None, where: str) -> bool:
             origin, kind = _kind(translated, exc)
             if origin is not None:  # its traceback first: this line refers to it
                 wait_until_said(_PEERS_LINES_S, ranks=[origin])
+                time.sleep(_PUMPED_S)
             _say(f"bagua: stopped: rank {origin} failed first ({kind})" if origin is not None else
                  f"bagua: stopped: {type(translated).__name__}: {str(translated).strip().splitlines()[0]}")
             said()
@@ -115,7 +117,10 @@ def _write_elastic_error_file(exc: BaseException, shown_by: int | None) -> None:
 
 
 # how long the rank where a failure began waits, before exiting, for the others to print their line
-_PEERS_LINES_S = 3.0
+_PEERS_LINES_S = 10.0
+# once the rank that shows a failure has printed its traceback, how long the others wait before their line, so
+# that the launcher (which reads every worker's output in a thread of its own) prints that traceback first
+_PUMPED_S = 0.2
 # how long a rank that failed the same way as another waits, once that one has printed, before exiting
 _AFTER_ORIGIN_S = 0.5
 
