@@ -40,11 +40,12 @@ tests in collection order, so these go first: a worker is never left running one
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(config, items) -> None:
-    from tests.quick_subset import is_slow
+    from tests.quick_subset import COLLECTED, is_slow
 
     for item in items:
         if is_slow(item.nodeid):
             item.add_marker(pytest.mark.slow)
+    config.stash[COLLECTED] = {item.nodeid: item.get_closest_marker("slow") is not None for item in items}
     if os.environ.get("BAGUA_TESTS_LIST"):  # tests/test_quick_subset.py: every test, and whether it is slow
         with open(os.environ["BAGUA_TESTS_LIST"], "w") as out:
             json.dump({item.nodeid: item.get_closest_marker("slow") is not None for item in items}, out)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from functools import cache
 
+import pytest
+
 SLOW = (
     # launchers, benchmark harnesses and integrations: each starts workers, often several jobs
     "tests/test_lightning.py::test_every_builtin_algorithm_trains[*",
@@ -137,6 +139,10 @@ QUICK = (
     "tests/test_op_objects.py::test_each_impl_appends_its_imported_op[spec0-expected0]",
     "tests/test_compression_option.py::test_algorithms_train_with_a_codec_option[spec0]",
 )
+
+
+COLLECTED = pytest.StashKey[dict[str, bool]]()
+"""In ``config.stash``: every test this session collected, and whether it is slow (``tests/conftest.py``)."""
 
 
 @cache

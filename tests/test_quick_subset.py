@@ -11,14 +11,23 @@ from pathlib import Path
 
 import pytest
 
-from tests.quick_subset import QUICK, SLOW, matches
+from tests.quick_subset import COLLECTED, QUICK, SLOW, matches
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _test_files() -> set[str]:
+    return {p.relative_to(ROOT).as_posix() for p in [*ROOT.glob("tests/test_*.py"),
+                                                    *ROOT.glob("plugins_example/tests/test_*.py")]}
+
+
 @pytest.fixture(scope="module")
-def collected(tmp_path_factory) -> tuple[list[str], list[str]]:
-    """Every test of the suite and those of the quick subset, from one collection."""
+def collected(request, tmp_path_factory) -> tuple[list[str], list[str]]:
+    """Every test of the suite and those of the quick subset: this session's collection when it was the whole
+    suite (as in the README's test command), else one collection of it in a subprocess."""
+    slow = request.config.stash.get(COLLECTED, {})
+    if {nodeid.split("::", 1)[0] for nodeid in slow} >= _test_files():
+        return list(slow), [nodeid for nodeid, marked in slow.items() if not marked]
     listing = tmp_path_factory.mktemp("collected") / "tests.json"
     done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-p", "no:cacheprovider"],
                           cwd=ROOT, capture_output=True, text=True, timeout=240,
