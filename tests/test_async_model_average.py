@@ -72,9 +72,9 @@ def _scenario(rank: int) -> dict:
     # 3. resume, train different numbers of steps per rank (with pauses so rounds happen), abort
     impl.resume(model)
     rounds_before = impl.averager.rounds
-    for t in range(3 + 4 * rank):
-        _step(model, optimizer, rank, 20 + t)
-        time.sleep(0.01)
+    for t in range(3 + 4 * rank):  # rank 1's 4 more steps take 0.4 s more: more than a loaded machine's jitter
+        _step(model, optimizer, rank, 20 + t)  # (with 10 ms pauses rank 0 once waited less than rank 1)
+        time.sleep(0.1)
     started = time.monotonic()
     impl.abort(model)  # rank 0 finishes first and waits here for the others
     waited = time.monotonic() - started
