@@ -104,3 +104,5 @@ def test_the_documented_example_under_three_kills_is_quiet_and_listens_on_loopba
     own = [line for line in lines if "epochs done" in line]
     assert own, output[-3000:]
     assert len(lines) - len(own) < 100, f"{len(lines) - len(own)} lines besides the script's:\n" + output[-5000:]
+    chatter = [line for line in lines if "GLHF" in line or "[INFO]" in line or "torchft::" in line]
+    assert not chatter, "torchft's (or torch's) own chatter reached the output:\n" + "\n".join(chatter[:10])
