@@ -45,10 +45,10 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if is_slow(item.nodeid):
             item.add_marker(pytest.mark.slow)
-    config.stash[COLLECTED] = {item.nodeid: item.get_closest_marker("slow") is not None for item in items}
+    config.stash[COLLECTED] = slow = {item.nodeid: item.get_closest_marker("slow") is not None for item in items}
     if os.environ.get("BAGUA_TESTS_LIST"):  # tests/test_quick_subset.py: every test, and whether it is slow
         with open(os.environ["BAGUA_TESTS_LIST"], "w") as out:
-            json.dump({item.nodeid: item.get_closest_marker("slow") is not None for item in items}, out)
+            json.dump(slow, out)
     rank = {path: i for i, path in enumerate(SLOW_FIRST)}
     order = {id(item): n for n, item in enumerate(items)}
     items.sort(key=lambda item: (rank.get(item.nodeid.split("::", 1)[0], len(SLOW_FIRST)), order[id(item)]))
