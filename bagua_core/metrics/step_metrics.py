@@ -132,7 +132,7 @@ class StepMetrics:
 
     def _count_rounds(self, state: Any, handed: int) -> None:
         impl = state.impl
-        count = impl.rounds_completed() if hasattr(impl, "rounds_completed") else None
+        count = impl.rounds_completed()  # (AlgorithmImpl: None by default)
         if count is None:  # each step that communicates is a round, of its buckets' bytes
             if handed > 0:
                 self._add_round(state.train_step_counter, sum(b.bytes() for b in state.buckets))
