@@ -8,11 +8,12 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import message_count
+from tests.documented import command
 
 
 def test_bytes_per_rank_follow_the_message_pattern() -> None:
-    summaries = message_count.main(["--methods", "decentralized_shift_one,low_precision_decentralized",
-                                    "--world-sizes", "2,4", "--model", "mlp2m", "--warmup", "1", "--steps", "12",
+    # benchmarks/README.md's command
+    summaries = message_count.main([*command("benchmarks/README.md", "python -m benchmarks.message_count"),
                                     "--timeout", "120"])
     got = {(s["method"], s["world_size"]): s for s in summaries}
     assert set(got) == {(m, n) for m in ("decentralized_shift_one", "low_precision_decentralized") for n in (2, 4)}

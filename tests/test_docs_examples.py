@@ -17,14 +17,19 @@ this checkout's.
 
 A block that cannot run here says so on the line just before its fence, with a reason:
 ``<!-- not run: needs a GPU -->``. A block that starts workers, or takes more than about 5 s, carries
-``<!-- slow: ... -->`` there instead, and its test is marked ``slow`` (``-m "not slow"`` is the quick subset). A failing block fails its test with the document, the line
-of its fence, the command and the tail of its output.
+``<!-- slow: ... -->`` there instead, and its test is marked ``slow`` (``-m "not slow"`` is the quick subset).
+A command that a test of its own runs and checks is marked ``<!-- run by: tests/test_x.py::test_name -->``:
+that test reads it from the document (``tests/documented.py``), and it is not run a second time here. A
+failing block fails its test with the document, the line of its fence, the command and the tail of its
+output.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -42,8 +47,8 @@ DOCUMENTS = sorted(
 
 RUN = {"python": "python", "py": "python", "bash": "bash", "sh": "bash", "shell": "bash", "console": "console"}
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<lang>[^\s`]*)")
-MARKER = re.compile(r"^\s*<!--\s*(?P<kind>not run|slow)\b\s*:?\s*(?P<reason>.*?)\s*-->\s*$")
-ANY_MARKER = re.compile(r"<!--\s*(not run|slow)\b")
+MARKER = re.compile(r"^\s*<!--\s*(?P<kind>not run|slow|run by)\b\s*:?\s*(?P<reason>.*?)\s*-->\s*$")
+ANY_MARKER = re.compile(r"<!--\s*(not run|slow|run by)\b")
 NAMED_FILE = re.compile(r"^\s*(?:#|//)\s*(?P<name>[\w.-]+(?:/[\w.-]+)*\.(?:py|toml|yaml|yml|json|sh|txt))\b")
 TIMEOUT_S = 240
 TAIL_CHARS = 4000
@@ -55,7 +60,7 @@ class Block:
     line: int  # of the opening fence, 1-based
     lang: str
     code: str
-    marker: str | None  # "not run", "slow" or None
+    marker: str | None  # "not run", "slow", "run by" or None
     reason: str
 
     @property
@@ -172,7 +177,7 @@ def _param(block: Block):
     return pytest.param(block, id=str(block), marks=marks)
 
 
-@pytest.mark.parametrize("block", [_param(b) for b in BLOCKS if b.runs])
+@pytest.mark.parametrize("block", [_param(b) for b in BLOCKS if b.runs and b.marker != "run by"])
 def test_block_runs(block: Block, tmp_path: Path) -> None:
     if block.marker == "not run":
         pytest.skip(f"{block}: not run: {block.reason}")
@@ -190,8 +195,9 @@ def test_markers_give_reasons_and_stand_before_a_fence() -> None:
             if ANY_MARKER.search(line):
                 match = MARKER.match(line)
                 if not match or not match.group("reason"):
-                    problems.append(f"{document}:{number}: a marker must read '<!-- not run: <why> -->' or "
-                                    f"'<!-- slow: <about how long> -->', alone on its line")
+                    problems.append(f"{document}:{number}: a marker must read '<!-- not run: <why> -->', "
+                                    f"'<!-- slow: <about how long> -->' or '<!-- run by: tests/<file>::<test> -->', "
+                                    f"alone on its line")
                 elif (document, number) not in marked:
                     problems.append(f"{document}:{number}: the marker is not on the line just before a fence")
     problems += [f"{b}: marked '{b.marker}' but a {b.lang or 'plain'} block does not run anyway"
@@ -202,6 +208,34 @@ def test_markers_give_reasons_and_stand_before_a_fence() -> None:
     print(f"\n{sum(1 for b in BLOCKS if b.runs)} blocks run or skipped, of them {len(skipped)} not run:")
     for block in skipped:
         print(f"  {block}: {block.reason}")
+
+
+def test_blocks_run_by_a_test_are_read_by_that_test() -> None:
+    """A block marked ``<!-- run by: tests/test_x.py::test_name -->`` holds one command, and the test it names
+    exists and calls ``documented.command(<this document>, <the start of that command>)``."""
+    run_by = [b for b in BLOCKS if b.marker == "run by"]
+    problems = []
+    for block in run_by:
+        path, _, name = block.reason.partition("::")
+        if not (REPO / path).is_file() or not name:
+            problems.append(f"{block}: run by {block.reason!r}: name an existing test as tests/<file>::<test>")
+            continue
+        functions = {node.name: node for node in ast.walk(ast.parse((REPO / path).read_text()))
+                     if isinstance(node, ast.FunctionDef)}
+        if name not in functions:
+            problems.append(f"{block}: run by {block.reason}: {path} has no function {name}")
+            continue
+        lines = [line for line in block.code.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+        reads = [call for call in ast.walk(functions[name]) if isinstance(call, ast.Call)
+                 and getattr(call.func, "attr", getattr(call.func, "id", None)) == "command"
+                 and len(call.args) == 2 and all(isinstance(a, ast.Constant) for a in call.args)
+                 and call.args[0].value == block.document and len(lines) == 1
+                 and shlex.split(lines[0])[:len(shlex.split(call.args[1].value))] == shlex.split(call.args[1].value)]
+        if not reads:
+            problems.append(f"{block}: run by {block.reason}, which does not call documented.command("
+                            f"{block.document!r}, <the start of the block's one command>)")
+    assert not problems, "\n".join(problems)
+    assert run_by, "no block is marked run by a test: drop this check or tests/documented.py"
 
 
 def test_every_fence_names_its_language() -> None:
