@@ -94,6 +94,10 @@ class ModuleState:
     """Leave parameters that received no gradient on any rank out of the buckets (``unused_params``)."""
     grad_seen: set[str] = field(default_factory=set)
     """With ``find_unused_parameters``: the parameters whose gradient arrived in this backward."""
+    grad_marks: dict[int, Any] | None = None
+    """With ``find_unused_parameters`` on a model sharded with FSDP2: each sharded parameter's gradient (a weak
+    reference and its local tensor's version; by ``id`` of the parameter) when the first backward since the
+    last exchange began (``unused_params.mark_sharded_gradients``); None until then."""
     params_in_use: set[str] | None = None
     """With ``find_unused_parameters``: the parameters the buckets were last built for (None: all)."""
     handles: list[RemovableHandle] = field(default_factory=list)

@@ -21,7 +21,12 @@ from bagua_core.module import sharded
 from bagua_core.module.nonfinite import agree_on_nonfinite_gradients
 from bagua_core.lifecycle.scheduler import BucketScheduler
 from bagua_core.metrics.step_metrics import timed
-from bagua_core.module.unused_params import agree_on_used_parameters
+from bagua_core.module.unused_params import (
+    agree_on_used_parameters,
+    forget_unused_sharded_gradients,
+    mark_sharded_gradients,
+    note_sharded_gradients,
+)
 
 __all__ = ["install", "uninstall", "rebuild_buckets"]
 
@@ -112,9 +117,12 @@ def _make_output_hook(module: torch.nn.Module, state: ModuleState):
     accumulated by autograd, so no per-parameter hook sees them (FSDP2 hands them to bagua through its
     reduce-scatter hook, ``sharded.UnitHandoff``). This forward hook hooks the outputs instead: when backward
     reaches them, the end-of-backward callback is queued, after FSDP2's own (its hooks on the same outputs of
-    the root were registered first), so it finds the final shards."""
+    the root were registered first), so it finds the final shards. With ``find_unused_parameters`` it also marks
+    the gradients as this backward begins (``unused_params``: no per-parameter hook sees them arrive)."""
 
     def queue(grad: torch.Tensor) -> None:
+        if state.find_unused_parameters:  # (inside no_sync too: its micro-batches' gradients count)
+            mark_sharded_gradients(state)
         if not state.post_backward_queued and state.sync_enabled:
             _queue_end_of_backward(module, state)
 
@@ -135,6 +143,8 @@ def _post_backward(module: torch.nn.Module, state: ModuleState) -> None:
 
 
 def _end_of_backward(module: torch.nn.Module, state: ModuleState) -> None:
+    finding = state.find_unused_parameters
+    without = note_sharded_gradients(module, state) if finding and state.shard is not None else set()
     try:
         state.hooks.post_backward()
     finally:
@@ -145,8 +155,10 @@ def _end_of_backward(module: torch.nn.Module, state: ModuleState) -> None:
             if verify and lent is not None:
                 sharded.verify_lent_layout(bucket, lent)
                 state.lent_verified = True
-    if state.find_unused_parameters and agree_on_used_parameters(module, state):
+    if finding and agree_on_used_parameters(module, state):
         rebuild_buckets(module, state)
+    if without:
+        forget_unused_sharded_gradients(module, state, without)
     if state.capabilities.communicates_after_optimizer_step and \
             state.impl.communicates_after_optimizer_step(module):
         agree_on_nonfinite_gradients(module)  # every rank's GradScaler then skips the same steps

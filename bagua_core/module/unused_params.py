@@ -8,6 +8,15 @@ communicated at once through buckets of their own (built by the algorithm as any
 steps with a gradient the others did not average. A parameter used on some ranks only gets a zero
 gradient on the others (as in torch DDP).
 
+On a model sharded with FSDP2 no per-parameter hook sees a gradient arrive: FSDP2 reduce-scatters the
+gradients of each ``fully_shard``-ed module and assigns (or adds to) the sharded parameters' ``.grad``,
+leaving out a parameter that got no gradient. So when the first backward since the last exchange begins,
+each sharded parameter's gradient is marked (which tensor, and its version), and at the end of the
+backward that exchanges (before the buckets give zero gradients to those left without one) a parameter
+whose gradient is new or changed since then was used; accumulated micro-batches (``no_sync``) count, as
+torch DDP's record of used parameters does. A parameter that no rank used keeps no gradient (``None``),
+as FSDP2 and torch's HSDP leave it, so the optimizer skips it.
+
 Example::
 
     >>> model = model.with_bagua([optimizer], "gradient_allreduce")
@@ -16,14 +25,59 @@ Example::
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from bagua_core.lifecycle.algorithm import group_tensors
 from bagua_core.lifecycle.module_state import ModuleState
+from bagua_core.lifecycle.tensor import local_shard
 from bagua_core.runtime.communication import ReduceOp, allreduce_inplace
 from bagua_core.lifecycle.scheduler import BucketScheduler
 
-__all__ = ["agree_on_used_parameters"]
+__all__ = ["agree_on_used_parameters", "forget_unused_sharded_gradients", "mark_sharded_gradients",
+           "note_sharded_gradients"]
+
+
+def _mark(grad: torch.Tensor | None) -> tuple[weakref.ref, int] | None:
+    return None if grad is None else (weakref.ref(grad), local_shard(grad)._version)
+
+
+def mark_sharded_gradients(state: ModuleState) -> None:
+    """A sharded model, when a backward begins (every rank): unless the last exchange's marks are still
+    pending (a backward inside ``no_sync`` came first), mark each sharded parameter's gradient as it is now.
+    The parameters are the units' (``state.shard``): during backward FSDP2's root may hold its unsharded
+    parameters where the model's are."""
+    if state.grad_marks is None:
+        state.grad_marks = {id(p): _mark(p.grad) for unit in state.shard.units for p in unit.params}
+
+
+def note_sharded_gradients(module: torch.nn.Module, state: ModuleState) -> set[str]:
+    """A sharded model, at the end of a backward that exchanges, before its buckets are flushed: add to
+    ``state.grad_seen`` the parameters whose gradient is new or changed since :func:`mark_sharded_gradients`
+    and return the names of those without any gradient (the flush gives them zeros)."""
+    marks, state.grad_marks = state.grad_marks or {}, None
+    without = set()
+    for name, param in module.bagua_named_parameters():
+        grad = param.grad
+        if grad is None:
+            without.add(name)
+            continue
+        mark = marks.get(id(param))
+        if mark is None or mark[0]() is not grad or mark[1] != local_shard(grad)._version:
+            state.grad_seen.add(name)
+    return without
+
+
+def forget_unused_sharded_gradients(module: torch.nn.Module, state: ModuleState, without: set[str]) -> None:
+    """After the ranks agreed on the used parameters: those that had no gradient before the flush and that no
+    rank used get none again (the flush gave them zeros on every rank), as torch's HSDP leaves them."""
+    used = state.params_in_use
+    if used is None or not without:
+        return
+    for name, param in module.bagua_named_parameters():
+        if name in without and name not in used:
+            param.grad = None
 
 
 def _used_on_any_rank(module: torch.nn.Module, state: ModuleState) -> set[str]:
