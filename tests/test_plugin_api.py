@@ -127,3 +127,58 @@ def test_the_documented_attributes_of_a_wrapped_module_are_read_only() -> None:
     assert read_only and all(prop.fset is not None for name, prop in PROPERTIES.items() if name in read_only)
     with pytest.raises(AttributeError, match="is bagua's"):
         model.bagua_algorithm = None
+
+
+_IMPL_NAMES = {"impl", "bagua_algorithm", "declaration"}
+"""What names an algorithm's impl (or its declaration) in the core: ``impl``, ``state.impl``, ``self.impl``,
+``module.bagua_algorithm``, ``declaration``; inside ``class AlgorithmImpl`` also ``self``, ``cls`` and
+``type(self)``."""
+
+
+def _names_an_impl(node: ast.expr, in_impl_class: bool) -> bool:
+    if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "type" and len(node.args) == 1:
+        node = node.args[0]
+    if isinstance(node, ast.Name):
+        return node.id in _IMPL_NAMES or (in_impl_class and node.id in ("self", "cls"))
+    return isinstance(node, ast.Attribute) and node.attr in _IMPL_NAMES
+
+
+def impl_member_probes(source: str, filename: str) -> list[tuple[int, str]]:
+    """``(line, code)`` of every ``hasattr(X, ...)`` and ``getattr(X, ..., default)`` in ``source`` where ``X``
+    names an algorithm impl: the core probing for a member the ``AlgorithmImpl`` contract does not define."""
+    found: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST, in_impl_class: bool) -> None:
+        if isinstance(node, ast.ClassDef):
+            in_impl_class = node.name == "AlgorithmImpl"
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args and (
+                node.func.id == "hasattr" or (node.func.id == "getattr" and len(node.args) == 3)) and \
+                _names_an_impl(node.args[0], in_impl_class):
+            found.append((node.lineno, ast.unparse(node)))
+        for child in ast.iter_child_nodes(node):
+            visit(child, in_impl_class)
+
+    visit(ast.parse(source, filename), False)
+    return found
+
+
+def test_the_core_probes_no_member_of_an_impl() -> None:
+    """Every hook the core calls on an algorithm impl is a member of ``AlgorithmImpl`` with a documented default
+    (docs/plugins.md), so the core calls it: no ``hasattr``/``getattr(..., default)`` on an impl."""
+    probes = [f"{path.relative_to(ROOT)}:{line}: {code}"
+              for path in sorted((ROOT / "bagua_core").rglob("*.py"))
+              for line, code in impl_member_probes(path.read_text(), str(path))]
+    assert not probes, ("the core probes an algorithm impl for a member (define it on AlgorithmImpl with a "
+                        "default and use it):\n" + "\n".join(probes))
+
+
+@pytest.mark.parametrize("source", ['x = hasattr(impl, "bucket_size_bytes")',
+                                    'x = getattr(state.impl, "init_step_end_hook", None)',
+                                    'x = callable(getattr(module.bagua_algorithm, "abort", None))',
+                                    'class AlgorithmImpl:\n    def f(self):\n        return hasattr(type(self), "x")'])
+def test_the_scan_finds_a_probe(source: str) -> None:
+    assert impl_member_probes(source, "x.py")
+
+
+def test_the_scan_leaves_other_objects_alone() -> None:
+    assert not impl_member_probes('x = getattr(exc, "bagua_reported", False)\ny = getattr(impl, name)', "x.py")
