@@ -182,3 +182,26 @@ def test_the_scan_finds_a_probe(source: str) -> None:
 
 def test_the_scan_leaves_other_objects_alone() -> None:
     assert not impl_member_probes('x = getattr(exc, "bagua_reported", False)\ny = getattr(impl, name)', "x.py")
+
+
+def test_what_the_core_reads_of_an_impl_has_a_default() -> None:
+    """The members docs/plugins.md lists beside the hooks, as an impl that sets none of them has them."""
+    from bagua_core.api import AlgorithmImpl, get_default_bucket_size
+    from bagua_algorithms.gradient_allreduce import GradientAllReduceConfig
+
+    plain = AlgorithmImpl(None)
+    assert plain.hierarchical is None and plain.bucket_size is None and plain.hands_module_over is False
+    assert plain.bucket_size_bytes() == get_default_bucket_size() and plain.supports_autotune is None
+    assert plain.init_bucket_ready_hook(None) is None and plain.init_step_end_hook(None) is None
+    assert plain.abort(None) is None and plain.resume(None) is None and plain.rounds_completed() is None
+    assert plain._older_form_capabilities() == {} and not plain._has_background_controls()
+
+    impl = AlgorithmImpl(None, GradientAllReduceConfig(hierarchical=True))
+    assert impl.hierarchical is True  # the config's option, until autotune (or the impl) sets it
+    impl.hierarchical, impl.bucket_size = False, 1024
+    assert impl.hierarchical is False and impl.config.hierarchical is True and impl.bucket_size_bytes() == 1024
+
+    class OnlyAborts(AlgorithmImpl):  # background work needs both: abort alone declares nothing
+        def abort(self, bagua_module) -> None: ...
+
+    assert OnlyAborts(None)._older_form_capabilities() == {}

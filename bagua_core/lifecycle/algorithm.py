@@ -221,6 +221,16 @@ class AlgorithmImpl:
     ``Algorithm``); counts for an algorithm declaring no capabilities (``bagua_core.lifecycle.capabilities.capabilities_of``)."""
     exact_resume: ClassVar[bool] = True
     """Older, impl-level form of ``Capabilities.exact_resume`` (for an algorithm declaring no capabilities)."""
+    supports_autotune: ClassVar[bool | None] = None
+    """Older, impl-level form of ``Capabilities.tunable_bucket_size`` (for an algorithm declaring no
+    capabilities); None, the default: not said."""
+    hands_module_over: ClassVar[bool] = False
+    """True for an impl that hands the module over to another impl while training (``algorithm="auto"``
+    hands it to its choice through ``switch_algorithm``): autotune leaves it alone and tunes the impl it hands
+    over to. Default: False."""
+    bucket_size: int | None = None
+    """The size in bytes of the groups the core suggests to :meth:`tensors_to_buckets` (set by autotune, and by
+    ``DistributedDataParallel(bucket_cap_mb=...)``); None, the default: ``BAGUA_DEFAULT_BUCKET_SIZE``."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -238,20 +248,46 @@ class AlgorithmImpl:
             return getattr(config, item)
         raise AttributeError(f"{type(self).__name__} has no attribute {item!r}")
 
+    @property
+    def hierarchical(self) -> bool | None:
+        """Whether the impl communicates hierarchically (intra-node, then between nodes' leaders); None: it has no
+        such option. Autotune tries both values of a boolean ``hierarchical`` on several nodes
+        (``Capabilities.tunable_bucket_size``) by setting it. Default: what was set on the impl (by autotune, or
+        by an impl written for the original in its ``__init__``), else the config's ``hierarchical`` option where
+        the config has one, else None."""
+        if "hierarchical" in self.__dict__:
+            return self.__dict__["hierarchical"]
+        config = self.__dict__.get("config")
+        return config.hierarchical if config is not None and "hierarchical" in type(config).model_fields else None
+
+    @hierarchical.setter
+    def hierarchical(self, value: bool | None) -> None:
+        self.__dict__["hierarchical"] = value
+
     def _older_form_capabilities(self) -> dict[str, bool]:
         """What this impl declares in the older, impl-level form, as ``Capabilities`` fields: the class
-        attributes above and ``supports_autotune`` where a subclass changes them, and an overridden
-        :meth:`communicates_after_optimizer_step` (``bagua_core.lifecycle.capabilities.capabilities_of`` folds
-        them in for an algorithm that declares no capabilities)."""
+        attributes above where a subclass changes them (``supports_autotune`` where it is not None), an
+        overridden :meth:`communicates_after_optimizer_step`, and overridden :meth:`abort` and :meth:`resume`
+        (``bagua_core.lifecycle.capabilities.capabilities_of`` folds them in for an algorithm that declares no
+        capabilities)."""
         cls, older = type(self), {}
-        for field in ("weights_differ_across_ranks", "exact_resume"):
-            if getattr(cls, field) != getattr(AlgorithmImpl, field):
-                older[field] = bool(getattr(cls, field))
-        if hasattr(cls, "supports_autotune"):
+        if cls.weights_differ_across_ranks != AlgorithmImpl.weights_differ_across_ranks:
+            older["weights_differ_across_ranks"] = bool(cls.weights_differ_across_ranks)
+        if cls.exact_resume != AlgorithmImpl.exact_resume:
+            older["exact_resume"] = bool(cls.exact_resume)
+        if cls.supports_autotune is not None:
             older["tunable_bucket_size"] = bool(cls.supports_autotune)
         if cls.communicates_after_optimizer_step is not AlgorithmImpl.communicates_after_optimizer_step:
             older["communicates_after_optimizer_step"] = True
+        if self._has_background_controls():
+            older["background_work"] = True
         return older
+
+    def _has_background_controls(self) -> bool:
+        """Whether the impl's class overrides both :meth:`abort` and :meth:`resume` (what an algorithm declaring
+        ``Capabilities.background_work`` needs)."""
+        cls = type(self)
+        return cls.abort is not AlgorithmImpl.abort and cls.resume is not AlgorithmImpl.resume
 
     def need_reset(self) -> bool:
         """Asked before every forward; True rebuilds tensors, buckets and operations."""
@@ -271,9 +307,9 @@ class AlgorithmImpl:
         return tensors
 
     def bucket_size_bytes(self) -> int:
-        """The size of the groups the core suggests: ``self.bucket_size`` when set (autotune sets it),
+        """The size of the groups the core suggests: :attr:`bucket_size` when set (autotune sets it),
         else ``BAGUA_DEFAULT_BUCKET_SIZE``."""
-        return getattr(self, "bucket_size", None) or env.get_default_bucket_size()
+        return self.bucket_size or env.get_default_bucket_size()
 
     def tensors_to_buckets(self, tensors: list[list[torch.Tensor]], do_flatten: bool) -> list[BaguaBucket]:
         """Turn the core's suggestion (``tensors`` grouped into lists of about the bucket size, see
@@ -371,6 +407,17 @@ class AlgorithmImpl:
         with it the post-step collectives, on every rank. Default: every step (as declared)."""
         return True
 
+    def abort(self, bagua_module: torch.nn.Module) -> None:
+        """Stop the communication this impl runs in the background, collectively: it returns once every rank
+        aborted (call it before destroying the process group). An algorithm declaring
+        ``Capabilities.background_work`` overrides it and :meth:`resume`. Default: nothing (no background
+        work)."""
+        return None
+
+    def resume(self, bagua_module: torch.nn.Module) -> None:
+        """Restart the background communication :meth:`abort` stopped. Default: nothing (no background work)."""
+        return None
+
     def quiesce(self, bagua_module: torch.nn.Module) -> None:
         """Fault-tolerant mode: finish and stop the communication this impl runs outside the training thread
         (a background thread's collectives between replicas) and apply nothing of it that failed. The
@@ -393,3 +440,4 @@ class AlgorithmImpl:
 
 
 adapt_hooks(AlgorithmImpl)  # __init_subclass__ covers the subclasses
+

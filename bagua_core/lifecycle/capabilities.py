@@ -5,7 +5,7 @@ Every :class:`~bagua_core.lifecycle.algorithm.Algorithm` class carries one ``cap
 without building or reifying the algorithm). Nothing here is communicated; :func:`capabilities_of`
 is what the core reads for a wrapped module: the declaration's; for an algorithm declaring none (one
 written for the original), what its impl declares in the older form: ``weights_differ_across_ranks``
-/ ``exact_resume`` / ``supports_autotune`` class attributes, an ``abort``/``resume`` pair, an
+/ ``exact_resume`` / ``supports_autotune`` class attributes, an overridden ``abort``/``resume`` pair, an
 overridden ``communicates_after_optimizer_step``.
 
 Example::
@@ -86,9 +86,9 @@ class Capabilities:
     """The algorithm needs an optimizer of its own kind among those given to ``with_bagua``; a job
     builds it with ``Algorithm.build_optimizer(params, lr=..., steps_per_epoch=...)``."""
     background_work: bool = False
-    """The impl runs communication in the background; it has ``abort(module)`` (collective: stop it,
-    returns once every rank aborted; call before destroying the process group) and
-    ``resume(module)`` (restart it)."""
+    """The impl runs communication in the background; it overrides ``AlgorithmImpl.abort(module)``
+    (collective: stop it, returns once every rank aborted; call before destroying the process group) and
+    ``resume(module)`` (restart it), which do nothing by default."""
     steps_optimizer_in_backward: bool = False
     """The optimizers are stepped inside backward by the algorithm: ``optimizer.step()`` is then a
     no-op that accepts no closure (Lightning runs the closure first)."""
@@ -137,9 +137,11 @@ class _Declaration(Protocol):
 
 
 class _Impl(Protocol):
-    """An ``AlgorithmImpl``, as far as this module reads it."""
+    """An ``AlgorithmImpl``, as far as this module reads it (the core installs nothing else: ``checked_impl``)."""
 
     def _older_form_capabilities(self) -> dict[str, bool]: ...
+
+    def _has_background_controls(self) -> bool: ...
 
 
 def auto_candidate(algorithm: type[_Declaration]) -> bool:
@@ -155,22 +157,18 @@ def capabilities_of(declaration: _Declaration, impl: _Impl | None = None) -> Cap
     """The capabilities of ``declaration`` (an ``Algorithm`` instance). For an algorithm class that
     declares none of its own (written for the original, or before capabilities existed), what its
     ``impl`` declares in the older impl-level form (``AlgorithmImpl._older_form_capabilities``) is
-    folded in. Raises ``BaguaConfigError`` when the algorithm declares background work but its impl has
-    no ``abort``/``resume``."""
+    folded in. Raises ``BaguaConfigError`` when the algorithm declares background work but its impl does
+    not override ``abort``/``resume``."""
     declared = type(declaration).capabilities
     declared = None if declared is NOT_DECLARED else declared
     caps: Capabilities = declared or Capabilities()
     if impl is None:
         return caps
-    has_controls = callable(getattr(impl, "abort", None)) and callable(getattr(impl, "resume", None))
-    if caps.background_work and not has_controls:
+    if caps.background_work and not impl._has_background_controls():
         raise BaguaConfigError(f"algorithm {declaration.name!r} declares background_work, but its impl "
-                               f"{type(impl).__name__} has no abort(module) and resume(module)")
+                               f"{type(impl).__name__} does not override abort(module) and resume(module)")
     if declared is not None:
         return caps  # the declaration is authoritative
 
-    older = getattr(impl, "_older_form_capabilities", None)  # an impl not derived from AlgorithmImpl has none
-    legacy: dict[str, Any] = older() if older is not None else {}
-    if has_controls:
-        legacy["background_work"] = True
+    legacy: dict[str, Any] = impl._older_form_capabilities()
     return dataclasses.replace(caps, **legacy) if legacy else caps

@@ -101,7 +101,7 @@ class DistributedDataParallel(torch.nn.Module):
                           process_group=None if process_group is None else to_bagua_process_group(process_group),
                           do_flatten=gradient_as_bucket_view)
         impl = module.bagua_algorithm
-        if hasattr(impl, "bucket_size_bytes") and bucket_cap_mb != 25 and not getattr(impl, "bucket_size", None):
+        if bucket_cap_mb != 25 and not impl.bucket_size:
             impl.bucket_size = int(bucket_cap_mb * 1024 * 1024)
             module.bagua_reset()
         _wrapped_state(module).find_unused_parameters = find_unused_parameters

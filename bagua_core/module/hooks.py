@@ -9,7 +9,6 @@ from typing import Any
 
 import torch
 
-from bagua_core.runtime import env
 from bagua_core.lifecycle.algorithm import group_tensors
 from bagua_core.lifecycle.module_state import ImplHooks, ModuleState
 from bagua_core.lifecycle.state import clear_state, tensor_state_of
@@ -45,8 +44,7 @@ def rebuild_buckets(module: torch.nn.Module, state: ModuleState) -> None:
     if state.shard is not None:  # one bucket per FSDP2 unit: its gradients come together
         groups = sharded.group_by_unit(tensors, state.shard.units)
     else:
-        bucket_size = impl.bucket_size_bytes() if hasattr(impl, "bucket_size_bytes") else env.get_default_bucket_size()
-        groups = group_tensors(tensors, bucket_size)
+        groups = group_tensors(tensors, impl.bucket_size_bytes())
     buckets = impl.tensors_to_buckets(groups, state.do_flatten)
     for bucket in buckets:
         bucket.process_group = state.process_group
@@ -54,16 +52,15 @@ def rebuild_buckets(module: torch.nn.Module, state: ModuleState) -> None:
     state.buckets = buckets
     state.lent = sharded.lend_buckets(buckets, state.shard.units) if state.shard is not None else {}
     state.lent_verified = False
-    ready_hook = impl.init_bucket_ready_hook(module) if hasattr(impl, "init_bucket_ready_hook") else None
+    ready_hook = impl.init_bucket_ready_hook(module)
     state.scheduler = BucketScheduler(buckets, state.process_group.worker, ready_hook)
-    step_end = getattr(impl, "init_step_end_hook", None)  # (an impl not derived from AlgorithmImpl may have none)
     state.hooks = ImplHooks(
         bucket_ready=ready_hook,
         backward=impl.init_backward_hook(module),
         post_backward=impl.init_post_backward_hook(module),
         forward_pre=impl.init_forward_pre_hook(module),
         post_optimizer_step=impl.init_post_optimizer_step_hook(module),
-        step_end=step_end(module) if step_end is not None else None,
+        step_end=impl.init_step_end_hook(module),
     )
 
 

@@ -107,9 +107,9 @@ class Autotuner:
 
     def _candidates(self, module: torch.nn.Module) -> list[dict[str, Any]]:
         impl, group = self.impl, module.process_group
-        # an impl that hands the module over to another one while training (algorithm="auto" declares
-        # ``hands_module_over``) is not tuned itself: the tuner of the impl it hands over to tunes that
-        if not module.bagua_capabilities.tunable_bucket_size or getattr(impl, "hands_module_over", False):
+        # an impl that hands the module over to another one while training (``AlgorithmImpl.hands_module_over``:
+        # algorithm="auto") is not tuned itself: the tuner of the impl it hands over to tunes that
+        if not module.bagua_capabilities.tunable_bucket_size or impl.hands_module_over:
             return []
         sizes: list[int | None] = [None]
         if type(impl).tensors_to_buckets is AlgorithmImpl.tensors_to_buckets:
@@ -121,7 +121,7 @@ class Autotuner:
                     counts.add(_bucket_count(grads, size))
                     sizes.append(size)
         hier: list[bool | None] = [None]
-        if isinstance(getattr(impl, "hierarchical", None), bool) and 1 < group.num_nodes < group.world_size:
+        if isinstance(impl.hierarchical, bool) and 1 < group.num_nodes < group.world_size:
             hier = [False, True]
         candidates = [{"bucket_size": s, "hierarchical": h} for s in sizes for h in hier]
         return candidates if len(candidates) > 1 else []
