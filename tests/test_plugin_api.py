@@ -184,6 +184,59 @@ def test_the_scan_leaves_other_objects_alone() -> None:
     assert not impl_member_probes('x = getattr(exc, "bagua_reported", False)\ny = getattr(impl, name)', "x.py")
 
 
+class _HooksButNoImpl:
+    """Has the hooks of an impl written for the original, but does not derive from ``AlgorithmImpl``."""
+
+    def __init__(self, process_group: object) -> None:
+        self.process_group = process_group
+
+    def init_operations(self, bagua_module: object, bucket: object) -> None:  # pragma: no cover - never called
+        raise AssertionError
+
+
+def _reifies_something_else() -> object:
+    from bagua_core.api import Algorithm
+
+    class ReifiesSomethingElse(Algorithm):
+        name = "reifies_something_else"
+
+        def reify(self, process_group: object) -> object:
+            return _HooksButNoImpl(process_group)
+
+    return ReifiesSomethingElse()
+
+
+def _install_a_non_impl(rank: int) -> list[str]:
+    import torch
+
+    from bagua_core.api import BaguaConfigError, switch_algorithm
+
+    seen = []
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(BaguaConfigError) as info:
+        model.with_bagua([optimizer], _reifies_something_else())
+    seen.append(str(info.value))
+    model = model.with_bagua([optimizer], "gradient_allreduce")
+    with pytest.raises(BaguaConfigError) as info:
+        switch_algorithm(model, impl=_HooksButNoImpl(model.process_group))
+    seen.append(str(info.value))
+    seen.append(type(model.bagua_algorithm).__name__)  # the impl running the module is left as it was
+    return seen
+
+
+def test_an_impl_not_derived_from_algorithm_impl_is_refused_where_it_is_installed() -> None:
+    from tests.distributed import run_workers
+
+    wrapped, switched, kept = run_workers(_install_a_non_impl, 1)[0]
+    assert wrapped == ("ReifiesSomethingElse.reify() returned tests.test_plugin_api._HooksButNoImpl, not a "
+                       "bagua_core.api.AlgorithmImpl subclass (an impl derives from AlgorithmImpl, whose hooks all "
+                       "have defaults: docs/plugins.md)")
+    assert switched.startswith("switch_algorithm(impl=...) for algorithm 'gradient_allreduce' was given "
+                               "tests.test_plugin_api._HooksButNoImpl, not a bagua_core.api.AlgorithmImpl subclass")
+    assert kept == "GradientAllReduceAlgorithmImpl"
+
+
 def test_what_the_core_reads_of_an_impl_has_a_default() -> None:
     """The members docs/plugins.md lists beside the hooks, as an impl that sets none of them has them."""
     from bagua_core.api import AlgorithmImpl, get_default_bucket_size

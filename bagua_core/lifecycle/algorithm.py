@@ -32,7 +32,8 @@ from bagua_core.plugins import algorithm_registry
 if TYPE_CHECKING:  # pragma: no cover
     from bagua_core.runtime.process_group import BaguaProcessGroup
 
-__all__ = ["AlgorithmConfig", "Algorithm", "AlgorithmImpl", "group_tensors", "is_gradient_tensor", "split_into_buckets"]
+__all__ = ["AlgorithmConfig", "Algorithm", "AlgorithmImpl", "checked_impl", "group_tensors", "is_gradient_tensor",
+           "split_into_buckets"]
 
 
 class AlgorithmConfig(BaseModel):
@@ -441,3 +442,21 @@ class AlgorithmImpl:
 
 adapt_hooks(AlgorithmImpl)  # __init_subclass__ covers the subclasses
 
+
+def checked_impl(impl: object, source: str) -> AlgorithmImpl:
+    """``impl``, once it is known to be an :class:`AlgorithmImpl`: the core calls its hooks without asking whether
+    it has them (each has a default). Where an impl is installed (``with_bagua`` right after ``reify``,
+    ``switch_algorithm``), ``source`` says where it came from, e.g. ``"MyAlgorithm.reify() returned"``.
+
+    Raises ``BaguaConfigError`` for anything else::
+
+        >>> checked_impl(object(), "MyAlgorithm.reify() returned")
+        Traceback (most recent call last):
+        BaguaConfigError: MyAlgorithm.reify() returned object, not a bagua_core.api.AlgorithmImpl subclass ...
+    """
+    if not isinstance(impl, AlgorithmImpl):
+        kind = type(impl)
+        name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+        raise BaguaConfigError(f"{source} {name}, not a bagua_core.api.AlgorithmImpl subclass (an impl derives "
+                               f"from AlgorithmImpl, whose hooks all have defaults: docs/plugins.md)")
+    return impl

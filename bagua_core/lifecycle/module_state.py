@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmImpl
+from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmImpl, checked_impl
 from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.lifecycle.capabilities import Capabilities
 from bagua_core.lifecycle.scheduler import BucketScheduler
@@ -149,7 +149,8 @@ def switch_algorithm(module: torch.nn.Module, *, impl: AlgorithmImpl | None = No
     """The one way the impl running a wrapped module, its declaration, its capabilities and its group change
     after the wrap: an algorithm that tries candidates or hands the module to the one it chose, a new quorum's
     group in fault-tolerant mode. What is not given stays. The new impl runs the module from the next rebuild
-    of its buckets (``module.bagua_reset()``, or its own ``need_reset``).
+    of its buckets (``module.bagua_reset()``, or its own ``need_reset``). ``impl`` must be an ``AlgorithmImpl``
+    (else ``BaguaConfigError``).
 
     Example::
 
@@ -160,7 +161,8 @@ def switch_algorithm(module: torch.nn.Module, *, impl: AlgorithmImpl | None = No
     if state is None:
         raise RuntimeError(f"{type(module).__name__} is not wrapped (call with_bagua first)")
     if impl is not None:
-        state.impl = impl
+        name = (declaration or state.declaration).name
+        state.impl = checked_impl(impl, f"switch_algorithm(impl=...) for algorithm {name!r} was given")
     if declaration is not None:
         state.declaration = declaration
     if capabilities is not None:

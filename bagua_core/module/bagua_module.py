@@ -12,6 +12,7 @@ import torch
 from bagua_core.metrics import StepMetrics, TensorBoardWriter, require_tensorboard
 from bagua_core.runtime import env
 from bagua_core.runtime.agreement import Prepared
+from bagua_core.lifecycle.algorithm import checked_impl
 from bagua_core.lifecycle.capabilities import capabilities_of
 from bagua_core.lifecycle.module_state import ModuleState, params_and_buffers_to_ignore, state_of
 from bagua_core.lifecycle.state import set_state
@@ -127,7 +128,7 @@ class BaguaModule:
                 broadcast_tensors([b for _, b in self.bagua_named_buffers()], src=0, comm=job.get_global_communicator())
                 for optimizer in optimizers:
                     broadcast_sharded_optimizer_state(optimizer, src=0, comm=comm)
-        impl = declaration.reify(group)
+        impl = checked_impl(declaration.reify(group), f"{type(declaration).__name__}.reify() returned")
         state = ModuleState(declaration, impl, capabilities_of(declaration, impl), group, optimizers, name, do_flatten,
                             shard=layout)
         if previous is not None:
