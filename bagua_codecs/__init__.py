@@ -27,6 +27,12 @@ MinMaxUInt8's layout and its torch reference, which such a kernel must equal bit
 - ``decompress_minmax_uint8_reference(buf, n_chunks, out, accumulate, begin=0, end=None)``: the torch decode
   (``out = D(buf)``, or ``out += D(buf)``), the reference of every native decode.
 - ``BUILTIN_CODECS``: the classes this package registers.
+- ``include_dir()``: the folder of this package's public C and CUDA headers, ``bagua_codecs/include/``:
+  ``minmax_uint8_blocks.h`` (MinMaxUInt8's C building blocks: the chunk parameters, ``minmax_range``,
+  ``quantise``, ``dequantise``, ``merge_stats``; defined in bagua's CPU library, so only a kernel built into it
+  links to them) and ``minmax_uint8_cuda_blocks.cuh`` (the device building blocks, header only). A kernel set
+  of bagua's build includes them by naming the package in its ``kernels.toml``, ``uses = ["bagua_codecs"]``
+  (docs/native.md); the codec's other C and CUDA files are its own.
 
 Example::
 
@@ -36,6 +42,8 @@ Example::
 """
 
 from __future__ import annotations
+
+import os
 
 from bagua_codecs.floats import BFloat16Codec, Float16Codec
 from bagua_codecs.minmax import MinMaxUInt4Codec, MinMaxUInt8Codec
@@ -47,6 +55,12 @@ from bagua_codecs.sign import ScaledSignCodec
 
 __all__ = ["MinMaxUInt8Codec", "MinMaxUInt4Codec", "Float16Codec", "BFloat16Codec", "ScaledSignCodec", "BUILTIN_CODECS",
            "check_minmax_uint8_buffer", "decompress_minmax_uint8_reference", "merge_minmax_stats",
-           "minmax_uint8_compressed_size"]
+           "minmax_uint8_compressed_size", "include_dir"]
 
 BUILTIN_CODECS = [MinMaxUInt8Codec, MinMaxUInt4Codec, Float16Codec, BFloat16Codec, ScaledSignCodec]
+
+
+def include_dir() -> str:
+    """The folder of this package's public C and CUDA headers (``minmax_uint8_blocks.h``,
+    ``minmax_uint8_cuda_blocks.cuh``): what a kernel of another package may include."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")

@@ -327,11 +327,19 @@ def test_kernel_sets_use_packages_by_their_top_level() -> None:
     assert not wrong, "\n".join(wrong)
 
 
-@pytest.mark.parametrize("text", ['#include "minmax_uint8_internal.h"',
+_LPD_SOURCE = ROOT / "bagua_algorithms" / "low_precision_decentralized" / "kernels" / "native" / "x.c"
+
+
+@pytest.mark.parametrize("text", ['#include "minmax_uint8.h"', '#include "minmax_uint8_cuda.h"',
                                   '#include "../../../../bagua_codecs/minmax_kernels/native/minmax_uint8.h"'])
 def test_the_scan_finds_an_include_of_another_packages_internal_header(text: str) -> None:
-    source = ROOT / "bagua_algorithms" / "low_precision_decentralized" / "kernels" / "native" / "x.c"
-    assert reaching_includes(source, text)
+    assert reaching_includes(_LPD_SOURCE, text)
+
+
+@pytest.mark.parametrize("text", ['#include "minmax_uint8_blocks.h"', '#include "parallel.h"',
+                                  '#include "low_precision_decentralized.h"', "#include <math.h>"])
+def test_the_scan_lets_a_source_include_its_own_shared_and_public_headers(text: str) -> None:
+    assert not reaching_includes(_LPD_SOURCE, text)
 
 
 def test_every_public_include_folder_is_exported_by_its_package() -> None:
