@@ -31,7 +31,8 @@ if sys.platform == "win32" or platform.python_implementation() != "CPython":
 KERNEL_SETS = find_kernel_sets()
 HEADERS = (header_path("bagua_native.h"), *(h for s in KERNEL_SETS for h in s.cpu_headers))  # the cdef
 SOURCES = (header_path("parallel.c"), *(c for s in KERNEL_SETS for c in s.cpu_sources))
-INTERNAL_HEADERS = (header_path("parallel.h"), *(h for s in KERNEL_SETS for h in s.internal_headers))
+INTERNAL_HEADERS = (header_path("parallel.h"),
+                    *dict.fromkeys(h for s in KERNEL_SETS for h in s.internal_headers + s.public_headers))
 INCLUDE_DIRS = tuple(dict.fromkeys([HERE, *(d for s in KERNEL_SETS for d in s.include_dirs)]))
 
 ffibuilder = FFI()

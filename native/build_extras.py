@@ -33,7 +33,7 @@ ABI_MODULES = {
 """The run-time loaded libraries' ffi modules and the headers of each one's cdef (``bagua_core.runtime.native``
 parses these headers itself in a source checkout that was never built)."""
 CUDA_SOURCES = (header_path("bagua_cuda.cu"), *(c for s in KERNEL_SETS for c in s.cuda_sources))
-CUDA_INTERNAL_HEADERS = tuple(h for s in KERNEL_SETS for h in s.internal_headers)
+CUDA_INTERNAL_HEADERS = tuple(dict.fromkeys(h for s in KERNEL_SETS for h in s.internal_headers + s.public_headers))
 CUDA_INCLUDE_DIRS = tuple(dict.fromkeys([HERE, *(d for s in KERNEL_SETS if s.cuda_sources for d in s.include_dirs)]))
 CUDA_LIBRARY = "_native_cuda.so"
 

@@ -9,7 +9,10 @@ A ``kernels.toml`` lists, relative to its own folder:
 ``cuda_headers``     the headers of the CUDA entry points (the ABI-mode ffi of the CUDA library)
 ``cuda_sources``     the CUDA sources
 ``internal_headers`` headers the sources include but Python does not call (rebuild when they change)
-``uses``             other kernel folders (repository paths) whose headers these sources include
+``uses``             packages (repository paths of their top level: ``"bagua_codecs"``, ``"bagua_algorithms/<name>"``)
+                     whose public headers these sources include: the headers in that package's ``include/``
+                     folder (its own package's too). Another package's other folders are its own: a source
+                     includes nothing from them.
 
 Example::
 
@@ -28,7 +31,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["KernelSet", "OWNER_PACKAGES", "REPO_ROOT", "find_kernel_sets"]
+__all__ = ["KernelSet", "OWNER_PACKAGES", "PUBLIC_INCLUDE", "REPO_ROOT", "find_kernel_sets", "public_include_dir"]
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OWNER_PACKAGES = ("bagua_codecs", "bagua_algorithms")
@@ -49,7 +52,26 @@ class KernelSet:
     cuda_sources: tuple[str, ...] = ()
     internal_headers: tuple[str, ...] = ()
     include_dirs: tuple[str, ...] = ()
-    """Its own folder and those of the sets it ``uses``."""
+    """Its own folder and the ``include/`` folder of each package it ``uses``."""
+    public_headers: tuple[str, ...] = ()
+    """The headers in those ``include/`` folders (rebuild when they change)."""
+
+
+PUBLIC_INCLUDE = "include"
+"""A package's public headers: ``<package>/include/`` (``bagua_codecs.include_dir()`` returns its own)."""
+
+
+def public_include_dir(package: str, root: str = REPO_ROOT) -> str:
+    """The public include folder of ``package`` (a ``uses`` entry); raises when it names no package's top
+    level or the package has no ``include/`` folder."""
+    parts = package.strip("/").split("/")
+    is_top_level = len(parts) == {"bagua_codecs": 1, "bagua_algorithms": 2}.get(parts[0])
+    folder = os.path.join(root, *parts, PUBLIC_INCLUDE)
+    if not is_top_level or not os.path.isdir(folder):
+        raise ValueError(f"uses = [{package!r}]: a kernels.toml uses a package by its top level (bagua_codecs, "
+                         f"bagua_algorithms/<name>) and includes the headers in its {PUBLIC_INCLUDE}/ folder; "
+                         f"{os.path.relpath(folder, root)} is not one")
+    return folder
 
 
 def _load(path: str) -> KernelSet:
@@ -63,8 +85,14 @@ def _load(path: str) -> KernelSet:
     missing = [p for paths in files.values() for p in paths if not os.path.isfile(p)]
     if missing:
         raise FileNotFoundError(f"{path} lists files that are not there: {missing}")
-    used = tuple(os.path.join(REPO_ROOT, folder) for folder in listed.get("uses", ()))
-    return KernelSet(os.path.relpath(directory, REPO_ROOT), directory, include_dirs=(directory, *used), **files)
+    try:
+        used = tuple(public_include_dir(package) for package in listed.get("uses", ()))
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    public = tuple(sorted(os.path.join(folder, name) for folder in used for name in os.listdir(folder)
+                          if name.endswith((".h", ".cuh", ".hpp"))))
+    return KernelSet(os.path.relpath(directory, REPO_ROOT), directory, include_dirs=(directory, *used),
+                     public_headers=public, **files)
 
 
 def find_kernel_sets(root: str = REPO_ROOT) -> list[KernelSet]:

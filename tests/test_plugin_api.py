@@ -2,15 +2,26 @@
 from ``bagua_core`` only its three plugin modules (``bagua_core.api``, ``bagua_core.codecs``,
 ``bagua_core.kernels``), ``bagua_core.api.__all__`` is pinned here and documented in ``docs/plugins.md``, no
 algorithm writes the core's state of a wrapped module, and none counts "every optimizer has stepped" itself
-(the core's step-end hook does). Scanned through the AST: function-local and ``TYPE_CHECKING`` imports count."""
+(the core's step-end hook does). Scanned through the AST: function-local and ``TYPE_CHECKING`` imports count.
+
+Between plugin packages the same holds one level up: a package that builds on another imports only the names
+that package exports at its top level (its ``__init__.py``'s ``__all__``), overrides only its public extension
+methods, and its C/CUDA sources include only the headers the other package ships in its ``include/`` folder."""
 
 from __future__ import annotations
 
 import ast
 import pathlib
 import re
+import sys
+import types
 
 import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PLUGIN_PACKAGES = (ROOT / "bagua_algorithms", ROOT / "bagua_codecs", ROOT / "plugins_example" / "bagua_local_sgd",
@@ -258,3 +269,248 @@ def test_what_the_core_reads_of_an_impl_has_a_default() -> None:
         def abort(self, bagua_module) -> None: ...
 
     assert OnlyAborts(None)._older_form_capabilities() == {}
+
+# --- one plugin package builds on another through what that package exports at its top level ----------------------
+# A plugin package: bagua_algorithms/<name>, bagua_codecs, plugins_example/<name> (plugins_example/tests tests
+# bagua_local_sgd). Another package's modules below its top level are its own to change; what it exports in its
+# __init__.py (``__all__``, each name documented there) is the extension point (docs/plugins.md). In C, CUDA
+# and C++ the same holds for headers: a package's public headers are in its ``include/`` folder, and a kernel
+# set reaches them by naming the package in its kernels.toml's ``uses``.
+
+NATIVE_SUFFIXES = (".c", ".h", ".cu", ".cuh", ".cc", ".cpp", ".hpp")
+
+
+def _plugin_package_dirs() -> dict[str, pathlib.Path]:
+    """``{module name: folder}`` of every plugin package."""
+    found = {"bagua_codecs": ROOT / "bagua_codecs"}
+    for parent, prefix in ((ROOT / "bagua_algorithms", "bagua_algorithms."), (ROOT / "plugins_example", "")):
+        for folder in sorted(parent.iterdir()):
+            if (folder / "__init__.py").is_file():
+                found[prefix + folder.name] = folder
+    return found
+
+
+PLUGIN_PACKAGE_DIRS = _plugin_package_dirs()
+
+
+def package_of_module(module: str) -> str | None:
+    """The plugin package a module belongs to (``bagua_algorithms.diloco.exchange`` -> ``bagua_algorithms.diloco``)."""
+    parts = module.split(".")
+    for n in (2, 1):
+        if ".".join(parts[:n]) in PLUGIN_PACKAGE_DIRS:
+            return ".".join(parts[:n])
+    return None
+
+
+def package_of_path(path: pathlib.Path) -> str | None:
+    """The plugin package a file of the tree belongs to."""
+    if path.is_relative_to(ROOT / "plugins_example" / "tests"):
+        return "bagua_local_sgd"
+    owners = [name for name, folder in PLUGIN_PACKAGE_DIRS.items() if path.is_relative_to(folder)]
+    return max(owners, key=len, default=None)
+
+
+def exported_names(package: str) -> set[str]:
+    """A package's ``__all__``, read from its ``__init__.py`` (no import)."""
+    init = PLUGIN_PACKAGE_DIRS[package] / "__init__.py"
+    for node in ast.parse(init.read_text(), str(init)).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if "__all__" in [getattr(t, "id", None) for t in targets]:
+            return set(ast.literal_eval(node.value))
+    return set()
+
+
+def imports_below_top_level(source: str, filename: str, own: str | None) -> list[tuple[int, str]]:
+    """``(line, what)`` of every import in ``source`` (of package ``own``) of another plugin package's module
+    below its top level, or of a name that package does not export; function-local imports and
+    ``importlib.import_module("...")`` with a literal name count."""
+    found = []
+
+    def check(line: int, module: str, names: tuple[str, ...] = ()) -> None:
+        if module == "bagua_algorithms":  # from bagua_algorithms import diloco: a package's top level
+            return
+        package = package_of_module(module)
+        if package is None or package == own:
+            return
+        if module != package:
+            found.append((line, f"{module} (below {package})"))
+            return
+        hidden = sorted(set(names) - exported_names(package))
+        if hidden:
+            found.append((line, f"{', '.join(hidden)} from {package}, which does not export it (__all__)"))
+
+    for node in ast.walk(ast.parse(source, filename)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                check(node.lineno, alias.name)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            check(node.lineno, node.module, tuple(a.name for a in node.names))
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) in \
+                ("import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            check(node.lineno, node.args[0].value)
+    return found
+
+
+def test_plugins_build_on_each_other_through_top_level_names_only() -> None:
+    reaching = []
+    for path in _plugin_sources():
+        own = package_of_path(path)
+        for line, what in imports_below_top_level(path.read_text(), str(path), own):
+            reaching.append(f"{path.relative_to(ROOT)}:{line} ({own}): imports {what}")
+    assert not reaching, ("plugin code imports another plugin package's internals; import the names it exports "
+                          "at its top level (docs/plugins.md):\n" + "\n".join(reaching))
+
+
+@pytest.mark.parametrize("source", ["from bagua_algorithms.diloco.exchange import FragmentExchange",
+                                    "def f():\n    import bagua_codecs.minmax_kernels.layout",
+                                    "from bagua_codecs import minmax_kernels",
+                                    "from bagua_algorithms.diloco import Schedule",
+                                    "import importlib\nimportlib.import_module('bagua_algorithms.bytegrad.compressed')",
+                                    "if TYPE_CHECKING:\n    from bagua_algorithms.decentralized.weights import x"])
+def test_the_scan_finds_an_import_below_another_packages_top_level(source: str) -> None:
+    assert imports_below_top_level(source, "x.py", "bagua_algorithms.sparseloco")
+
+
+@pytest.mark.parametrize("source", ["from bagua_algorithms.sparseloco.codec import ChunkTopK",
+                                    "from bagua_algorithms.diloco import DiLoCoAlgorithmImpl",
+                                    "import bagua_codecs", "from bagua_algorithms import diloco",
+                                    "from bagua_core.api import Algorithm", "import torch.nn"])
+def test_the_scan_lets_a_package_import_itself_and_top_level_names(source: str) -> None:
+    assert not imports_below_top_level(source, "x.py", "bagua_algorithms.sparseloco")
+
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
+
+
+def _kernels_toml_of(path: pathlib.Path) -> pathlib.Path | None:
+    """The kernels.toml of the kernel set a native file belongs to (in its folder or one above, inside its package)."""
+    top = PLUGIN_PACKAGE_DIRS.get(package_of_path(path) or "", ROOT)
+    for folder in path.parents:
+        if (folder / "kernels.toml").is_file():
+            return folder / "kernels.toml"
+        if folder == top:
+            return None
+    return None
+
+
+def public_include_dir(package_path: str) -> pathlib.Path | None:
+    """The public include folder of the package named by a kernels.toml ``uses`` entry (its repository path:
+    ``bagua_codecs``, ``bagua_algorithms/<name>``), or None when the entry is no package's top level."""
+    folder = ROOT / package_path
+    if folder not in PLUGIN_PACKAGE_DIRS.values() or not (folder / "include").is_dir():
+        return None
+    return folder / "include"
+
+
+def reaching_includes(path: pathlib.Path, text: str) -> list[str]:
+    """Every ``#include "..."`` of a native file of a plugin package that resolves into another plugin package
+    other than through that package's public include folder, on the include path the build gives its kernel set
+    (its folder, ``native/``, its own package's and each used package's ``include/``), or that is found only in
+    another package's folder (the build's include path is the union of every set's)."""
+    own_name = package_of_path(path)
+    own = PLUGIN_PACKAGE_DIRS[own_name]
+    toml = _kernels_toml_of(path)
+    used = []
+    if toml is not None:
+        used = tomllib.loads(toml.read_text()).get("uses", [])
+    search = [path.parent, *([toml.parent] if toml else []), ROOT / "native", own / "include",
+              *(d for d in map(public_include_dir, used) if d is not None)]
+    public = [d for d in map(public_include_dir, (str(f.relative_to(ROOT)) for f in PLUGIN_PACKAGE_DIRS.values()))
+              if d is not None]
+    found = []
+    for name in _INCLUDE.findall(text):
+        resolved = next(((d / name).resolve() for d in search if (d / name).is_file()), None)
+        if resolved is None:
+            elsewhere = sorted(str(p.relative_to(ROOT)) for f in PLUGIN_PACKAGE_DIRS.values() if f != own
+                               for p in f.rglob(pathlib.Path(name).name) if "build" not in p.parts)
+            if elsewhere:
+                found.append(f'#include "{name}": found only in {elsewhere}')
+            continue
+        if resolved.is_relative_to(own) or resolved.is_relative_to(ROOT / "native"):
+            continue
+        if not any(resolved.is_relative_to(d) for d in public):
+            found.append(f'#include "{name}": {resolved.relative_to(ROOT)}, inside another package')
+    return found
+
+
+def _native_sources() -> list[pathlib.Path]:
+    return sorted(p for folder in PLUGIN_PACKAGE_DIRS.values() for p in folder.rglob("*")
+                  if p.suffix in NATIVE_SUFFIXES and "build" not in p.relative_to(ROOT).parts)
+
+
+def test_native_sources_include_only_public_headers_of_other_packages() -> None:
+    assert _native_sources()
+    reaching = [f"{p.relative_to(ROOT)}: {what}" for p in _native_sources()
+                for what in reaching_includes(p, p.read_text())]
+    assert not reaching, ("a C/CUDA source includes another package's internal header; include the headers that "
+                          "package ships in its include/ folder (kernels.toml `uses`, docs/plugins.md):\n" +
+                          "\n".join(reaching))
+
+
+def test_kernel_sets_use_packages_by_their_top_level() -> None:
+    wrong = []
+    for toml in sorted(p for folder in PLUGIN_PACKAGE_DIRS.values() for p in folder.rglob("kernels.toml")):
+        for entry in tomllib.loads(toml.read_text()).get("uses", []):
+            if public_include_dir(entry) is None:
+                wrong.append(f"{toml.relative_to(ROOT)}: uses {entry!r}, not a package with an include/ folder")
+    assert not wrong, "\n".join(wrong)
+
+
+_LPD_SOURCE = ROOT / "bagua_algorithms" / "low_precision_decentralized" / "kernels" / "native" / "x.c"
+
+
+@pytest.mark.parametrize("text", ['#include "minmax_uint8.h"', '#include "minmax_uint8_cuda.h"',
+                                  '#include "../../../../bagua_codecs/minmax_kernels/native/minmax_uint8.h"'])
+def test_the_scan_finds_an_include_of_another_packages_internal_header(text: str) -> None:
+    assert reaching_includes(_LPD_SOURCE, text)
+
+
+@pytest.mark.parametrize("text", ['#include "minmax_uint8_blocks.h"', '#include "parallel.h"',
+                                  '#include "low_precision_decentralized.h"', "#include <math.h>"])
+def test_the_scan_lets_a_source_include_its_own_shared_and_public_headers(text: str) -> None:
+    assert not reaching_includes(_LPD_SOURCE, text)
+
+
+def test_every_public_include_folder_is_exported_by_its_package() -> None:
+    """A package with an include/ folder says where it is at its top level (``include_dir()``), for a build
+    outside this repository."""
+    import importlib
+
+    for name, package_folder in PLUGIN_PACKAGE_DIRS.items():
+        folder = package_folder / "include"
+        if not folder.is_dir():
+            continue
+        package = importlib.import_module(name)
+        assert "include_dir" in package.__all__, name
+        assert pathlib.Path(package.include_dir()).resolve() == folder.resolve()
+
+
+def test_no_plugin_overrides_another_packages_private_method() -> None:
+    """A subclass overrides what its base's package documents as an extension method (public), not its privates."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    overriding = []
+    for name, folder in PLUGIN_PACKAGE_DIRS.items():
+        if not name.startswith("bagua_algorithms.") and name != "bagua_codecs":
+            continue
+        package = importlib.import_module(name)
+        modules = [package] + [importlib.import_module(m.name) for m in
+                               pkgutil.walk_packages(package.__path__, name + ".") if not m.name.endswith("__main__")]
+        for module in modules:
+            for cls in vars(module).values():
+                if not inspect.isclass(cls) or cls.__module__ != module.__name__:
+                    continue
+                for base in cls.__mro__[1:]:
+                    other = package_of_module(base.__module__)
+                    if other is None or other == name:
+                        continue
+                    for attr in vars(cls):
+                        method = vars(cls)[attr]
+                        if attr.startswith("_") and not attr.startswith("__") and attr in vars(base) and \
+                                isinstance(method, (types.FunctionType, property, staticmethod, classmethod)):
+                            overriding.append(f"{cls.__module__}.{cls.__qualname__}.{attr} overrides {other}'s "
+                                              f"{base.__qualname__}.{attr}")
+    assert not overriding, "\n".join(overriding)

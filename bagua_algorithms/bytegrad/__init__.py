@@ -10,7 +10,11 @@ node leaders, and the result is broadcast inside the node.
 The package: :mod:`.config` (the options), :mod:`.algorithm` (Algorithm and Impl),
 :mod:`.compressed` (the bucket op and the plain exchange), :mod:`.compressed_pipeline` (its two
 rounds over the core's pipelined-exchange engine), :mod:`.workspace` (the buffers kept between
-steps). qadam's momentum exchange imports the op from here.
+steps). Another package imports only the names below (``__all__``); the modules are this package's to change.
+
+Extension point: ``CompressedAllReduceOp(group, hierarchical, average, compression)``, the bucket op of the
+compressed exchange above, for any algorithm that allreduces a bucket through a codec (qadam's momentum
+exchange appends it). Append it to a bucket as it is (``bucket.append_op``); it is not meant to be subclassed.
 
 Example::
 

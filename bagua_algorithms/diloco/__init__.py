@@ -2,7 +2,24 @@
 
 The package: :mod:`.config` (the options), :mod:`.algorithm` (Algorithm and Impl), :mod:`.fragments`
 (the parameters cut into fragments and their schedules), :mod:`.exchange` (a fragment's outer-gradient
-exchange, compressed with error feedback), :mod:`.state` (checkpoints and healing).
+exchange, compressed with error feedback), :mod:`.state` (checkpoints and healing), :mod:`.timed` (rounds
+bounded in time). Another package imports only the names below (``__all__``); the modules are this package's
+to change.
+
+Extension points, for an algorithm built on diloco's round (``sparseloco`` is one):
+
+- ``DiLoCoAlgorithmImpl``: the round (inner steps, then each fragment's exchange and outer step; checkpoints,
+  healing, sharded models). A subclass overrides its extension methods ``new_exchange(fragment, start)`` (the
+  exchange of one fragment's outer gradient) and ``new_outer(starts)`` (the outer optimizer), and may add
+  methods of its own; the rest (its ``_``-prefixed methods included) is the round's.
+- ``RoundOptions``: what the round reads of its config; a subclass's config provides these names (fixed ones as
+  properties).
+- ``FragmentExchange``: the exchange ``new_exchange`` returns: the averaging of a fragment's outer gradient,
+  through a codec with error feedback (``error_decay``) or in fp32, left in flight.
+- ``FragmentCodec``: what ``FragmentExchange`` calls of a codec that is no registered ``Codec`` (``encode``,
+  ``decode``, ``decode_average``; sparseloco's ``ChunkTopK``).
+- ``check_round_seconds(config, streaming=False)``: the check a config with ``round_seconds`` runs (rounds bounded
+  in time read no ``inner_steps``).
 
 Example::
 
@@ -11,11 +28,13 @@ Example::
 
 from __future__ import annotations
 
-from bagua_algorithms.diloco.algorithm import DiLoCoAlgorithm, DiLoCoAlgorithmImpl
-from bagua_algorithms.diloco.config import DiLoCoConfig
+from bagua_algorithms.diloco.algorithm import DiLoCoAlgorithm, DiLoCoAlgorithmImpl, RoundOptions
+from bagua_algorithms.diloco.config import DiLoCoConfig, check_round_seconds
+from bagua_algorithms.diloco.exchange import FragmentCodec, FragmentExchange
 from bagua_core.api import Algorithm, hookimpl
 
-__all__ = ["DiLoCoAlgorithm", "DiLoCoAlgorithmImpl", "DiLoCoConfig"]
+__all__ = ["DiLoCoAlgorithm", "DiLoCoAlgorithmImpl", "DiLoCoConfig", "FragmentCodec", "FragmentExchange",
+           "RoundOptions", "check_round_seconds"]
 
 
 @hookimpl

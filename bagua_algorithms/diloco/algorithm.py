@@ -61,7 +61,7 @@ __all__ = ["DiLoCoAlgorithm", "DiLoCoAlgorithmImpl", "RoundOptions"]
 class RoundOptions(Protocol):
     """What the round of :class:`DiLoCoAlgorithmImpl` reads of its config (``DiLoCoConfig`` has it; an algorithm
     built on the round gives the same names, fixed ones as properties). An impl that overrides
-    ``_new_exchange`` and ``_new_outer`` reads nothing else."""
+    :meth:`~DiLoCoAlgorithmImpl.new_exchange` and :meth:`~DiLoCoAlgorithmImpl.new_outer` reads nothing else."""
 
     inner_steps: int
     warmup_steps: int
@@ -151,18 +151,25 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         self.fragments = [[params[i] for i in indices] for indices in split_fragments(params, self.schedule.count)]
         self.starts = [gather_flat(f, torch.empty(sum(p.numel() for p in f), device=f[0].device))
                        for f in self.fragments]  # fp32, on the parameters' device
-        self.exchanges = [self._new_exchange(f, s) for f, s in zip(self.fragments, self.starts)]
-        self.outer = self._new_outer(self.starts)
+        self.exchanges = [self.new_exchange(f, s) for f, s in zip(self.fragments, self.starts)]
+        self.outer = self.new_outer(self.starts)
         self.shard_peers = shard_group(bagua_module)
 
-    # --- what an algorithm built on this round (sparseloco) replaces ------------------------------------------
-    def _new_exchange(self, fragment: list[torch.Tensor], start: torch.Tensor) -> FragmentExchange:
-        """The exchange of one fragment's outer gradient (``start``: its flat fp32 start weights)."""
+    # --- the extension methods: what an algorithm built on this round (sparseloco) overrides ---------------------
+    def new_exchange(self, fragment: list[torch.Tensor], start: torch.Tensor) -> FragmentExchange:
+        """The exchange of one fragment's outer gradient (``fragment``: its parameters, this rank's local tensors;
+        ``start``: its flat fp32 start weights). Called once per fragment when the inner phase begins, in fragment
+        order on every rank. An override returns a :class:`FragmentExchange` over ``self.group`` with
+        ``start.numel()`` elements (its codec and error feedback are the override's: sparseloco's top-k); this
+        one uses the config's ``compression`` and ``error_feedback``."""
         codec = get_codec(self.config.compression) if self.config.compression else None
         return FragmentExchange(start.numel(), codec, self.config.error_feedback, self.group, self.nranks, start.device)
 
-    def _new_outer(self, starts: list[torch.Tensor]) -> torch.optim.Optimizer:
-        """The outer optimizer over every fragment's start weights (its gradient: the averaged outer gradient)."""
+    def new_outer(self, starts: list[torch.Tensor]) -> torch.optim.Optimizer:
+        """The outer optimizer over every fragment's start weights (its gradient: the averaged outer gradient),
+        called once after :meth:`new_exchange`. An override returns any ``torch.optim.Optimizer`` over ``starts``
+        (sparseloco's: plain SGD); its state is checkpointed with the round's. This one: SGD with the config's
+        ``outer_lr``, ``outer_momentum`` and ``nesterov``."""
         return torch.optim.SGD(starts, lr=self.config.outer_lr, momentum=self.config.outer_momentum,
                                nesterov=self.config.nesterov and self.config.outer_momentum > 0)
 

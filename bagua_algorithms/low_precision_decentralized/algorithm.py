@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 import torch
 
-from bagua_algorithms.decentralized.weights import WeightCommunicatingImpl, is_communication_step
+from bagua_algorithms.decentralized import WeightCommunicatingImpl, is_communication_step
 from bagua_algorithms.low_precision_decentralized.config import LowPrecisionDecentralizedConfig
 from bagua_algorithms.low_precision_decentralized.op import LowPrecisionDecentralizedOp
 from bagua_core.api import Algorithm, BaguaBucket, BaguaError, Capabilities, FaultTolerance, first_failure

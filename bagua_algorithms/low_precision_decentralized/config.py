@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import field_validator
 
-from bagua_algorithms.decentralized.weights import check_positive_int
+from bagua_algorithms.decentralized import check_positive_int
 from bagua_core.api import AlgorithmConfig
 from bagua_core.codecs import check_codec_name
 

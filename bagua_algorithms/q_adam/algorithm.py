@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from bagua_algorithms.bytegrad.compressed import CompressedAllReduceOp
+from bagua_algorithms.bytegrad import CompressedAllReduceOp
 from bagua_algorithms.q_adam.config import QAdamConfig
 from bagua_algorithms.q_adam.optimizer import QAdamOptimizer
 from bagua_core.api import (

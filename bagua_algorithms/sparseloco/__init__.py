@@ -2,8 +2,11 @@
 
 The package: :mod:`.config` (the options), :mod:`.algorithm` (Algorithm and Impl, on diloco's round),
 :mod:`.chunks` (the chunks of a fragment and the per-chunk top-k), :mod:`.quantiser` (values in 2, 4 or 8
-bits), :mod:`.codec` (the message: indices and packed values, encoded and decoded). The exchange and the
-checkpoint state are diloco's (``bagua_algorithms.diloco.exchange``, ``bagua_algorithms.diloco.state``).
+bits), :mod:`.codec` (the message: indices and packed values, encoded and decoded). It builds on diloco through
+what that package exports at its top level: its impl subclasses ``bagua_algorithms.diloco.DiLoCoAlgorithmImpl``
+and overrides the round's extension methods ``new_exchange`` (diloco's ``FragmentExchange`` with sparseloco's
+codec and decay) and ``new_outer`` (plain SGD); its config checks ``round_seconds`` with diloco's
+``check_round_seconds``. The checkpoint state is diloco's round's.
 
 Example::
 

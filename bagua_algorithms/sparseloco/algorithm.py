@@ -17,11 +17,11 @@ Communicated: every H steps one allgather of a uint8 message of at most ``sum ov
 (k' * (bits / 8 + 2) + 8)`` bytes per replica, on the algorithm's own process group (creating it is
 collective), or on the quorum's group in fault-tolerant mode (R = the round's participants; a joiner heals
 ``theta_global``, the weights and the optimizers from a live replica and starts with ``e = 0``). The round
-is diloco's (:class:`~bagua_algorithms.diloco.algorithm.DiLoCoAlgorithmImpl`: events after every optimizer
-has stepped, sharded local shards, checkpoints with :mod:`bagua_algorithms.diloco.state`, where ``e`` is the
-``residuals``); sparseloco supplies its exchange (diloco's :class:`~bagua_algorithms.diloco.exchange.
-FragmentExchange` with the decay and the :class:`~.codec.ChunkTopK` codec) and its outer step (SGD, lr
-``outer_lr``, no momentum).
+is diloco's (:class:`bagua_algorithms.diloco.DiLoCoAlgorithmImpl`: events after every optimizer has stepped,
+sharded local shards, diloco's checkpoints, where ``e`` is the ``residuals``); sparseloco supplies, through the
+round's extension methods, its exchange (``new_exchange``: diloco's :class:`bagua_algorithms.diloco.FragmentExchange`
+with the decay and the :class:`~.codec.ChunkTopK` codec) and its outer step (``new_outer``: SGD, lr ``outer_lr``,
+no momentum).
 
 Example::
 
@@ -32,8 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from bagua_algorithms.diloco.algorithm import DiLoCoAlgorithmImpl
-from bagua_algorithms.diloco.exchange import FragmentExchange
+from bagua_algorithms.diloco import DiLoCoAlgorithmImpl, FragmentExchange
 from bagua_algorithms.sparseloco.codec import ChunkTopK
 from bagua_algorithms.sparseloco.config import SparseLoCoConfig
 from bagua_core.api import Algorithm, Capabilities, FaultTolerance
@@ -46,13 +45,13 @@ class SparseLoCoAlgorithmImpl(DiLoCoAlgorithmImpl):
 
     config: SparseLoCoConfig  # type: ignore[assignment]
 
-    def _new_exchange(self, fragment: list[torch.Tensor], start: torch.Tensor) -> FragmentExchange:
+    def new_exchange(self, fragment: list[torch.Tensor], start: torch.Tensor) -> FragmentExchange:
         codec = ChunkTopK([p.numel() for p in fragment], self.config.chunk_size, self.config.topk, self.config.bits,
                           start.device)
         return FragmentExchange(start.numel(), codec, True, self.group, self.nranks, start.device,
                                 error_decay=self.config.error_decay)
 
-    def _new_outer(self, starts: list[torch.Tensor]) -> torch.optim.Optimizer:
+    def new_outer(self, starts: list[torch.Tensor]) -> torch.optim.Optimizer:
         return torch.optim.SGD(starts, lr=self.config.outer_lr)  # theta -= alpha * mean(sent)
 
     def bytes_per_round(self) -> int:

@@ -16,7 +16,7 @@ same bits.
 Not a registered ``Codec`` (``bagua_core.codecs``): that contract encodes dense chunk slots whose payload
 grows with the elements (a slot per chunk of equal elements, element ranges for pipelined exchanges), while
 this message holds a fixed number of entries per chunk of each tensor, so it needs the fragment's tensor
-boundaries. It provides the three calls diloco's :class:`~bagua_algorithms.diloco.exchange.FragmentExchange`
+boundaries. It provides the three calls diloco's :class:`bagua_algorithms.diloco.FragmentExchange`
 makes of a codec.
 
 Example::

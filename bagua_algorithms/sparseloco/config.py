@@ -1,7 +1,8 @@
 """The options of ``sparseloco``, validated; errors name the field.
 
-The round it runs on is diloco's (``bagua_algorithms.diloco.algorithm``): the properties below fix what
-sparseloco does not vary (no warmup, one fragment, the exchange waited for at once).
+The round it runs on is diloco's (``bagua_algorithms.diloco.DiLoCoAlgorithmImpl``): the properties below give
+the names diloco's round reads (``bagua_algorithms.diloco.RoundOptions``) and fix what sparseloco does not vary
+(no warmup, one fragment, the exchange waited for at once).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, StrictInt, ValidationInfo, field_validator, model_validator
 
-from bagua_algorithms.diloco.config import check_round_seconds
+from bagua_algorithms.diloco import check_round_seconds
 from bagua_core.api import AlgorithmConfig
 
 __all__ = ["SparseLoCoConfig", "MAX_CHUNK_SIZE"]
@@ -57,7 +58,7 @@ class SparseLoCoConfig(AlgorithmConfig):
             check_round_seconds(self)
         return self
 
-    # --- what diloco's round reads and sparseloco fixes (bagua_algorithms.diloco.algorithm.RoundOptions) ----
+    # --- what diloco's round reads and sparseloco fixes (bagua_algorithms.diloco.RoundOptions) ----
     @property
     def warmup_steps(self) -> int:
         return 0

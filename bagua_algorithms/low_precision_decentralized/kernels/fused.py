@@ -12,9 +12,7 @@ import torch
 
 from bagua_algorithms.low_precision_decentralized.kernels import cuda as _cuda
 from bagua_algorithms.low_precision_decentralized.kernels import reference as _reference
-from bagua_codecs import MinMaxUInt8Codec
-from bagua_codecs.minmax_kernels.fallback_fused import merge_stats
-from bagua_codecs.minmax_kernels.layout import check_buffer
+from bagua_codecs import MinMaxUInt8Codec, check_minmax_uint8_buffer, merge_minmax_stats
 from bagua_core.codecs import Codec
 from bagua_core.kernels import check_f32, cpu_kernels_take, cuda_available
 
@@ -46,7 +44,7 @@ def lpd_difference(x: torch.Tensor, w: torch.Tensor, left: torch.Tensor, right: 
     if x.device.type == "cuda" and cuda_available():
         _cuda.lpd_diff(x, w, left, right, out)
         if stats is not None:
-            merge_stats(stats, out)
+            merge_minmax_stats(stats, out)
         return out
     return _reference.lpd_diff(x, w, left, right, out, stats)
 
@@ -62,7 +60,7 @@ def lpd_update(from_left: torch.Tensor, from_right: torch.Tensor, own: torch.Ten
     for name, t in (("left", left), ("right", right)) + ((("x", x),) if x is not None else ()):
         check_f32(name, t, numel, w.device)
     for name, buf in (("from_left", from_left), ("from_right", from_right), ("own", own)):
-        check_buffer(buf, numel, 1, name)
+        check_minmax_uint8_buffer(buf, numel, 1, name)
         if buf.device != w.device:
             raise ValueError(f"{name} is on {buf.device}, expected {w.device}")
     end = numel if end is None else end

@@ -2,7 +2,8 @@
 kernels must equal bit for bit, and the backend where they do not serve.
 
 Operands of arithmetic are fp32 tensors (no Python-scalar divisors), so CPU and CUDA give the same
-values. The update reads one-chunk MinMaxUInt8 buffers (``bagua_codecs.minmax_kernels``).
+values. The update reads one-chunk MinMaxUInt8 buffers with the codec's torch reference
+(``bagua_codecs.decompress_minmax_uint8_reference``).
 
 Example::
 
@@ -14,9 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from bagua_codecs.minmax_kernels import fallback
-from bagua_codecs.minmax_kernels.fallback_fused import merge_stats
-from bagua_codecs.minmax_kernels.layout import compressed_size
+from bagua_codecs import decompress_minmax_uint8_reference, merge_minmax_stats, minmax_uint8_compressed_size
 
 __all__ = ["lpd_diff", "lpd_update"]
 
@@ -29,19 +28,19 @@ def lpd_diff(x: torch.Tensor, w: torch.Tensor, left: torch.Tensor, right: torch.
     five_thirds = torch.full_like(x, 5 / 3)
     z.copy_(((x + left / three) + right / three) - w * five_thirds)
     if stats is not None:
-        merge_stats(stats, z)
+        merge_minmax_stats(stats, z)
     return z
 
 
 def lpd_update(q_left: torch.Tensor, q_right: torch.Tensor, q_own: torch.Tensor, w: torch.Tensor, left: torch.Tensor,
                right: torch.Tensor, x: torch.Tensor | None, begin: int, end: int) -> None:
     """On the elements [begin, end): ``left += D(q_left)``, ``right += D(q_right)``, ``w += D(q_own)``, ``x = w``."""
-    if q_own.numel() != compressed_size(w.numel(), 1):
+    if q_own.numel() != minmax_uint8_compressed_size(w.numel(), 1):
         raise ValueError("lpd_update: buffer size does not match compressed_size(numel, 1)")
     stop = min(end, w.numel())
     if stop <= begin:
         return
     for buf, target in ((q_left, left), (q_right, right), (q_own, w)):
-        fallback.decompress(buf, 1, target, True, begin, stop)
+        decompress_minmax_uint8_reference(buf, 1, target, True, begin, stop)
     if x is not None:
         x.view(-1)[begin:stop].copy_(w.view(-1)[begin:stop])

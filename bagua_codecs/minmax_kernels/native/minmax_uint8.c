@@ -11,7 +11,7 @@
  */
 #include "minmax_uint8.h"
 #include "bagua_native.h"
-#include "minmax_uint8_internal.h"
+#include "minmax_uint8_blocks.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -38,7 +38,7 @@ static void chunk_range(int64_t numel, int64_t chunk_numel, int64_t c, int64_t *
 /* Returns 0, or BAGUA_MINMAX_ERR_NONFINITE / _OVERFLOW when the chunk cannot be represented. */
 int make_params(float mn, float mx, params_t *p) {
     if (!isfinite(mn) || !isfinite(mx)) return BAGUA_MINMAX_ERR_NONFINITE;
-    float range = (mx - mn) + EPS;
+    float range = (mx - mn) + BAGUA_MINMAX_EPS;
     p->scale = 255.0f / range;
     p->upper = rintf(mx * p->scale);
     p->lower = p->upper - 255.0f;

@@ -4,7 +4,7 @@
 // the CPU kernels and the torch fallback.
 #include "bagua_cuda.h"
 #include "minmax_uint8_cuda.h"
-#include "minmax_uint8_cuda_internal.cuh"
+#include "minmax_uint8_cuda_blocks.cuh"
 
 #define MAX_BLOCKS_PER_CHUNK 128
 
@@ -13,14 +13,14 @@ namespace {
 // grid (blocks_per_chunk, n_chunks): partial min / max / NaN flag of each block's share of a chunk.
 __global__ void minmax_partial(const float *x, int64_t numel, int64_t chunk_numel, float *part_mn,
                                float *part_mx, int *part_bad) {
-    __shared__ float s_mn[THREADS], s_mx[THREADS];
-    __shared__ int s_bad[THREADS];
+    __shared__ float s_mn[BAGUA_MINMAX_THREADS], s_mx[BAGUA_MINMAX_THREADS];
+    __shared__ int s_bad[BAGUA_MINMAX_THREADS];
     int64_t b, e;
     chunk_range(numel, chunk_numel, blockIdx.y, &b, &e);
     float mn = INFINITY, mx = -INFINITY;
     int bad = 0;
-    const int64_t stride = (int64_t)gridDim.x * THREADS;
-    int64_t i = b + (int64_t)blockIdx.x * THREADS + threadIdx.x;
+    const int64_t stride = (int64_t)gridDim.x * BAGUA_MINMAX_THREADS;
+    int64_t i = b + (int64_t)blockIdx.x * BAGUA_MINMAX_THREADS + threadIdx.x;
     for (; i + 3 * stride < e; i += 4 * stride) {  // four loads in flight per thread
         float v0 = x[i], v1 = x[i + stride], v2 = x[i + 2 * stride], v3 = x[i + 3 * stride];
         bad |= isnan(v0) | isnan(v1) | isnan(v2) | isnan(v3);
@@ -37,7 +37,7 @@ __global__ void minmax_partial(const float *x, int64_t numel, int64_t chunk_nume
     s_mx[threadIdx.x] = mx;
     s_bad[threadIdx.x] = bad;
     __syncthreads();
-    for (int s = THREADS / 2; s > 0; s >>= 1) {
+    for (int s = BAGUA_MINMAX_THREADS / 2; s > 0; s >>= 1) {
         if (threadIdx.x < s) {
             s_mn[threadIdx.x] = fminf(s_mn[threadIdx.x], s_mn[threadIdx.x + s]);
             s_mx[threadIdx.x] = fmaxf(s_mx[threadIdx.x], s_mx[threadIdx.x + s]);
@@ -150,7 +150,7 @@ __global__ void decompress_sum(const uint8_t *bufs, int64_t n_bufs, int64_t buf_
 extern "C" {
 
 static int blocks_per_chunk(int64_t chunk_numel) {
-    int64_t b = (chunk_numel + THREADS * 8 - 1) / (THREADS * 8);
+    int64_t b = (chunk_numel + BAGUA_MINMAX_THREADS * 8 - 1) / (BAGUA_MINMAX_THREADS * 8);
     return (int)(b < 1 ? 1 : (b > MAX_BLOCKS_PER_CHUNK ? MAX_BLOCKS_PER_CHUNK : b));
 }
 
@@ -168,12 +168,12 @@ int bagua_cuda_minmax_compress_f32(const float *x, int64_t numel, int64_t n_chun
     int bpc = blocks_per_chunk(chunk_numel);
     float *part_mn = (float *)workspace, *part_mx = part_mn + n_chunks * bpc;
     int *part_bad = (int *)(part_mx + n_chunks * bpc);
-    minmax_partial<<<dim3(bpc, (unsigned)n_chunks), THREADS, 0, s>>>(x, numel, chunk_numel, part_mn,
-                                                                     part_mx, part_bad);
+    minmax_partial<<<dim3(bpc, (unsigned)n_chunks), BAGUA_MINMAX_THREADS, 0, s>>>(x, numel, chunk_numel,
+                                                                                  part_mn, part_mx, part_bad);
     minmax_finalize<<<(unsigned)((n_chunks + 127) / 128), 128, 0, s>>>(
         numel, n_chunks, bpc, part_mn, part_mx, part_bad, out, status);
     int qb = blocks_for(slot_bytes(chunk_numel) / 4, 1024);
-    quantise<<<dim3(qb, (unsigned)n_chunks), THREADS, 0, s>>>(x, numel, chunk_numel, out);
+    quantise<<<dim3(qb, (unsigned)n_chunks), BAGUA_MINMAX_THREADS, 0, s>>>(x, numel, chunk_numel, out);
     return (int)cudaGetLastError();
 }
 
@@ -183,7 +183,7 @@ int bagua_cuda_minmax_decompress_f32(const uint8_t *buf, int64_t buf_bytes, int6
     if (buf_bytes != compressed_size(numel, n_chunks)) return BAGUA_CUDA_ERR_SIZE;
     int64_t chunk_numel = chunk_numel_of(numel, n_chunks);
     int blocks = blocks_for(chunk_numel, 1024);
-    decompress<<<dim3(blocks, (unsigned)n_chunks), THREADS, 0, (cudaStream_t)stream>>>(
+    decompress<<<dim3(blocks, (unsigned)n_chunks), BAGUA_MINMAX_THREADS, 0, (cudaStream_t)stream>>>(
         buf, numel, chunk_numel, out, accumulate);
     return (int)cudaGetLastError();
 }
@@ -193,7 +193,7 @@ int bagua_cuda_minmax_decompress_sum_f32(const uint8_t *bufs, int64_t n_bufs, in
     if (numel < 0 || n_bufs <= 0) return BAGUA_CUDA_ERR_ARGUMENT;
     if (buf_bytes != compressed_size(numel, 1)) return BAGUA_CUDA_ERR_SIZE;
     if (numel == 0) return 0;
-    decompress_sum<<<blocks_for(numel, 4096), THREADS, 0, (cudaStream_t)stream>>>(
+    decompress_sum<<<blocks_for(numel, 4096), BAGUA_MINMAX_THREADS, 0, (cudaStream_t)stream>>>(
         bufs, n_bufs, buf_bytes, numel, out, average);
     return (int)cudaGetLastError();
 }

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "minmax_uint8.h"
-#include "minmax_uint8_internal.h"
+#include "minmax_uint8_blocks.h"
 
 #define BLOCK 2048 /* elements per block: a few arrays of it stay in L1 */
 

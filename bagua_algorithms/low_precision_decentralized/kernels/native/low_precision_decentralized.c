@@ -12,8 +12,8 @@
 
 #include "bagua_native.h"
 #include "low_precision_decentralized.h"
-#include "minmax_uint8.h"
-#include "minmax_uint8_internal.h"
+#include "minmax_uint8_blocks.h" /* bagua_codecs' public header (kernels.toml: uses = ["bagua_codecs"]) */
+#include "parallel.h"
 
 #define BLOCK 2048 /* elements per block: a few arrays of it stay in L1 */
 #define LPD_THIRD 3.0f
@@ -100,7 +100,7 @@ int bagua_lpd_update_f32(const uint8_t *q_left, const uint8_t *q_right, const ui
     if (numel < 0 || begin < 0 || end < begin || !q_left || !q_right || !q_own ||
         (numel > 0 && (!w || !l || !r)))
         return BAGUA_NATIVE_ERR_ARGUMENT;
-    if (buf_bytes != bagua_minmax_compressed_size(numel, 1)) return BAGUA_NATIVE_ERR_SIZE;
+    if (buf_bytes != slot_bytes(chunk_numel_of(numel, 1))) return BAGUA_NATIVE_ERR_SIZE; /* one chunk */
     lpd_job_t j = {.ql = q_left + 8, .qr = q_right + 8, .qo = q_own + 8, .wm = w, .lm = l, .rm = r, .xm = x};
     j.begin = begin < numel ? begin : numel;
     j.end = end < numel ? end : numel;

@@ -4,7 +4,7 @@
 // (low_precision_decentralized.c) and the torch reference.
 #include "bagua_cuda.h"
 #include "low_precision_decentralized_cuda.h"
-#include "minmax_uint8_cuda_internal.cuh"
+#include "minmax_uint8_cuda_blocks.cuh"  // bagua_codecs' public header (kernels.toml: uses = ["bagua_codecs"])
 
 namespace {
 
@@ -41,7 +41,8 @@ int bagua_cuda_lpd_diff_f32(const float *x, const float *w, const float *l, cons
                             int64_t numel, float *z, void *stream) {
     if (numel < 0) return BAGUA_CUDA_ERR_ARGUMENT;
     if (numel == 0) return 0;
-    lpd_diff<<<blocks_for(numel, 4096), THREADS, 0, (cudaStream_t)stream>>>(x, w, l, r, numel, z);
+    lpd_diff<<<blocks_for(numel, 4096), BAGUA_MINMAX_THREADS, 0, (cudaStream_t)stream>>>(x, w, l, r, numel,
+                                                                                        z);
     return (int)cudaGetLastError();
 }
 
@@ -52,7 +53,7 @@ int bagua_cuda_lpd_update_f32(const uint8_t *q_left, const uint8_t *q_right, con
     if (buf_bytes != compressed_size(numel, 1)) return BAGUA_CUDA_ERR_SIZE;
     end = end < numel ? end : numel;
     if (end <= begin) return 0;
-    lpd_update<<<blocks_for(end - begin, 4096), THREADS, 0, (cudaStream_t)stream>>>(
+    lpd_update<<<blocks_for(end - begin, 4096), BAGUA_MINMAX_THREADS, 0, (cudaStream_t)stream>>>(
         q_left, q_right, q_own, begin, end, w, l, r, x);
     return (int)cudaGetLastError();
 }

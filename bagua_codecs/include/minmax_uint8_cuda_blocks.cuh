@@ -1,10 +1,13 @@
-// Device helpers of MinMaxUInt8's buffers shared by the CUDA files that read or write them
-// (minmax_uint8_cuda.cu, low_precision_decentralized_cuda.cu): formula, layout and NaN rules as in
-// minmax_uint8.h. Not part of the library's API; everything here has internal linkage.
-// Every step is one IEEE fp32 operation (__f*_rn, built with -fmad=false): the bytes equal the CPU
-// kernels and the torch fallback.
-#ifndef BAGUA_MINMAX_UINT8_CUDA_INTERNAL_CUH
-#define BAGUA_MINMAX_UINT8_CUDA_INTERNAL_CUH
+// MinMaxUInt8's device building blocks for CUDA kernels that read or write its buffers: a public header of
+// the bagua_codecs package (its include/ folder, bagua_codecs.include_dir()). The codec's own CUDA kernels
+// (minmax_uint8_cuda.cu) are built on them, and so is a kernel of another package that fuses its own steps
+// with this codec (low_precision_decentralized_cuda.cu): such a kernel set names the package in its
+// kernels.toml, `uses = ["bagua_codecs"]`, and includes this header by name. Header only: everything here
+// has internal linkage, so a CUDA file built outside bagua's library may include it too.
+// Formula, layout and NaN rules as in minmax_uint8_blocks.h. Every step is one IEEE fp32 operation
+// (__f*_rn; build with -fmad=false): the bytes equal the CPU kernels and the torch fallback.
+#ifndef BAGUA_MINMAX_UINT8_CUDA_BLOCKS_CUH
+#define BAGUA_MINMAX_UINT8_CUDA_BLOCKS_CUH
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -12,8 +15,8 @@
 
 #define BAGUA_MINMAX_ERR_NONFINITE -2
 #define BAGUA_MINMAX_ERR_OVERFLOW -3
-#define THREADS 256
-#define EPS 1e-7f
+#define BAGUA_MINMAX_THREADS 256
+#define BAGUA_MINMAX_EPS 1e-7f
 
 namespace {
 
@@ -43,7 +46,7 @@ struct Params {
 // 0, or the error code of a chunk that cannot be represented.
 __device__ inline int make_params(float mn, float mx, Params *p) {
     if (!isfinite(mn) || !isfinite(mx)) return BAGUA_MINMAX_ERR_NONFINITE;
-    float range = __fadd_rn(__fsub_rn(mx, mn), EPS);
+    float range = __fadd_rn(__fsub_rn(mx, mn), BAGUA_MINMAX_EPS);
     p->scale = __fdiv_rn(255.0f, range);
     p->upper = rintf(__fmul_rn(mx, p->scale));
     p->lower = __fsub_rn(p->upper, 255.0f);
@@ -65,10 +68,10 @@ __device__ inline float dequantise(uint8_t q, const Params &p) {
 }
 
 inline int blocks_for(int64_t n, int cap) {
-    int64_t blocks = (n + THREADS * 4 - 1) / (THREADS * 4);
+    int64_t blocks = (n + BAGUA_MINMAX_THREADS * 4 - 1) / (BAGUA_MINMAX_THREADS * 4);
     return (int)(blocks < 1 ? 1 : (blocks > cap ? cap : blocks));
 }
 
 }  // namespace
 
-#endif  // BAGUA_MINMAX_UINT8_CUDA_INTERNAL_CUH
+#endif  // BAGUA_MINMAX_UINT8_CUDA_BLOCKS_CUH
