@@ -42,7 +42,7 @@ def _train_like_ddp(rank: int, configure: dict | None, slow: dict[int, int]) -> 
     model = model.with_bagua([optimizer], "gradient_allreduce")
     if configure is not None:
         autotune.configure(model, **configure)
-    bucket_counts = []
+    bucket_counts, op_hierarchical = [], []
     for step in range(STEPS):
         x, y = batch(rank, step)
         for net, opt in ((reference, ref_opt), (model, optimizer)):
@@ -50,6 +50,8 @@ def _train_like_ddp(rank: int, configure: dict | None, slow: dict[int, int]) -> 
             F.cross_entropy(net(x), y).backward()
             opt.step()
         bucket_counts.append(len(model.bagua_buckets))
+        # what the buckets' operations run: the candidate's hierarchical, not only the impl's attribute
+        op_hierarchical.append({op.hierarchical for b in model.bagua_buckets for op in b.ops})
         if len(model.bagua_buckets) == slow.get(rank):
             time.sleep(SLOW_S)
         for ours, theirs in zip(model.parameters(), reference.parameters()):
@@ -62,6 +64,7 @@ def _train_like_ddp(rank: int, configure: dict | None, slow: dict[int, int]) -> 
     return {
         "result": getattr(model, "bagua_autotune_result", None),
         "bucket_counts": bucket_counts,
+        "op_hierarchical": op_hierarchical,
         "hierarchical": model.bagua_algorithm.hierarchical,
         "bucket_size": getattr(model.bagua_algorithm, "bucket_size", None),
         "logs": handler.messages,
@@ -99,6 +102,9 @@ def test_hierarchical_tuned_on_two_nodes_and_configure() -> None:
         assert r["result"] == results[0]["result"]
         assert set(r["result"]["step_time_s"]) == {str({"bucket_size": 1 << 20, "hierarchical": h}) for h in (False, True)}
         assert r["hierarchical"] == r["result"]["hierarchical"] and r["autotune_env"] is None
+        # the buckets' operations ran both candidates, and then the choice
+        assert set().union(*r["op_hierarchical"]) == {False, True}, r["op_hierarchical"]
+        assert r["op_hierarchical"][-1] == {r["result"]["hierarchical"]}, r["op_hierarchical"]
         assert r["plain_result"] is None  # off by default
 
 

@@ -19,7 +19,7 @@ class ByteGradAlgorithmImpl(AlgorithmImpl):
     def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
         c = self.config
         bucket.clear_ops()
-        bucket.append_op(CompressedAllReduceOp(self.process_group, c.hierarchical, c.average, c.compression))
+        bucket.append_op(CompressedAllReduceOp(self.process_group, self.hierarchical, c.average, c.compression))
 
 
 class ByteGradAlgorithm(Algorithm):

@@ -24,7 +24,7 @@ class GradientAllReduceAlgorithmImpl(AlgorithmImpl):
 
     def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
         bucket.clear_ops()
-        bucket.append_op(CentralizedSynchronousOp(self.process_group, self.config.hierarchical, self.config.average))
+        bucket.append_op(CentralizedSynchronousOp(self.process_group, self.hierarchical, self.config.average))
 
 
 class GradientAllReduceAlgorithm(Algorithm):

@@ -79,7 +79,7 @@ class QAdamAlgorithmImpl(AlgorithmImpl):
             bucket.append_op(CentralizedSynchronousOp(self.process_group, hierarchical=False, average=True))
             return
         bucket.append_op(lambda b: self.optimizer.update_external_momentum_(b.tensors))
-        bucket.append_op(CompressedAllReduceOp(self.process_group, self.config.hierarchical, True,
+        bucket.append_op(CompressedAllReduceOp(self.process_group, self.hierarchical, True,
                                                self.config.compression))
 
     def init_post_backward_hook(self, bagua_module: torch.nn.Module):
