@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 
 import torch
 import torch.distributed as dist
-from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 __all__ = [
     "StatisticalAverage",
@@ -29,10 +28,22 @@ __all__ = [
     "unflatten",
 ]
 
-flatten = _flatten_dense_tensors
-"""``flatten(tensors)``: one new contiguous 1-D tensor holding ``tensors`` in order."""
-unflatten = _unflatten_dense_tensors
-"""``unflatten(flat, tensors)``: views of ``flat`` shaped like ``tensors``."""
+def flatten(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """One new contiguous 1-D tensor holding ``tensors`` in order.
+
+    >>> flatten([torch.ones(2), torch.zeros(1, 2)]).tolist()
+    [1.0, 1.0, 0.0, 0.0]
+    """
+    return torch.cat([t.reshape(-1) for t in tensors]) if tensors else torch.empty(0)
+
+
+def unflatten(flat: torch.Tensor, tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """Views of ``flat`` shaped like ``tensors``.
+
+    >>> [t.shape for t in unflatten(torch.arange(4.0), [torch.ones(1), torch.ones(3, 1)])]
+    [torch.Size([1]), torch.Size([3, 1])]
+    """
+    return tuple(part.view_as(t) for part, t in zip(flat.split([t.numel() for t in tensors]), tensors))
 
 
 def apply_flattened_call(bucket: Sequence[torch.Tensor], call: Callable, extra_args: Sequence | None = None) -> None:

@@ -45,7 +45,7 @@ def virtual_ranks(replica_rank: int, replica_world_size: int) -> list[int]:
     return [me if j == replica_rank else VIRTUAL_RANK_BASE + j for j in range(replica_world_size)]
 
 
-class _DoneWork(dist._Work):
+class _DoneWork(dist.Work):
     """A completed operation (after an error: its buffers hold whatever they held)."""
 
     def wait(self, timeout: timedelta | None = None) -> bool:
@@ -158,8 +158,8 @@ class ManagedGroup(dist.ProcessGroup):
         self._in_flight.clear()
         self._inner = None
 
-    def _forwarder(self, method: str) -> Callable[..., dist._Work]:
-        def run(*args: Any) -> dist._Work:
+    def _forwarder(self, method: str) -> Callable[..., dist.Work]:
+        def run(*args: Any) -> dist.Work:
             if self.error is not None:
                 return _DoneWork()
             try:

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
-from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from bagua_core.runtime.agreement import agree_or_raise
 from bagua_core.runtime.communication import broadcast
@@ -43,10 +42,10 @@ def broadcast_tensors(tensors: Sequence[torch.Tensor], src: int, comm: BaguaComm
                 size += tensor.numel() * tensor.element_size()
             if chunk and (tensor is None or size >= _BROADCAST_CHUNK_BYTES):
                 with torch.no_grad():
-                    flat = _flatten_dense_tensors([t.data for t in chunk])
+                    flat = torch.cat([t.data.reshape(-1) for t in chunk])
                     broadcast(flat, src=src, comm=comm)
-                    for target, value in zip(chunk, _unflatten_dense_tensors(flat, [t.data for t in chunk])):
-                        target.data.copy_(value)
+                    for target, value in zip(chunk, flat.split([t.numel() for t in chunk])):
+                        target.data.copy_(value.view_as(target.data))
                 chunk, size = [], 0
 
 

@@ -48,9 +48,10 @@ class ReadyEvents:
     def note(self, device: torch.device) -> None:
         """A tensor was marked ready: remember the current stream (the producer's)."""
         index = device.index if device.index is not None else torch.cuda.current_device()
-        raw = torch._C._cuda_getCurrentRawStream(index)
+        stream = torch.cuda.current_stream(index)
+        raw = stream.cuda_stream
         if raw not in self._streams:
-            self._streams[raw] = (torch.cuda.current_stream(index), torch.cuda.Event())
+            self._streams[raw] = (stream, torch.cuda.Event())
         self._noted.add(raw)
 
     def record(self) -> None:
