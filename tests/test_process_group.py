@@ -140,6 +140,10 @@ def _patched_map_follows_torch(rank: int) -> dict:
     sub = c10d.new_group(ranks=[0, 1])  # patched groups stay while torch keeps them
     sub.bagua_patch()
     out["both"] = len(compat.communication._torch_to_bagua_pg_map)
+    # both ranks have made `sub` before either destroys: gloo's connect of a group is done on one rank while its
+    # peer still reads the last handshake (a CI run: rank 0 destroyed first, rank 1's new_group failed in
+    # connectFullMesh, "Connection closed by peer")
+    c10d.barrier()
     del pg, sub
     c10d.destroy_process_group()  # torch's own: every group it made is gone, and so are their entries
     out["after_destroy"] = len(compat.communication._torch_to_bagua_pg_map)
