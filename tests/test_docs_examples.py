@@ -33,10 +33,11 @@ import shlex
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.documented import ANY_MARKER, MARKER, Block, blocks_of
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -45,66 +46,8 @@ DOCUMENTS = sorted(
     for p in [REPO / "README.md", REPO / "benchmarks" / "README.md", *(REPO / "docs").glob("*.md")]
 )
 
-RUN = {"python": "python", "py": "python", "bash": "bash", "sh": "bash", "shell": "bash", "console": "console"}
-FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<lang>[^\s`]*)")
-MARKER = re.compile(r"^\s*<!--\s*(?P<kind>not run|slow|run by)\b\s*:?\s*(?P<reason>.*?)\s*-->\s*$")
-ANY_MARKER = re.compile(r"<!--\s*(not run|slow|run by)\b")
-NAMED_FILE = re.compile(r"^\s*(?:#|//)\s*(?P<name>[\w.-]+(?:/[\w.-]+)*\.(?:py|toml|yaml|yml|json|sh|txt))\b")
 TIMEOUT_S = 240
 TAIL_CHARS = 4000
-
-
-@dataclass(frozen=True)
-class Block:
-    document: str  # relative to the repository root
-    line: int  # of the opening fence, 1-based
-    lang: str
-    code: str
-    marker: str | None  # "not run", "slow", "run by" or None
-    reason: str
-
-    @property
-    def name(self) -> str | None:
-        """The file this block is written to, when its first line names one."""
-        first = self.code.splitlines()[0] if self.code.strip() else ""
-        match = NAMED_FILE.match(first)
-        return match.group("name") if match else None
-
-    @property
-    def runs(self) -> str | None:
-        """How the block runs ("python", "bash", "console"), or None when it is shown or written only."""
-        kind = RUN.get(self.lang)
-        if kind == "python" and self.name:
-            return None
-        return kind
-
-    def __str__(self) -> str:
-        return f"{self.document}:{self.line}"
-
-
-def blocks_of(text: str, document: str) -> list[Block]:
-    """The fenced blocks of ``text``, with the marker on the line before each fence."""
-    lines = text.splitlines()
-    found: list[Block] = []
-    i = 0
-    while i < len(lines):
-        match = FENCE.match(lines[i])
-        if not match:
-            i += 1
-            continue
-        indent, fence, lang = len(match.group("indent")), match.group("fence"), match.group("lang").lower()
-        start = i
-        body: list[str] = []
-        i += 1
-        while i < len(lines) and not re.match(rf"^\s*{re.escape(fence)}\s*$", lines[i]):
-            line = lines[i]
-            body.append(line[indent:] if line[:indent].strip() == "" else line.lstrip())
-            i += 1
-        i += 1  # the closing fence
-        marker = MARKER.match(lines[start - 1]) if start > 0 else None
-        found.append(Block(document, start + 1, lang, "\n".join(body) + "\n",
-                           marker.group("kind") if marker else None, marker.group("reason") if marker else ""))
-    return found
 
 
 def all_blocks() -> list[Block]:
