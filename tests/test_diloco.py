@@ -179,6 +179,7 @@ def _redo_in_flight(rank: int, options: dict) -> None:
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     model = model.with_bagua([optimizer], {"name": "diloco", **options})
     impl = model.bagua_algorithm
+    impl.courier = None  # as in fault-tolerant mode: the exchanges run on the training thread, which copies them
     for t in range(1, 7):
         _step(model, optimizer, rank, t, average_grads=False)
     in_flight = [f for f in impl.pending if f not in impl.landed]

@@ -19,7 +19,8 @@ Extension points, for an algorithm built on diloco's round (``sparseloco`` is on
 - ``FragmentCodec``: what ``FragmentExchange`` calls of a codec that is no registered ``Codec`` (``encode``,
   ``decode``, ``decode_average``; sparseloco's ``ChunkTopK``).
 - ``check_round_seconds(config, streaming=False)``: the check a config with ``round_seconds`` runs (rounds bounded
-  in time read no ``inner_steps``).
+  in time read no ``inner_steps``); ``check_overlap(overlap_steps, inner_steps)`` and
+  ``check_eager(overlap_steps, streaming=False)``: the checks of ``overlap_steps`` and ``eager``.
 
 Example::
 
@@ -29,12 +30,12 @@ Example::
 from __future__ import annotations
 
 from bagua_algorithms.diloco.algorithm import DiLoCoAlgorithm, DiLoCoAlgorithmImpl, RoundOptions
-from bagua_algorithms.diloco.config import DiLoCoConfig, check_round_seconds
+from bagua_algorithms.diloco.config import DiLoCoConfig, check_eager, check_overlap, check_round_seconds
 from bagua_algorithms.diloco.exchange import FragmentCodec, FragmentExchange
 from bagua_core.api import Algorithm, hookimpl
 
 __all__ = ["DiLoCoAlgorithm", "DiLoCoAlgorithmImpl", "DiLoCoConfig", "FragmentCodec", "FragmentExchange",
-           "RoundOptions", "check_round_seconds"]
+           "RoundOptions", "check_eager", "check_overlap", "check_round_seconds"]
 
 
 @hookimpl

@@ -38,6 +38,8 @@ from typing import Any, Protocol
 import torch
 
 from bagua_algorithms.diloco.config import DiLoCoConfig
+from bagua_algorithms.diloco.courier import Courier
+from bagua_algorithms.diloco.eager import others_of, proxy_gradient, proxy_step
 from bagua_algorithms.diloco.exchange import FragmentExchange
 from bagua_algorithms.diloco.fragments import Schedule, gather_flat, scatter_flat, split_fragments
 from bagua_algorithms.diloco.state import restore, state_of
@@ -67,12 +69,19 @@ class RoundOptions(Protocol):
     warmup_steps: int
     mixing: float
     round_seconds: float | None
+    eager: bool
 
     @property
     def fragment_count(self) -> int: ...
 
     @property
     def overlap(self) -> int: ...
+
+    @property
+    def keeps_progress(self) -> bool:
+        """Whether a merge after an overlap keeps what the replica trained meanwhile (``x = theta' + (x_now -
+        x_sent)``) rather than mixing the outer result in (streaming's ``mixing``)."""
+        ...
 
 
 class DiLoCoAlgorithmImpl(AlgorithmImpl):
@@ -110,6 +119,18 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         """The weights of the last timed merge, in group order (``w_r = R * n_r / N``)."""
         self.merged = RoundCount(0, 0)
         """The fragments' outer steps this impl ran, and their fp32 bytes (``rounds_completed``)."""
+        self.courier = Courier() if self.schedule.overlap and not self.fault_tolerant else None
+        """With an overlap: the thread the exchanges run on (encoding, collective, decoding), off the training
+        thread; fault-tolerant mode runs them on the training thread (its step copies what is in flight)."""
+        self.futures: dict[int, Any] = {}
+        """fragment -> the Future of its exchange on the courier (average, contribution)."""
+        self.anchors: dict[int, torch.Tensor] = {}
+        """fragment -> the weights it continued from when it sent (``x_sent``, or eager's ``theta~``): a merge that
+        keeps progress adds ``x_now - anchor`` to the outer result."""
+        self.contributions: dict[int, torch.Tensor] = {}
+        """Eager: fragment -> what this replica's part of its landed exchange decoded to."""
+        self.others: dict[int, torch.Tensor] = {}
+        """Eager: fragment -> what the other replicas sent in its last merged round, summed (:mod:`.eager`)."""
 
     # --- phases ------------------------------------------------------------------------------------
     def train_step(self) -> int:
@@ -220,22 +241,55 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         self.timed.restart()
 
     def _send(self, fragment: int, merge_step: int, weights: list[float] | None = None, own: float = 1.0) -> None:
-        delta = gather_flat(self.fragments[fragment], torch.empty_like(self.starts[fragment]))
-        torch.sub(self.starts[fragment], delta, out=delta)
-        self.exchanges[fragment].start(delta, weights, own)
+        start, params = self.starts[fragment], self.fragments[fragment]
+        sent = gather_flat(params, torch.empty_like(start))
+        keeps_progress = self.schedule.overlap > 0 and self.config.keeps_progress
+        delta = torch.sub(start, sent) if keeps_progress else torch.sub(start, sent, out=sent)
+        exchange, eager = self.exchanges[fragment], self.config.eager
+        if self.courier is not None:
+            def job() -> tuple[torch.Tensor, torch.Tensor | None]:
+                exchange.start(delta, weights, own, keep_contribution=eager)
+                return exchange.wait(), exchange.contribution
+
+            self.futures[fragment] = self.courier.submit(job)
+        else:
+            exchange.start(delta, weights, own, keep_contribution=eager)
+        if eager:  # continue from the proxy outer step (.eager)
+            sent = proxy_step(self.outer, start, proxy_gradient(delta, self.others.get(fragment), self.nranks))
+            scatter_flat(sent, params)
+        if keeps_progress:
+            self.anchors[fragment] = sent
         self.pending[fragment] = merge_step
 
+    def _land(self, fragment: int) -> torch.Tensor:
+        """The fragment's averaged outer gradient, waited for if it has not landed yet."""
+        if fragment not in self.landed:
+            future = self.futures.pop(fragment, None)
+            if future is not None:
+                average, contribution = future.result()
+            else:
+                exchange = self.exchanges[fragment]
+                average, contribution = exchange.wait(), exchange.contribution
+            self.landed[fragment] = average
+            if self.config.eager:
+                self.contributions[fragment] = contribution
+        return self.landed[fragment]
+
     def _merge(self, fragment: int) -> None:
-        del self.pending[fragment]
-        average = self.landed.pop(fragment, None)
-        if average is None:
-            average = self.exchanges[fragment].wait()
+        average = self._land(fragment)
+        del self.pending[fragment], self.landed[fragment]
+        if self.config.eager:
+            self.others[fragment] = others_of(average, self.contributions.pop(fragment), self.nranks)
         start = self.starts[fragment]
         start.grad = average
         self.outer.step()  # only the fragment with a gradient moves
         start.grad = None
         params = self.fragments[fragment]
-        if self.schedule.overlap and self.config.mixing > 0:
+        anchor = self.anchors.pop(fragment, None)
+        if anchor is not None:  # keep what was trained since the send: x = theta' + (x_now - anchor)
+            local = gather_flat(params, torch.empty_like(start))
+            scatter_flat(local.sub_(anchor).add_(start), params)
+        elif self.schedule.overlap and self.config.mixing > 0:
             local = gather_flat(params, torch.empty_like(start))
             scatter_flat(local.mul_(self.config.mixing).add_(start, alpha=1 - self.config.mixing), params)
         else:
@@ -253,7 +307,9 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
                 if self.fault_tolerant:  # the quorum's group is replaced; the carried state resends it
                     self.exchanges[fragment].abandon()
                 else:
-                    self.exchanges[fragment].wait()  # nothing left in flight on the group
+                    self._land(fragment)  # nothing left in flight on the group
+        if self.courier is not None:
+            self.courier.close()
 
     # --- checkpoints (bagua_core.checkpoints.checkpoint) ---------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

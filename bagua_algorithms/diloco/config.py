@@ -9,7 +9,8 @@ from pydantic import Field, StrictInt, ValidationInfo, field_validator, model_va
 from bagua_core.api import AlgorithmConfig
 from bagua_core.codecs import check_codec_name
 
-__all__ = ["DiLoCoConfig", "STREAMING_FRAGMENTS", "STREAMING_OVERLAP_STEPS", "check_round_seconds"]
+__all__ = ["DiLoCoConfig", "STREAMING_FRAGMENTS", "STREAMING_OVERLAP_STEPS", "check_eager", "check_overlap",
+           "check_round_seconds"]
 
 STREAMING_FRAGMENTS = 4
 STREAMING_OVERLAP_STEPS = 1
@@ -25,6 +26,24 @@ def check_round_seconds(config: AlgorithmConfig, streaming: bool = False) -> Non
     if config.inner_steps != type(config).model_fields["inner_steps"].default:
         raise ValueError(f"round_seconds ({config.round_seconds:g}) and inner_steps ({config.inner_steps}) both bound "
                          f"a round, in seconds and in steps: give one of them")
+
+
+def check_overlap(overlap_steps: int, inner_steps: int) -> None:
+    """Raise unless a round's exchange, left in flight for ``overlap_steps`` inner steps, lands before the next
+    round's starts (a config built on diloco's round, sparseloco's, calls it as well)."""
+    if overlap_steps >= inner_steps:
+        raise ValueError(f"overlap_steps ({overlap_steps}) must be smaller than inner_steps ({inner_steps}): a round's "
+                         "exchange must land before the next one starts")
+
+
+def check_eager(overlap_steps: int, streaming: bool = False) -> None:
+    """Raise unless eager updates have inner steps to fill (``overlap_steps`` > 0) and rounds that are not streamed."""
+    if streaming:
+        raise ValueError("eager is not available with streaming=true (a streamed fragment mixes its outer step in): "
+                         "leave one of them out")
+    if overlap_steps == 0:
+        raise ValueError("eager needs overlap_steps > 0: it fills the inner steps during which a round's exchange "
+                         "travels; set overlap_steps, or leave eager out")
 
 
 class DiLoCoConfig(AlgorithmConfig):
@@ -47,7 +66,13 @@ class DiLoCoConfig(AlgorithmConfig):
     """Streaming: number of fragments (default 4); fragment p is synchronised at the inner steps t with
     (t + p * H // fragments) % H == 0."""
     overlap_steps: StrictInt | None = Field(None, ge=0, validate_default=True)
-    """Streaming: inner steps taken while a fragment's exchange travels (default 1; 0: wait for it)."""
+    """tau (less than ``inner_steps``): inner steps taken while a round's exchange travels (streaming: a fragment's,
+    default 1; otherwise default 0: wait for it). Without streaming the replica then merges the outer step keeping
+    what it trained meanwhile, ``x = theta_global' + (x_now - x_sent)`` (docs/algorithms.md)."""
+    eager: bool = False
+    """With ``overlap_steps`` > 0, without streaming: eager updates (Kale, Douillard, Donchev 2025). At the round's
+    boundary the replica continues from a proxy outer step, taken with its own fresh pseudo-gradient and the
+    others' of the round before, and corrects it with the true outer step when the average lands."""
     mixing: float = Field(0.5, ge=0, le=1)
     """Streaming with overlap: weight of the local parameters when the outer result is merged in
     (``x = mixing * x_local + (1 - mixing) * x_outer``); without overlap the local ones are replaced."""
@@ -66,22 +91,27 @@ class DiLoCoConfig(AlgorithmConfig):
     def _codec_exists(cls, value: str | None) -> str | None:
         return check_codec_name(value)
 
-    @field_validator("fragments", "overlap_steps")
+    @field_validator("fragments")
     @classmethod
     def _streaming_only(cls, value: int | None, info: ValidationInfo) -> int | None:
-        if not info.data.get("streaming") and value not in (None, 1 if info.field_name == "fragments" else 0):
-            raise ValueError(f"{info.field_name} is an option of streaming DiLoCo: set streaming=true, or leave it out")
-        if info.field_name == "overlap_steps" and "inner_steps" in info.data:
-            overlap = value if value is not None else (STREAMING_OVERLAP_STEPS if info.data.get("streaming") else 0)
-            if overlap >= info.data["inner_steps"]:
-                raise ValueError(f"overlap_steps ({overlap}) must be smaller than inner_steps ({info.data['inner_steps']}): "
-                                 "a fragment's exchange must land before its next one starts")
+        if not info.data.get("streaming") and value not in (None, 1):
+            raise ValueError("fragments is an option of streaming DiLoCo: set streaming=true, or leave it out")
+        return value
+
+    @field_validator("overlap_steps")
+    @classmethod
+    def _lands_within_a_round(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if "inner_steps" in info.data:
+            check_overlap(value if value is not None else (STREAMING_OVERLAP_STEPS if info.data.get("streaming") else 0),
+                          info.data["inner_steps"])
         return value
 
     @model_validator(mode="after")
     def _one_round_bound(self) -> DiLoCoConfig:
         if self.round_seconds is not None:
             check_round_seconds(self, streaming=self.streaming)
+        if self.eager:
+            check_eager(self.overlap, streaming=self.streaming)
         return self
 
     @property
@@ -95,3 +125,7 @@ class DiLoCoConfig(AlgorithmConfig):
         if self.overlap_steps is not None:
             return self.overlap_steps
         return STREAMING_OVERLAP_STEPS if self.streaming else 0
+
+    @property
+    def keeps_progress(self) -> bool:
+        return not self.streaming

@@ -68,10 +68,18 @@ class FragmentExchange:
         mode keeps it in the step's copy instead of waiting for the exchange, and :meth:`resend` repeats it."""
         self.weights: list[float] | None = None
         """Every rank's weight in the exchange in flight, in group order (None: all 1)."""
+        self.contribution: torch.Tensor | None = None
+        """With ``start(..., keep_contribution=True)``: what this rank's part of the exchange in flight decodes to
+        (its fp32 delta uncompressed; its message decoded with a codec): ``n * average - contribution`` is what the
+        others sent (eager updates, ``bagua_algorithms.diloco.eager``)."""
 
-    def start(self, delta: torch.Tensor, weights: Sequence[float] | None = None, own_weight: float = 1.0) -> None:
+    def start(self, delta: torch.Tensor, weights: Sequence[float] | None = None, own_weight: float = 1.0,
+              keep_contribution: bool = False) -> None:
         """Launch the averaging of the fp32 ``delta`` (``numel`` elements); ``delta`` may be reused after.
-        ``weights``: every rank's weight in group order (module doc), ``own_weight`` this rank's among them."""
+        ``weights``: every rank's weight in group order (module doc), ``own_weight`` this rank's among them;
+        ``keep_contribution``: keep what this rank's part decodes to in :attr:`contribution` (unweighted only)."""
+        if keep_contribution and weights is not None:
+            raise ValueError("keep_contribution is for unweighted exchanges")
         if self.in_flight:
             raise RuntimeError("the previous exchange of this fragment has not been waited for")
         weighted = weights is not None and any(w != 1.0 for w in weights)
@@ -81,6 +89,7 @@ class FragmentExchange:
             payload = delta.clone()
             if weighted and own_weight not in (0.0, 1.0):
                 payload.mul_(own_weight)
+            self.contribution = payload if keep_contribution else None
             self._launch(payload)
             return
         self.weights = list(weights) if weighted else None
@@ -93,8 +102,10 @@ class FragmentExchange:
                 self.residual.mul_(self.error_decay)
             payload = self.residual.add_(delta)
         encoded = self.codec.encode(payload)
+        sent = self.codec.decode(encoded, 1, torch.empty_like(payload)) if keep_contribution or self.residual is not None else None
         if self.residual is not None:  # keep what the codec dropped for the next round
-            self.residual.sub_(self.codec.decode(encoded, 1, torch.empty_like(payload)))
+            self.residual.sub_(sent)
+        self.contribution = sent if keep_contribution else None
         self._launch(encoded)
 
     def resend(self, sent: torch.Tensor) -> None:

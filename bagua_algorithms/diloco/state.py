@@ -7,9 +7,12 @@ the outer gradients received or in flight (waited for here, merged at their step
 restart; in fault-tolerant mode not waited for: what this rank sent is kept and sent again on restore),
 the schedule position (train step, last inner step whose events ran), this rank's local
 parameters and its inner optimizers (the dense checkpoint file holds rank 0's only). Restored, a run
-continues exactly as if it had not stopped. Rounds bounded in time add the round's progress (``round``: its
-steps, the training seconds since it began, the rounds merged) and this replica's samples in it
-(``round_samples``, its own: a joiner does not take them); a resumed round goes on from the seconds it had.
+continues exactly as if it had not stopped. An overlapped round adds the weights each pending fragment
+continued from (``anchors``), and eager updates what this replica's part of a landed exchange decoded to
+(``contributions``) and what the others sent in the last merged round (``others``). Rounds bounded in time add
+the round's progress (``round``: its steps, the training seconds since it began, the rounds merged) and this
+replica's samples in it (``round_samples``, its own: a joiner does not take them); a resumed round goes on from
+the seconds it had.
 
 Example::
 
@@ -46,11 +49,17 @@ class DiLoCoRankState(Protocol):
     exchanges: list[FragmentExchange]
     pending: dict[int, int]
     landed: dict[int, torch.Tensor]
+    anchors: dict[int, torch.Tensor]
+    contributions: dict[int, torch.Tensor]
+    others: dict[int, torch.Tensor]
     timed: RoundProgress | None
+    futures: dict[int, Any]
 
     def train_step(self) -> int: ...
 
     def need_reset(self) -> bool: ...
+
+    def _land(self, fragment: int) -> torch.Tensor: ...
 
 
 def state_of(impl: DiLoCoRankState, wait: bool = True) -> dict[str, Any]:
@@ -62,23 +71,33 @@ def state_of(impl: DiLoCoRankState, wait: bool = True) -> dict[str, Any]:
     copy clones them)."""
     if not impl._inner_phase or impl._module is None:
         return {}
-    sent = []
+    if not wait and impl.futures:
+        raise RuntimeError("an exchange on the courier thread cannot be copied in flight: fault-tolerant mode runs "
+                           "them on the training thread")
+    sent, in_flight = [], {}
     for fragment in sorted(impl.pending):
         if fragment in impl.landed:
             continue
         if wait:
-            impl.landed[fragment] = impl.exchanges[fragment].wait().clone()
+            impl._land(fragment)
         else:
-            sent.append([fragment, impl.exchanges[fragment].sent])
+            exchange = impl.exchanges[fragment]
+            sent.append([fragment, exchange.sent])
+            if exchange.contribution is not None:
+                in_flight[fragment] = exchange.contribution
+    contributions = {**impl.contributions, **in_flight}
     module = impl._module
     clone = (lambda t: t.clone()) if wait else (lambda t: t)  # noqa: E731
     state = {"train_step": impl.train_step(), "done_through": impl.done_through,
              "starts": [clone(s) for s in impl.starts], "outer": impl.outer.state_dict(),
              "residuals": [e.residual for e in impl.exchanges],
              "pending": [[f, step] for f, step in sorted(impl.pending.items())],
-             "landed": [[f, t] for f, t in sorted(impl.landed.items())],
+             "landed": [[f, clone(t)] for f, t in sorted(impl.landed.items())],
              "local": [clone(local_shard(p).detach()) for _, p in module.bagua_named_parameters()],
              "inner_optimizers": [optimizer.state_dict() for optimizer in module.bagua_optimizers]}
+    for key, tensors in (("anchors", impl.anchors), ("contributions", contributions), ("others", impl.others)):
+        if tensors:  # an overlapped round's (anchors), eager updates' (contributions, others)
+            state[key] = [[f, clone(t)] for f, t in sorted(tensors.items())]
     if sent:
         state["sent"] = sent
     if impl.timed is not None:
@@ -111,11 +130,15 @@ def restore(impl: DiLoCoRankState, state: dict[str, Any]) -> None:
         impl.timed.load(state["round"], state.get("round_samples"))
     impl.pending = {int(f): int(step) for f, step in state["pending"]}
     impl.landed = {int(f): t.clone() for f, t in state["landed"]}
+    impl.anchors, impl.others = ({int(f): t.clone() for f, t in state.get(key, [])} for key in ("anchors", "others"))
+    contributions = {int(f): t.clone() for f, t in state.get("contributions", [])}
+    impl.contributions = {f: t for f, t in contributions.items() if f in impl.landed}
     resent = {int(f): payload for f, payload in state.get("sent", [])}
     for fragment, exchange in enumerate(impl.exchanges):
         if fragment in resent:  # the exchange in flight when the state was taken, on this impl's group
             logger.warning("diloco: fragment %d's exchange, in flight when the step's state was taken, is sent again "
                            "(a step failed or the quorum changed)", fragment)
             exchange.resend(resent[fragment])
+            exchange.contribution = contributions.get(fragment)
         elif exchange.in_flight:  # launched after the state was taken (by a step that is being undone)
             exchange.abandon()

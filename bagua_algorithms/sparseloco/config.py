@@ -2,7 +2,7 @@
 
 The round it runs on is diloco's (``bagua_algorithms.diloco.DiLoCoAlgorithmImpl``): the properties below give
 the names diloco's round reads (``bagua_algorithms.diloco.RoundOptions``) and fix what sparseloco does not vary
-(no warmup, one fragment, the exchange waited for at once).
+(no warmup, one fragment; a merge after an overlap keeps the replica's progress).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, StrictInt, ValidationInfo, field_validator, model_validator
 
-from bagua_algorithms.diloco import check_round_seconds
+from bagua_algorithms.diloco import check_eager, check_overlap, check_round_seconds
 from bagua_core.api import AlgorithmConfig
 
 __all__ = ["SparseLoCoConfig", "MAX_CHUNK_SIZE"]
@@ -38,6 +38,13 @@ class SparseLoCoConfig(AlgorithmConfig):
     bits: Literal[2, 4, 8, 32] = 2
     """Bits per value sent: 2, 4 or 8 (one sign bit, the rest a level between the chunk's smallest and largest
     ``|e|`` sent; docs/algorithms.md states the quantiser), or 32: the fp32 values, exact."""
+    overlap_steps: StrictInt = Field(0, ge=0)
+    """tau, less than ``inner_steps``: inner steps taken while a round's message travels (0: wait for it). The
+    replica then merges keeping what it trained meanwhile, ``x = theta_global' + (x_now - x_sent)``; the
+    accumulator and the message are the round's boundary's (docs/algorithms.md)."""
+    eager: bool = False
+    """With ``overlap_steps`` > 0: eager updates, diloco's ``eager`` (a proxy outer step from this replica's fresh
+    pseudo-gradient and the others' messages of the round before, corrected when the average lands)."""
     round_seconds: float | None = Field(None, gt=0)
     """Rounds bounded in time instead of ``inner_steps`` (diloco's ``round_seconds``): no replica waits for a slower
     one, and ``theta_global -= alpha * sum_r n_r * sent_r / sum_r n_r`` weights what each replica sent by the
@@ -52,10 +59,19 @@ class SparseLoCoConfig(AlgorithmConfig):
                              f"to send")
         return value
 
+    @field_validator("overlap_steps")
+    @classmethod
+    def _lands_within_a_round(cls, value: int, info: ValidationInfo) -> int:
+        if "inner_steps" in info.data:
+            check_overlap(value, info.data["inner_steps"])
+        return value
+
     @model_validator(mode="after")
     def _one_round_bound(self) -> SparseLoCoConfig:
         if self.round_seconds is not None:
             check_round_seconds(self)
+        if self.eager:
+            check_eager(self.overlap_steps)
         return self
 
     # --- what diloco's round reads and sparseloco fixes (bagua_algorithms.diloco.RoundOptions) ----
@@ -69,7 +85,11 @@ class SparseLoCoConfig(AlgorithmConfig):
 
     @property
     def overlap(self) -> int:
-        return 0
+        return self.overlap_steps
+
+    @property
+    def keeps_progress(self) -> bool:
+        return True
 
     @property
     def mixing(self) -> float:
