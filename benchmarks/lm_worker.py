@@ -20,9 +20,9 @@ Methods whose ranks take their steps independently (:func:`steps_independently`:
 without warmup, whose training thread issues no collective; replicated runs only) evaluate at agreed training-clock times instead
 of agreed step counts, so that a faster rank takes more steps, as it would without the benchmark; each
 curve point carries the samples every rank trained on (``samples``). ``diloco`` and ``sparseloco`` with rounds
-bounded in time (``round_seconds``: :func:`merges_in_rounds`) also let a faster host take more steps, but their
-training thread joins a merge at every round's end: they evaluate right after agreed merges (every rank knows how
-many rounds were merged; an evaluation at a clock time could meet a rank waiting in a merge and deadlock).
+bounded in time (``round_seconds``: :func:`merges_in_rounds`) also let a faster host take more steps; they
+evaluate once every rank has merged an agreed number of rounds (each rank counts its own merges; a rank that
+gets there first waits in the evaluation's allgather, which no round waits for).
 ``--eval-after-merges`` evaluates ``diloco`` and ``sparseloco`` with rounds of inner steps right after their merges
 too (:func:`steps_per_round`): every row of a comparison then sees the global weights, what the job holds after a
 round, where by default those rows see the average of the local weights in the middle of a round (for sparseloco
@@ -129,8 +129,8 @@ def steps_per_round(name: str, model: torch.nn.Module) -> tuple[int, int] | None
 
 
 def _rounds_merged(model: torch.nn.Module) -> int:
-    """Rounds bounded in time merged so far (the same on every rank after each merge)."""
-    return model.bagua_algorithm.timed.rounds
+    """Rounds bounded in time merged so far on this rank (every rank merges every round)."""
+    return model.bagua_algorithm.merged.rounds
 
 
 def _make_optimizer(params) -> torch.optim.Optimizer:

@@ -1,10 +1,15 @@
 """diloco and sparseloco with rounds bounded in time (``round_seconds``). Each rank's clock is a fake one
 (``bagua_algorithms.diloco.timed.clock``) that advances a fixed cost per step, so who ends a round when is
 deterministic; the trained weights equal, at every step, a reference written here from docs/algorithms.md's
-statement: a replica ends its round after the step at which ``elapsed + elapsed / steps / 2 >= round_seconds``, the
-merge weights each replica's pseudo-gradient (diloco, plain and through a codec) or sent message (sparseloco) by
-the samples it trained on in the round. With equal samples the mode is today's rounds, bit for bit. A replica
-healed in the middle of a round (fault-tolerant mode's joiner) merges with weight 0, and nothing else changes."""
+statement: a replica ends its round after the step at which ``elapsed + elapsed / steps / 2 >= round_seconds``
+and no round of its own is in flight, sends it without waiting, and merges it at the first step end at which it
+has landed (the steps at which the replicas merged are read from the run: they depend on when the others sent),
+keeping what it trained meanwhile; the merge weights each replica's pseudo-gradient (diloco, plain and through a
+codec) or sent message (sparseloco) by the samples it trained on in the round. In lockstep (fault-tolerant
+mode's, emulated here without the courier) the replicas end each round together and merge at once: with equal
+samples that is rounds of ``inner_steps``, bit for bit, and a replica healed in the middle of a round (a joiner)
+merges with weight 0, and nothing else changes. Loops that make a collective of their own between steps, or end
+at the same step count on ranks of unequal speed, finish on every rank (the join at shutdown)."""
 
 from __future__ import annotations
 
@@ -71,9 +76,11 @@ def _weighted_sum(mine: torch.Tensor, n: int) -> torch.Tensor:
     return sum(float(c) * other.double() for c, other in zip(counts, everyone)).div(total).float()
 
 
-def _reference(rank: int, options: dict, costs, sizes, rounds: int, heal: tuple[int, int] | None = None) -> list:
-    """The weights after every step, as docs/algorithms.md states the mode (``heal``: (round, step in it) at which
-    rank 2's weights are replaced by rank 0's and it merges that round with weight 0)."""
+def _reference(rank: int, options: dict, costs, sizes, rounds: int, heal: tuple[int, int] | None = None,
+               merges_at: list[int] | None = None) -> list:
+    """The weights after every step, as docs/algorithms.md states the mode, through the step of the ``rounds``-th
+    merge: ``merges_at``, the step at which each round merged (None: in lockstep, at once); ``heal`` (lockstep):
+    (round, step in it) at which rank 2's weights are replaced by rank 0's and it merges that round with weight 0."""
     T, name = options["round_seconds"], options.get("name", "diloco")
     model = Net()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
@@ -83,26 +90,34 @@ def _reference(rank: int, options: dict, costs, sizes, rounds: int, heal: tuple[
         if name == "diloco" else None
     codec = get_codec(options["compression"]) if options.get("compression") else None
     residual = torch.zeros_like(start)
-    history, t = [], 0
-    for j in range(rounds):
-        elapsed, k, n = 0.0, 0, 0
-        while True:
-            t += 1
-            n += _step(model, optimizer, rank, t, sizes)
-            elapsed, k = elapsed + _cost(costs, rank, t), k + 1
-            if heal == (j, k):  # rank 2 takes rank 0's weights and optimizer state
-                weights, state = _flat(params), [optimizer.state_dict()]
-                dist.broadcast(weights, 0)
-                dist.broadcast_object_list(state, 0)
-                if rank == 2:
-                    _assign(params, weights)
-                    optimizer.load_state_dict(state[0])
-            if elapsed + elapsed / k / 2 >= T:
+    history, t, j, merged, pending = [], 0, 0, 0, None
+    elapsed, k, n = 0.0, 0, 0
+    while merged < rounds:
+        t += 1
+        n += _step(model, optimizer, rank, t, sizes)
+        elapsed, k = elapsed + _cost(costs, rank, t), k + 1
+        if heal == (j, k):  # rank 2 takes rank 0's weights and optimizer state
+            weights, state = _flat(params), [optimizer.state_dict()]
+            dist.broadcast(weights, 0)
+            dist.broadcast_object_list(state, 0)
+            if rank == 2:
+                _assign(params, weights)
+                optimizer.load_state_dict(state[0])
+        if pending is not None and t == merges_at[merged]:  # landed: the outer step, what was trained meanwhile kept
+            update, x_sent = pending
+            update()
+            _assign(params, (_flat(params) - x_sent) + start)
+            merged, pending = merged + 1, None
+            if merged == rounds:
+                history.append(_params(model))
                 break
+        if pending is not None or elapsed + elapsed / k / 2 < T:
             history.append(_params(model))
+            continue
         if heal is not None and heal[0] == j and rank == 2:
             n = 0
-        delta = start - _flat(params)
+        x_sent = _flat(params)
+        delta = start - x_sent
         if name == "sparseloco":  # bits=32: the top-k of e, exactly
             C, k_, beta = options.get("chunk_size", 4096), options.get("topk", 64), options.get("error_decay", 0.95)
             residual.mul_(beta).add_(delta)
@@ -115,22 +130,34 @@ def _reference(rank: int, options: dict, costs, sizes, rounds: int, heal: tuple[
                     sent[begin + top] = chunk[top]
                 at += p.numel()
             residual -= sent
-            with torch.no_grad():
-                start -= options.get("outer_lr", 1.0) * _weighted_sum(sent, n)
+            average = _weighted_sum(sent, n)
+
+            def update(average=average) -> None:
+                with torch.no_grad():
+                    start.sub_(options.get("outer_lr", 1.0) * average)
         else:
             if codec is not None:
                 residual += delta
                 delta = codec.decode(codec.encode(residual), 1, torch.empty_like(residual))
                 residual -= delta
-            start.grad = _weighted_sum(delta, n)
-            outer.step()
-        _assign(params, start)
+            average = _weighted_sum(delta, n)
+
+            def update(average=average) -> None:
+                start.grad = average
+                outer.step()
+        j, elapsed, k, n = j + 1, 0.0, 0, 0
+        if merges_at is None:  # lockstep: merged at once, the local weights replaced
+            update()
+            _assign(params, start)
+            merged += 1
+        else:
+            pending = (update, x_sent)
         history.append(_params(model))
     return history
 
 
-def _run_both(rank: int, options: dict, costs, sizes, rounds: int, heal=None) -> list[float]:
-    reference = _reference(rank, options, costs, sizes, rounds, heal)
+def _run_both(rank: int, options: dict, costs, sizes, rounds: int, heal=None, lockstep: bool = False) -> list:
+    """The run, then the reference given the steps at which the run merged; each replica's merge weights."""
     clock = _install_clock()
     model = Net()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
@@ -139,21 +166,31 @@ def _run_both(rank: int, options: dict, costs, sizes, rounds: int, heal=None) ->
         spec["bits"] = 32
     model = model.with_bagua([optimizer], spec)
     impl = model.bagua_algorithm
-    seen_weights = []
-    steps_in_round = 0
-    for t in range(1, len(reference) + 1):
-        rounds_before = impl.timed.rounds
+    if lockstep:  # as in fault-tolerant mode: the exchanges on the training thread, the rounds ended together
+        impl.courier = None
+    seen_weights, history, sends_at, merges_at, steps_in_round, t = [], [], [], [], 0, 0
+    while impl.merged.rounds < rounds:
+        t += 1
+        assert t < 500, f"rank {rank}: {impl.merged.rounds} of {rounds} rounds merged after {t} steps"
+        rounds_before, merged_before = impl.timed.rounds, impl.merged.rounds
         _step(model, optimizer, rank, t, sizes, clock, _cost(costs, rank, t))
         steps_in_round += 1
         if heal is not None and impl.timed.rounds == heal[0] and steps_in_round == heal[1]:
             _heal_from_rank_0(model, rank)
         if impl.timed.rounds != rounds_before:
-            seen_weights.append(impl.last_weights)
             steps_in_round = 0
-        torch.testing.assert_close(_params(model), reference[t - 1], rtol=1e-5, atol=1e-6,
-                                   msg=lambda m, t=t: f"rank {rank}, step {t}: {m}")
-    assert impl.timed.rounds == rounds
+            sends_at.append(t)
+        if impl.merged.rounds != merged_before:
+            seen_weights.append(impl.last_weights)
+            merges_at.append(t)
+        history.append(_params(model))
     model.bagua_shutdown()
+    if not lockstep:  # a round merges after the step that sent it: the training thread never waited for it
+        assert all(merge > send for send, merge in zip(sends_at, merges_at)), (sends_at, merges_at)
+    reference = _reference(rank, options, costs, sizes, rounds, heal, None if lockstep else merges_at)
+    assert len(reference) == len(history), (len(reference), len(history))
+    for t, (seen, expected) in enumerate(zip(history, reference), 1):
+        torch.testing.assert_close(seen, expected, rtol=1e-5, atol=1e-6, msg=lambda m, t=t: f"rank {rank}, step {t}: {m}")
     return seen_weights
 
 
@@ -195,13 +232,14 @@ def test_a_replica_healed_mid_round_merges_with_weight_zero() -> None:
     """Three replicas at the same speed, rank 2 healed from rank 0 after step 2 of round 1 (of 3 steps): that
     round's merge is ranks 0 and 1's, weighted by their samples; the next ones count rank 2 again."""
     options, costs, sizes = {"round_seconds": 3.0}, [[1.0]] * 3, [16, 8, 12]
-    weights = run_workers(_run_both, 3, options, costs, sizes, 3, (1, 2))[0]
+    weights = run_workers(_run_both, 3, options, costs, sizes, 3, (1, 2), True)[0]
     assert weights[1] == pytest.approx([3 * 48 / 72, 3 * 24 / 72, 0.0])  # samples 3 x 16, 3 x 8 and none
     assert weights[0] == weights[2] == pytest.approx([3 * 48 / 108, 3 * 24 / 108, 3 * 36 / 108])
 
 
 def _equal_samples(rank: int, name: str) -> None:
-    """Equal costs and batches: every weight is 1 and the weights equal rounds of ``inner_steps``, bit for bit."""
+    """Equal costs and batches, in lockstep: every weight is 1 and the weights equal rounds of ``inner_steps``, bit
+    for bit."""
     extra = {"bits": 32, "chunk_size": 100, "topk": 7} if name == "sparseloco" else {}
     runs = []
     for bound in ({"inner_steps": 3}, {"round_seconds": 3.0}):
@@ -209,6 +247,7 @@ def _equal_samples(rank: int, name: str) -> None:
         model = Net()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
         model = model.with_bagua([optimizer], {"name": name, **extra, **bound})
+        model.bagua_algorithm.courier = None  # lockstep (fault-tolerant mode's)
         history = []
         for t in range(1, 11):
             _step(model, optimizer, rank, t, None, clock, 1.0)

@@ -39,7 +39,9 @@ def _step(model, optimizer, rank: int, t: int) -> None:
     optimizer.step()
 
 
-def _reference(rank: int, nodes: int, rounds: int) -> list[torch.Tensor]:
+def _reference(rank: int, nodes: int, rounds: int, merges_at: list[int]) -> list[torch.Tensor]:
+    """The shards after every step through the ``rounds``-th merge; ``merges_at``: the step at which each round
+    merged in the run (it depends on when the other node sent)."""
     from torch.distributed.device_mesh import init_device_mesh
 
     mesh = init_device_mesh("cpu", (nodes, PER_NODE), mesh_dim_names=("replicate", "shard"))
@@ -49,25 +51,30 @@ def _reference(rank: int, nodes: int, rounds: int) -> list[torch.Tensor]:
     shards = _local(list(model.parameters()))
     start = _flat(shards)
     outer = torch.optim.SGD([start], lr=0.7, momentum=0.9, nesterov=True)
-    history, t = [], 0
-    for _ in range(rounds):
-        steps = 0
-        while True:
-            t, steps = t + 1, steps + 1
-            _step(model, optimizer, rank, t)
-            if _node_ends(rank, steps):
+    history, t, steps, merged, pending = [], 0, 0, 0, None
+    while merged < rounds:
+        t, steps = t + 1, steps + 1
+        _step(model, optimizer, rank, t)
+        if pending is not None and t == merges_at[merged]:  # landed: the outer step, what was trained since kept
+            gradient, x_sent = pending
+            start.grad = gradient
+            outer.step()
+            _assign(shards, (_flat(shards) - x_sent) + start)
+            merged, pending = merged + 1, None
+            if merged == rounds:
+                history.append(_flat(shards))
                 break
-            history.append(_flat(shards))
-        n = steps * 16 * PER_NODE  # the node's samples: both ranks' batches of 16
-        delta = start - _flat(shards)
-        counts = [torch.zeros(1, dtype=torch.float64) for _ in range(nodes)]
-        dist.all_gather(counts, torch.tensor([float(n)], dtype=torch.float64), group=between)
-        deltas = [torch.empty_like(delta) for _ in range(nodes)]
-        dist.all_gather(deltas, delta, group=between)
-        total = sum(float(c) for c in counts)
-        start.grad = (sum(float(c) * d.double() for c, d in zip(counts, deltas)) / total).float()
-        outer.step()
-        _assign(shards, start)
+        if pending is None and _node_ends(rank, steps):
+            n = steps * 16 * PER_NODE  # the node's samples: both ranks' batches of 16
+            x_sent = _flat(shards)
+            delta = start - x_sent
+            counts = [torch.zeros(1, dtype=torch.float64) for _ in range(nodes)]
+            dist.all_gather(counts, torch.tensor([float(n)], dtype=torch.float64), group=between)
+            deltas = [torch.empty_like(delta) for _ in range(nodes)]
+            dist.all_gather(deltas, delta, group=between)
+            total = sum(float(c) for c in counts)
+            pending = ((sum(float(c) * d.double() for c, d in zip(counts, deltas)) / total).float(), x_sent)
+            steps = 0
         history.append(_flat(shards))
     return history
 
@@ -75,27 +82,31 @@ def _reference(rank: int, nodes: int, rounds: int) -> list[torch.Tensor]:
 def _both(rank: int, nodes: int, rounds: int) -> list[list[float]]:
     import bagua_core as bagua
 
-    reference = _reference(rank, nodes, rounds)
     clock = _install_clock()
     model = _fully_shard(Net(), bagua.node_mesh("cpu"))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
     model = model.with_bagua([optimizer], {"name": "diloco", "round_seconds": ROUND_SECONDS})
     shards = _local(list(model.parameters()))
-    impl, weights = model.bagua_algorithm, []
-    for t in range(1, len(reference) + 1):
-        merged = impl.timed.rounds
+    impl, weights, history, merges_at, t = model.bagua_algorithm, [], [], [], 0
+    while impl.merged.rounds < rounds:
+        t += 1
+        assert t < 200, f"rank {rank}: {impl.merged.rounds} of {rounds} rounds merged after {t} steps"
+        merged = impl.merged.rounds
         x, y = _batch(rank, t)
         optimizer.zero_grad()
         loss = F.cross_entropy(model(x), y)
         clock.now += COSTS[rank]
         loss.backward()
         optimizer.step()
-        if impl.timed.rounds != merged:
+        if impl.merged.rounds != merged:
             weights.append(impl.last_weights)
-        torch.testing.assert_close(_flat(shards), reference[t - 1], rtol=1e-5, atol=1e-6,
-                                   msg=lambda m, t=t: f"rank {rank}, step {t}: {m}")
-    assert impl.timed.rounds == rounds
+            merges_at.append(t)
+        history.append(_flat(shards))
     model.bagua_shutdown()
+    reference = _reference(rank, nodes, rounds, merges_at)
+    assert len(reference) == len(history), (len(reference), len(history))
+    for t, (seen, expected) in enumerate(zip(history, reference), 1):
+        torch.testing.assert_close(seen, expected, rtol=1e-5, atol=1e-6, msg=lambda m, t=t: f"rank {rank}, step {t}: {m}")
     return weights
 
 

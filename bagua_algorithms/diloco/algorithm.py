@@ -7,8 +7,13 @@ from the new ``x_start``. The inner optimizers keep their state across rounds.
 
 Rounds bounded in time (``round_seconds``, :mod:`.timed`): a replica ends its round at the inner step whose end
 is nearest ``round_seconds`` of training since the round's first forward, so a fast replica takes more inner
-steps than a slow one and none waits for another beyond about a step, and the merge weights each replica's
-pseudo-gradient by the samples it trained on in the round: ``sum_r n_r * delta_r / sum_r n_r``.
+steps than a slow one; it sends the round without waiting and merges it once landed, keeping what it trained
+meanwhile, and the merge weights each replica's pseudo-gradient by the samples it trained on in the round:
+``sum_r n_r * delta_r / sum_r n_r``. At shutdown a replica joins the rounds the others still run.
+
+Overlapped rounds (``overlap_steps`` tau > 0, not streaming): the round's exchange travels during tau inner steps
+and the merge keeps them, ``x = x_start' + (x_now - x_sent)``; ``eager`` continues meanwhile from a proxy outer
+step (:mod:`.eager`). The exchanges run on a thread of their own (:mod:`.courier`).
 
 Streaming (``streaming=True``): the parameters are cut into ``fragments`` (:mod:`.fragments`) that are
 synchronised on staggered schedules, H steps apart each; a fragment's exchange stays in flight during
@@ -27,11 +32,13 @@ Example::
 
     >>> model = model.with_bagua([adamw], {"name": "diloco", "inner_steps": 50})
     >>> model = model.with_bagua([adamw], {"name": "diloco", "round_seconds": 20.0})
+    >>> model = model.with_bagua([adamw], {"name": "diloco", "inner_steps": 50, "overlap_steps": 5, "eager": True})
     >>> model = model.with_bagua([adamw], {"name": "diloco", "streaming": True, "compression": "MinMaxUInt4"})
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -43,7 +50,7 @@ from bagua_algorithms.diloco.eager import others_of, proxy_gradient, proxy_step
 from bagua_algorithms.diloco.exchange import FragmentExchange
 from bagua_algorithms.diloco.fragments import Schedule, gather_flat, scatter_flat, split_fragments
 from bagua_algorithms.diloco.state import restore, state_of
-from bagua_algorithms.diloco.timed import RoundProgress, agree_to_end, replica_weights
+from bagua_algorithms.diloco.timed import RoundProgress, agree_to_end, replica_samples, replica_weights
 from bagua_core.api import (
     Algorithm,
     AlgorithmImpl,
@@ -52,6 +59,7 @@ from bagua_core.api import (
     CentralizedSynchronousOp,
     FaultTolerance,
     RoundCount,
+    first_failure,
     local_shard,
     shard_group,
 )
@@ -119,9 +127,13 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         """The weights of the last timed merge, in group order (``w_r = R * n_r / N``)."""
         self.merged = RoundCount(0, 0)
         """The fragments' outer steps this impl ran, and their fp32 bytes (``rounds_completed``)."""
-        self.courier = Courier() if self.schedule.overlap and not self.fault_tolerant else None
-        """With an overlap: the thread the exchanges run on (encoding, collective, decoding), off the training
-        thread; fault-tolerant mode runs them on the training thread (its step copies what is in flight)."""
+        overlapped = self.schedule.overlap > 0 or self.timed is not None
+        self.courier = Courier() if overlapped and not self.fault_tolerant else None
+        """With an overlap, and with rounds bounded in time: the thread the exchanges run on (encoding, collective,
+        decoding), off the training thread. Fault-tolerant mode runs them on the training thread (its step copies
+        what is in flight), where timed rounds end together (:meth:`_end_of_timed_step`)."""
+        self.all_done = False
+        """Rounds bounded in time: whether every replica was done in the last round landed (the join at shutdown)."""
         self.futures: dict[int, Any] = {}
         """fragment -> the Future of its exchange on the courier (average, contribution)."""
         self.anchors: dict[int, torch.Tensor] = {}
@@ -228,32 +240,79 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
             self.done_through = step
 
     def _end_of_timed_step(self, step: int) -> None:
-        """Rounds bounded in time: end the round after this inner step when this replica's clock says so (agreed
-        by the ranks that must step together), merging with weights by samples (:mod:`.timed`)."""
+        """Rounds bounded in time (:mod:`.timed`). With the courier, each replica on its own: merge the round in
+        flight at the first step end, ``overlap_steps`` or more after its send, at which it has landed (on every
+        rank of a sharded replica), then end the round when this replica's clock says so and nothing is in flight,
+        and send it on the courier (the weights by samples are agreed there). The training thread never waits for
+        another replica, so no collective of the user's loop between steps can deadlock with a round. Without the
+        courier (fault-tolerant mode, where every step is a quorum of all replicas) the replicas end each round
+        together (a MAX over the group) and merge ``overlap_steps`` steps later, waiting there."""
         device = self.starts[0].device
-        between = self.group if self.fault_tolerant and self.nranks > 1 else None
-        if not agree_to_end(self.timed.after_step(), between, self.shard_peers, device):
+        lockstep = self.courier is None
+        if self.pending:
+            due = step >= self.pending[0]
+            if not lockstep:  # once landed, on every rank of the replica
+                due = not agree_to_end(not (due and self._has_landed(0)), None, self.shard_peers, device)
+            if due:
+                self._merge(0)
+        wants = self.timed.after_step() and not self.pending
+        between = self.group if lockstep and self.nranks > 1 else None
+        if not agree_to_end(wants, between, self.shard_peers, device):
             return
-        weights, own = replica_weights(self.timed.contribution(), self.group, self.nranks, self.shard_peers, device)
-        self.last_weights = weights
-        self._send(0, step, weights, own)
-        self._merge(0)
+        self._send_round(step + self.schedule.overlap, done=False)
+        if lockstep and not self.schedule.overlap:
+            self._merge(0)
+
+    def _send_round(self, merge_step: int, done: bool) -> None:
+        """Send the timed round that ends now: this replica's samples in it (summed over a sharded replica's ranks
+        here), the weights agreed with the other replicas and ``done`` where the exchange runs."""
+        device = self.starts[0].device
+        samples = replica_samples(self.timed.contribution(), self.shard_peers, device)
+        self._send(0, merge_step, functools.partial(replica_weights, samples, done, self.group, self.nranks, device))
         self.timed.restart()
 
-    def _send(self, fragment: int, merge_step: int, weights: list[float] | None = None, own: float = 1.0) -> None:
+    def _has_landed(self, fragment: int) -> bool:
+        future = self.futures.get(fragment)
+        return fragment in self.landed or future is None or future.done()
+
+    def _join(self) -> None:
+        """Rounds bounded in time, at shutdown: this replica trains no more. It sends what it trained since its last
+        round (its samples weigh it) and then rounds of nothing, marked done, merging each, until a round in which
+        every replica was done: a replica whose loop ended sooner takes part in the rounds the others still run
+        (torch's ``Join`` for inputs of unequal length) instead of leaving them a dead peer."""
+        if self.pending:
+            self._merge(0)
+        while True:
+            self._send_round(self.done_through, done=True)
+            self._merge(0)
+            if self.all_done:
+                return
+
+    def _send(self, fragment: int, merge_step: int,
+              weigh: Callable[[], tuple[list[float], float, bool]] | None = None) -> None:
+        """Start the fragment's exchange (``weigh``: the timed round's weights, agreed where the exchange runs)."""
         start, params = self.starts[fragment], self.fragments[fragment]
         sent = gather_flat(params, torch.empty_like(start))
-        keeps_progress = self.schedule.overlap > 0 and self.config.keeps_progress
+        keeps_progress = self.config.keeps_progress and (self.schedule.overlap > 0 or self.courier is not None)
         delta = torch.sub(start, sent) if keeps_progress else torch.sub(start, sent, out=sent)
         exchange, eager = self.exchanges[fragment], self.config.eager
+
+        def launch() -> tuple[list[float], float, bool] | None:
+            weighed = weigh() if weigh is not None else None
+            weights, own = (weighed[0], weighed[1]) if weighed is not None else (None, 1.0)
+            exchange.start(delta, weights, own, keep_contribution=eager)
+            return weighed
+
         if self.courier is not None:
-            def job() -> tuple[torch.Tensor, torch.Tensor | None]:
-                exchange.start(delta, weights, own, keep_contribution=eager)
-                return exchange.wait(), exchange.contribution
+            def job() -> tuple[torch.Tensor, torch.Tensor | None, tuple[list[float], float, bool] | None]:
+                weighed = launch()
+                return exchange.wait(), exchange.contribution, weighed
 
             self.futures[fragment] = self.courier.submit(job)
-        else:
-            exchange.start(delta, weights, own, keep_contribution=eager)
+        else:  # on the training thread; waited for at the merge
+            weighed = launch()
+            if weighed is not None:
+                self.last_weights, self.all_done = weighed[0], weighed[2]
         if eager:  # continue from the proxy outer step (.eager)
             sent = proxy_step(self.outer, start, proxy_gradient(delta, self.others.get(fragment), self.nranks))
             scatter_flat(sent, params)
@@ -266,7 +325,9 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         if fragment not in self.landed:
             future = self.futures.pop(fragment, None)
             if future is not None:
-                average, contribution = future.result()
+                average, contribution, weighed = future.result()
+                if weighed is not None:
+                    self.last_weights, self.all_done = weighed[0], weighed[2]
             else:
                 exchange = self.exchanges[fragment]
                 average, contribution = exchange.wait(), exchange.contribution
@@ -302,6 +363,9 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         return self.merged
 
     def shutdown(self, bagua_module: torch.nn.Module) -> None:
+        if self.timed is not None and self.courier is not None and self._inner_phase and self.starts \
+                and first_failure() is None:
+            self._join()
         for fragment in list(self.pending):
             if fragment not in self.landed:
                 if self.fault_tolerant:  # the quorum's group is replaced; the carried state resends it

@@ -36,8 +36,12 @@ def check_overlap(overlap_steps: int, inner_steps: int) -> None:
                          "exchange must land before the next one starts")
 
 
-def check_eager(overlap_steps: int, streaming: bool = False) -> None:
-    """Raise unless eager updates have inner steps to fill (``overlap_steps`` > 0) and rounds that are not streamed."""
+def check_eager(overlap_steps: int, streaming: bool = False, timed: bool = False) -> None:
+    """Raise unless eager updates have inner steps to fill (``overlap_steps`` > 0) and rounds of ``inner_steps``
+    that are not streamed."""
+    if timed:
+        raise ValueError("eager is not available with round_seconds (its proxy step mixes in the others' messages of "
+                         "the round before, which rounds bounded in time weigh by their samples): leave one of them out")
     if streaming:
         raise ValueError("eager is not available with streaming=true (a streamed fragment mixes its outer step in): "
                          "leave one of them out")
@@ -111,7 +115,7 @@ class DiLoCoConfig(AlgorithmConfig):
         if self.round_seconds is not None:
             check_round_seconds(self, streaming=self.streaming)
         if self.eager:
-            check_eager(self.overlap, streaming=self.streaming)
+            check_eager(self.overlap, streaming=self.streaming, timed=self.round_seconds is not None)
         return self
 
     @property

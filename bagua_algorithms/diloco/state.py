@@ -109,6 +109,8 @@ def restore(impl: DiLoCoRankState, state: dict[str, Any]) -> None:
     """Restore :func:`state_of`'s result into a freshly wrapped module's impl."""
     if not state:
         return
+    for fragment in list(impl.futures):  # an exchange of this impl's own on the courier: it completes on the group
+        impl._land(fragment)
     module = impl._module
     impl.step_offset = int(state["train_step"]) - module.bagua_train_step_counter
     if impl.need_reset():

@@ -1,18 +1,20 @@
 """Rounds bounded in time (``round_seconds``): no replica waits for a slower one, each merge weighted by samples.
 
 A replica (a rank; on a model sharded with FSDP2 the node's ranks together) ends its round after the inner step
-at which ``elapsed + elapsed / steps / 2 >= round_seconds``: ``elapsed`` is :data:`clock` now minus its value at
-the round's first training forward, ``steps`` the inner steps taken in the round (so a round ends at the step
-whose end is nearest ``round_seconds``, and at least one step is taken). The ranks that must agree do so over a
-one-element MAX (the round ends when any of them would end it): the ranks of a sharded replica over their node's
-group, and in fault-tolerant mode, where every step is a quorum of all replicas, every participant over the
-quorum's group. A fast replica thus takes more inner steps than a slow one and waits at the merge for at most
-about one step of the slowest.
+at which ``elapsed + elapsed / steps / 2 >= round_seconds`` and its previous round has been merged: ``elapsed``
+is :data:`clock` now minus its value at the round's first training forward, ``steps`` the inner steps taken in
+the round (so a round ends at the step whose end is nearest ``round_seconds``, and at least one step is taken).
+The ranks that must agree do so over a one-element MAX (the round ends when any of them would end it): the ranks
+of a sharded replica over their node's group, and in fault-tolerant mode, where every step is a quorum of all
+replicas, every participant over the quorum's group. A fast replica thus takes more inner steps than a slow one;
+it sends its round without waiting and merges it once the others' parts have landed
+(``DiLoCoAlgorithmImpl._end_of_timed_step``).
 
 The merge weights each replica's contribution by ``n_r``, the samples it trained on in the round
-(:func:`~bagua_core.api.samples_in` of every training forward's inputs, summed over a sharded replica's ranks;
-0 for a replica that joined in the middle of the round in fault-tolerant mode): one allgather of ``n_r``
-(float64) gives every replica ``w_r = R * n_r / N`` (``N = sum n_r``; every ``w_r`` = 1 when ``N`` is 0).
+(:func:`~bagua_core.api.samples_in` of every training forward's inputs, summed over a sharded replica's ranks by
+:func:`replica_samples`; 0 for a replica that joined in the middle of the round in fault-tolerant mode): one
+allgather of ``(n_r, done_r)`` (float64, :func:`replica_weights`) gives every replica ``w_r = R * n_r / N``
+(``N = sum n_r``; every ``w_r`` = 1 when ``N`` is 0) and whether every replica is done (the join at shutdown).
 
 :data:`clock` is what the rounds read; a test replaces it to give every rank a fixed cost per step.
 
@@ -20,7 +22,8 @@ Example::
 
     >>> progress = RoundProgress(round_seconds=20.0)
     >>> progress.on_forward((x, y)); ...; progress.after_step()     # True: end the round after this step
-    >>> weights, own = replica_weights(progress.contribution(), group, nranks, shard_peers, device)
+    >>> samples = replica_samples(progress.contribution(), shard_peers, device)
+    >>> weights, own, all_done = replica_weights(samples, False, group, nranks, device)
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import torch.distributed as dist
 
 from bagua_core.api import all_gather_single, record_payload, samples_in
 
-__all__ = ["clock", "RoundProgress", "agree_to_end", "replica_weights"]
+__all__ = ["clock", "RoundProgress", "agree_to_end", "replica_samples", "replica_weights"]
 
 clock: Callable[[], float] = time.monotonic
 """The seconds the rounds read (module doc); a test replaces it (``timed.clock = fake``)."""
@@ -116,23 +119,33 @@ def agree_to_end(wants: bool, between: Any, shard_peers: Any, device: torch.devi
     return bool(flag.item() > 0)
 
 
-def replica_weights(samples: int, group: Any, nranks: int, shard_peers: Any,
-                    device: torch.device) -> tuple[list[float], float]:
-    """Every replica's ``w_r = R * n_r / N`` in the group's rank order (module doc), and this replica's, from this
-    rank's ``samples``: summed over ``shard_peers`` (a sharded replica's ranks), then allgathered over ``group``
-    (float64). This replica's weight is computed from its own ``n_r`` by the same expression: the same float as
-    its entry in the list."""
+def replica_samples(samples: int, shard_peers: Any, device: torch.device) -> float:
+    """``n_r``: this rank's ``samples`` summed over ``shard_peers`` (a sharded replica's ranks; None: one rank)."""
+    if shard_peers is None:
+        return float(samples)
     mine = torch.tensor([float(samples)], dtype=torch.float64, device=device)
-    if shard_peers is not None:
-        record_payload("allreduce", mine)
-        dist.all_reduce(mine, group=shard_peers)
-    everyone = torch.zeros(nranks, dtype=torch.float64, device=device)
+    record_payload("allreduce", mine)
+    dist.all_reduce(mine, group=shard_peers)
+    return float(mine)
+
+
+def replica_weights(samples: float, done: bool, group: Any, nranks: int,
+                    device: torch.device) -> tuple[list[float], float, bool]:
+    """Every replica's ``w_r = R * n_r / N`` in the group's rank order (module doc), this replica's, and whether
+    every replica is done (:meth:`~bagua_algorithms.diloco.DiLoCoAlgorithmImpl.shutdown`'s join), from this
+    replica's ``n_r`` (``samples``) and ``done``: one allgather of ``(n_r, done_r)`` over ``group`` (float64).
+    This replica's weight is computed from its own ``n_r`` by the same expression: the same float as its entry
+    in the list."""
+    mine = torch.tensor([float(samples), 1.0 if done else 0.0], dtype=torch.float64, device=device)
+    everyone = torch.zeros(2 * nranks, dtype=torch.float64, device=device)
     if nranks > 1:
         record_payload("allgather", mine)
         all_gather_single(everyone, mine, group=group)
     else:
         everyone.copy_(mine)
-    total = float(everyone.sum())
-    if not total > 0 or not torch.isfinite(everyone).all():  # (a failed collective's buffer: the step is undone)
-        return [1.0] * nranks, 1.0
-    return [nranks * n / total for n in everyone.tolist()], nranks * float(mine) / total
+    counts, flags = everyone[0::2], everyone[1::2]
+    all_done = bool((flags > 0).all())
+    total = float(counts.sum())
+    if not total > 0 or not torch.isfinite(counts).all():  # (a failed collective's buffer: the step is undone)
+        return [1.0] * nranks, 1.0, all_done
+    return [nranks * n / total for n in counts.tolist()], nranks * float(samples) / total, all_done

@@ -71,7 +71,7 @@ class SparseLoCoConfig(AlgorithmConfig):
         if self.round_seconds is not None:
             check_round_seconds(self)
         if self.eager:
-            check_eager(self.overlap_steps)
+            check_eager(self.overlap_steps, timed=self.round_seconds is not None)
         return self
 
     # --- what diloco's round reads and sparseloco fixes (bagua_algorithms.diloco.RoundOptions) ----

@@ -1,4 +1,5 @@
-"""``get_backend(model_name)``: the communication backend of a wrapped module, found by its name.
+"""``get_backend(model_name)``: the communication backend of a wrapped module, found by its name; and the wrapped
+modules shut down when the job's groups are destroyed.
 
 The original kept one backend per ``bagua_module_name`` (its Rust scheduler); algorithms written for it
 call ``bagua_module._bagua_backend.wait_pending_comm_ops()``. Here the backend of a module is a view of
@@ -8,6 +9,12 @@ Example::
 
     >>> model = model.with_bagua([optimizer], "gradient_allreduce")
     >>> get_backend(model.bagua_module_name).wait_pending_comm_ops()
+
+Every module still wrapped when ``destroy_process_group`` runs (explicitly, or at exit) is shut down first, on
+every rank, while the groups work (:func:`shut_down_live_modules`): its pending communication completes and its
+algorithm finishes with its peers (``AlgorithmImpl.shutdown``: a replica whose training loop ended sooner than
+another's takes part in the rounds the other still runs) instead of leaving them a dead peer. Not in
+fault-tolerant mode, where a replica that leaves is one the others survive, nor after a failure of the job.
 """
 
 from __future__ import annotations
@@ -17,12 +24,15 @@ import weakref
 import torch
 
 from bagua_core.runtime.exceptions import BaguaError
+from bagua_core.runtime.process_group import before_destroy
 from bagua_core.lifecycle.module_state import state_of
 from bagua_core.lifecycle.scheduler import BucketScheduler
 
-__all__ = ["ModuleBackend", "get_backend", "register_module"]
+__all__ = ["ModuleBackend", "get_backend", "register_module", "shut_down_live_modules"]
 
 _modules: weakref.WeakValueDictionary[str, torch.nn.Module] = weakref.WeakValueDictionary()
+_live: weakref.WeakKeyDictionary[torch.nn.Module, None] = weakref.WeakKeyDictionary()
+"""Every module wrapped and not shut down at the last destroy, in the order first wrapped (the same on every rank)."""
 
 
 class ModuleBackend:
@@ -59,6 +69,20 @@ class ModuleBackend:
 def register_module(module: torch.nn.Module) -> None:
     """Make ``module`` the one ``get_backend(module.bagua_module_name)`` serves (``with_bagua`` calls it)."""
     _modules[module.bagua_module_name] = module
+    _live[module] = None
+
+
+def shut_down_live_modules() -> None:
+    """``bagua_shutdown()`` every module still wrapped, in the order they were wrapped (module doc); fault-tolerant
+    mode's are left to its runtime."""
+    for module in list(_live):
+        state = state_of(module)
+        if state is not None and not state.process_group.membership.on_quorum:
+            module.bagua_shutdown()
+    _live.clear()
+
+
+before_destroy(shut_down_live_modules)
 
 
 def get_backend(model_name: str) -> ModuleBackend:

@@ -13,7 +13,7 @@ import gc
 import logging
 import os
 import weakref
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 
 import torch
 import torch.distributed as dist
@@ -33,6 +33,7 @@ __all__ = [
     "from_torch_group",
     "get_default_group",
     "destroy_process_group",
+    "before_destroy",
     "choose_backend",
     "rank_not_in_group",
     "torch_to_bagua_pg_map",
@@ -44,6 +45,7 @@ _default_group: BaguaProcessGroup | None = None
 _node_keys: list[str] = []  # node key of every global rank
 _group_count = 0
 _all_groups: weakref.WeakSet = weakref.WeakSet()  # every BaguaProcessGroup, released by destroy_process_group
+_before_destroy: list[Callable[[], None]] = []  # what destroy_process_group runs first (before_destroy)
 
 
 class BaguaProcessGroup:
@@ -459,6 +461,14 @@ dist.ProcessGroup.bagua_get_inter_node_communicator = lambda self: _bagua_pg(sel
 dist.ProcessGroup.bagua_get_intra_node_communicator = lambda self: _bagua_pg(self).get_intra_node_communicator()
 
 
+def before_destroy(fn: Callable[[], None]) -> None:
+    """Run ``fn()`` at the start of every :func:`destroy_process_group` (so at exit too) while the groups still
+    work, unless this rank's job failed: what a layer above must finish with its peers first (the wrapped
+    modules' shutdown). Registered once per ``fn``."""
+    if fn not in _before_destroy:
+        _before_destroy.append(fn)
+
+
 def destroy_process_group() -> None:
     """Stop the default group and torch.distributed (tests and clean shutdown). Also runs at exit.
 
@@ -468,6 +478,9 @@ def destroy_process_group() -> None:
     their backend threads can be killed while taking the GIL, which aborts the process ("terminate
     called without an active exception") after all its work is done."""
     global _default_group
+    if failure.record.state.failure is None and _default_group is not None:
+        for fn in list(_before_destroy):
+            fn()
     failed = failure.record.state.failure is not None
     failure.stop()  # after this rank's own failure: lingers until the peers learned it
     torch_groups = [dist.group.WORLD] if dist.is_initialized() else []
