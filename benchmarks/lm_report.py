@@ -79,23 +79,25 @@ def _limit_line(group: Sequence[dict], baseline: str) -> str:
 def _table(group: Sequence[dict], target: float, baseline: str, sharded: bool) -> list[str]:
     held = ["MB held/rank (x replicated)"] if sharded else []
     link = "MB/step on a host's link" if sharded else "MB sent/step/rank"
-    lines = ["| " + " | ".join(["method", *held, "s/step", link, f"seconds to loss {target}",
-                                 f"sooner than {baseline}", f"samples to target vs {baseline}",
-                                 "share of the zero-communication limit", "loss at budget"]) + " |",
-             "| --- |" + " ---: |" * (len(held) + 7)]
+    lines = ["| " + " | ".join(["method", *held, "s/step", "s/step waited on rounds", link,
+                                 f"seconds to loss {target}", f"sooner than {baseline}",
+                                 f"samples to target vs {baseline}", "share of the zero-communication limit",
+                                 "loss at budget"]) + " |",
+             "| --- |" + " ---: |" * (len(held) + 8)]
     first = next((r for r in group if "curve" in r), None)
     if first is not None and first.get("limit_s") is not None:
-        lines.append("| zero-communication limit |" + " |" * len(held) + f" | 0 | {first['limit_s']:.0f} | | 1.00x | "
+        lines.append("| zero-communication limit |" + " |" * len(held) + f" | | 0 | {first['limit_s']:.0f} | | 1.00x | "
                      "1.00 | |")
     for r in group:
         if "curve" not in r:
-            lines.append(f"| {r['method']} | failed: {r.get('error', '?')[:80]} |" + " |" * (len(held) + 6))
+            lines.append(f"| {r['method']} | failed: {r.get('error', '?')[:80]} |" + " |" * (len(held) + 7))
             continue
         cells = [r["method"]]
         if sharded:
             cells.append(f"{r['held_bytes_per_rank'] / 1e6:.1f} "
                          f"({r['held_bytes_per_rank'] / r['replicated_bytes_per_rank']:.2f})")
-        cells += [f"{1 / max(r['steps_per_s'], 1e-9):.2f}", f"{r['mb_per_step']:.2f}", _seconds(r), _speedup(r),
+        cells += [f"{1 / max(r['steps_per_s'], 1e-9):.2f}", _fmt(r.get("exposed_s_per_step"), "{:.3f}", "-"),
+                  f"{r['mb_per_step']:.2f}", _seconds(r), _speedup(r),
                   _fmt(r["samples_vs_ddp"], "{:.2f}x", "-"), _share(r), _loss(r)]
         lines.append("| " + " | ".join(cells) + " |")
     return lines

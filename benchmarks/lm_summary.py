@@ -81,7 +81,8 @@ def _row(row: dict, target: float) -> dict:
             "steps_to_target": crossing(curve, target, "step"), "samples_to_target": crossing(curve, target, "samples"),
             "loss_at_budget": loss_at(curve, row["budget_s"]), "steps_per_s": last["step"] / max(last["seconds"], 1e-9),
             "samples_per_s": last["samples"] / max(last["seconds"], 1e-9),
-            "hosts_samples_per_s": sum(host_throughputs(row)), "mb_per_step": tx / max(row["steps"], 1) / 1e6}
+            "hosts_samples_per_s": sum(host_throughputs(row)), "mb_per_step": tx / max(row["steps"], 1) / 1e6,
+            "exposed_s_per_step": row.get("exposed_s_per_step")}
 
 
 def _median(values: Sequence[float | None]) -> float | None:
@@ -119,7 +120,7 @@ def _aggregate(runs: list[dict]) -> dict[str, Any]:
     for key in ("steps_to_target", "samples_to_target"):
         out[key] = _median([r[key] for r in runs])
     for key in ("loss_at_budget", "steps_per_s", "samples_per_s", "hosts_samples_per_s", "mb_per_step",
-                "held_bytes_per_rank"):
+                "held_bytes_per_rank", "exposed_s_per_step"):
         out[key] = statistics.median(r[key] for r in runs if r.get(key) is not None) if runs[0].get(key) is not None \
             else None
     losses = [r["loss_at_budget"] for r in runs]

@@ -43,6 +43,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule
 
+from bagua_core.api import is_wrapped
 from benchmarks.e2e_worker import hang_watchdog, read_counter
 from benchmarks.lm_data import load_corpus
 from benchmarks.lm_measure import averaged_weights, held_bytes, replicated_bytes
@@ -70,6 +71,12 @@ LM_METHOD_OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "diloco_streaming": ("diloco", {"inner_steps": 12, "streaming": True, "fragments": 4, "overlap_steps": 1,
                                     "compression": "MinMaxUInt4"}),
     "sparseloco": ("sparseloco", {"inner_steps": 25}),
+    # overlapped rounds: the exchange travels during overlap_steps inner steps (eager: from a proxy outer step)
+    "sparseloco_h5": ("sparseloco", {"inner_steps": 5}),
+    "sparseloco_overlap": ("sparseloco", {"inner_steps": 5, "overlap_steps": 2}),
+    "sparseloco_eager": ("sparseloco", {"inner_steps": 5, "overlap_steps": 2, "eager": True}),
+    "diloco_overlap": ("diloco", {"inner_steps": 25, "overlap_steps": 8}),
+    "diloco_eager": ("diloco", {"inner_steps": 25, "overlap_steps": 8, "eager": True}),
     # the modes where no host waits for a slower one: rounds bounded in time, merges weighted by samples
     "diloco_timed": ("diloco", {"round_seconds": LM_ROUND_SECONDS}),
     "sparseloco_timed": ("sparseloco", {"round_seconds": LM_ROUND_SECONDS}),
@@ -185,6 +192,8 @@ def train_method(method: str, corpus, args: argparse.Namespace, mesh: Any = None
         model, optimizer = prepare(name, model, lr=LR, qadam_lr=LR, qadam_warmup=WARMUP_STEPS,
                                    make_optimizer=_make_optimizer, options=options)
     group = mesh["replicate"].get_group() if mesh is not None else None
+    # a bagua algorithm's seconds on the training thread in its hooks: what a step waited on communication
+    metrics = model.bagua_metrics() if is_wrapped(model) else None
     independent = steps_independently(name, options, sharded=mesh is not None)
     in_rounds = merges_in_rounds(name, options)
     # --eval-after-merges: rounds of H inner steps evaluated right after merges (steps counted from the warmup's end)
@@ -248,6 +257,10 @@ def train_method(method: str, corpus, args: argparse.Namespace, mesh: Any = None
             next_round = merged + max(1, round(merged / slowest * args.budget / args.evals))
     tx = read_counter(args.iface) - tx0 - eval_tx[0]
     extra: dict[str, Any] = {}
+    if metrics is not None:  # the slowest rank's: the hosts wait for it at every evaluation
+        exposed: list[Any] = [None] * world
+        dist.all_gather_object(exposed, metrics.totals()["exposed_comm_s"] / max(step, 1))
+        extra["exposed_s_per_step"] = max(exposed)
     if peer is not None:
         extra = peer.stats()
         peer.close()
