@@ -1,11 +1,13 @@
 """sparseloco: at bits=32 equal (1e-6) to SparseLoCo written here from the issue's formulas with plain
 torch.distributed (2 and 3 replicas, chunks with short tails, the default chunk); at bits=2 the bytes a rank
-hands to collectives per round within ``sum over chunks of (k' * (bits/8 + 2) + 8)`` and at most 1/40 of
-diloco's fp32 pseudo-gradient (both measured by the communication stats), and training as well as bits=32;
-exact resume from a checkpoint; a joiner's heal takes theta_global but not the accumulator (the message itself
-and the options: test_sparseloco_codec.py)."""
+hands to collectives per round within ``sum over chunks of (k' * (bits + 2 + log2(len / k')) / 8 + 6) + 2``
+and at most 1/140 of diloco's fp32 pseudo-gradient (both measured by the communication stats), and training as
+well as bits=32; exact resume from a checkpoint; a joiner's heal takes theta_global but not the accumulator (the
+message itself and the options: test_sparseloco_codec.py)."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -132,16 +134,17 @@ def _bytes_per_round(rank: int, spec: dict) -> int:
     return sent
 
 
-def test_two_bit_bytes_per_round_within_the_bound_and_a_fortieth_of_diloco() -> None:
+def test_two_bit_bytes_per_round_within_the_bound_and_a_140th_of_diloco() -> None:
     sizes = [p.numel() for p in Wide().parameters()]
     bits, k, C = 2, 64, 4096
-    bound = sum(min(k, min(C, n - b)) * (bits / 8 + 2) + 8 for n in sizes for b in range(0, n, C))
+    chunks = [(min(C, n - b), min(k, C, n - b)) for n in sizes for b in range(0, n, C)]
+    bound = sum(kk * (bits + 2 + math.log2(m / kk)) / 8 + 6 for m, kk in chunks) + 2
     sparse = run_workers(_bytes_per_round, 2, {"name": "sparseloco", "inner_steps": 3})
     dense = run_workers(_bytes_per_round, 2, {"name": "diloco", "inner_steps": 3})
     assert dense == [4 * sum(sizes)] * 2  # diloco: the fp32 pseudo-gradient
     for rank, nbytes in enumerate(sparse):
         assert 0 < nbytes <= bound, f"rank {rank}: {nbytes} bytes per round, bound {bound}"
-        assert 40 * nbytes <= dense[rank], f"rank {rank}: {nbytes} bytes per round, diloco's {dense[rank]}"
+        assert 140 * nbytes <= dense[rank], f"rank {rank}: {nbytes} bytes per round, diloco's {dense[rank]}"
     print(f"bytes per round: sparseloco {sparse[0]} (bound {bound:.0f}), diloco {dense[0]}: "
           f"1/{dense[0] / sparse[0]:.1f}")
 

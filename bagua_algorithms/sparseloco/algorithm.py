@@ -14,14 +14,14 @@ local shards):
    continues from ``theta_global``.
 
 Communicated: every H steps one allgather of a uint8 message of at most ``sum over chunks of
-(k' * (bits / 8 + 2) + 8)`` bytes per replica, on the algorithm's own process group (creating it is
-collective), or on the quorum's group in fault-tolerant mode (R = the round's participants; a joiner heals
-``theta_global``, the weights and the optimizers from a live replica and starts with ``e = 0``). The round
-is diloco's (:class:`bagua_algorithms.diloco.DiLoCoAlgorithmImpl`: events after every optimizer has stepped,
-sharded local shards, diloco's checkpoints, where ``e`` is the ``residuals``); sparseloco supplies, through the
-round's extension methods, its exchange (``new_exchange``: diloco's :class:`bagua_algorithms.diloco.FragmentExchange`
-with the decay and the :class:`~.codec.ChunkTopK` codec) and its outer step (``new_outer``: SGD, lr ``outer_lr``,
-no momentum).
+(k' * (bits + 2 + log2(len / k')) / 8 + 6) + 2`` bytes per replica (the indices Elias-Fano coded), on the
+algorithm's own process group (creating it is collective), or on the quorum's group in fault-tolerant mode
+(R = the round's participants; a joiner heals ``theta_global``, the weights and the optimizers from a live
+replica and starts with ``e = 0``). The round is diloco's (:class:`bagua_algorithms.diloco.DiLoCoAlgorithmImpl`:
+events after every optimizer has stepped, sharded local shards, diloco's checkpoints, where ``e`` is the
+``residuals``); sparseloco supplies, through the round's extension methods, its exchange (``new_exchange``:
+diloco's :class:`bagua_algorithms.diloco.FragmentExchange` with the decay and the :class:`~.codec.ChunkTopK`
+codec) and its outer step (``new_outer``: SGD, lr ``outer_lr``, no momentum).
 
 Example::
 
@@ -71,5 +71,6 @@ class SparseLoCoAlgorithm(Algorithm):
                                     heals=("weights", "optimizer", "algorithm_state", "step"), commit="after_step",
                                     rederives=("averaging denominator",),
                                     per_replica_state=("residuals", "round_samples")))
-    """Every ``inner_steps`` steps a message of ``(topk * (bits / 8 + 2) + 6) / (4 * chunk_size)`` of the fp32
-    weights' bytes for tensors of whole chunks (1/109 at the defaults)."""
+    """Every ``inner_steps`` steps a message of about ``(48 + topk * (bits + l + 1) + ((chunk_size - 1) >> l)) /
+    (32 * chunk_size)`` of the fp32 weights' bytes for tensors of whole chunks, ``l = floor(log2(chunk_size /
+    topk))``, without the 48 at ``bits=32`` (1/190.8 at the defaults)."""

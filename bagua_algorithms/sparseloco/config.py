@@ -17,7 +17,9 @@ from bagua_core.api import AlgorithmConfig
 __all__ = ["SparseLoCoConfig", "MAX_CHUNK_SIZE"]
 
 MAX_CHUNK_SIZE = 1 << 16
-"""An entry's index within its chunk travels as 16 bits."""
+"""The largest ``chunk_size``. The message does not need it (its indices travel Elias-Fano coded, :mod:`.codec`,
+not as 16 bits each): it bounds the selection's padding, every tensor's last chunk being selected from a row of
+``chunk_size`` elements (:mod:`.chunks`)."""
 
 
 class SparseLoCoConfig(AlgorithmConfig):
@@ -31,7 +33,7 @@ class SparseLoCoConfig(AlgorithmConfig):
     feedback; 0: what a replica did not send is dropped at the next round)."""
     chunk_size: StrictInt = Field(4096, ge=1, le=MAX_CHUNK_SIZE)
     """C: each parameter tensor (flattened) is cut into consecutive chunks of C elements (the last may be
-    shorter), at most 65536 (an index within a chunk travels as 16 bits)."""
+    shorter), at most 65536 (``MAX_CHUNK_SIZE``: the selection pads each tensor's last chunk to ``chunk_size``)."""
     topk: StrictInt = Field(64, ge=1)
     """k: entries of largest ``|e|`` each chunk sends (a shorter chunk sends min(k, its length)); at most
     ``chunk_size``."""
