@@ -11,9 +11,8 @@ is listed in ``__all__`` is the contract (``docs/plugins.md`` documents it, ``te
   contract of the plugin's own), ``get_plugin_manager`` (register a plugin inline in a test).
 - **Buckets and their operations**: ``BaguaBucket`` (``append_op``, ``ops``, ``flattened_view``, ...),
   ``BucketOperand`` (what an operation may use of a bucket), ``group_tensors`` and ``split_into_buckets``, the
-  full-precision allreduce op ``CentralizedSynchronousOp`` with ``start_allreduce_in_pieces``, the hierarchical
-  pattern (``reduce_to_leader``, ``broadcast_from_leader``, ``resolve_group``) and the pipelined-exchange
-  engine (``segments``, ``schedule``, ``post_receives``, ``send_segment``, ``wait_all``, ``Segment``).
+  full-precision allreduce op ``CentralizedSynchronousOp`` with ``start_allreduce_in_pieces`` and the hierarchical
+  pattern (``reduce_to_leader``, ``broadcast_from_leader``, ``resolve_group``).
 - **Collectives**: ``ReduceOp``, ``BaguaCommunicator``, ``allreduce_inplace``, ``allreduce_inplace_start``,
   ``allgather``, ``all_gather_single``, ``alltoall``, ``broadcast``, ``reduce_inplace``, point-to-point
   ``isend``/``irecv``, and ``record_payload`` for what an algorithm hands to ``torch.distributed`` itself.
@@ -57,7 +56,6 @@ from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp, start_allreduce_in_pieces
 from bagua_core.lifecycle.bucket_ops.hierarchy import broadcast_from_leader, reduce_to_leader, resolve_group
 from bagua_core.lifecycle.bucket_ops.operand import BucketOperand
-from bagua_core.lifecycle.bucket_ops.pipeline import Segment, post_receives, schedule, segments, send_segment, wait_all
 from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance, auto_candidate, capabilities_of
 from bagua_core.lifecycle.batch import samples_in
 from bagua_core.lifecycle.rounds import RoundCount
@@ -123,12 +121,6 @@ __all__ = [
     "reduce_to_leader",
     "broadcast_from_leader",
     "resolve_group",
-    "Segment",
-    "segments",
-    "schedule",
-    "post_receives",
-    "send_segment",
-    "wait_all",
     # collectives
     "ReduceOp",
     "BaguaCommunicator",
