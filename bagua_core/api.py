@@ -6,7 +6,7 @@ is listed in ``__all__`` is the contract (``docs/plugins.md`` documents it, ``te
 
 - **Declaring an algorithm**: ``Algorithm``, ``AlgorithmConfig``, ``AlgorithmImpl`` (the lifecycle hooks,
   ``init_step_end_hook`` among them: once per training step, after every optimizer of the module has
-  stepped), ``Capabilities``, ``FaultTolerance``, ``capabilities_of``, ``auto_candidate``; the plugin's
+  stepped), ``Capabilities``, ``FaultTolerance``, ``capabilities_of``; the plugin's
   ``hookimpl`` and ``hookspec`` markers, ``algorithm_registry`` and ``NamedRegistry`` (a registry of a
   contract of the plugin's own), ``get_plugin_manager`` (register a plugin inline in a test).
 - **Buckets and their operations**: ``BaguaBucket`` (``append_op``, ``ops``, ``flattened_view``, ...),
@@ -17,7 +17,7 @@ is listed in ``__all__`` is the contract (``docs/plugins.md`` documents it, ``te
   ``allgather``, ``all_gather_single``, ``alltoall``, ``broadcast``, ``reduce_inplace``, point-to-point
   ``isend``/``irecv``, and ``record_payload`` for what an algorithm hands to ``torch.distributed`` itself.
 - **Groups and membership**: ``BaguaProcessGroup`` (``new_channel`` for a group of the algorithm's own),
-  ``get_default_group_or_none``, ``Membership``, ``FIXED``, ``group_failure`` (whether a quorum's group
+  ``get_default_group_or_none``, ``Membership`` (a fail-fast job's: ``Membership()``), ``group_failure`` (whether a quorum's group
   failed in this step, in fault-tolerant mode).
 - **The wrapped module**: ``switch_algorithm`` (the one way to change the impl, declaration or capabilities
   of a wrapped module), ``set_gradient_sync``, ``is_wrapped``; a sharded model's tensors: ``is_sharded``,
@@ -56,7 +56,7 @@ from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp, start_allreduce_in_pieces
 from bagua_core.lifecycle.bucket_ops.hierarchy import broadcast_from_leader, reduce_to_leader, resolve_group
 from bagua_core.lifecycle.bucket_ops.operand import BucketOperand
-from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance, auto_candidate, capabilities_of
+from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance, capabilities_of
 from bagua_core.lifecycle.batch import samples_in
 from bagua_core.lifecycle.rounds import RoundCount
 from bagua_core.lifecycle.module_state import is_wrapped, set_gradient_sync, shard_group, switch_algorithm
@@ -92,7 +92,7 @@ from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError, JobFailu
 from bagua_core.runtime.failure import first_failure
 from bagua_core.runtime.failure import guard as failure_guard
 from bagua_core.runtime.failure import translate as translate_failure
-from bagua_core.runtime.membership import FIXED, Membership, group_failure
+from bagua_core.runtime.membership import Membership, group_failure
 from bagua_core.runtime.process_group import BaguaProcessGroup, destroy_process_group, get_default_group_or_none
 from bagua_core.selection.single_node import defaults_to_hierarchical, on_one_node, without_hierarchy
 
@@ -104,7 +104,6 @@ __all__ = [
     "Capabilities",
     "FaultTolerance",
     "RoundCount",
-    "auto_candidate",
     "capabilities_of",
     "hookimpl",
     "hookspec",
@@ -138,7 +137,6 @@ __all__ = [
     "BaguaProcessGroup",
     "get_default_group_or_none",
     "Membership",
-    "FIXED",
     "group_failure",
     # the wrapped module
     "switch_algorithm",

@@ -29,13 +29,13 @@ PLUGIN_PACKAGES = (ROOT / "bagua_algorithms", ROOT / "bagua_codecs", ROOT / "plu
 PLUGIN_MODULES = {"bagua_core.api", "bagua_core.codecs", "bagua_core.kernels"}
 
 PINNED_API = {
-    "Algorithm", "AlgorithmConfig", "AlgorithmImpl", "Capabilities", "FaultTolerance", "RoundCount", "auto_candidate",
+    "Algorithm", "AlgorithmConfig", "AlgorithmImpl", "Capabilities", "FaultTolerance", "RoundCount",
     "capabilities_of", "hookimpl", "hookspec", "algorithm_registry", "NamedRegistry", "get_plugin_manager",
     "BaguaBucket", "BucketOperand", "group_tensors", "split_into_buckets", "CentralizedSynchronousOp",
     "start_allreduce_in_pieces", "reduce_to_leader", "broadcast_from_leader", "resolve_group",
     "ReduceOp", "BaguaCommunicator", "allreduce_inplace", "allreduce_inplace_start", "allgather", "all_gather_single",
     "alltoall", "broadcast", "reduce_inplace", "isend", "irecv", "record_payload",
-    "BaguaProcessGroup", "get_default_group_or_none", "Membership", "FIXED", "group_failure",
+    "BaguaProcessGroup", "get_default_group_or_none", "Membership", "group_failure",
     "switch_algorithm", "set_gradient_sync", "is_wrapped", "is_sharded", "local_shard", "load_optimizer_state",
     "shard_group", "samples_in", "has_nonfinite",
     "Prepared", "agree_or_raise", "model_signature",
