@@ -8,9 +8,9 @@ is listed in ``__all__`` is the contract (``docs/plugins.md`` documents it, ``te
   ``init_step_end_hook`` among them: once per training step, after every optimizer of the module has
   stepped), ``Capabilities``, ``FaultTolerance``, ``capabilities_of``; the plugin's
   ``hookimpl`` and ``hookspec`` markers, ``algorithm_registry`` and ``NamedRegistry`` (a registry of a
-  contract of the plugin's own), ``get_plugin_manager`` (register a plugin inline in a test).
+  contract of the plugin's own).
 - **Buckets and their operations**: ``BaguaBucket`` (``append_op``, ``ops``, ``flattened_view``, ...),
-  ``BucketOperand`` (what an operation may use of a bucket), ``group_tensors`` and ``split_into_buckets``, the
+  ``group_tensors`` (the core's bucketing suggestion, for ``tensors_to_buckets``), the
   full-precision allreduce op ``CentralizedSynchronousOp`` with ``start_allreduce_in_pieces`` and the hierarchical
   pattern (``reduce_to_leader``, ``broadcast_from_leader``, ``resolve_group``).
 - **Collectives**: ``ReduceOp``, ``BaguaCommunicator``, ``allreduce_inplace``, ``allreduce_inplace_start``,
@@ -25,8 +25,8 @@ is listed in ``__all__`` is the contract (``docs/plugins.md`` documents it, ``te
   (the samples a forward's inputs hold).
 - **Agreement before the first collective**: ``Prepared``, ``agree_or_raise``, ``model_signature``.
 - **Settings and failures**: ``get_default_bucket_size``, ``get_comm_timeout_s``, ``get_nonfinite_policy``,
-  ``get_rank``, ``get_world_size``, ``get_local_rank``, ``get_local_size``, ``init_process_group`` and
-  ``destroy_process_group`` (a plugin's test scripts); one node
+  ``get_local_size``, ``init_process_group`` (a wrapper that sets bagua up when only ``torch.distributed``
+  is); one node
   or many (``on_one_node``, ``defaults_to_hierarchical``, ``without_hierarchy``); ``first_failure``,
   ``failure_guard`` and ``translate_failure`` (a failure on a thread of the algorithm's own reaches every
   rank); the errors ``BaguaError``, ``BaguaConfigError``, ``RankMismatchError``, ``JobFailureError``.
@@ -51,11 +51,10 @@ Example::
 from __future__ import annotations
 
 from bagua_core.bootstrap import init_process_group
-from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl, group_tensors, split_into_buckets
+from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl, group_tensors
 from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp, start_allreduce_in_pieces
 from bagua_core.lifecycle.bucket_ops.hierarchy import broadcast_from_leader, reduce_to_leader, resolve_group
-from bagua_core.lifecycle.bucket_ops.operand import BucketOperand
 from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance, capabilities_of
 from bagua_core.lifecycle.batch import samples_in
 from bagua_core.lifecycle.rounds import RoundCount
@@ -63,7 +62,7 @@ from bagua_core.lifecycle.module_state import is_wrapped, set_gradient_sync, sha
 from bagua_core.lifecycle.tensor import is_sharded, load_optimizer_state, local_shard
 from bagua_core.module.initial_sync import model_signature
 from bagua_core.module.nonfinite import has_nonfinite
-from bagua_core.plugins import NamedRegistry, algorithm_registry, get_plugin_manager, hookimpl
+from bagua_core.plugins import NamedRegistry, algorithm_registry, hookimpl
 from bagua_core.plugins.hookspecs import hookspec
 from bagua_core.runtime.agreement import Prepared, agree_or_raise
 from bagua_core.runtime.communication import (
@@ -82,18 +81,15 @@ from bagua_core.runtime.communication.torch_compat import all_gather_single
 from bagua_core.runtime.env import (
     get_comm_timeout_s,
     get_default_bucket_size,
-    get_local_rank,
     get_local_size,
     get_nonfinite_policy,
-    get_rank,
-    get_world_size,
 )
 from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError, JobFailureError, RankMismatchError
 from bagua_core.runtime.failure import first_failure
 from bagua_core.runtime.failure import guard as failure_guard
 from bagua_core.runtime.failure import translate as translate_failure
 from bagua_core.runtime.membership import Membership, group_failure
-from bagua_core.runtime.process_group import BaguaProcessGroup, destroy_process_group, get_default_group_or_none
+from bagua_core.runtime.process_group import BaguaProcessGroup, get_default_group_or_none
 from bagua_core.selection.single_node import defaults_to_hierarchical, on_one_node, without_hierarchy
 
 __all__ = [
@@ -109,12 +105,9 @@ __all__ = [
     "hookspec",
     "algorithm_registry",
     "NamedRegistry",
-    "get_plugin_manager",
     # buckets and their operations
     "BaguaBucket",
-    "BucketOperand",
     "group_tensors",
-    "split_into_buckets",
     "CentralizedSynchronousOp",
     "start_allreduce_in_pieces",
     "reduce_to_leader",
@@ -156,12 +149,8 @@ __all__ = [
     "get_default_bucket_size",
     "get_comm_timeout_s",
     "get_nonfinite_policy",
-    "get_rank",
-    "get_world_size",
-    "get_local_rank",
     "get_local_size",
     "init_process_group",
-    "destroy_process_group",
     "on_one_node",
     "defaults_to_hierarchical",
     "without_hierarchy",
