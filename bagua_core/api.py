@@ -6,19 +6,18 @@ is listed in ``__all__`` is the contract (``docs/plugins.md`` documents it, ``te
 
 - **Declaring an algorithm**: ``Algorithm``, ``AlgorithmConfig``, ``AlgorithmImpl`` (the lifecycle hooks,
   ``init_step_end_hook`` among them: once per training step, after every optimizer of the module has
-  stepped), ``Capabilities``, ``FaultTolerance``, ``capabilities_of``, ``auto_candidate``; the plugin's
+  stepped), ``Capabilities``, ``FaultTolerance``, ``capabilities_of``; the plugin's
   ``hookimpl`` and ``hookspec`` markers, ``algorithm_registry`` and ``NamedRegistry`` (a registry of a
-  contract of the plugin's own), ``get_plugin_manager`` (register a plugin inline in a test).
+  contract of the plugin's own).
 - **Buckets and their operations**: ``BaguaBucket`` (``append_op``, ``ops``, ``flattened_view``, ...),
-  ``BucketOperand`` (what an operation may use of a bucket), ``group_tensors`` and ``split_into_buckets``, the
-  full-precision allreduce op ``CentralizedSynchronousOp`` with ``start_allreduce_in_pieces``, the hierarchical
-  pattern (``reduce_to_leader``, ``broadcast_from_leader``, ``resolve_group``) and the pipelined-exchange
-  engine (``segments``, ``schedule``, ``post_receives``, ``send_segment``, ``wait_all``, ``Segment``).
+  ``group_tensors`` (the core's bucketing suggestion, for ``tensors_to_buckets``), the
+  full-precision allreduce op ``CentralizedSynchronousOp`` with ``start_allreduce_in_pieces`` and the hierarchical
+  pattern (``reduce_to_leader``, ``broadcast_from_leader``, ``resolve_group``).
 - **Collectives**: ``ReduceOp``, ``BaguaCommunicator``, ``allreduce_inplace``, ``allreduce_inplace_start``,
   ``allgather``, ``all_gather_single``, ``alltoall``, ``broadcast``, ``reduce_inplace``, point-to-point
   ``isend``/``irecv``, and ``record_payload`` for what an algorithm hands to ``torch.distributed`` itself.
 - **Groups and membership**: ``BaguaProcessGroup`` (``new_channel`` for a group of the algorithm's own),
-  ``get_default_group_or_none``, ``Membership``, ``FIXED``, ``group_failure`` (whether a quorum's group
+  ``get_default_group_or_none``, ``Membership`` (a fail-fast job's: ``Membership()``), ``group_failure`` (whether a quorum's group
   failed in this step, in fault-tolerant mode).
 - **The wrapped module**: ``switch_algorithm`` (the one way to change the impl, declaration or capabilities
   of a wrapped module), ``set_gradient_sync``, ``is_wrapped``; a sharded model's tensors: ``is_sharded``,
@@ -26,8 +25,8 @@ is listed in ``__all__`` is the contract (``docs/plugins.md`` documents it, ``te
   (the samples a forward's inputs hold).
 - **Agreement before the first collective**: ``Prepared``, ``agree_or_raise``, ``model_signature``.
 - **Settings and failures**: ``get_default_bucket_size``, ``get_comm_timeout_s``, ``get_nonfinite_policy``,
-  ``get_rank``, ``get_world_size``, ``get_local_rank``, ``get_local_size``, ``init_process_group`` and
-  ``destroy_process_group`` (a plugin's test scripts); one node
+  ``get_local_size``, ``init_process_group`` (a wrapper that sets bagua up when only ``torch.distributed``
+  is); one node
   or many (``on_one_node``, ``defaults_to_hierarchical``, ``without_hierarchy``); ``first_failure``,
   ``failure_guard`` and ``translate_failure`` (a failure on a thread of the algorithm's own reaches every
   rank); the errors ``BaguaError``, ``BaguaConfigError``, ``RankMismatchError``, ``JobFailureError``.
@@ -52,20 +51,18 @@ Example::
 from __future__ import annotations
 
 from bagua_core.bootstrap import init_process_group
-from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl, group_tensors, split_into_buckets
+from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl, group_tensors
 from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp, start_allreduce_in_pieces
 from bagua_core.lifecycle.bucket_ops.hierarchy import broadcast_from_leader, reduce_to_leader, resolve_group
-from bagua_core.lifecycle.bucket_ops.operand import BucketOperand
-from bagua_core.lifecycle.bucket_ops.pipeline import Segment, post_receives, schedule, segments, send_segment, wait_all
-from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance, auto_candidate, capabilities_of
+from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance, capabilities_of
 from bagua_core.lifecycle.batch import samples_in
 from bagua_core.lifecycle.rounds import RoundCount
 from bagua_core.lifecycle.module_state import is_wrapped, set_gradient_sync, shard_group, switch_algorithm
 from bagua_core.lifecycle.tensor import is_sharded, load_optimizer_state, local_shard
 from bagua_core.module.initial_sync import model_signature
 from bagua_core.module.nonfinite import has_nonfinite
-from bagua_core.plugins import NamedRegistry, algorithm_registry, get_plugin_manager, hookimpl
+from bagua_core.plugins import NamedRegistry, algorithm_registry, hookimpl
 from bagua_core.plugins.hookspecs import hookspec
 from bagua_core.runtime.agreement import Prepared, agree_or_raise
 from bagua_core.runtime.communication import (
@@ -84,18 +81,15 @@ from bagua_core.runtime.communication.torch_compat import all_gather_single
 from bagua_core.runtime.env import (
     get_comm_timeout_s,
     get_default_bucket_size,
-    get_local_rank,
     get_local_size,
     get_nonfinite_policy,
-    get_rank,
-    get_world_size,
 )
 from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError, JobFailureError, RankMismatchError
 from bagua_core.runtime.failure import first_failure
 from bagua_core.runtime.failure import guard as failure_guard
 from bagua_core.runtime.failure import translate as translate_failure
-from bagua_core.runtime.membership import FIXED, Membership, group_failure
-from bagua_core.runtime.process_group import BaguaProcessGroup, destroy_process_group, get_default_group_or_none
+from bagua_core.runtime.membership import Membership, group_failure
+from bagua_core.runtime.process_group import BaguaProcessGroup, get_default_group_or_none
 from bagua_core.selection.single_node import defaults_to_hierarchical, on_one_node, without_hierarchy
 
 __all__ = [
@@ -106,29 +100,19 @@ __all__ = [
     "Capabilities",
     "FaultTolerance",
     "RoundCount",
-    "auto_candidate",
     "capabilities_of",
     "hookimpl",
     "hookspec",
     "algorithm_registry",
     "NamedRegistry",
-    "get_plugin_manager",
     # buckets and their operations
     "BaguaBucket",
-    "BucketOperand",
     "group_tensors",
-    "split_into_buckets",
     "CentralizedSynchronousOp",
     "start_allreduce_in_pieces",
     "reduce_to_leader",
     "broadcast_from_leader",
     "resolve_group",
-    "Segment",
-    "segments",
-    "schedule",
-    "post_receives",
-    "send_segment",
-    "wait_all",
     # collectives
     "ReduceOp",
     "BaguaCommunicator",
@@ -146,7 +130,6 @@ __all__ = [
     "BaguaProcessGroup",
     "get_default_group_or_none",
     "Membership",
-    "FIXED",
     "group_failure",
     # the wrapped module
     "switch_algorithm",
@@ -166,12 +149,8 @@ __all__ = [
     "get_default_bucket_size",
     "get_comm_timeout_s",
     "get_nonfinite_policy",
-    "get_rank",
-    "get_world_size",
-    "get_local_rank",
     "get_local_size",
     "init_process_group",
-    "destroy_process_group",
     "on_one_node",
     "defaults_to_hierarchical",
     "without_hierarchy",

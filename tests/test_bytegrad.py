@@ -96,7 +96,7 @@ def _deferred_like_one_at_a_time(rank: int, hierarchical: bool, defers: bool) ->
     import os
 
     from bagua_core.lifecycle.bucket import BaguaBucket
-    from bagua_core.lifecycle.bucket_ops import pipeline
+    from bagua_algorithms.bytegrad import pipeline
 
     os.environ["BAGUA_DEFAULT_BUCKET_SIZE"] = "300"
     pipeline.SEGMENT_NUMEL = 8  # several segments a chunk, a different count in each bucket

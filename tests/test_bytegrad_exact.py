@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from bagua_core.lifecycle.bucket_ops import pipeline
+from bagua_algorithms.bytegrad import pipeline
 from bagua_algorithms.bytegrad.compressed import (CompressedWorkspace, compressed_allreduce_on,
                                                    start_compressed_allreduce_on)
 from bagua_core.codecs import Codec, get_codec

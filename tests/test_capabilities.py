@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from bagua_core import Algorithm, AlgorithmImpl, BaguaConfigError, Capabilities
-from bagua_core.lifecycle.capabilities import auto_candidate, capabilities_of
+from bagua_algorithms.auto import auto_candidate
+from bagua_core.lifecycle.capabilities import capabilities_of
 from bagua_core.plugins import algorithm_registry
 
 BUILT_IN = ("gradient_allreduce", "bytegrad", "decentralized", "low_precision_decentralized", "qadam", "async",

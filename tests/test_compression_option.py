@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 from pydantic import ValidationError
 
-from bagua_core.lifecycle.bucket_ops import pipeline
+from bagua_algorithms.bytegrad import pipeline
 from bagua_algorithms.bytegrad.compressed import CompressedWorkspace, compressed_allreduce_on
 from bagua_algorithms.low_precision_decentralized import kernels as lpd_kernels
 from bagua_algorithms.low_precision_decentralized.op import LowPrecisionDecentralizedOp

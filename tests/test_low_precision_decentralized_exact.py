@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 
 from bagua_codecs import minmax_kernels as minmax
-from bagua_core.lifecycle.bucket_ops import pipeline
+from bagua_algorithms.bytegrad import pipeline
 from bagua_algorithms.low_precision_decentralized.op import LowPrecisionDecentralizedOp
 from bagua_core.runtime.process_group import get_default_group
 from tests.distributed import run_workers

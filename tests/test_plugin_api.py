@@ -1,6 +1,6 @@
 """The plugin boundary is the documented API: the built-in algorithms, the codecs and the example plugin import
 from ``bagua_core`` only its three plugin modules (``bagua_core.api``, ``bagua_core.codecs``,
-``bagua_core.kernels``), ``bagua_core.api.__all__`` is pinned here and documented in ``docs/plugins.md``, no
+``bagua_core.kernels``; a plugin's test scripts also the user API, ``bagua_core``), ``bagua_core.api.__all__`` is pinned here and documented in ``docs/plugins.md``, no
 algorithm writes the core's state of a wrapped module, and none counts "every optimizer has stepped" itself
 (the core's step-end hook does). Scanned through the AST: function-local and ``TYPE_CHECKING`` imports count.
 
@@ -29,19 +29,18 @@ PLUGIN_PACKAGES = (ROOT / "bagua_algorithms", ROOT / "bagua_codecs", ROOT / "plu
 PLUGIN_MODULES = {"bagua_core.api", "bagua_core.codecs", "bagua_core.kernels"}
 
 PINNED_API = {
-    "Algorithm", "AlgorithmConfig", "AlgorithmImpl", "Capabilities", "FaultTolerance", "RoundCount", "auto_candidate",
-    "capabilities_of", "hookimpl", "hookspec", "algorithm_registry", "NamedRegistry", "get_plugin_manager",
-    "BaguaBucket", "BucketOperand", "group_tensors", "split_into_buckets", "CentralizedSynchronousOp",
-    "start_allreduce_in_pieces", "reduce_to_leader", "broadcast_from_leader", "resolve_group", "Segment", "segments",
-    "schedule", "post_receives", "send_segment", "wait_all",
+    "Algorithm", "AlgorithmConfig", "AlgorithmImpl", "Capabilities", "FaultTolerance", "RoundCount",
+    "capabilities_of", "hookimpl", "hookspec", "algorithm_registry", "NamedRegistry",
+    "BaguaBucket", "group_tensors", "CentralizedSynchronousOp",
+    "start_allreduce_in_pieces", "reduce_to_leader", "broadcast_from_leader", "resolve_group",
     "ReduceOp", "BaguaCommunicator", "allreduce_inplace", "allreduce_inplace_start", "allgather", "all_gather_single",
     "alltoall", "broadcast", "reduce_inplace", "isend", "irecv", "record_payload",
-    "BaguaProcessGroup", "get_default_group_or_none", "Membership", "FIXED", "group_failure",
+    "BaguaProcessGroup", "get_default_group_or_none", "Membership", "group_failure",
     "switch_algorithm", "set_gradient_sync", "is_wrapped", "is_sharded", "local_shard", "load_optimizer_state",
     "shard_group", "samples_in", "has_nonfinite",
     "Prepared", "agree_or_raise", "model_signature",
-    "get_default_bucket_size", "get_comm_timeout_s", "get_nonfinite_policy", "get_rank", "get_world_size",
-    "get_local_rank", "get_local_size", "init_process_group", "destroy_process_group", "on_one_node", "defaults_to_hierarchical",
+    "get_default_bucket_size", "get_comm_timeout_s", "get_nonfinite_policy",
+    "get_local_size", "init_process_group", "on_one_node", "defaults_to_hierarchical",
     "without_hierarchy", "first_failure", "failure_guard", "translate_failure",
     "BaguaError", "BaguaConfigError", "RankMismatchError", "JobFailureError",
 }
@@ -63,15 +62,21 @@ def _plugin_sources() -> list[pathlib.Path]:
     return sorted(p for package in PLUGIN_PACKAGES for p in package.rglob("*.py") if "build" not in p.parts)
 
 
+PLUGIN_TEST_SCRIPTS = ROOT / "plugins_example" / "tests"
+"""A plugin's test scripts train as a user does: they may also import the user API, ``bagua_core`` itself
+(``init_process_group``, ``get_rank``, ``destroy_process_group``, ...)."""
+
+
 def test_plugins_import_only_the_plugin_modules() -> None:
     outside, used = [], set()
     for path in _plugin_sources():
+        allowed = PLUGIN_MODULES | ({"bagua_core"} if path.is_relative_to(PLUGIN_TEST_SCRIPTS) else set())
         for line, module in imported_core_modules(path.read_text(), str(path)):
             used.add(module)
-            if module not in PLUGIN_MODULES:
+            if module not in allowed:
                 outside.append(f"{path.relative_to(ROOT)}:{line}: imports {module}")
     assert not outside, "plugin code reaches past bagua_core's plugin modules:\n" + "\n".join(outside)
-    assert used <= PLUGIN_MODULES and "bagua_core.api" in used
+    assert used <= PLUGIN_MODULES | {"bagua_core"} and "bagua_core.api" in used
 
 
 @pytest.mark.parametrize("source", ["from bagua_core.lifecycle.bucket import BaguaBucket",

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from bagua_core import BaguaBucket
-from bagua_core.lifecycle.bucket_ops import pipeline
+from bagua_algorithms.bytegrad import pipeline
 from bagua_core.codecs import get_codec
 from bagua_core.plugins import get_plugin_manager
 from tests.distributed import run_workers

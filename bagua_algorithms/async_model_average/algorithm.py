@@ -22,8 +22,8 @@ from bagua_core.api import (
     failure_guard,
     first_failure,
     get_comm_timeout_s,
+    group_tensors,
     samples_in,
-    split_into_buckets,
 )
 
 __all__ = ["AsyncModelAverageAlgorithm", "AsyncModelAverageAlgorithmImpl"]
@@ -81,7 +81,8 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
                                            weighting=self.config.weighting)
         _live_averagers.add(self.averager)
         weights = [t for group in tensors for t in group]
-        return split_into_buckets(weights, 2**62, do_flatten, name_prefix="async_weights")  # one per dtype
+        groups = group_tensors(weights, 2**62)  # one per dtype and device
+        return [BaguaBucket(group, f"async_weights_{i}", do_flatten) for i, group in enumerate(groups)]
 
     def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
         bucket.clear_ops()

@@ -3,7 +3,7 @@ while the first steps train, the fastest installed algorithm that keeps the opti
 
 Candidates: every installed algorithm whose ``capabilities`` say ``keeps_optimizer_semantics`` and that
 needs nothing special (no optimizer of its own, no stepping inside backward, no background work, equal
-weights on every rank: :func:`bagua_core.lifecycle.capabilities.auto_candidate`), with its default options, in
+weights on every rank: :func:`.config.auto_candidate`), with its default options, in
 name order; ``candidates=[...]`` narrows the set. A third-party algorithm declaring these capabilities
 takes part as soon as it is installed. On a single node (every rank on one host:
 :func:`bagua_core.selection.single_node.on_one_node`) a candidate whose options default to ``hierarchical=True``
@@ -49,10 +49,10 @@ from __future__ import annotations
 
 from bagua_algorithms.auto.algorithm import AutoAlgorithm, Plan
 from bagua_algorithms.auto.chooser import AutoImpl
-from bagua_algorithms.auto.config import AUTO, AutoConfig, candidate_names
+from bagua_algorithms.auto.config import AUTO, AutoConfig, auto_candidate, candidate_names
 from bagua_core.api import Algorithm, hookimpl
 
-__all__ = ["AUTO", "AutoAlgorithm", "AutoConfig", "AutoImpl", "Plan", "candidate_names"]
+__all__ = ["AUTO", "AutoAlgorithm", "AutoConfig", "AutoImpl", "Plan", "auto_candidate", "candidate_names"]
 
 
 @hookimpl

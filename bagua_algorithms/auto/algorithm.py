@@ -16,7 +16,6 @@ from bagua_core.api import (
     BaguaConfigError,
     Capabilities,
     FaultTolerance,
-    FIXED,
     Membership,
     algorithm_registry,
     defaults_to_hierarchical,
@@ -59,7 +58,7 @@ class AutoAlgorithm(Algorithm):
             options["candidates"] = tuple(options["candidates"])
         super().__init__(**options)
         self.optimizers = list(optimizers)
-        fixed = self.plan(FIXED)
+        fixed = self.plan(Membership())  # a fail-fast job's membership
         self.declarations, self.overrides = fixed.declarations, fixed.overrides
         """The plan of a fail-fast job (:meth:`plan`)."""
 

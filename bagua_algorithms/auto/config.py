@@ -6,12 +6,21 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from bagua_core.api import AlgorithmConfig, algorithm_registry, auto_candidate
+from bagua_core.api import Algorithm, AlgorithmConfig, algorithm_registry
 
-__all__ = ["AUTO", "AutoConfig", "candidate_names"]
+__all__ = ["AUTO", "AutoConfig", "auto_candidate", "candidate_names"]
 
 AUTO = "auto"
 """The name this algorithm is registered by."""
+
+
+def auto_candidate(algorithm: type[Algorithm]) -> bool:
+    """Whether ``auto`` may choose ``algorithm`` with its default options: it keeps the optimizer's semantics
+    and needs nothing special (no optimizer of its own, no stepping inside backward, no background work,
+    equal weights on every rank)."""
+    caps = algorithm.capabilities
+    return (caps.keeps_optimizer_semantics and not caps.builds_optimizer and not caps.steps_optimizer_in_backward
+            and not caps.background_work and not caps.weights_differ_across_ranks)
 
 
 def candidate_names() -> list[str]:

@@ -9,12 +9,15 @@ node leaders, and the result is broadcast inside the node.
 
 The package: :mod:`.config` (the options), :mod:`.algorithm` (Algorithm and Impl),
 :mod:`.compressed` (the bucket op and the plain exchange), :mod:`.compressed_pipeline` (its two
-rounds over the core's pipelined-exchange engine), :mod:`.workspace` (the buffers kept between
-steps). Another package imports only the names below (``__all__``); the modules are this package's to change.
+rounds over the pipelined-exchange engine), :mod:`.pipeline` (that engine), :mod:`.workspace` (the buffers
+kept between steps). Another package imports only the names below (``__all__``); the modules are this package's to change.
 
 Extension point: ``CompressedAllReduceOp(group, hierarchical, average, compression)``, the bucket op of the
 compressed exchange above, for any algorithm that allreduces a bucket through a codec (qadam's momentum
 exchange appends it). Append it to a bucket as it is (``bucket.append_op``); it is not meant to be subclassed.
+The pipelined-exchange engine it runs on (``segments``, ``schedule``, ``post_receives``, ``send_segment``,
+``wait_all``, ``Segment``: :mod:`.pipeline`), for another package's compressed exchange loop
+(low_precision_decentralized's ring).
 
 Example::
 
@@ -28,9 +31,11 @@ from __future__ import annotations
 from bagua_algorithms.bytegrad.algorithm import ByteGradAlgorithm, ByteGradAlgorithmImpl
 from bagua_algorithms.bytegrad.compressed import CompressedAllReduceOp
 from bagua_algorithms.bytegrad.config import ByteGradConfig
+from bagua_algorithms.bytegrad.pipeline import Segment, post_receives, schedule, segments, send_segment, wait_all
 from bagua_core.api import Algorithm, hookimpl
 
-__all__ = ["ByteGradAlgorithm", "ByteGradAlgorithmImpl", "ByteGradConfig", "CompressedAllReduceOp"]
+__all__ = ["ByteGradAlgorithm", "ByteGradAlgorithmImpl", "ByteGradConfig", "CompressedAllReduceOp", "Segment",
+           "post_receives", "schedule", "segments", "send_segment", "wait_all"]
 
 
 @hookimpl

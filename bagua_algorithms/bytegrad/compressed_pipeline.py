@@ -1,5 +1,5 @@
-"""The bytegrad exchange pipelined: two rounds over the core's pipelined-exchange engine
-(``bagua_core.lifecycle.bucket_ops.pipeline``: segments, a schedule, sends and receives), run here with
+"""The bytegrad exchange pipelined: two rounds over this package's pipelined-exchange engine
+(:mod:`.pipeline`: segments, a schedule, sends and receives), run here with
 the codec's steps (:class:`bagua_core.codecs.Codec`: its fused ones where it has them, MinMaxUInt8's
 native kernels by default).
 
@@ -30,17 +30,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from bagua_core.api import (
-    BaguaCommunicator,
-    Segment,
-    get_nonfinite_policy,
-    post_receives,
-    record_payload,
-    schedule,
-    segments,
-    send_segment,
-    wait_all,
-)
+from bagua_algorithms.bytegrad.pipeline import Segment, post_receives, schedule, segments, send_segment, wait_all
+from bagua_core.api import BaguaCommunicator, get_nonfinite_policy, record_payload
 from bagua_core.codecs import Codec
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -2,10 +2,11 @@
 with the two ring neighbours.
 
 The package: :mod:`.config` (the options), :mod:`.algorithm` (Algorithm, Impl and the buckets that
-hold the replicas), :mod:`.op` (the ring exchange, pipelined over the core's engine), :mod:`.kernels` (its
+hold the replicas), :mod:`.op` (the ring exchange, pipelined), :mod:`.kernels` (its
 fused steps). It builds on ``decentralized`` through what that package exports at its top level: the
 weight-communicating impl (``bagua_algorithms.decentralized.WeightCommunicatingImpl``, with
-``is_communication_step`` and ``check_positive_int``).
+``is_communication_step`` and ``check_positive_int``), and on ``bytegrad``'s: the pipelined-exchange engine
+(``segments``, ``schedule``, ``post_receives``, ``send_segment``, ``wait_all``).
 
 Example::
 

@@ -13,8 +13,7 @@ Communicated: ``C(z)``, the compression of the whole bucket by the codec named `
 stream when they are the same rank). The difference and the update are this package's
 (:mod:`bagua_algorithms.low_precision_decentralized.kernels`): fused with MinMaxUInt8's kernels, composed
 of the codec's plain steps for any other codec.
-Pipelined (over ``bagua_core.lifecycle.bucket_ops.pipeline``, the core's exchange engine, which bytegrad's
-uses too): z and its min/max in one pass, then each segment of C(z) is quantised and sent while the next
+Pipelined (over bytegrad's pipelined-exchange engine, which that package exports): z and its min/max in one pass, then each segment of C(z) is quantised and sent while the next
 one is, and each received segment updates l, r, w and x in one pass while later ones travel. Hierarchical: the weights are
 averaged inside the node (reduce to the leader) first, the ring runs among the node leaders, and
 the result is broadcast in the node.
@@ -43,6 +42,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch.autograd.graph import increment_version
 
+from bagua_algorithms.bytegrad import post_receives, schedule, segments, send_segment, wait_all
 from bagua_algorithms.low_precision_decentralized import kernels
 from bagua_core.api import (
     BaguaCommunicator,
@@ -53,14 +53,9 @@ from bagua_core.api import (
     group_failure,
     irecv,
     isend,
-    post_receives,
     record_payload,
     reduce_to_leader,
     resolve_group,
-    schedule,
-    segments,
-    send_segment,
-    wait_all,
 )
 from bagua_core.codecs import Codec, check_codec_name, get_codec
 

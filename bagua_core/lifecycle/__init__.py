@@ -1,8 +1,7 @@
 """The lifecycle: what an algorithm is and what the core does with it while training.
 
 ``tensor`` (the tensor proxies), ``bucket`` and ``bucket_ops/`` (buckets, and the generic blocks an
-algorithm's ops use: the centralized allreduce op, the hierarchical pattern, the pipelined-exchange
-engine), ``algorithm``
+algorithm's ops use: the centralized allreduce op, the hierarchical pattern), ``algorithm``
 (``Algorithm``/``AlgorithmImpl``: the hooks the core calls, in order), ``hook_parameters`` (the
 hooks' documented parameter names), ``capabilities`` (what an algorithm declares, so the core asks
 instead of knowing names), ``scheduler`` (launches a module's buckets in order), ``state`` (the one

@@ -1,5 +1,5 @@
-"""What an algorithm declares about itself, so the core, the CLI, Lightning, autotune and ``auto`` ask
-instead of knowing algorithms by name.
+"""What an algorithm declares about itself, so the core, the CLI, Lightning, autotune and other plugins
+ask instead of knowing algorithms by name.
 
 Every :class:`~bagua_core.lifecycle.algorithm.Algorithm` class carries one ``capabilities`` (class level: readable
 without building or reifying the algorithm). Nothing here is communicated; :func:`capabilities_of`
@@ -27,7 +27,7 @@ from typing import Any, Literal, Protocol
 
 from bagua_core.runtime.exceptions import BaguaConfigError
 
-__all__ = ["Capabilities", "FaultTolerance", "NOT_DECLARED", "auto_candidate", "capabilities_of"]
+__all__ = ["Capabilities", "FaultTolerance", "NOT_DECLARED", "capabilities_of"]
 
 
 HEALABLE = ("weights", "optimizer", "algorithm_state", "step")
@@ -142,15 +142,6 @@ class _Impl(Protocol):
     def _older_form_capabilities(self) -> dict[str, bool]: ...
 
     def _has_background_controls(self) -> bool: ...
-
-
-def auto_candidate(algorithm: type[_Declaration]) -> bool:
-    """Whether ``algorithm="auto"`` may choose ``algorithm`` with its default options: it keeps the
-    optimizer's semantics and needs nothing special (no optimizer of its own, no stepping inside
-    backward, no background work, equal weights on every rank)."""
-    caps = algorithm.capabilities
-    return (caps.keeps_optimizer_semantics and not caps.builds_optimizer and not caps.steps_optimizer_in_backward
-            and not caps.background_work and not caps.weights_differ_across_ranks)
 
 
 def capabilities_of(declaration: _Declaration, impl: _Impl | None = None) -> Capabilities:

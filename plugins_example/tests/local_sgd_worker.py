@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from bagua_core.api import destroy_process_group, get_rank, init_process_group
+from bagua_core import destroy_process_group, get_rank, init_process_group  # the user API: this is a training script
 
 
 def make_model() -> torch.nn.Module:

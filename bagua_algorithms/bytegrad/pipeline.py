@@ -1,5 +1,5 @@
-"""The pipelined exchange every compressed operation shares: encode, send and decode a payload segment
-by segment, so that encoding, the wire and decoding overlap.
+"""bytegrad's pipelined exchange engine: encode, send and decode a payload segment by segment, so that
+encoding, the wire and decoding overlap.
 
 The engine is data and a few point-to-point helpers; the operation that uses it runs the loop, so
 nothing here calls back into an algorithm. A payload is split into *segments* (:func:`segments`):
@@ -9,9 +9,9 @@ one-way latency per message). Then :func:`schedule` says, step by step, which se
 send next and which received segment to decode: decoding runs ``LAG`` segments behind the encoding,
 so it overlaps the wire while later segments are still being encoded. :func:`send_segment` sends one
 segment's bytes to every destination (tag ``tag + segment.index``); :func:`wait_all` waits for works.
-bytegrad's alltoall and allgather rounds, qadam's momentum exchange (bytegrad's op) and the compressed
-decentralized ring are all loops over this engine, in their own packages, with the steps of a codec
-(:class:`bagua_core.codecs.Codec`).
+bytegrad's alltoall and allgather rounds (:mod:`.compressed_pipeline`) are loops over this engine with the
+steps of a codec (:class:`bagua_core.codecs.Codec`); the package exports it (``__init__``) for another
+package's compressed exchange (low_precision_decentralized's ring is one).
 
 Example (send the same compressed payload to both ring neighbours, decode what arrives)::
 
@@ -36,7 +36,7 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 
-from bagua_core.runtime.communication.communicator import BaguaCommunicator
+from bagua_core.api import BaguaCommunicator
 
 __all__ = ["LAG", "SEGMENT_NUMEL", "Segment", "post_receives", "schedule", "segments", "send_segment", "wait_all"]
 
