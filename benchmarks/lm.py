@@ -152,8 +152,9 @@ def _parser() -> argparse.ArgumentParser:
                              "(benchmarks/slow_host.py); results/lm_slow_host.*")
     parser.add_argument("--eval-after-merges", action="store_true",
                         help="evaluate diloco and sparseloco with rounds of inner steps right after their merges (the "
-                             "global weights, as the timed rounds always are), not mid-round (the average of the "
-                             "local weights)")
+                             "global weights), not mid-round (the average of the local weights); timed rounds are "
+                             "evaluated after agreed merges, on the average of weights that also hold what each "
+                             "replica trained since it sent the round")
     parser.add_argument("--name", default="", help="results file stem (default lm, lm_sharded, lm_slow_host, ...)")
     parser.add_argument("--variants", default="{}",
                         help='JSON: more methods to run, {"label": ["algorithm, ddp baseline or peer", {options}]}')

@@ -128,7 +128,8 @@ def test_options_and_schedules_are_checked() -> None:
 
 
 def test_rounds_bounded_in_time_run_with_a_slow_host(tmp_path: Path) -> None:
-    """diloco_timed (rounds of 0.5 s here) runs with a slow host: every rank evaluates after the same merges."""
+    """diloco_timed (rounds of 0.5 s here) runs with a slow host: every rank evaluates after the same number of
+    merges (on the average of weights that hold what each replica trained since it sent the round)."""
     from benchmarks import lm
 
     variants = '{"diloco_timed": ["diloco", {"round_seconds": 0.5}]}'
@@ -138,7 +139,7 @@ def test_rounds_bounded_in_time_run_with_a_slow_host(tmp_path: Path) -> None:
     for row in rows:
         assert "error" not in row, row.get("log")
         assert row["independent_steps"] and len(row["curve"]) >= 3 and min(row["rank_steps"]) > 0, row["curve"]
-        assert row["evaluated"] == "after merges" and row["evals_averaged"] == 0  # the global weights
+        assert row["evaluated"] == "after merges"
 
 
 def test_rounds_of_inner_steps_are_evaluated_after_their_merges(tmp_path: Path) -> None:
