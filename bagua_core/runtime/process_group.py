@@ -18,7 +18,7 @@ from collections.abc import Iterator, MutableMapping
 import torch
 import torch.distributed as dist
 
-from bagua_core.runtime import env, failure, group_teardown
+from bagua_core.runtime import env, exit_watch, failure, group_teardown
 from bagua_core.runtime.communication import small_allreduce
 from bagua_core.runtime.communication.communicator import BaguaCommunicator
 from bagua_core.runtime.communication.worker import CommunicationWorker
@@ -269,6 +269,7 @@ def init_process_group(store: dist.Store | None = None, fault_tolerance: dict | 
     _default_group = BaguaProcessGroup(list(range(dist.get_world_size())), None, "default", torch_group=dist.group.WORLD)
     failure.start(dist.get_rank(), dist.get_world_size(), [tuple(fact[2]) for fact in facts])
     atexit.register(_destroy_at_exit)
+    exit_watch.watch_exit()  # registered after _destroy_at_exit: armed before it runs
     return _default_group
 
 
@@ -466,21 +467,23 @@ def destroy_process_group() -> None:
     collected here too, and the references bagua and torch keep beyond their lifetime are dropped
     (:mod:`~bagua_core.runtime.group_teardown`): destroyed later, during interpreter finalization,
     their backend threads can be killed while taking the GIL, which aborts the process ("terminate
-    called without an active exception") after all its work is done."""
+    called without an active exception") after all its work is done. Past ``BAGUA_EXIT_TIMEOUT_S`` the
+    process dumps its threads' stacks and exits with status 1 (:mod:`~bagua_core.runtime.exit_watch`)."""
     global _default_group
-    failed = failure.record.state.failure is not None
-    failure.stop()  # after this rank's own failure: lingers until the peers learned it
-    torch_groups = [dist.group.WORLD] if dist.is_initialized() else []
-    for group in list(_all_groups):
-        torch_groups += group.torch_groups()
-        group.release(wait=not failed)
-    if failed:
-        group_teardown.keep(torch_groups)  # destroying them would wait for collectives a lost peer never joins
-    group_teardown.forget_group_defaults(torch_groups)
-    _all_groups.clear()
-    torch_to_bagua_pg_map.clear()
-    _default_group = None
-    small_allreduce.threshold_bytes = 0
-    if dist.is_initialized():
-        dist.destroy_process_group()  # returns at once even with collectives in flight (after a failure)
-    gc.collect()
+    with exit_watch.watching():  # a hang below bagua (torch's destroy) dumps the stacks and exits
+        failed = failure.record.state.failure is not None
+        failure.stop()  # after this rank's own failure: lingers until the peers learned it
+        torch_groups = [dist.group.WORLD] if dist.is_initialized() else []
+        for group in list(_all_groups):
+            torch_groups += group.torch_groups()
+            group.release(wait=not failed)
+        if failed:
+            group_teardown.keep(torch_groups)  # destroying them would wait for collectives a lost peer never joins
+        group_teardown.forget_group_defaults(torch_groups)
+        _all_groups.clear()
+        torch_to_bagua_pg_map.clear()
+        _default_group = None
+        small_allreduce.threshold_bytes = 0
+        if dist.is_initialized():
+            dist.destroy_process_group()  # returns at once even with collectives in flight (after a failure)
+        gc.collect()
