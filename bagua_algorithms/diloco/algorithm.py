@@ -38,6 +38,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -305,8 +306,9 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
 
         if self.courier is not None:
             def job() -> tuple[torch.Tensor, torch.Tensor | None, tuple[list[float], float, bool] | None]:
-                weighed = launch()
-                return exchange.wait(), exchange.contribution, weighed
+                with torch.cuda.device(start.device) if start.is_cuda else contextlib.nullcontext():
+                    weighed = launch()  # (a new thread's current CUDA device is the first)
+                    return exchange.wait(), exchange.contribution, weighed
 
             self.futures[fragment] = self.courier.submit(job)
         else:  # on the training thread; waited for at the merge

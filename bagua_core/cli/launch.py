@@ -90,7 +90,8 @@ def _failure_report(rank: int, failure: Any) -> tuple[list[str], str]:
     elif failure.exitcode > 0 and not os.path.isfile(failure.error_file or ""):
         error, context = worker_logs.last_error(worker_logs.stderr_tail(failure.local_rank))
         if error:
-            message = error if context[:1] == ["Traceback (most recent call last):"] else f"{error} (its stderr's last line)"
+            told = context[:1] == ["Traceback (most recent call last):"] or worker_logs.is_exit_timeout(context[:1])
+            message = error if told else f"{error} (its stderr's last line)"
             if len(context) > 1:
                 lines = [f"bagua: rank {rank}'s stderr ended with:", *(f"  {line}" for line in context)]
     # a rank that printed its failure and waited for the others' lines may be stopped by torchrun (SIGTERM)

@@ -40,7 +40,7 @@ from typing import Any
 from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs, LogsDest, Std
 
 __all__ = ["TailingLogsSpecs", "stderr_tail", "captured_ranks", "last_error", "recorded_errors", "drain",
-           "on_attempt", "ENTRY_POINT_NAME"]
+           "on_attempt", "is_exit_timeout", "ENTRY_POINT_NAME"]
 
 ENTRY_POINT_NAME = "bagua"
 TAIL_BYTES = 64 * 1024
@@ -52,6 +52,8 @@ _LINE_END = re.compile(rb"(?<=[\r\n])")
 UNFINISHED_LINE_HOLD_S = 2.0
 """How long another worker's output waits for a line written without its end (after ``PARTIAL_LINE_S``) to end:
 on a loaded machine the end of a line can come later than ``PARTIAL_LINE_S``, and must still follow its text."""
+_EXIT_TIMEOUT_DUMP = re.compile(r"^Timeout \((\d+:\d\d:\d\d(?:\.\d+)?)\)!$")
+"""The first line of the stacks faulthandler dumps for a rank that did not exit in time (``Timeout (0:01:00)!``)."""
 _write_lock = threading.Condition()  # one pump writes at a time: a line of one rank is never cut by another's
 _unfinished: dict[str, Any] = {}
 """Per stream (``stdout``, ``stderr``): the pump whose last write left a line unfinished there, if any."""
@@ -244,11 +246,24 @@ def recorded_errors() -> dict[int, str]:
     return found
 
 
+def is_exit_timeout(lines: list[str]) -> bool:
+    """Whether ``lines`` start with the stacks dumped by a rank that did not exit in time."""
+    return bool(lines) and _EXIT_TIMEOUT_DUMP.match(lines[0]) is not None
+
+
 def last_error(stderr: str, max_lines: int = 12) -> tuple[str, list[str]]:
     """(the error line, the lines that lead to it) from the end of a worker's stderr: the exception of the
-    last Python traceback, with its last frames; without a traceback, the last non-empty line."""
+    last Python traceback, with its last frames; after it, the stacks a rank that did not exit in time dumped
+    (``bagua_core.runtime.exit_watch``): that it hung, and their first lines; else the last non-empty line."""
     lines = [line.rstrip() for line in stderr.replace("\r", "\n").splitlines()]
     starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last):")]
+    dumps = [i for i, line in enumerate(lines) if _EXIT_TIMEOUT_DUMP.match(line)]
+    if dumps and (not starts or dumps[-1] > starts[-1]):  # it hung on its way out (runtime/exit_watch.py)
+        block = lines[dumps[-1]:]
+        waited = _EXIT_TIMEOUT_DUMP.match(block[0]).group(1)
+        error = (f"did not exit: still shutting down after {waited} (BAGUA_EXIT_TIMEOUT_S), so it dumped its "
+                 f"threads' stacks (above) and exited")
+        return error, block[:max_lines] if len(block) <= max_lines else [*block[: max_lines - 1], "  ..."]
     if starts:
         block = lines[starts[-1]:]
         for i, line in enumerate(block[1:], 1):

@@ -27,6 +27,7 @@ __all__ = [
     "get_default_bucket_size",
     "get_node_key",
     "get_comm_timeout_s",
+    "get_exit_timeout_s",
     "get_communicator_backend",
     "get_small_allreduce_bytes",
     "get_nonfinite_policy",
@@ -160,6 +161,20 @@ def get_node_key() -> str:
 def get_comm_timeout_s() -> float:
     """Timeout of a collective before it fails instead of hanging: ``BAGUA_COMM_TIMEOUT_S`` or 600."""
     return float(os.environ.get("BAGUA_COMM_TIMEOUT_S", "600"))
+
+
+def get_exit_timeout_s() -> float:
+    """How long a rank may take to shut down (``destroy_process_group``, and from the end of its script to
+    its exit) before it dumps its threads' stacks and exits with status 1: ``BAGUA_EXIT_TIMEOUT_S`` or 60;
+    0 turns the watch off (:mod:`bagua_core.runtime.exit_watch`)."""
+    raw = os.environ.get("BAGUA_EXIT_TIMEOUT_S", "").strip()
+    try:
+        value = float(raw) if raw else 60.0
+    except ValueError:
+        raise ValueError(f"BAGUA_EXIT_TIMEOUT_S must be a number of seconds (0: off), got {raw!r}") from None
+    if value < 0:
+        raise ValueError(f"BAGUA_EXIT_TIMEOUT_S must be >= 0 (0: off), got {raw!r}")
+    return value
 
 
 COMMUNICATOR_BACKENDS = ("torch", "nccl")

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, MutableMapping
 import torch
 import torch.distributed as dist
 
-from bagua_core.runtime import env, failure, group_teardown
+from bagua_core.runtime import env, exit_watch, failure, group_teardown
 from bagua_core.runtime.communication import small_allreduce
 from bagua_core.runtime.communication.communicator import BaguaCommunicator
 from bagua_core.runtime.communication.worker import CommunicationWorker
@@ -354,6 +354,7 @@ def _agree_fault_tolerance(options: list[dict | None]) -> None:
 def _destroy_at_exit() -> None:
     if _default_group is not None:
         destroy_process_group()
+        exit_watch.arm()  # what remains of the exit (the interpreter's finalization) is watched too
 
 
 def new_group(ranks: list[int] | None = None, stream: object = None) -> BaguaProcessGroup:
@@ -476,24 +477,27 @@ def destroy_process_group() -> None:
     collected here too, and the references bagua and torch keep beyond their lifetime are dropped
     (:mod:`~bagua_core.runtime.group_teardown`): destroyed later, during interpreter finalization,
     their backend threads can be killed while taking the GIL, which aborts the process ("terminate
-    called without an active exception") after all its work is done."""
+    called without an active exception") after all its work is done. The modules still wrapped are shut
+    down first (:func:`before_destroy`); past ``BAGUA_EXIT_TIMEOUT_S`` in the teardown that follows, the process
+    dumps its threads' stacks and exits with status 1 (:mod:`~bagua_core.runtime.exit_watch`)."""
     global _default_group
     if failure.record.state.failure is None and _default_group is not None:
-        for fn in list(_before_destroy):
+        for fn in list(_before_destroy):  # (their own pace: a join waits for the peers' last rounds)
             fn()
-    failed = failure.record.state.failure is not None
-    failure.stop()  # after this rank's own failure: lingers until the peers learned it
-    torch_groups = [dist.group.WORLD] if dist.is_initialized() else []
-    for group in list(_all_groups):
-        torch_groups += group.torch_groups()
-        group.release(wait=not failed)
-    if failed:
-        group_teardown.keep(torch_groups)  # destroying them would wait for collectives a lost peer never joins
-    group_teardown.forget_group_defaults(torch_groups)
-    _all_groups.clear()
-    torch_to_bagua_pg_map.clear()
-    _default_group = None
-    small_allreduce.threshold_bytes = 0
-    if dist.is_initialized():
-        dist.destroy_process_group()  # returns at once even with collectives in flight (after a failure)
-    gc.collect()
+    with exit_watch.watching():  # a hang below bagua (torch's destroy) dumps the stacks and exits
+        failed = failure.record.state.failure is not None
+        failure.stop()  # after this rank's own failure: lingers until the peers learned it
+        torch_groups = [dist.group.WORLD] if dist.is_initialized() else []
+        for group in list(_all_groups):
+            torch_groups += group.torch_groups()
+            group.release(wait=not failed)
+        if failed:
+            group_teardown.keep(torch_groups)  # destroying them would wait for collectives a lost peer never joins
+        group_teardown.forget_group_defaults(torch_groups)
+        _all_groups.clear()
+        torch_to_bagua_pg_map.clear()
+        _default_group = None
+        small_allreduce.threshold_bytes = 0
+        if dist.is_initialized():
+            dist.destroy_process_group()  # returns at once even with collectives in flight (after a failure)
+        gc.collect()

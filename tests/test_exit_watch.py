@@ -1,0 +1,87 @@
+"""A rank that hangs on its way out, after its work (in ``destroy_process_group``'s teardown, explicit or at
+exit), dumps its threads' stacks and exits with status 1 within ``BAGUA_EXIT_TIMEOUT_S``, and the launcher names
+it (bagua_core/runtime/exit_watch.py); the script's own work at exit (a thread it left running) is not cut
+short. (Every other multi-process test exits in time.)"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bagua_core.cli.worker_logs import last_error
+
+SCRIPT = """\
+import sys, threading, time
+import torch.distributed as dist
+import bagua_core as bagua
+
+bagua.init_process_group()
+bagua.allreduce_inplace(__import__("torch").ones(1))
+hang = sys.argv[1]
+if bagua.get_rank() == 1 and hang == "destroy":
+    def stuck_in_torch_destroy(*args, **kwargs):
+        time.sleep(3600)
+    dist.destroy_process_group = stuck_in_torch_destroy
+if bagua.get_rank() == 1 and hang == "thread":
+    threading.Thread(target=time.sleep, args=(6,), name="left-running").start()  # not a daemon: the script's work
+print(f"rank {bagua.get_rank()} done", flush=True)
+if hang == "destroy":
+    bagua.destroy_process_group()
+"""
+
+TIMEOUT_S = 3
+
+
+def _run(tmp_path, hang: str) -> subprocess.CompletedProcess:
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    env = dict(os.environ, OMP_NUM_THREADS="1", BAGUA_EXIT_TIMEOUT_S=str(TIMEOUT_S))
+    return subprocess.run([sys.executable, "-m", "bagua_core.cli", "run", "--standalone", "--nproc_per_node=2",
+                           str(script), hang], capture_output=True, text=True, timeout=90, env=env, cwd=tmp_path)
+
+
+@pytest.mark.timeout(120, func_only=True)
+def test_a_rank_that_hangs_in_destroy_dumps_its_stacks_and_fails(tmp_path) -> None:
+    result = _run(tmp_path, "destroy")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "rank 0 done" in result.stdout and "rank 1 done" in result.stdout
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith("bagua: workers failed; first failure: rank 1 (exit code 1): did not exit: still "
+                           "shutting down after 0:00:03 (BAGUA_EXIT_TIMEOUT_S)"), result.stdout
+    assert f"Timeout (0:00:0{TIMEOUT_S})!" in result.stderr
+    # the main thread's stack: torch's destroy, below bagua's
+    assert "in stuck_in_torch_destroy" in result.stderr and "in destroy_process_group" in result.stderr
+
+
+@pytest.mark.timeout(120, func_only=True)
+def test_the_scripts_own_work_at_exit_is_not_cut_short(tmp_path) -> None:
+    """A thread the script left running (6 s, twice the watch's timeout) finishes: the job exits 0."""
+    result = _run(tmp_path, "thread")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Timeout (" not in result.stderr
+
+
+def test_last_error_recognizes_the_dump() -> None:
+    stderr = ("Traceback (most recent call last):\n  File \"a.py\", line 1, in <module>\nKeyError: 'x'\n"
+              "Timeout (0:01:00)!\nThread 0x00007f (most recent call first):\n  File \"a.py\", line 9 in f\n")
+    error, context = last_error(stderr)
+    assert error.startswith("did not exit: still shutting down after 0:01:00 (BAGUA_EXIT_TIMEOUT_S)")
+    assert context[0] == "Timeout (0:01:00)!"
+    # a traceback after an earlier dump is the error
+    assert last_error("Timeout (0:00:05)!\nThread 0x1:\nTraceback (most recent call last):\n  x\nValueError: v\n")[0] \
+        == "ValueError: v"
+
+
+def test_the_timeout_is_checked(monkeypatch) -> None:
+    from bagua_core.runtime import env
+
+    monkeypatch.setenv("BAGUA_EXIT_TIMEOUT_S", "soon")
+    with pytest.raises(ValueError, match="BAGUA_EXIT_TIMEOUT_S must be a number"):
+        env.get_exit_timeout_s()
+    monkeypatch.setenv("BAGUA_EXIT_TIMEOUT_S", "0")
+    assert env.get_exit_timeout_s() == 0
+    monkeypatch.delenv("BAGUA_EXIT_TIMEOUT_S")
+    assert env.get_exit_timeout_s() == 60
