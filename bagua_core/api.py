@@ -24,12 +24,11 @@ is listed in ``__all__`` is the contract (``docs/plugins.md`` documents it, ``te
   ``local_shard``, ``load_optimizer_state``, and its ranks: ``shard_group``; ``has_nonfinite``; ``samples_in``
   (the samples a forward's inputs hold).
 - **Agreement before the first collective**: ``Prepared``, ``agree_or_raise``, ``model_signature``.
-- **Settings and failures**: ``get_default_bucket_size``, ``get_comm_timeout_s``, ``get_nonfinite_policy``,
-  ``get_local_size``, ``init_process_group`` (a wrapper that sets bagua up when only ``torch.distributed``
-  is); one node
-  or many (``on_one_node``, ``defaults_to_hierarchical``, ``without_hierarchy``); ``first_failure``,
-  ``failure_guard`` and ``translate_failure`` (a failure on a thread of the algorithm's own reaches every
-  rank); the errors ``BaguaError``, ``BaguaConfigError``, ``RankMismatchError``, ``JobFailureError``.
+- **Settings and failures**: ``settings`` (``settings.default_bucket_size()``, ``settings.comm_timeout_s()``,
+  ``settings.nonfinite_policy()``, ``settings.local_size()``), ``init_process_group`` (a wrapper that sets bagua
+  up when only ``torch.distributed`` is); one node or many (``on_one_node``, ``defaults_to_hierarchical``,
+  ``without_hierarchy``); ``first_failure``, ``failure_guard`` and ``translate_failure`` (a failure on a thread
+  of the algorithm's own reaches every rank); the errors ``BaguaError``, ``BaguaConfigError``, ``RankMismatchError``, ``JobFailureError``.
 
 Example::
 
@@ -78,18 +77,13 @@ from bagua_core.runtime.communication import (
 from bagua_core.runtime.communication.common import record as record_payload
 from bagua_core.runtime.communication.host_staging import irecv, isend
 from bagua_core.runtime.communication.torch_compat import all_gather_single
-from bagua_core.runtime.env import (
-    get_comm_timeout_s,
-    get_default_bucket_size,
-    get_local_size,
-    get_nonfinite_policy,
-)
 from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError, JobFailureError, RankMismatchError
 from bagua_core.runtime.failure import first_failure
 from bagua_core.runtime.failure import guard as failure_guard
 from bagua_core.runtime.failure import translate as translate_failure
 from bagua_core.runtime.membership import Membership, group_failure
 from bagua_core.runtime.process_group import BaguaProcessGroup, get_default_group_or_none
+from bagua_core.runtime.settings import settings
 from bagua_core.selection.single_node import defaults_to_hierarchical, on_one_node, without_hierarchy
 
 __all__ = [
@@ -146,10 +140,7 @@ __all__ = [
     "agree_or_raise",
     "model_signature",
     # settings and failures
-    "get_default_bucket_size",
-    "get_comm_timeout_s",
-    "get_nonfinite_policy",
-    "get_local_size",
+    "settings",
     "init_process_group",
     "on_one_node",
     "defaults_to_hierarchical",

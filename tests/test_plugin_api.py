@@ -39,8 +39,7 @@ PINNED_API = {
     "switch_algorithm", "set_gradient_sync", "is_wrapped", "is_sharded", "local_shard", "load_optimizer_state",
     "shard_group", "samples_in", "has_nonfinite",
     "Prepared", "agree_or_raise", "model_signature",
-    "get_default_bucket_size", "get_comm_timeout_s", "get_nonfinite_policy",
-    "get_local_size", "init_process_group", "on_one_node", "defaults_to_hierarchical",
+    "settings", "init_process_group", "on_one_node", "defaults_to_hierarchical",
     "without_hierarchy", "first_failure", "failure_guard", "translate_failure",
     "BaguaError", "BaguaConfigError", "RankMismatchError", "JobFailureError",
 }
@@ -255,12 +254,12 @@ def test_an_impl_not_derived_from_algorithm_impl_is_refused_where_it_is_installe
 
 def test_what_the_core_reads_of_an_impl_has_a_default() -> None:
     """The members docs/plugins.md lists beside the hooks, as an impl that sets none of them has them."""
-    from bagua_core.api import AlgorithmImpl, get_default_bucket_size
+    from bagua_core.api import AlgorithmImpl, settings
     from bagua_algorithms.gradient_allreduce import GradientAllReduceConfig
 
     plain = AlgorithmImpl(None)
     assert plain.hierarchical is None and plain.bucket_size is None and plain.hands_module_over is False
-    assert plain.bucket_size_bytes() == get_default_bucket_size() and plain.supports_autotune is None
+    assert plain.bucket_size_bytes() == settings.default_bucket_size() and plain.supports_autotune is None
     assert plain.init_bucket_ready_hook(None) is None and plain.init_step_end_hook(None) is None
     assert plain.abort(None) is None and plain.resume(None) is None and plain.rounds_completed() is None
     assert plain._older_form_capabilities() == {} and not plain._has_background_controls()

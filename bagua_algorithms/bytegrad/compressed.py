@@ -39,9 +39,9 @@ from bagua_core.api import (
     allgather,
     alltoall,
     broadcast_from_leader,
-    get_nonfinite_policy,
     reduce_to_leader,
     resolve_group,
+    settings,
 )
 from bagua_core.codecs import Codec, check_codec_name, get_codec
 
@@ -108,7 +108,7 @@ def start_compressed_allreduce_on(
             return exchange.finish
         exchange.run()
         return _nothing
-    nonfinite = get_nonfinite_policy()
+    nonfinite = settings.nonfinite_policy()
     for values, chunks, slots in _pieces(flat, n, ws):
         codec.encode(values, chunks, out=slots, nonfinite=nonfinite)
     if n > 1:

@@ -39,12 +39,12 @@ from bagua_core.api import (
     Prepared,
     agree_or_raise,
     get_default_group_or_none,
-    get_local_size,
     init_process_group,
     is_wrapped,
     model_signature,
     record_payload,
     set_gradient_sync,
+    settings,
 )
 
 __all__ = ["DecentralizedDataParallel"]
@@ -72,7 +72,7 @@ class DecentralizedDataParallel(torch.nn.Module):
             validate_engine_options(grad_clip_norm, bucket_size_in_mb)
             built = topology
             if isinstance(built, str):
-                local = get_local_size() if local_world_size is None else local_world_size
+                local = settings.local_size() if local_world_size is None else local_world_size
                 built = get_topology(built, dist.get_world_size(), local)
             return Prepared(built, {
                 "entry point": "DecentralizedDataParallel", "topology": built.name,
