@@ -19,9 +19,10 @@ is listed in ``__all__`` is the contract (``docs/plugins.md`` documents it, ``te
 - **Groups and membership**: ``BaguaProcessGroup`` (``new_channel`` for a group of the algorithm's own),
   ``get_default_group_or_none``, ``Membership`` (a fail-fast job's: ``Membership()``), ``group_failure`` (whether a quorum's group
   failed in this step, in fault-tolerant mode).
-- **The wrapped module**: ``switch_algorithm`` (the one way to change the impl, declaration or capabilities
-  of a wrapped module), ``set_gradient_sync``, ``is_wrapped``; a sharded model's tensors: ``is_sharded``,
-  ``local_shard``, ``load_optimizer_state``, and its ranks: ``shard_group``; ``has_nonfinite``; ``samples_in``
+- **The wrapped module**: ``WrappedModule(module)``, a handle with ``switch_algorithm`` (the one way to change
+  the impl, declaration or capabilities of a wrapped module), ``set_gradient_sync``, ``is_sharded`` (and
+  ``WrappedModule.is_wrapped(module)``); a sharded model's tensors: ``local_shard``, ``load_optimizer_state``,
+  and its ranks: ``shard_group``; ``has_nonfinite``; ``samples_in``
   (the samples a forward's inputs hold).
 - **Agreement before the first collective**: ``Prepared``, ``agree_or_raise``, ``model_signature``.
 - **Settings and failures**: ``settings`` (``settings.default_bucket_size()``, ``settings.comm_timeout_s()``,
@@ -57,8 +58,9 @@ from bagua_core.lifecycle.bucket_ops.hierarchy import broadcast_from_leader, red
 from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance, capabilities_of
 from bagua_core.lifecycle.batch import samples_in
 from bagua_core.lifecycle.rounds import RoundCount
-from bagua_core.lifecycle.module_state import is_wrapped, set_gradient_sync, shard_group, switch_algorithm
-from bagua_core.lifecycle.tensor import is_sharded, load_optimizer_state, local_shard
+from bagua_core.lifecycle.module_state import shard_group
+from bagua_core.lifecycle.tensor import load_optimizer_state, local_shard
+from bagua_core.lifecycle.wrapped_module import WrappedModule
 from bagua_core.module.initial_sync import model_signature
 from bagua_core.module.nonfinite import has_nonfinite
 from bagua_core.plugins import NamedRegistry, algorithm_registry, hookimpl
@@ -126,10 +128,7 @@ __all__ = [
     "Membership",
     "group_failure",
     # the wrapped module
-    "switch_algorithm",
-    "set_gradient_sync",
-    "is_wrapped",
-    "is_sharded",
+    "WrappedModule",
     "local_shard",
     "load_optimizer_state",
     "shard_group",

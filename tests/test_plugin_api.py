@@ -36,7 +36,7 @@ PINNED_API = {
     "ReduceOp", "BaguaCommunicator", "allreduce_inplace", "allreduce_inplace_start", "allgather", "all_gather_single",
     "alltoall", "broadcast", "reduce_inplace", "isend", "irecv", "record_payload",
     "BaguaProcessGroup", "get_default_group_or_none", "Membership", "group_failure",
-    "switch_algorithm", "set_gradient_sync", "is_wrapped", "is_sharded", "local_shard", "load_optimizer_state",
+    "WrappedModule", "local_shard", "load_optimizer_state",
     "shard_group", "samples_in", "has_nonfinite",
     "Prepared", "agree_or_raise", "model_signature",
     "settings", "init_process_group", "on_one_node", "defaults_to_hierarchical",
@@ -113,7 +113,7 @@ def test_no_plugin_writes_the_core_state_of_a_module() -> None:
             code = line.split("#")[0]
             if _STATE_WRITES.search(code) and "self.process_group =" not in code and "bucket.process_group" not in code:
                 writes.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
-    assert not writes, "plugin code writes the core's state (use bagua_core.api.switch_algorithm):\n" + "\n".join(writes)
+    assert not writes, "plugin code writes the core's state (use bagua_core.api.WrappedModule):\n" + "\n".join(writes)
 
 
 def test_no_plugin_counts_its_optimizers_stepping() -> None:
@@ -224,7 +224,7 @@ def _reifies_something_else() -> object:
 def _install_a_non_impl(rank: int) -> list[str]:
     import torch
 
-    from bagua_core.api import BaguaConfigError, switch_algorithm
+    from bagua_core.api import BaguaConfigError, WrappedModule
 
     seen = []
     model = torch.nn.Linear(2, 2)
@@ -234,7 +234,7 @@ def _install_a_non_impl(rank: int) -> list[str]:
     seen.append(str(info.value))
     model = model.with_bagua([optimizer], "gradient_allreduce")
     with pytest.raises(BaguaConfigError) as info:
-        switch_algorithm(model, impl=_HooksButNoImpl(model.process_group))
+        WrappedModule(model).switch_algorithm(impl=_HooksButNoImpl(model.process_group))
     seen.append(str(info.value))
     seen.append(type(model.bagua_algorithm).__name__)  # the impl running the module is left as it was
     return seen

@@ -37,13 +37,12 @@ from bagua_algorithms.decentralized_dp.algorithm import DecentralizedDPAlgorithm
 from bagua_algorithms.decentralized_dp.config import DecentralizedDPConfig
 from bagua_core.api import (
     Prepared,
+    WrappedModule,
     agree_or_raise,
     get_default_group_or_none,
     init_process_group,
-    is_wrapped,
     model_signature,
     record_payload,
-    set_gradient_sync,
     settings,
 )
 
@@ -111,7 +110,7 @@ class DecentralizedDataParallel(torch.nn.Module):
 
     def set_accumulate_grad(self, enable: bool = True) -> None:
         """While enabled, backward only accumulates gradients (no step, no communication, no step count)."""
-        set_gradient_sync(self.module, not enable)  # the core's no_sync: the backward hooks do nothing
+        WrappedModule(self.module).set_gradient_sync(not enable)  # the core's no_sync: the backward hooks do nothing
 
     def global_avg(self, will_revert: bool = True, return_d2c: bool = False) -> float | None:
         """Average the parameters over all ranks exactly (and the buffers when
@@ -162,7 +161,7 @@ class DecentralizedDataParallel(torch.nn.Module):
     def remove_hooks(self) -> None:
         """Wait for the rounds in flight and remove bagua's hooks (the model trains plainly again)."""
         self.engine.wait()
-        if is_wrapped(self.module):
+        if WrappedModule.is_wrapped(self.module):
             self.module.bagua_shutdown()
 
 
