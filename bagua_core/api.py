@@ -11,8 +11,9 @@ is listed in ``__all__`` is the contract (``docs/plugins.md`` documents it, ``te
   contract of the plugin's own).
 - **Buckets and their operations**: ``BaguaBucket`` (``append_op``, ``ops``, ``flattened_view``, ...),
   ``group_tensors`` (the core's bucketing suggestion, for ``tensors_to_buckets``), the
-  full-precision allreduce op ``CentralizedSynchronousOp`` with ``start_allreduce_in_pieces`` and the hierarchical
-  pattern (``reduce_to_leader``, ``broadcast_from_leader``, ``resolve_group``).
+  full-precision allreduce op ``CentralizedSynchronousOp`` with ``start_allreduce_in_pieces``, and ``hierarchy``:
+  the group an op runs on (``hierarchy.resolve_group``) and the hierarchical pattern around its exchange
+  (``hierarchy.reduce_to_leader``, ``hierarchy.broadcast_from_leader``).
 - **Collectives**: ``ReduceOp``, ``BaguaCommunicator``, ``allreduce_inplace``, ``allreduce_inplace_start``,
   ``allgather``, ``all_gather_single``, ``alltoall``, ``broadcast``, ``reduce_inplace``, point-to-point
   ``isend``/``irecv``, and ``record_payload`` for what an algorithm hands to ``torch.distributed`` itself.
@@ -54,7 +55,7 @@ from bagua_core.bootstrap import init_process_group
 from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl, group_tensors
 from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp, start_allreduce_in_pieces
-from bagua_core.lifecycle.bucket_ops.hierarchy import broadcast_from_leader, reduce_to_leader, resolve_group
+from bagua_core.lifecycle.bucket_ops.hierarchy import hierarchy
 from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance, capabilities_of
 from bagua_core.lifecycle.batch import samples_in
 from bagua_core.lifecycle.rounds import RoundCount
@@ -106,9 +107,7 @@ __all__ = [
     "group_tensors",
     "CentralizedSynchronousOp",
     "start_allreduce_in_pieces",
-    "reduce_to_leader",
-    "broadcast_from_leader",
-    "resolve_group",
+    "hierarchy",
     # collectives
     "ReduceOp",
     "BaguaCommunicator",

@@ -32,7 +32,7 @@ PINNED_API = {
     "Algorithm", "AlgorithmConfig", "AlgorithmImpl", "Capabilities", "FaultTolerance", "RoundCount",
     "capabilities_of", "hookimpl", "hookspec", "algorithm_registry", "NamedRegistry",
     "BaguaBucket", "group_tensors", "CentralizedSynchronousOp",
-    "start_allreduce_in_pieces", "reduce_to_leader", "broadcast_from_leader", "resolve_group",
+    "start_allreduce_in_pieces", "hierarchy",
     "ReduceOp", "BaguaCommunicator", "allreduce_inplace", "allreduce_inplace_start", "allgather", "all_gather_single",
     "alltoall", "broadcast", "reduce_inplace", "isend", "irecv", "record_payload",
     "BaguaProcessGroup", "get_default_group_or_none", "Membership", "group_failure",

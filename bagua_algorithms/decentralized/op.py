@@ -35,11 +35,11 @@ from bagua_core.api import (
     BaguaConfigError,
     ReduceOp,
     broadcast,
+    hierarchy,
     irecv,
     isend,
     record_payload,
     reduce_inplace,
-    resolve_group,
     settings,
     start_allreduce_in_pieces,
 )
@@ -195,7 +195,7 @@ class DecentralizedSynchronousOp:
         return self._receive_buffer
 
     def __call__(self, bucket: BaguaBucket) -> None:
-        group = resolve_group(self.group, bucket)
+        group = hierarchy.resolve_group(self.group, bucket)
         if not self._snapshot_pending:
             self.take_snapshot(bucket, self.executions)
         self._snapshot_pending = False

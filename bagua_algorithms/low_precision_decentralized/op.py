@@ -48,13 +48,11 @@ from bagua_core.api import (
     BaguaCommunicator,
     ReduceOp,
     allreduce_inplace,
-    broadcast_from_leader,
     group_failure,
+    hierarchy,
     irecv,
     isend,
     record_payload,
-    reduce_to_leader,
-    resolve_group,
     settings,
 )
 from bagua_core.codecs import Codec, check_codec_name, get_codec
@@ -169,7 +167,7 @@ class LowPrecisionDecentralizedOp:
         return None
 
     def _group(self, bucket: BaguaBucket) -> BaguaProcessGroup:
-        return resolve_group(self.group, bucket)
+        return hierarchy.resolve_group(self.group, bucket)
 
     @staticmethod
     def _weights(bucket: BaguaBucket) -> tuple[torch.Tensor, torch.Tensor]:
@@ -227,10 +225,10 @@ class LowPrecisionDecentralizedOp:
                 self._in_flight = self._ring_step(x, group.get_global_communicator(), prepared is not None,
                                                   defer=self.overlap)
             else:
-                inter = reduce_to_leader(x, group, ReduceOp.AVG)
+                inter = hierarchy.reduce_to_leader(x, group, ReduceOp.AVG)
                 if inter is not None:
                     self._in_flight = self._ring_step(x, inter, prepared is not None, defer=self.overlap)
-                broadcast_from_leader(x, group)
+                hierarchy.broadcast_from_leader(x, group)
             if x is flat and flat is bucket.buffer:  # the weights were written in place, behind autograd
                 increment_version([tensor.bagua_getter_closure() for tensor in bucket.tensors])
             else:
