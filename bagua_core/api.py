@@ -25,7 +25,8 @@ is listed in ``__all__`` is the contract (``docs/plugins.md`` documents it, ``te
   ``WrappedModule.is_wrapped(module)``); a sharded model's tensors: ``local_shard``, ``load_optimizer_state``,
   and its ranks: ``shard_group``; ``has_nonfinite``; ``samples_in``
   (the samples a forward's inputs hold).
-- **Agreement before the first collective**: ``Prepared``, ``agree_or_raise``, ``model_signature``.
+- **Agreement before the first collective**: ``agreement`` (``agreement.Prepared``,
+  ``agreement.agree_or_raise``, ``agreement.model_signature``).
 - **Settings and failures**: ``settings`` (``settings.default_bucket_size()``, ``settings.comm_timeout_s()``,
   ``settings.nonfinite_policy()``, ``settings.local_size()``), ``init_process_group`` (a wrapper that sets bagua
   up when only ``torch.distributed`` is); one node or many (``on_one_node``, ``defaults_to_hierarchical``,
@@ -62,11 +63,10 @@ from bagua_core.lifecycle.rounds import RoundCount
 from bagua_core.lifecycle.module_state import shard_group
 from bagua_core.lifecycle.tensor import load_optimizer_state, local_shard
 from bagua_core.lifecycle.wrapped_module import WrappedModule
-from bagua_core.module.initial_sync import model_signature
 from bagua_core.module.nonfinite import has_nonfinite
 from bagua_core.plugins import NamedRegistry, algorithm_registry, hookimpl
 from bagua_core.plugins.hookspecs import hookspec
-from bagua_core.runtime.agreement import Prepared, agree_or_raise
+from bagua_core.runtime.agreement import agreement
 from bagua_core.runtime.communication import (
     BaguaCommunicator,
     ReduceOp,
@@ -134,9 +134,7 @@ __all__ = [
     "samples_in",
     "has_nonfinite",
     # agreement
-    "Prepared",
-    "agree_or_raise",
-    "model_signature",
+    "agreement",
     # settings and failures
     "settings",
     "init_process_group",

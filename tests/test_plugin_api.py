@@ -38,7 +38,7 @@ PINNED_API = {
     "BaguaProcessGroup", "get_default_group_or_none", "Membership", "group_failure",
     "WrappedModule", "local_shard", "load_optimizer_state",
     "shard_group", "samples_in", "has_nonfinite",
-    "Prepared", "agree_or_raise", "model_signature",
+    "agreement",
     "settings", "init_process_group", "on_one_node", "defaults_to_hierarchical",
     "without_hierarchy", "first_failure", "failure_guard", "translate_failure",
     "BaguaError", "BaguaConfigError", "RankMismatchError", "JobFailureError",

@@ -36,12 +36,10 @@ from bagua_algorithms.decentralized_dp.topology import Topology, get_topology
 from bagua_algorithms.decentralized_dp.algorithm import DecentralizedDPAlgorithm, DecentralizedDPAlgorithmImpl
 from bagua_algorithms.decentralized_dp.config import DecentralizedDPConfig
 from bagua_core.api import (
-    Prepared,
     WrappedModule,
-    agree_or_raise,
+    agreement,
     get_default_group_or_none,
     init_process_group,
-    model_signature,
     record_payload,
     settings,
 )
@@ -67,13 +65,13 @@ class DecentralizedDataParallel(torch.nn.Module):
                  bucket_size_in_mb: float = 25.0, local_world_size: int | None = None) -> None:
         super().__init__()
 
-        def prepare() -> Prepared:  # every rank checks the others' options before any collective
+        def prepare() -> agreement.Prepared:  # every rank checks the others' options before any collective
             validate_engine_options(grad_clip_norm, bucket_size_in_mb)
             built = topology
             if isinstance(built, str):
                 local = settings.local_size() if local_world_size is None else local_world_size
                 built = get_topology(built, dist.get_world_size(), local)
-            return Prepared(built, {
+            return agreement.Prepared(built, {
                 "entry point": "DecentralizedDataParallel", "topology": built.name,
                 "topology local_world_size": built.local_world_size, "grad_clip_norm": float(grad_clip_norm),
                 "param_as_bucket_view": bool(param_as_bucket_view), "bucket_size_in_mb": float(bucket_size_in_mb),
@@ -82,7 +80,8 @@ class DecentralizedDataParallel(torch.nn.Module):
             })
 
         named_tensors = list(model.named_parameters()) + list(model.named_buffers())
-        topology = agree_or_raise(None, prepare, model_signature(named_tensors), what="DecentralizedDataParallel")
+        signature = agreement.model_signature(named_tensors)
+        topology = agreement.agree_or_raise(None, prepare, signature, what="DecentralizedDataParallel")
         self.module = model
         self.sync_buffer_in_global_avg = sync_buffer_in_global_avg
         with torch.no_grad():  # every tensor, frozen parameters included (with_bagua then has nothing to change)
