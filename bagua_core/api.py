@@ -17,9 +17,9 @@ is listed in ``__all__`` is the contract (``docs/plugins.md`` documents it, ``te
 - **Collectives**: ``ReduceOp``, ``BaguaCommunicator``, ``allreduce_inplace``, ``allreduce_inplace_start``,
   ``allgather``, ``all_gather_single``, ``alltoall``, ``broadcast``, ``reduce_inplace``, point-to-point
   ``isend``/``irecv``, and ``record_payload`` for what an algorithm hands to ``torch.distributed`` itself.
-- **Groups and membership**: ``BaguaProcessGroup`` (``new_channel`` for a group of the algorithm's own),
-  ``get_default_group_or_none``, ``Membership`` (a fail-fast job's: ``Membership()``), ``group_failure`` (whether a quorum's group
-  failed in this step, in fault-tolerant mode).
+- **Groups and membership**: ``BaguaProcessGroup`` (``new_channel`` for a group of the algorithm's own,
+  ``BaguaProcessGroup.default_or_none()``), ``Membership`` (a fail-fast job's: ``Membership()``),
+  ``group_failure`` (whether a quorum's group failed in this step, in fault-tolerant mode).
 - **The wrapped module**: ``WrappedModule(module)``, a handle with ``switch_algorithm`` (the one way to change
   the impl, declaration or capabilities of a wrapped module), ``set_gradient_sync``, ``is_sharded`` (and
   ``WrappedModule.is_wrapped(module)``); a sharded model's tensors: ``local_shard``, ``load_optimizer_state``,
@@ -85,7 +85,7 @@ from bagua_core.runtime.failure import first_failure
 from bagua_core.runtime.failure import guard as failure_guard
 from bagua_core.runtime.failure import translate as translate_failure
 from bagua_core.runtime.membership import Membership, group_failure
-from bagua_core.runtime.process_group import BaguaProcessGroup, get_default_group_or_none
+from bagua_core.runtime.process_group import BaguaProcessGroup
 from bagua_core.runtime.settings import settings
 from bagua_core.selection.single_node import defaults_to_hierarchical, on_one_node, without_hierarchy
 
@@ -123,7 +123,6 @@ __all__ = [
     "record_payload",
     # groups and membership
     "BaguaProcessGroup",
-    "get_default_group_or_none",
     "Membership",
     "group_failure",
     # the wrapped module

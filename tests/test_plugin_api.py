@@ -35,7 +35,7 @@ PINNED_API = {
     "start_allreduce_in_pieces", "hierarchy",
     "ReduceOp", "BaguaCommunicator", "allreduce_inplace", "allreduce_inplace_start", "allgather", "all_gather_single",
     "alltoall", "broadcast", "reduce_inplace", "isend", "irecv", "record_payload",
-    "BaguaProcessGroup", "get_default_group_or_none", "Membership", "group_failure",
+    "BaguaProcessGroup", "Membership", "group_failure",
     "WrappedModule", "local_shard", "load_optimizer_state",
     "shard_group", "samples_in", "has_nonfinite",
     "agreement",

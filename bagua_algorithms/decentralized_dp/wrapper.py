@@ -36,9 +36,9 @@ from bagua_algorithms.decentralized_dp.topology import Topology, get_topology
 from bagua_algorithms.decentralized_dp.algorithm import DecentralizedDPAlgorithm, DecentralizedDPAlgorithmImpl
 from bagua_algorithms.decentralized_dp.config import DecentralizedDPConfig
 from bagua_core.api import (
+    BaguaProcessGroup,
     WrappedModule,
     agreement,
-    get_default_group_or_none,
     init_process_group,
     record_payload,
     settings,
@@ -90,7 +90,7 @@ class DecentralizedDataParallel(torch.nn.Module):
                 record_payload("broadcast", flat.numel() * flat.element_size())
                 dist.broadcast(flat, src=0)
                 tensor.data.copy_(flat.view(tensor.shape))
-        if get_default_group_or_none() is None:
+        if BaguaProcessGroup.default_or_none() is None:
             init_process_group()
         declaration = _WrapperAlgorithm(topology, optim_fn, lr_scheduler_fn, scaler, grad_clip_norm,
                                         param_as_bucket_view, bucket_size_in_mb, sync_buffer_in_global_avg)
