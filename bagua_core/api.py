@@ -11,25 +11,27 @@ is listed in ``__all__`` is the contract (``docs/plugins.md`` documents it, ``te
   contract of the plugin's own).
 - **Buckets and their operations**: ``BaguaBucket`` (``append_op``, ``ops``, ``flattened_view``, ...),
   ``group_tensors`` (the core's bucketing suggestion, for ``tensors_to_buckets``), the
-  full-precision allreduce op ``CentralizedSynchronousOp`` with ``start_allreduce_in_pieces`` and the hierarchical
-  pattern (``reduce_to_leader``, ``broadcast_from_leader``, ``resolve_group``).
+  full-precision allreduce op ``CentralizedSynchronousOp`` with ``start_allreduce_in_pieces``, and ``hierarchy``:
+  the group an op runs on (``hierarchy.resolve_group``) and the hierarchical pattern around its exchange
+  (``hierarchy.reduce_to_leader``, ``hierarchy.broadcast_from_leader``).
 - **Collectives**: ``ReduceOp``, ``BaguaCommunicator``, ``allreduce_inplace``, ``allreduce_inplace_start``,
   ``allgather``, ``all_gather_single``, ``alltoall``, ``broadcast``, ``reduce_inplace``, point-to-point
   ``isend``/``irecv``, and ``record_payload`` for what an algorithm hands to ``torch.distributed`` itself.
-- **Groups and membership**: ``BaguaProcessGroup`` (``new_channel`` for a group of the algorithm's own),
-  ``get_default_group_or_none``, ``Membership`` (a fail-fast job's: ``Membership()``), ``group_failure`` (whether a quorum's group
-  failed in this step, in fault-tolerant mode).
-- **The wrapped module**: ``switch_algorithm`` (the one way to change the impl, declaration or capabilities
-  of a wrapped module), ``set_gradient_sync``, ``is_wrapped``; a sharded model's tensors: ``is_sharded``,
-  ``local_shard``, ``load_optimizer_state``, and its ranks: ``shard_group``; ``has_nonfinite``; ``samples_in``
+- **Groups and membership**: ``BaguaProcessGroup`` (``new_channel`` for a group of the algorithm's own,
+  ``BaguaProcessGroup.default_or_none()``), ``Membership`` (a fail-fast job's: ``Membership()``),
+  ``group_failure`` (whether a quorum's group failed in this step, in fault-tolerant mode).
+- **The wrapped module**: ``WrappedModule(module)``, a handle with ``switch_algorithm`` (the one way to change
+  the impl, declaration or capabilities of a wrapped module), ``set_gradient_sync``, ``is_sharded`` (and
+  ``WrappedModule.is_wrapped(module)``); a sharded model's tensors: ``local_shard``, ``load_optimizer_state``,
+  and its ranks: ``shard_group``; ``has_nonfinite``; ``samples_in``
   (the samples a forward's inputs hold).
-- **Agreement before the first collective**: ``Prepared``, ``agree_or_raise``, ``model_signature``.
-- **Settings and failures**: ``get_default_bucket_size``, ``get_comm_timeout_s``, ``get_nonfinite_policy``,
-  ``get_local_size``, ``init_process_group`` (a wrapper that sets bagua up when only ``torch.distributed``
-  is); one node
-  or many (``on_one_node``, ``defaults_to_hierarchical``, ``without_hierarchy``); ``first_failure``,
-  ``failure_guard`` and ``translate_failure`` (a failure on a thread of the algorithm's own reaches every
-  rank); the errors ``BaguaError``, ``BaguaConfigError``, ``RankMismatchError``, ``JobFailureError``.
+- **Agreement before the first collective**: ``agreement`` (``agreement.Prepared``,
+  ``agreement.agree_or_raise``, ``agreement.model_signature``).
+- **Settings and failures**: ``settings`` (``settings.default_bucket_size()``, ``settings.comm_timeout_s()``,
+  ``settings.nonfinite_policy()``, ``settings.local_size()``), ``init_process_group`` (a wrapper that sets bagua
+  up when only ``torch.distributed`` is); one node or many (``on_one_node``, ``defaults_to_hierarchical``,
+  ``without_hierarchy``); ``first_failure``, ``failure_guard`` and ``translate_failure`` (a failure on a thread
+  of the algorithm's own reaches every rank); the errors ``BaguaError``, ``BaguaConfigError``, ``RankMismatchError``, ``JobFailureError``.
 
 Example::
 
@@ -54,17 +56,17 @@ from bagua_core.bootstrap import init_process_group
 from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl, group_tensors
 from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp, start_allreduce_in_pieces
-from bagua_core.lifecycle.bucket_ops.hierarchy import broadcast_from_leader, reduce_to_leader, resolve_group
+from bagua_core.lifecycle.bucket_ops.hierarchy import hierarchy
 from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance, capabilities_of
 from bagua_core.lifecycle.batch import samples_in
 from bagua_core.lifecycle.rounds import RoundCount
-from bagua_core.lifecycle.module_state import is_wrapped, set_gradient_sync, shard_group, switch_algorithm
-from bagua_core.lifecycle.tensor import is_sharded, load_optimizer_state, local_shard
-from bagua_core.module.initial_sync import model_signature
+from bagua_core.lifecycle.module_state import shard_group
+from bagua_core.lifecycle.tensor import load_optimizer_state, local_shard
+from bagua_core.lifecycle.wrapped_module import WrappedModule
 from bagua_core.module.nonfinite import has_nonfinite
 from bagua_core.plugins import NamedRegistry, algorithm_registry, hookimpl
 from bagua_core.plugins.hookspecs import hookspec
-from bagua_core.runtime.agreement import Prepared, agree_or_raise
+from bagua_core.runtime.agreement import agreement
 from bagua_core.runtime.communication import (
     BaguaCommunicator,
     ReduceOp,
@@ -78,18 +80,13 @@ from bagua_core.runtime.communication import (
 from bagua_core.runtime.communication.common import record as record_payload
 from bagua_core.runtime.communication.host_staging import irecv, isend
 from bagua_core.runtime.communication.torch_compat import all_gather_single
-from bagua_core.runtime.env import (
-    get_comm_timeout_s,
-    get_default_bucket_size,
-    get_local_size,
-    get_nonfinite_policy,
-)
 from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError, JobFailureError, RankMismatchError
 from bagua_core.runtime.failure import first_failure
 from bagua_core.runtime.failure import guard as failure_guard
 from bagua_core.runtime.failure import translate as translate_failure
 from bagua_core.runtime.membership import Membership, group_failure
-from bagua_core.runtime.process_group import BaguaProcessGroup, get_default_group_or_none
+from bagua_core.runtime.process_group import BaguaProcessGroup
+from bagua_core.runtime.settings import settings
 from bagua_core.selection.single_node import defaults_to_hierarchical, on_one_node, without_hierarchy
 
 __all__ = [
@@ -110,9 +107,7 @@ __all__ = [
     "group_tensors",
     "CentralizedSynchronousOp",
     "start_allreduce_in_pieces",
-    "reduce_to_leader",
-    "broadcast_from_leader",
-    "resolve_group",
+    "hierarchy",
     # collectives
     "ReduceOp",
     "BaguaCommunicator",
@@ -128,28 +123,19 @@ __all__ = [
     "record_payload",
     # groups and membership
     "BaguaProcessGroup",
-    "get_default_group_or_none",
     "Membership",
     "group_failure",
     # the wrapped module
-    "switch_algorithm",
-    "set_gradient_sync",
-    "is_wrapped",
-    "is_sharded",
+    "WrappedModule",
     "local_shard",
     "load_optimizer_state",
     "shard_group",
     "samples_in",
     "has_nonfinite",
     # agreement
-    "Prepared",
-    "agree_or_raise",
-    "model_signature",
+    "agreement",
     # settings and failures
-    "get_default_bucket_size",
-    "get_comm_timeout_s",
-    "get_nonfinite_policy",
-    "get_local_size",
+    "settings",
     "init_process_group",
     "on_one_node",
     "defaults_to_hierarchical",

@@ -8,7 +8,7 @@ import types
 
 import torch
 
-from bagua_core.lifecycle.bucket_ops.hierarchy import broadcast_from_leader, reduce_to_leader, resolve_group
+from bagua_core.lifecycle.bucket_ops.hierarchy import hierarchy
 from bagua_core.runtime.communication import ReduceOp, allreduce_inplace
 from tests.distributed import run_workers
 
@@ -21,17 +21,17 @@ def _case(rank: int) -> dict:
     for reduce_op in (ReduceOp.AVG, ReduceOp.SUM):
         tensor = torch.full((5,), float(rank + 1))
         called = []
-        inter = reduce_to_leader(tensor, group, reduce_op)
+        inter = hierarchy.reduce_to_leader(tensor, group, reduce_op)
         if inter is not None:
             called.append(inter.nranks())
             allreduce_inplace(tensor, op=ReduceOp.SUM, comm=inter)
-        broadcast_from_leader(tensor, group)
+        hierarchy.broadcast_from_leader(tensor, group)
         out[str(reduce_op)] = (tensor.tolist(), called)
     bucket = types.SimpleNamespace(process_group=None)
-    out["default"] = resolve_group(None, bucket) is group
+    out["default"] = hierarchy.resolve_group(None, bucket) is group
     bucket.process_group = "bucket's"
-    out["bucket"] = resolve_group(None, bucket)
-    out["own"] = resolve_group("op's", bucket)
+    out["bucket"] = hierarchy.resolve_group(None, bucket)
+    out["own"] = hierarchy.resolve_group("op's", bucket)
     return out
 
 

@@ -32,15 +32,14 @@ PINNED_API = {
     "Algorithm", "AlgorithmConfig", "AlgorithmImpl", "Capabilities", "FaultTolerance", "RoundCount",
     "capabilities_of", "hookimpl", "hookspec", "algorithm_registry", "NamedRegistry",
     "BaguaBucket", "group_tensors", "CentralizedSynchronousOp",
-    "start_allreduce_in_pieces", "reduce_to_leader", "broadcast_from_leader", "resolve_group",
+    "start_allreduce_in_pieces", "hierarchy",
     "ReduceOp", "BaguaCommunicator", "allreduce_inplace", "allreduce_inplace_start", "allgather", "all_gather_single",
     "alltoall", "broadcast", "reduce_inplace", "isend", "irecv", "record_payload",
-    "BaguaProcessGroup", "get_default_group_or_none", "Membership", "group_failure",
-    "switch_algorithm", "set_gradient_sync", "is_wrapped", "is_sharded", "local_shard", "load_optimizer_state",
+    "BaguaProcessGroup", "Membership", "group_failure",
+    "WrappedModule", "local_shard", "load_optimizer_state",
     "shard_group", "samples_in", "has_nonfinite",
-    "Prepared", "agree_or_raise", "model_signature",
-    "get_default_bucket_size", "get_comm_timeout_s", "get_nonfinite_policy",
-    "get_local_size", "init_process_group", "on_one_node", "defaults_to_hierarchical",
+    "agreement",
+    "settings", "init_process_group", "on_one_node", "defaults_to_hierarchical",
     "without_hierarchy", "first_failure", "failure_guard", "translate_failure",
     "BaguaError", "BaguaConfigError", "RankMismatchError", "JobFailureError",
 }
@@ -114,7 +113,7 @@ def test_no_plugin_writes_the_core_state_of_a_module() -> None:
             code = line.split("#")[0]
             if _STATE_WRITES.search(code) and "self.process_group =" not in code and "bucket.process_group" not in code:
                 writes.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
-    assert not writes, "plugin code writes the core's state (use bagua_core.api.switch_algorithm):\n" + "\n".join(writes)
+    assert not writes, "plugin code writes the core's state (use bagua_core.api.WrappedModule):\n" + "\n".join(writes)
 
 
 def test_no_plugin_counts_its_optimizers_stepping() -> None:
@@ -225,7 +224,7 @@ def _reifies_something_else() -> object:
 def _install_a_non_impl(rank: int) -> list[str]:
     import torch
 
-    from bagua_core.api import BaguaConfigError, switch_algorithm
+    from bagua_core.api import BaguaConfigError, WrappedModule
 
     seen = []
     model = torch.nn.Linear(2, 2)
@@ -235,7 +234,7 @@ def _install_a_non_impl(rank: int) -> list[str]:
     seen.append(str(info.value))
     model = model.with_bagua([optimizer], "gradient_allreduce")
     with pytest.raises(BaguaConfigError) as info:
-        switch_algorithm(model, impl=_HooksButNoImpl(model.process_group))
+        WrappedModule(model).switch_algorithm(impl=_HooksButNoImpl(model.process_group))
     seen.append(str(info.value))
     seen.append(type(model.bagua_algorithm).__name__)  # the impl running the module is left as it was
     return seen
@@ -255,12 +254,12 @@ def test_an_impl_not_derived_from_algorithm_impl_is_refused_where_it_is_installe
 
 def test_what_the_core_reads_of_an_impl_has_a_default() -> None:
     """The members docs/plugins.md lists beside the hooks, as an impl that sets none of them has them."""
-    from bagua_core.api import AlgorithmImpl, get_default_bucket_size
+    from bagua_core.api import AlgorithmImpl, settings
     from bagua_algorithms.gradient_allreduce import GradientAllReduceConfig
 
     plain = AlgorithmImpl(None)
     assert plain.hierarchical is None and plain.bucket_size is None and plain.hands_module_over is False
-    assert plain.bucket_size_bytes() == get_default_bucket_size() and plain.supports_autotune is None
+    assert plain.bucket_size_bytes() == settings.default_bucket_size() and plain.supports_autotune is None
     assert plain.init_bucket_ready_hook(None) is None and plain.init_step_end_hook(None) is None
     assert plain.abort(None) is None and plain.resume(None) is None and plain.rounds_completed() is None
     assert plain._older_form_capabilities() == {} and not plain._has_background_controls()

@@ -21,9 +21,9 @@ from bagua_core.api import (
     RoundCount,
     failure_guard,
     first_failure,
-    get_comm_timeout_s,
     group_tensors,
     samples_in,
+    settings,
 )
 
 __all__ = ["AsyncModelAverageAlgorithm", "AsyncModelAverageAlgorithmImpl"]
@@ -151,7 +151,7 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
                 bagua_module.bagua_reset()
             self._release_lock()
             self._active = False
-            self.averager.abort(timeout=get_comm_timeout_s())
+            self.averager.abort(timeout=settings.comm_timeout_s())
 
     def resume(self, bagua_module: torch.nn.Module) -> None:
         """Restart the averaging stopped by :meth:`abort` (every rank must resume). ``bagua_module``: the
@@ -167,7 +167,7 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
         starts them again. Raises the error of a failed round (nothing of it was applied)."""
         if self.fault_tolerant and self.averager is not None:
             self._release_lock()
-            self.averager.stop_for_step(timeout=get_comm_timeout_s())
+            self.averager.stop_for_step(timeout=settings.comm_timeout_s())
 
     def rounds_completed(self) -> RoundCount | None:
         """The background averaging rounds (each allreduces every bucket's fp32 weights); None during warmup,

@@ -58,8 +58,8 @@ from bagua_core.api import (
     JobFailureError,
     ReduceOp,
     allreduce_inplace,
-    get_comm_timeout_s,
     group_failure,
+    settings,
     translate_failure,
 )
 
@@ -74,7 +74,7 @@ _communicator_ids = itertools.count()  # every process creates them in the same 
 def new_async_communicator(ranks: list[int]) -> BaguaCommunicator:
     """A communicator over ``ranks`` on a fresh torch process group; collective: every process of the
     job calls it, in the same order as its other groups (torch's ``new_group`` rule)."""
-    timeout = datetime.timedelta(seconds=get_comm_timeout_s())
+    timeout = datetime.timedelta(seconds=settings.comm_timeout_s())
     ranks = sorted(ranks)
     group = dist.new_group(ranks, timeout=timeout)
     name = f"async_model_average/{next(_communicator_ids)}"

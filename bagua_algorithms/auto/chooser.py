@@ -20,11 +20,10 @@ from bagua_core.api import (
     BaguaConfigError,
     Capabilities,
     ReduceOp,
+    WrappedModule,
     allreduce_inplace,
     broadcast,
     capabilities_of,
-    is_sharded,
-    switch_algorithm,
 )
 
 
@@ -93,7 +92,7 @@ class AutoImpl(AlgorithmImpl):
         self.index = index
         declaration = self.plan.declarations[index]
         self.current = declaration.reify(self.process_group)
-        switch_algorithm(module, capabilities=self._capabilities(declaration))
+        WrappedModule(module).switch_algorithm(capabilities=self._capabilities(declaration))
         logger.info("step %d: auto trial of %s", module.bagua_train_step_counter, declaration.name)
 
     def _capabilities(self, declaration: Algorithm) -> Capabilities:
@@ -145,7 +144,7 @@ class AutoImpl(AlgorithmImpl):
             self.decided = best
         else:
             # from now on the chosen impl runs the module by itself
-            switch_algorithm(module, impl=self.current, declaration=chosen)
+            WrappedModule(module).switch_algorithm(impl=self.current, declaration=chosen)
         logger.info("auto chose %s at step %d: step time (max over ranks) %s; link latency %.3g ms, bandwidth "
                     "%s; model %.3g MB; declared relative bytes %s; options %s", chosen.name,
                     result["decided_at_step"], {k: round(v, 6) for k, v in result["step_time_s"].items()},
@@ -157,14 +156,15 @@ class AutoImpl(AlgorithmImpl):
     def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
         if self._module is None:
             self._module = bagua_module
-            if is_sharded(bagua_module) and self._sharded_plan is not None:  # the candidates that run on shards
+            wrapped = WrappedModule(bagua_module)
+            if wrapped.is_sharded and self._sharded_plan is not None:  # the candidates that run on shards
                 plan = self._sharded_plan()
                 if plan.declarations[0].name != self.plan.declarations[0].name:
                     self.current.shutdown(bagua_module)
                     self.current = plan.declarations[0].reify(self.process_group)
                 self.plan = plan
                 self.keeps_module = plan.fault_tolerance is not None
-            switch_algorithm(bagua_module, capabilities=self._capabilities(self.plan.declarations[self.index]))
+            wrapped.switch_algorithm(capabilities=self._capabilities(self.plan.declarations[self.index]))
         return self.current.init_tensors(bagua_module)
 
     def bucket_size_bytes(self) -> int:

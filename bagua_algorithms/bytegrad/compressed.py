@@ -33,16 +33,7 @@ import torch
 
 from bagua_algorithms.bytegrad.compressed_pipeline import PipelinedExchange
 from bagua_algorithms.bytegrad.workspace import CompressedWorkspace
-from bagua_core.api import (
-    BaguaCommunicator,
-    ReduceOp,
-    allgather,
-    alltoall,
-    broadcast_from_leader,
-    get_nonfinite_policy,
-    reduce_to_leader,
-    resolve_group,
-)
+from bagua_core.api import BaguaCommunicator, ReduceOp, allgather, alltoall, hierarchy, settings
 from bagua_core.codecs import Codec, check_codec_name, get_codec
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -108,7 +99,7 @@ def start_compressed_allreduce_on(
             return exchange.finish
         exchange.run()
         return _nothing
-    nonfinite = get_nonfinite_policy()
+    nonfinite = settings.nonfinite_policy()
     for values, chunks, slots in _pieces(flat, n, ws):
         codec.encode(values, chunks, out=slots, nonfinite=nonfinite)
     if n > 1:
@@ -145,13 +136,13 @@ def start_compressed_allreduce(tensor: torch.Tensor, group: BaguaProcessGroup, a
     leaders' exchange, then the broadcast inside the node; without ``defer`` only the broadcast)."""
     if not hierarchical:
         return start_compressed_allreduce_on(tensor, group.get_global_communicator(), average, workspace, codec, defer)
-    inter = reduce_to_leader(tensor, group, ReduceOp.AVG if average else ReduceOp.SUM)
+    inter = hierarchy.reduce_to_leader(tensor, group, ReduceOp.AVG if average else ReduceOp.SUM)
     finish = _nothing if inter is None else \
         start_compressed_allreduce_on(tensor, inter, average, workspace, codec, defer)
 
     def finish_and_broadcast() -> None:
         finish()
-        broadcast_from_leader(tensor, group)
+        hierarchy.broadcast_from_leader(tensor, group)
 
     return finish_and_broadcast
 
@@ -182,7 +173,7 @@ class CompressedAllReduceOp:
         self.workspace = CompressedWorkspace()
 
     def __call__(self, bucket: BaguaBucket) -> None:
-        group = resolve_group(self.group, bucket)
+        group = hierarchy.resolve_group(self.group, bucket)
         tensor = bucket.flattened_view()
         flattened = tensor is bucket.buffer
         # in flight while later buckets start, whose round 1 then fills the link while this rank waits

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from bagua_algorithms.bytegrad.pipeline import Segment, post_receives, schedule, segments, send_segment, wait_all
-from bagua_core.api import BaguaCommunicator, get_nonfinite_policy, record_payload
+from bagua_core.api import BaguaCommunicator, record_payload, settings
 from bagua_core.codecs import Codec
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -68,7 +68,7 @@ class PipelinedExchange:
         if len(self.segs) > _ROUND2:  # pragma: no cover - 2**34 values per rank
             raise ValueError(f"a bytegrad chunk of {ws.chunk} values needs {len(self.segs)} segments, at most {_ROUND2}")
         self.peers = [p for p in range(self.n) if p != self.me]
-        self.nonfinite = get_nonfinite_policy()
+        self.nonfinite = settings.nonfinite_policy()
         self.stats = codec.new_stats()
         self.sends: list = []
 

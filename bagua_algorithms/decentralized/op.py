@@ -35,12 +35,12 @@ from bagua_core.api import (
     BaguaConfigError,
     ReduceOp,
     broadcast,
-    get_default_bucket_size,
+    hierarchy,
     irecv,
     isend,
     record_payload,
     reduce_inplace,
-    resolve_group,
+    settings,
     start_allreduce_in_pieces,
 )
 
@@ -95,7 +95,7 @@ def _done() -> None:
 def _start_average_with_peers(tensor: torch.Tensor, comm: BaguaCommunicator, mode: str, round_index: int,
                               received: torch.Tensor | None, tag: int = 0) -> Callable[[], None]:
     """Start averaging ``tensor`` with the round's peers; return what finishes it. ``"all"``: one
-    allreduce per piece of ``get_default_bucket_size()`` bytes, all in flight at once (gloo runs
+    allreduce per piece of ``settings.default_bucket_size()`` bytes, all in flight at once (gloo runs
     two at a time, so one's round trips overlap another's transfer, as gradient_allreduce's buckets do);
     ``"shift_one"``: the exchange with the partner (into ``received``), averaged when finished."""
     n = comm.nranks()
@@ -137,7 +137,7 @@ def _average_in_node_then_with_peers(tensor: torch.Tensor, group: BaguaProcessGr
     intra, inter = group.get_intra_node_communicator(), group.get_inter_node_communicator()
     flat = tensor.view(-1)
     into = received.view(-1) if received is not None else None
-    step = max(1, min(NODE_PIECE_BYTES, get_default_bucket_size()) // flat.element_size())
+    step = max(1, min(NODE_PIECE_BYTES, settings.default_bucket_size()) // flat.element_size())
     pieces = [slice(b, min(b + step, flat.numel())) for b in range(0, flat.numel(), step)]
     finishes = []
     for tag, piece in enumerate(pieces):
@@ -195,7 +195,7 @@ class DecentralizedSynchronousOp:
         return self._receive_buffer
 
     def __call__(self, bucket: BaguaBucket) -> None:
-        group = resolve_group(self.group, bucket)
+        group = hierarchy.resolve_group(self.group, bucket)
         if not self._snapshot_pending:
             self.take_snapshot(bucket, self.executions)
         self._snapshot_pending = False

@@ -29,14 +29,7 @@ import torch.distributed as dist
 
 from bagua_algorithms.decentralized_dp.buckets import ParamBucket
 from bagua_algorithms.decentralized_dp.topology import Topology
-from bagua_core.api import (
-    BaguaConfigError,
-    BaguaError,
-    RankMismatchError,
-    get_comm_timeout_s,
-    group_failure,
-    record_payload,
-)
+from bagua_core.api import BaguaConfigError, BaguaError, RankMismatchError, group_failure, record_payload, settings
 
 __all__ = ["DecentralizedEngine", "NamedParams", "OptimFn", "SchedulerFn", "validate_engine_options"]
 
@@ -81,7 +74,7 @@ class DecentralizedEngine:
         if quorum is not None:
             self.world_group = quorum.torch_group
         else:
-            timeout = datetime.timedelta(seconds=get_comm_timeout_s())
+            timeout = datetime.timedelta(seconds=settings.comm_timeout_s())
             self.world_group = dist.new_group(list(range(self.world_size)), timeout=timeout)
             topology.build_groups()
         self._name_of = {id(p): n for n, p in self.named_params}

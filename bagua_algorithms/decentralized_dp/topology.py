@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import torch
 import torch.distributed as dist
 
-from bagua_core.api import BaguaConfigError, NamedRegistry, get_comm_timeout_s
+from bagua_core.api import BaguaConfigError, NamedRegistry, settings
 
 __all__ = ["Edge", "Topology", "get_topology", "mix_inplace", "topology_names", "topology_registry"]
 
@@ -138,7 +138,7 @@ class Topology(abc.ABC):
 
     def build_groups(self) -> None:
         """Create a torch process group per distinct multi-rank edge. Collective: same order everywhere."""
-        timeout = datetime.timedelta(seconds=get_comm_timeout_s())
+        timeout = datetime.timedelta(seconds=settings.comm_timeout_s())
         groups: dict[tuple[int, ...], Any] = {}
         for edges in self._rounds:
             for e in edges:

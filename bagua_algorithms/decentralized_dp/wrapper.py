@@ -36,15 +36,12 @@ from bagua_algorithms.decentralized_dp.topology import Topology, get_topology
 from bagua_algorithms.decentralized_dp.algorithm import DecentralizedDPAlgorithm, DecentralizedDPAlgorithmImpl
 from bagua_algorithms.decentralized_dp.config import DecentralizedDPConfig
 from bagua_core.api import (
-    Prepared,
-    agree_or_raise,
-    get_default_group_or_none,
-    get_local_size,
+    BaguaProcessGroup,
+    WrappedModule,
+    agreement,
     init_process_group,
-    is_wrapped,
-    model_signature,
     record_payload,
-    set_gradient_sync,
+    settings,
 )
 
 __all__ = ["DecentralizedDataParallel"]
@@ -68,13 +65,13 @@ class DecentralizedDataParallel(torch.nn.Module):
                  bucket_size_in_mb: float = 25.0, local_world_size: int | None = None) -> None:
         super().__init__()
 
-        def prepare() -> Prepared:  # every rank checks the others' options before any collective
+        def prepare() -> agreement.Prepared:  # every rank checks the others' options before any collective
             validate_engine_options(grad_clip_norm, bucket_size_in_mb)
             built = topology
             if isinstance(built, str):
-                local = get_local_size() if local_world_size is None else local_world_size
+                local = settings.local_size() if local_world_size is None else local_world_size
                 built = get_topology(built, dist.get_world_size(), local)
-            return Prepared(built, {
+            return agreement.Prepared(built, {
                 "entry point": "DecentralizedDataParallel", "topology": built.name,
                 "topology local_world_size": built.local_world_size, "grad_clip_norm": float(grad_clip_norm),
                 "param_as_bucket_view": bool(param_as_bucket_view), "bucket_size_in_mb": float(bucket_size_in_mb),
@@ -83,7 +80,8 @@ class DecentralizedDataParallel(torch.nn.Module):
             })
 
         named_tensors = list(model.named_parameters()) + list(model.named_buffers())
-        topology = agree_or_raise(None, prepare, model_signature(named_tensors), what="DecentralizedDataParallel")
+        signature = agreement.model_signature(named_tensors)
+        topology = agreement.agree_or_raise(None, prepare, signature, what="DecentralizedDataParallel")
         self.module = model
         self.sync_buffer_in_global_avg = sync_buffer_in_global_avg
         with torch.no_grad():  # every tensor, frozen parameters included (with_bagua then has nothing to change)
@@ -92,7 +90,7 @@ class DecentralizedDataParallel(torch.nn.Module):
                 record_payload("broadcast", flat.numel() * flat.element_size())
                 dist.broadcast(flat, src=0)
                 tensor.data.copy_(flat.view(tensor.shape))
-        if get_default_group_or_none() is None:
+        if BaguaProcessGroup.default_or_none() is None:
             init_process_group()
         declaration = _WrapperAlgorithm(topology, optim_fn, lr_scheduler_fn, scaler, grad_clip_norm,
                                         param_as_bucket_view, bucket_size_in_mb, sync_buffer_in_global_avg)
@@ -111,7 +109,7 @@ class DecentralizedDataParallel(torch.nn.Module):
 
     def set_accumulate_grad(self, enable: bool = True) -> None:
         """While enabled, backward only accumulates gradients (no step, no communication, no step count)."""
-        set_gradient_sync(self.module, not enable)  # the core's no_sync: the backward hooks do nothing
+        WrappedModule(self.module).set_gradient_sync(not enable)  # the core's no_sync: the backward hooks do nothing
 
     def global_avg(self, will_revert: bool = True, return_d2c: bool = False) -> float | None:
         """Average the parameters over all ranks exactly (and the buffers when
@@ -162,7 +160,7 @@ class DecentralizedDataParallel(torch.nn.Module):
     def remove_hooks(self) -> None:
         """Wait for the rounds in flight and remove bagua's hooks (the model trains plainly again)."""
         self.engine.wait()
-        if is_wrapped(self.module):
+        if WrappedModule.is_wrapped(self.module):
             self.module.bagua_shutdown()
 
 

@@ -48,14 +48,12 @@ from bagua_core.api import (
     BaguaCommunicator,
     ReduceOp,
     allreduce_inplace,
-    broadcast_from_leader,
-    get_nonfinite_policy,
     group_failure,
+    hierarchy,
     irecv,
     isend,
     record_payload,
-    reduce_to_leader,
-    resolve_group,
+    settings,
 )
 from bagua_core.codecs import Codec, check_codec_name, get_codec
 
@@ -115,7 +113,7 @@ class LowPrecisionDecentralizedOp:
         z, sent = self._workspace(x.numel())[:2]
         stats = self.codec.new_stats() if kernels.fuses(self.codec) else None
         kernels.difference(self.codec, x, self.weight, self.left_peer_weight, self.right_peer_weight, z, stats)
-        self.codec.encode_headers_with_stats(z, 1, sent, stats, nonfinite=get_nonfinite_policy())
+        self.codec.encode_headers_with_stats(z, 1, sent, stats, nonfinite=settings.nonfinite_policy())
 
     def complete(self) -> None:
         """Finish a round left in flight (``overlap``): wait for the neighbours' segments, add them into
@@ -138,7 +136,7 @@ class LowPrecisionDecentralizedOp:
                 codec.encode_range(z, 1, sent, 0, numel)
             else:
                 kernels.difference(codec, x, w, left, right, z)
-                codec.encode(z, 1, out=sent, nonfinite=get_nonfinite_policy())
+                codec.encode(z, 1, out=sent, nonfinite=settings.nonfinite_policy())
             from_left, from_right = _exchange_whole(sent, from_left, from_right, comm) if n > 1 else (sent, sent)
             kernels.update(codec, from_left, from_right, sent, w, left, right, x, 0, numel)
             return None
@@ -169,7 +167,7 @@ class LowPrecisionDecentralizedOp:
         return None
 
     def _group(self, bucket: BaguaBucket) -> BaguaProcessGroup:
-        return resolve_group(self.group, bucket)
+        return hierarchy.resolve_group(self.group, bucket)
 
     @staticmethod
     def _weights(bucket: BaguaBucket) -> tuple[torch.Tensor, torch.Tensor]:
@@ -227,10 +225,10 @@ class LowPrecisionDecentralizedOp:
                 self._in_flight = self._ring_step(x, group.get_global_communicator(), prepared is not None,
                                                   defer=self.overlap)
             else:
-                inter = reduce_to_leader(x, group, ReduceOp.AVG)
+                inter = hierarchy.reduce_to_leader(x, group, ReduceOp.AVG)
                 if inter is not None:
                     self._in_flight = self._ring_step(x, inter, prepared is not None, defer=self.overlap)
-                broadcast_from_leader(x, group)
+                hierarchy.broadcast_from_leader(x, group)
             if x is flat and flat is bucket.buffer:  # the weights were written in place, behind autograd
                 increment_version([tensor.bagua_getter_closure() for tensor in bucket.tensors])
             else:

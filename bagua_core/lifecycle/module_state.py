@@ -35,8 +35,8 @@ from bagua_core.lifecycle.scheduler import BucketScheduler
 from bagua_core.lifecycle.shard_layout import ShardLayout
 from bagua_core.lifecycle.state import get_state
 
-__all__ = ["ImplHooks", "ModuleState", "StepTuner", "is_wrapped", "params_and_buffers_to_ignore", "set_gradient_sync",
-           "shard_group", "state_of", "switch_algorithm"]
+__all__ = ["ImplHooks", "ModuleState", "StepTuner", "params_and_buffers_to_ignore", "shard_group", "state_of",
+           "switch_algorithm"]
 
 
 class StepTuner(Protocol):
@@ -171,11 +171,6 @@ def switch_algorithm(module: torch.nn.Module, *, impl: AlgorithmImpl | None = No
         state.process_group = process_group
 
 
-def is_wrapped(module: torch.nn.Module) -> bool:
-    """Whether ``module`` is wrapped by ``with_bagua`` (and not shut down since)."""
-    return state_of(module) is not None
-
-
 def shard_group(module: torch.nn.Module) -> Any:
     """The torch process group of the ranks that hold the wrapped ``module`` together with this rank, sharded with
     FSDP2 (the node's mesh: they run the same forwards and backwards, so whatever decides how many a rank runs
@@ -192,21 +187,6 @@ def shard_group(module: torch.nn.Module) -> Any:
         raise RuntimeError(f"{type(module).__name__} is not wrapped (call with_bagua first)")
     layout = state.shard
     return layout.shard_group if layout is not None and layout.count > 1 else None
-
-
-def set_gradient_sync(module: torch.nn.Module, enabled: bool) -> None:
-    """Whether the wrapped ``module``'s backward communicates: False accumulates gradients locally until it is
-    True again (what ``module.no_sync()`` does for the block it guards).
-
-    Example::
-
-        >>> set_gradient_sync(model, False)     # micro-batches accumulate
-        >>> set_gradient_sync(model, True)      # the next backward communicates the sum
-    """
-    state = state_of(module)
-    if state is None:
-        raise RuntimeError(f"{type(module).__name__} is not wrapped (call with_bagua first)")
-    state.sync_enabled = bool(enabled)
 
 
 def params_and_buffers_to_ignore(module: torch.nn.Module) -> list[str]:

@@ -280,7 +280,7 @@ def _read_only(attribute: str, field: str, doc: str) -> property:
 
     def refuse(module: torch.nn.Module, value: Any) -> None:
         raise AttributeError(f"{attribute} is bagua's: with_bagua sets it (an algorithm changes the impl through "
-                             f"bagua_core.api.switch_algorithm)")
+                             f"bagua_core.api.WrappedModule.switch_algorithm)")
 
     return property(get, refuse, doc=doc)
 

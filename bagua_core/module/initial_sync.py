@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
-from bagua_core.runtime.agreement import agree_or_raise
+from bagua_core.runtime.agreement import agree_or_raise, model_signature
 from bagua_core.runtime.communication import broadcast
 from bagua_core.runtime.communication.communicator import BaguaCommunicator
 
@@ -21,11 +21,6 @@ __all__ = ["agree_or_raise", "broadcast_tensors", "broadcast_optimizer_state", "
            "model_signature"]
 
 _BROADCAST_CHUNK_BYTES = 64 * 1024 * 1024
-
-
-def model_signature(named_tensors: Sequence[tuple[str, torch.Tensor]]) -> list[tuple[str, tuple, str]]:
-    """``(name, shape, dtype)`` of every tensor (a sharded parameter's global shape: the same on every rank)."""
-    return [(name, tuple(t.shape), str(t.dtype)) for name, t in named_tensors]
 
 
 def broadcast_tensors(tensors: Sequence[torch.Tensor], src: int, comm: BaguaCommunicator) -> None:

@@ -16,6 +16,9 @@ the others are marked ``bagua_same_failure_as`` that rank and say so in one line
 (rank 0 of the group shows it). A rank that raises because another one failed is marked
 ``bagua_failed_elsewhere`` (that rank) and ``bagua_failed_kind`` (its exception's type).
 
+A plugin reaches these as one object, ``agreement`` (``bagua_core.api``): ``agreement.Prepared``,
+``agreement.agree_or_raise``, ``agreement.model_signature``.
+
 Example::
 
     >>> prepared = lambda: Prepared(options, {"topology": options.topology}, {"from": path})
@@ -25,14 +28,16 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+import torch
 import torch.distributed as dist
 
 from bagua_core.runtime.exceptions import BaguaError, RankMismatchError
 
-__all__ = ["Prepared", "agree_or_raise", "describe_differences", "format_values"]
+__all__ = ["Agreement", "Prepared", "agree_or_raise", "agreement", "describe_differences", "format_values",
+           "model_signature"]
 
 T = TypeVar("T")
 _MAX_LISTED_RANKS = 8
@@ -160,3 +165,28 @@ def agree_or_raise(comm: Any, prepare: Callable[[], Any], signature: object = No
         if other != signature:
             raise _coordinated(RankMismatchError(_model_difference(me, rank, signature, other)), same_as=lowest)
     return prepared.result
+
+
+def model_signature(named_tensors: Sequence[tuple[str, torch.Tensor]]) -> list[tuple[str, tuple, str]]:
+    """``(name, shape, dtype)`` of every tensor (a sharded parameter's global shape: the same on every rank): the
+    ``signature`` of a model that :func:`agree_or_raise` compares."""
+    return [(name, tuple(t.shape), str(t.dtype)) for name, t in named_tensors]
+
+
+class Agreement:
+    """Agreement before the first collective, as a plugin uses it (module doc); ``agreement`` is the one instance.
+
+    Example::
+
+        >>> from bagua_core.api import agreement
+        >>> def prepare():
+        ...     return agreement.Prepared(topology, {"topology": topology.name})
+        >>> topology = agreement.agree_or_raise(None, prepare, agreement.model_signature(named), what="MyWrapper")
+    """
+
+    Prepared = Prepared
+    agree_or_raise = staticmethod(agree_or_raise)
+    model_signature = staticmethod(model_signature)
+
+
+agreement = Agreement()

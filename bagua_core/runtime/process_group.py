@@ -94,6 +94,12 @@ class BaguaProcessGroup:
         self.worker = CommunicationWorker(name)
         _all_groups.add(self)
 
+    @staticmethod
+    def default_or_none() -> BaguaProcessGroup | None:
+        """The default group, or None before ``init_process_group`` (a plugin's entry point that sets bagua up
+        when only ``torch.distributed`` is asks it first)."""
+        return get_default_group_or_none()
+
     def torch_groups(self) -> list:
         """The torch process groups this group and its communicators hold (none after ``release``)."""
         held = [self.torch_group] + [c.torch_group for c in (self._global, self._intra, self._inter) if c is not None]

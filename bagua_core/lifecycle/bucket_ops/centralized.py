@@ -16,7 +16,7 @@ from bagua_core.runtime.communication import (
     allreduce_inplace_start,
     reduce_scatter,
 )
-from bagua_core.lifecycle.bucket_ops.hierarchy import broadcast_from_leader, reduce_to_leader, resolve_group
+from bagua_core.lifecycle.bucket_ops.hierarchy import hierarchy
 from bagua_core.runtime.communication.common import finish_average
 from bagua_core.lifecycle.bucket_ops.operand import BucketOperand
 from bagua_core.runtime.communication.communicator import BaguaCommunicator
@@ -46,13 +46,13 @@ def start_allreduce_in_pieces(tensor: torch.Tensor, op: ReduceOp, comm: BaguaCom
 def hierarchical_allreduce(tensor: torch.Tensor, group: BaguaProcessGroup, average: bool) -> None:
     """Reduce (SUM) to the node leader, allreduce (SUM) among leaders, divide by the world size when
     averaging, broadcast inside the node (:mod:`~bagua_core.lifecycle.bucket_ops.hierarchy`)."""
-    inter = reduce_to_leader(tensor, group, ReduceOp.SUM)
+    inter = hierarchy.reduce_to_leader(tensor, group, ReduceOp.SUM)
     if inter is not None:
         if inter.nranks() > 1:
             allreduce_inplace(tensor, op=ReduceOp.SUM, comm=inter)
         if average:
             finish_average(tensor, group.world_size)
-    broadcast_from_leader(tensor, group)
+    hierarchy.broadcast_from_leader(tensor, group)
 
 
 def scattergather_allreduce(tensor: torch.Tensor, group: BaguaProcessGroup, average: bool) -> None:
@@ -91,7 +91,7 @@ class CentralizedSynchronousOp:
         self.scattergather = bool(scattergather)
 
     def __call__(self, bucket: BucketOperand) -> None:
-        group = resolve_group(self.group, bucket)
+        group = hierarchy.resolve_group(self.group, bucket)
         tensor = bucket.flattened_view()  # one layout check per run
         flattened = tensor is bucket.buffer
         if self.hierarchical:
