@@ -43,7 +43,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule
 
-from bagua_core.api import is_wrapped
+from bagua_core.api import WrappedModule
 from benchmarks.e2e_worker import hang_watchdog, read_counter
 from benchmarks.lm_data import load_corpus
 from benchmarks.lm_measure import averaged_weights, held_bytes, replicated_bytes
@@ -193,7 +193,7 @@ def train_method(method: str, corpus, args: argparse.Namespace, mesh: Any = None
                                    make_optimizer=_make_optimizer, options=options)
     group = mesh["replicate"].get_group() if mesh is not None else None
     # a bagua algorithm's seconds on the training thread in its hooks: what a step waited on communication
-    metrics = model.bagua_metrics() if is_wrapped(model) else None
+    metrics = model.bagua_metrics() if WrappedModule.is_wrapped(model) else None
     independent = steps_independently(name, options, sharded=mesh is not None)
     in_rounds = merges_in_rounds(name, options)
     # --eval-after-merges: rounds of H inner steps evaluated right after merges (steps counted from the warmup's end)
