@@ -25,6 +25,7 @@ def test_capability_rejects_unknown_parts() -> None:
         FaultTolerance(heals=("weights", "gossip"))
     with pytest.raises(BaguaConfigError, match="commit must be"):
         FaultTolerance(commit="whenever")  # type: ignore[arg-type]
+    assert FaultTolerance(commit="at_round").commit == "at_round"
 
 
 def test_declarations() -> None:
@@ -36,6 +37,8 @@ def test_declarations() -> None:
     assert algorithm_registry.get("gradient_allreduce").capabilities.fault_tolerance.commit == "before_optimizer_step"
     assert algorithm_registry.get("powersgd").capabilities.fault_tolerance.commit == "after_step"
     assert "algorithm_state" in algorithm_registry.get("diloco").capabilities.fault_tolerance.heals
+    for name in ("diloco", "sparseloco"):  # round-based: a transaction per round
+        assert algorithm_registry.get(name).capabilities.fault_tolerance.commit == "at_round"
 
 
 def test_options_from_env_and_errors(monkeypatch) -> None:
@@ -221,8 +224,8 @@ def test_runtime_quiesces_before_the_quorum_and_the_commit_decision() -> None:
     runtime.quorum_id, runtime.module, runtime.policy = 7, model, FaultTolerance(commit="after_step")
     runtime.group = types.SimpleNamespace(managed_groups=[], world_size=1)
     runtime.stats = {"committed": 0, "discarded": 0, "first_commit_s": 1.0, "healed": 0, "heal_s": 0.0}
-    runtime.data_position, runtime._batch_samples, runtime.step_open = 0, 0, False
-    runtime._readers = (0, 1)
+    runtime.data_position, runtime.data_epoch, runtime._batch_samples, runtime.step_open = 0, 0, 0, False
+    runtime._readers, runtime.round_open = (0, 1), False
     for fail in (False, True):
         failing[0], calls[:] = fail, []
         runtime.begin_step(model)
@@ -231,6 +234,70 @@ def test_runtime_quiesces_before_the_quorum_and_the_commit_decision() -> None:
         assert calls == ["quiesce", "quorum", "quiesce", "commit"] if not fail else \
             ["quiesce", "error round failed", "quorum", "quiesce", "error round failed", "commit"], calls
     assert runtime.stats["committed"] == 1 and runtime.stats["discarded"] == 1
+
+
+def test_a_round_is_one_transaction(monkeypatch) -> None:
+    """``commit="at_round"``: the quorum and the copy are taken before a round's first step only, the commit is
+    decided after the step at which ``round_ends`` says the round ended, the steps between ask nothing (and say
+    they stand); a round during which a step failed is restored on its last step to the copy taken before its
+    first: weights, step counter and data position."""
+    from bagua_core.fault_tolerance.runtime import FaultTolerantRuntime
+
+    calls: list[str] = []
+    errors: list[Exception] = []
+    steps_per_round = 3
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    asked = [0]
+
+    def round_ends(module) -> bool:
+        calls.append("round_ends")
+        asked[0] += 1
+        return asked[0] % steps_per_round == 0
+
+    _as_wrapped(model, optimizer, types.SimpleNamespace(state_dict=lambda: {}, load_state_dict=lambda s: None,
+                                                         quiesce=lambda module: None, round_ends=round_ends), 0)
+    capture = ft_state.capture
+    monkeypatch.setattr(ft_state, "capture", lambda *a, **k: calls.append("copy") or capture(*a, **k))
+    runtime = FaultTolerantRuntime.__new__(FaultTolerantRuntime)
+    runtime.options = types.SimpleNamespace(replica_id="r", timeout_s=4.0)
+    runtime.ft_group = types.SimpleNamespace(quorum_id=7)
+    runtime.manager = types.SimpleNamespace(
+        start_quorum=lambda: calls.append("quorum"), errored=lambda: errors[0] if errors else None,
+        should_commit=lambda timeout=None: calls.append("commit") or not errors, report_error=errors.append)
+    runtime.quorum_id, runtime.module, runtime.policy = 7, model, FaultTolerance(commit="at_round")
+    runtime.group = types.SimpleNamespace(managed_groups=[], world_size=1)
+    runtime.stats = {"committed": 0, "discarded": 0, "first_commit_s": 1.0, "healed": 0, "heal_s": 0.0}
+    runtime.data_position, runtime.data_epoch, runtime._batch_samples, runtime.step_open = 0, 0, 4, False
+    runtime._readers, runtime.round_open = (0, 2), False
+    from bagua_core.lifecycle.module_state import state_of
+
+    def step() -> tuple[bool, bool]:
+        runtime.begin_step(model)
+        model(torch.randn(2, 3)).sum().backward()
+        state_of(model).stepped.clear()
+        runtime._step(optimizer, optimizer.step, (), {})
+        state_of(model).train_step_counter += 1  # (the core's step hook counts it)
+        return runtime.decision, runtime.closed_transaction
+
+    for index in range(steps_per_round):  # a round that commits
+        assert step() == (True, index == steps_per_round - 1)
+    assert calls == ["quorum", "copy", "round_ends", "round_ends", "round_ends", "commit"], calls
+    assert runtime.stats["committed"] == 1 and runtime.data_position == 3 * 4 * 2
+    committed = [p.detach().clone() for p in model.parameters()]
+    calls[:] = []
+    assert step() == (True, False)
+    assert calls == ["quorum", "copy", "round_ends"], calls  # (the stub's quorum_id never changes)
+    errors.append(RuntimeError("a peer died"))  # the round's second step fails
+    calls[:] = []
+    assert step() == (True, False) and calls == ["round_ends"], calls
+    calls[:] = []
+    assert step() == (False, True) and calls == ["round_ends", "commit"], calls
+    assert all(torch.equal(a, b) for a, b in zip(committed, model.parameters()))
+    # (the core's hook counted the failed step after the restore: without it the counter is the round's start)
+    assert model.bagua_train_step_counter - 1 == steps_per_round and runtime.data_position == 3 * 4 * 2
+    assert runtime.stats["discarded"] == 1 and not runtime.round_open
 
 
 class _PeerDiesInWeights:

@@ -16,6 +16,14 @@ Each training step of a wrapped module is a transaction:
    the step and its post-step communication, restoring the copy taken at 1. when the step failed. The
    step counter and the algorithm's state are restored on every survivor alike, so a failed step is
    committed nowhere.
+
+An algorithm declaring ``commit="at_round"`` (one that communicates in rounds of several steps) makes a round
+the transaction instead of a step: 1. runs before the round's first step (quorum, heal, re-derivation, the
+copy), and after every step the runtime asks the impl whether the step ended the round
+(``AlgorithmImpl.round_ends``); a step that did not is closed with no quorum, no copy and no commit decision
+(the next step continues the round), and the step that did is decided as in 3., restoring the copy taken before
+the round's first step on every survivor when any step of the round failed. The data position advances with
+each step of the round and goes back with the copy.
 """
 
 from __future__ import annotations
@@ -140,7 +148,13 @@ class FaultTolerantRuntime:
         """Counts the quorums configured: a group's errors count only while it is of the latest one."""
         self.fingerprint: dict[str, Any] = {}
         self.step_open = False
+        self.round_open = False
+        """``commit="at_round"``: a round's transaction is open (its quorum joined, its copy taken); the next step
+        continues it without a quorum."""
         self.decision: bool | None = None
+        self.closed_transaction = False
+        """Whether the last step that ended closed its transaction (asked the quorum to commit): every step,
+        except under ``commit="at_round"``, where only the round's last step does."""
         self._saved: dict[str, Any] = {}
         self._healed_algorithm_state: dict[str, Any] | None = None
         self._shard_intra = None
@@ -196,6 +210,7 @@ class FaultTolerantRuntime:
             intra = module.process_group.get_intra_node_communicator()
             self._shard_intra = (intra.torch_group, intra.global_ranks)
         self.quorum_id = None  # the next step reifies the algorithm on its quorum
+        self.round_open = False  # and starts a transaction (a round) of its own
         self._hook_handle = module.register_forward_pre_hook(self._forward_pre_hook, prepend=True)
         for optimizer in module.bagua_optimizers:
             self._wrap_step(optimizer)
@@ -221,10 +236,14 @@ class FaultTolerantRuntime:
     # --- the transaction ----------------------------------------------------------------------------
     def begin_step(self, module: torch.nn.Module) -> None:
         """Join the step's quorum (healing if behind), re-derive on a new quorum, keep what a failure
-        would have to restore."""
+        would have to restore; inside an open round (``commit="at_round"``) none of it: the step continues
+        the round's transaction."""
         self.step_open, self.decision = True, None
         if self._layout is not None:  # the step's copy and a heal hold the shards (not an eval's unsharded)
             register_shards(module)
+        if self.round_open:
+            self._open_since = time.monotonic()
+            return
         self._quiesce(module)  # nothing of the impl's may run on the group while the quorum reconfigures it
         started = time.monotonic()
         healed, healed_bytes = self.stats["healed"], self.stats.get("healed_bytes", 0)
@@ -239,7 +258,8 @@ class FaultTolerantRuntime:
         parts = ("algorithm_state", "step") if self.policy.commit == "before_optimizer_step" else \
             ("weights", "optimizer", "algorithm_state", "step")
         self._saved = ft_state.capture(module, parts)
-        self._saved["data_position"] = self.data_position
+        self._saved["data_position"], self._saved["data_epoch"] = self.data_position, self.data_epoch
+        self.round_open = self.policy.commit == "at_round"
         self._open_since = time.monotonic()
 
     def _on_new_quorum(self, module: torch.nn.Module) -> None:
@@ -329,6 +349,9 @@ class FaultTolerantRuntime:
             result = original(*args, **kwargs)
         state.mark_stepped(optimizer)  # (the core's step hook marked it where the optimizer stepped)
         last = state.step_over
+        if last and self.policy.commit == "at_round" and not self._round_ends(module):
+            self._close_inner_step()
+            return result
         if self.policy.commit != "before_optimizer_step":
             if last:
                 self._quiesce(module)
@@ -336,6 +359,16 @@ class FaultTolerantRuntime:
         if last:
             self._close(module)
         return result
+
+    def _round_ends(self, module: torch.nn.Module) -> bool:
+        """``AlgorithmImpl.round_ends`` (after the step-end hook ran): whether this step ends the round. Its
+        exception fails the round, which then ends here."""
+        try:
+            return bool(module.bagua_algorithm.round_ends(module))
+        except Exception as exc:
+            logger.warning("bagua: round_ends of replica %s failed: %s", self.options.replica_id, exc)
+            self.manager.report_error(exc)
+            return True
 
     def _should_commit(self) -> bool:
         """The step's decision, agreed by the replica's ranks and then by the quorum. A rank whose collective
@@ -363,13 +396,22 @@ class FaultTolerantRuntime:
             self.manager.report_error(exc)
 
     def end_without_step(self) -> None:
-        """The step's quorum was joined but nothing is trained in it (the epoch ended)."""
+        """The step's quorum was joined but nothing is trained in it (the epoch ended); an open round stays
+        open (the next step continues it)."""
         if self.module is not None:
             self._quiesce(self.module)
         self.step_open, self._open_since = False, None
 
+    def _close_inner_step(self) -> None:
+        """A step of the open round that does not end it: no decision is asked; it stands unless the round
+        fails (``last_step_committed()`` is True), and its samples count until then."""
+        self.step_open, self._open_since = False, None
+        self.decision, self.closed_transaction = True, False
+        self.data_position += self._batch_samples * self._readers[1]
+
     def _close(self, module: torch.nn.Module) -> None:
         self.step_open, self._open_since = False, None
+        self.round_open, self.closed_transaction = False, True
         if self.decision:
             self.stats["committed"] += 1
             self.data_position += self._batch_samples * self._readers[1]
@@ -378,8 +420,9 @@ class FaultTolerantRuntime:
             return
         self.stats["discarded"] += 1
         ft_state.restore(module, self._saved)
-        self.data_position = self._saved["data_position"]
-        logger.warning("bagua: step discarded on replica %s: a participant failed (%s); the quorum forms again",
+        self.data_position, self.data_epoch = self._saved["data_position"], self._saved["data_epoch"]
+        what = "round" if self.policy.commit == "at_round" else "step"
+        logger.warning("bagua: %s discarded on replica %s: a participant failed (%s); the quorum forms again", what,
                        self.options.replica_id, _one_line(self.manager.errored()))
         self.quorum_id = None  # the next step reconfigures even if the lighthouse kept the quorum id
 

@@ -428,6 +428,16 @@ class AlgorithmImpl:
         exception is reported as the step's failure. Default: nothing (no background communication)."""
         return None
 
+    def round_ends(self, bagua_module: torch.nn.Module) -> bool:
+        """Fault-tolerant mode, for an algorithm declaring ``FaultTolerance(commit="at_round")``: whether the
+        training step that just ended (every optimizer stepped, the step-end hook ran) ends a round. The runtime
+        asks it once per step; on True it decides the round's commit there, and the next step takes a quorum (a
+        joiner heals there, the impl may be reified again on a new group) and a copy of the training state, the
+        point a failed round is restored to; on False the next step continues the round with neither. Every
+        replica of a quorum must answer alike at the same step (a round's exchange runs between them). Default:
+        True (every step is a round: the transaction of ``commit="after_step"``)."""
+        return True
+
     def shutdown(self, bagua_module: torch.nn.Module) -> None:
         """Release what the impl started (threads, groups) when the module is re-wrapped or closed."""
         return None
