@@ -69,15 +69,21 @@ def _other_algorithm(name: str) -> str:
 
 
 def _changed_option(name: str, options: dict) -> dict:
-    """The same options with the first boolean (else integer) option of the algorithm changed."""
+    """The same options with the first boolean (else integer) option of the algorithm changed to a value its config
+    accepts (sparseloco's ``eager`` alone is refused: it needs ``overlap_steps``)."""
     from bagua_core.plugins import algorithm_registry
 
-    config = algorithm_registry.get(name).Config(**options)
-    values = config.model_dump(exclude={"name"})
+    declared = algorithm_registry.get(name)
+    values = declared.Config(**options).model_dump(exclude={"name"})
     for kind in (bool, int):
         for key, value in values.items():
             if type(value) is kind:
-                return {**options, key: (not value) if kind is bool else value + 1}
+                changed = {**options, key: (not value) if kind is bool else value + 1}
+                try:
+                    declared.Config(**changed)
+                except ValueError:
+                    continue
+                return changed
     raise AssertionError(f"algorithm {name!r} has no boolean or integer option to change")
 
 
