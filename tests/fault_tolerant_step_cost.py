@@ -26,6 +26,24 @@ import threading
 import time
 
 
+def _unique_bytes(tree, seen: set | None = None) -> int:
+    """Bytes of the distinct tensors in ``tree`` (the copy shares one clone of a tensor it reached twice, e.g.
+    diloco's ``local`` and the module's weights; ``tree_bytes`` counts it at each place)."""
+    import torch
+
+    seen = set() if seen is None else seen
+    if isinstance(tree, torch.Tensor):
+        if id(tree) in seen:
+            return 0
+        seen.add(id(tree))
+        return tree.numel() * tree.element_size()
+    if isinstance(tree, dict):
+        return sum(_unique_bytes(v, seen) for v in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return sum(_unique_bytes(v, seen) for v in tree)
+    return 0
+
+
 def _train(rank: int, algorithm: dict, width: int, layers: int, steps: int) -> dict:
     import torch
 
@@ -37,7 +55,7 @@ def _train(rank: int, algorithm: dict, width: int, layers: int, steps: int) -> d
     def counted(*args, **kwargs):
         saved = capture(*args, **kwargs)
         copies["count"] += 1
-        copies["bytes"] += ft_state.tree_bytes(saved)
+        copies["bytes"] += _unique_bytes(saved)
         return saved
 
     ft_state.capture = counted  # the runtime calls ft_state.capture
