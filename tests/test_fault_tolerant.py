@@ -225,7 +225,7 @@ def test_runtime_quiesces_before_the_quorum_and_the_commit_decision() -> None:
     runtime.group = types.SimpleNamespace(managed_groups=[], world_size=1)
     runtime.stats = {"committed": 0, "discarded": 0, "first_commit_s": 1.0, "healed": 0, "heal_s": 0.0}
     runtime.data_position, runtime.data_epoch, runtime._batch_samples, runtime.step_open = 0, 0, 0, False
-    runtime._readers, runtime.round_open = (0, 1), False
+    runtime._readers, runtime.round_open, runtime._healed_round_start = (0, 1), False, None
     for fail in (False, True):
         failing[0], calls[:] = fail, []
         runtime.begin_step(model)
@@ -237,10 +237,11 @@ def test_runtime_quiesces_before_the_quorum_and_the_commit_decision() -> None:
 
 
 def test_a_round_is_one_transaction(monkeypatch) -> None:
-    """``commit="at_round"``: the quorum and the copy are taken before a round's first step only, the commit is
-    decided after the step at which ``round_ends`` says the round ended, the steps between ask nothing (and say
-    they stand); a round during which a step failed is restored on its last step to the copy taken before its
-    first: weights, step counter and data position."""
+    """``commit="at_round"``: the copy is taken before a round's first step only, the quorum joined before the step
+    ``round_syncs`` names (the one whose end exchanges) and before a first step without a quorum, the commit decided
+    after the step at which ``round_ends`` says the round ended; the other steps ask nothing (and say they stand);
+    a round during which a step failed is restored on its last step to the copy taken before its first: weights,
+    step counter and data position; the next round then joins a quorum at its first step."""
     from bagua_core.fault_tolerance.runtime import FaultTolerantRuntime
 
     calls: list[str] = []
@@ -249,15 +250,21 @@ def test_a_round_is_one_transaction(monkeypatch) -> None:
     model = torch.nn.Linear(3, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 
-    asked = [0]
+    asked, begun = [0], [0]
 
     def round_ends(module) -> bool:
         calls.append("round_ends")
         asked[0] += 1
         return asked[0] % steps_per_round == 0
 
+    def round_syncs(module) -> bool:  # the round's last step exchanges
+        calls.append("round_syncs")
+        begun[0] += 1
+        return begun[0] % steps_per_round == 0
+
     _as_wrapped(model, optimizer, types.SimpleNamespace(state_dict=lambda: {}, load_state_dict=lambda s: None,
-                                                         quiesce=lambda module: None, round_ends=round_ends), 0)
+                                                         quiesce=lambda module: None, round_ends=round_ends,
+                                                         round_syncs=round_syncs), 0)
     capture = ft_state.capture
     monkeypatch.setattr(ft_state, "capture", lambda *a, **k: calls.append("copy") or capture(*a, **k))
     runtime = FaultTolerantRuntime.__new__(FaultTolerantRuntime)
@@ -270,7 +277,7 @@ def test_a_round_is_one_transaction(monkeypatch) -> None:
     runtime.group = types.SimpleNamespace(managed_groups=[], world_size=1)
     runtime.stats = {"committed": 0, "discarded": 0, "first_commit_s": 1.0, "healed": 0, "heal_s": 0.0}
     runtime.data_position, runtime.data_epoch, runtime._batch_samples, runtime.step_open = 0, 0, 4, False
-    runtime._readers, runtime.round_open = (0, 2), False
+    runtime._readers, runtime.round_open, runtime._healed_round_start = (0, 2), False, None
     from bagua_core.lifecycle.module_state import state_of
 
     def step() -> tuple[bool, bool]:
@@ -283,21 +290,27 @@ def test_a_round_is_one_transaction(monkeypatch) -> None:
 
     for index in range(steps_per_round):  # a round that commits
         assert step() == (True, index == steps_per_round - 1)
-    assert calls == ["quorum", "copy", "round_ends", "round_ends", "round_ends", "commit"], calls
+    assert calls == ["round_syncs", "copy", "round_ends", "round_syncs", "round_ends", "round_syncs", "quorum",
+                     "round_ends", "commit"], calls  # (the stub's quorum_id is the group's: no quorum at the start)
     assert runtime.stats["committed"] == 1 and runtime.data_position == 3 * 4 * 2
     committed = [p.detach().clone() for p in model.parameters()]
     calls[:] = []
     assert step() == (True, False)
-    assert calls == ["quorum", "copy", "round_ends"], calls  # (the stub's quorum_id never changes)
+    assert calls == ["round_syncs", "copy", "round_ends"], calls
     errors.append(RuntimeError("a peer died"))  # the round's second step fails
     calls[:] = []
-    assert step() == (True, False) and calls == ["round_ends"], calls
+    assert step() == (True, False) and calls == ["round_syncs", "round_ends"], calls
     calls[:] = []
-    assert step() == (False, True) and calls == ["round_ends", "commit"], calls
+    assert step() == (False, True) and calls == ["round_syncs", "quorum", "round_ends", "commit"], calls
     assert all(torch.equal(a, b) for a, b in zip(committed, model.parameters()))
     # (the core's hook counted the failed step after the restore: without it the counter is the round's start)
     assert model.bagua_train_step_counter - 1 == steps_per_round and runtime.data_position == 3 * 4 * 2
-    assert runtime.stats["discarded"] == 1 and not runtime.round_open
+    assert runtime.stats["discarded"] == 1 and not runtime.round_open and runtime.quorum_id is None
+    calls[:] = []
+    errors.clear()
+    runtime.ft_group.quorum_id = None  # (the stub's group: no new quorum to configure)
+    step()
+    assert calls == ["round_syncs", "quorum", "copy", "round_ends"], calls  # a quorum at the next round's start
 
 
 class _PeerDiesInWeights:

@@ -170,11 +170,11 @@ OVERLAPPED = {  # rounds whose exchange stays in flight for 2 of their 4 inner s
 @pytest.mark.timeout(300, func_only=True)
 @pytest.mark.parametrize("algorithm", sorted(OVERLAPPED))
 def test_death_and_joiner_during_the_overlap(job: Job, algorithm: str) -> None:
-    """A round commits at its merge (``commit="at_round"``). b is killed inside its round's send: a's exchange is
-    in flight for two more inner steps, fails at the merge, and a restores the copy taken at the round's start
-    (the previous merge) and trains on alone, with no quorum or copy between its merges. b restarted joins at a's
-    next round start, never inside an overlap, healed with a's outer weights; from then on both hold the same outer
-    weights after every merge."""
+    """A round commits at its merge (``commit="at_round"``) and joins a quorum before the step that sends. b is
+    killed inside its round's send: a's exchange is in flight for two more inner steps, fails at the merge, and a
+    restores the copy taken at the round's start (the previous merge) and trains on alone. b restarted joins a's
+    quorum before a's next send, healed with a's state and its copy of the round's start; from then on both hold
+    the same outer weights after every merge."""
     options, inner, overlap = OVERLAPPED[algorithm]
     args = ["--algorithm", json.dumps(options)]
     job.start("a", *args)
@@ -201,11 +201,31 @@ def test_death_and_joiner_during_the_overlap(job: Job, algorithm: str) -> None:
         last = next(r for r in reversed(records[:i]) if r["committed"] and r["closed"])
         assert (records[i]["hash"], records[i]["step"]) == (last["hash"], last["step"]), (records[i], last)
     joined = job.committed("b", pid=restarted()[0])
-    assert joined[0]["healed"] == 1 and (joined[0]["counter"] - 1) % inner == overlap, joined[0]  # at a round's start
+    assert joined[0]["healed"] == 1 and joined[0]["counter"] % inner == 0, joined[0]  # healed before a send
     mine = {r["step"]: r["outer"] for r in records if r["closed"] and r["committed"] and r["quorum"] == 2}
     theirs = {r["step"]: r["outer"] for r in joined if r["closed"] and r["quorum"] == 2}
     common = sorted(set(mine) & set(theirs))
     assert common and all(mine[s] == theirs[s] for s in common), (mine, theirs)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300, func_only=True)
+def test_death_between_exchanges_costs_the_survivor_nothing(job: Job) -> None:
+    """The quorum is joined before the step that sends (``round_syncs``): b, killed after a merge and before the
+    next send (its 4th step: it joined before a send, at a counter that is a multiple of H), is left out of the next
+    exchange, so a's round commits (a discards nothing) and a trains on alone."""
+    options, inner, overlap = OVERLAPPED["diloco_overlap"]
+    args = ["--algorithm", json.dumps(options)]
+    job.start("a", *args)
+    _start_beside_a(job, *args, "--die-at", "4")
+    assert job.wait_exit("b", START_S) == -9, job.output("b")[-2000:]
+    job.wait_for("closed 2 rounds alone after b was killed",
+                 lambda: len([r for r in _alone_since_b(job) if r["closed"]]) >= 2, GAP_S * 3, "a")
+    job.stop()
+    assert job.wait_exit("a", GAP_S) == 0, job.output("a")[-2000:]
+    records = _check_healthy(job, "a")
+    assert any(r["quorum"] == 2 and r["closed"] for r in records), "a and b never merged together"
+    assert all(r["committed"] for r in records), [r for r in records if not r["committed"]]
 
 
 @pytest.mark.timeout(300, func_only=True)

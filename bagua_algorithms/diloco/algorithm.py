@@ -298,12 +298,21 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
             scatter_flat(start, params)
         self.merged = RoundCount(self.merged.rounds + 1, self.merged.dense_bytes + start.numel() * 4)
 
+    def round_syncs(self, bagua_module: torch.nn.Module) -> bool:
+        """Fault-tolerant mode (``commit="at_round"``): whether the coming inner step (the step counter moves at its
+        forward, after this is asked) sends a fragment's outer gradient, so that the exchange runs between the
+        replicas of a quorum joined just before it. Warmup steps and rounds bounded in time: every step."""
+        if not self._inner_phase or self.timed is not None:
+            return True
+        return bool(self.schedule.syncs_at(self.inner_step() + 1))
+
     def round_ends(self, bagua_module: torch.nn.Module) -> bool:
         """Fault-tolerant mode (``commit="at_round"``): a round's transaction ends at each step during which a
         fragment's outer result was merged (every H steps, ``overlap_steps`` after the send; streaming: each
         fragment's merge), so the copy the next round starts from holds no exchange of its own in flight (a
         streamed fragment's may be: its ``sent`` is copied and sent again). Warmup steps and rounds bounded in
-        time (whose end is agreed over the quorum at every step, :mod:`.timed`) are rounds of one step."""
+        time (whose end is agreed over the quorum at every step, :mod:`.timed`) are rounds of one step, with a
+        quorum each (:meth:`round_syncs`)."""
         if not self._inner_phase or self.timed is not None:
             return True
         asked, self.merges_asked = self.merges_asked, self.merged.rounds

@@ -18,11 +18,14 @@ Each training step of a wrapped module is a transaction:
    committed nowhere.
 
 An algorithm declaring ``commit="at_round"`` (one that communicates in rounds of several steps) makes a round
-the transaction instead of a step: 1. runs before the round's first step (quorum, heal, re-derivation, the
-copy), and after every step the runtime asks the impl whether the step ended the round
-(``AlgorithmImpl.round_ends``); a step that did not is closed with no quorum, no copy and no commit decision
-(the next step continues the round), and the step that did is decided as in 3., restoring the copy taken before
-the round's first step on every survivor when any step of the round failed. The data position advances with
+the transaction instead of a step: the copy of 1. is taken before the round's first step only; the quorum of
+1. is joined before the step whose end starts the round's exchange (``AlgorithmImpl.round_syncs``, asked
+before every step; also before a round's first step when there is no quorum yet: the first step, after a
+failed round), so the exchange runs between the replicas alive then; after every step the runtime asks the
+impl whether the step ended the round (``AlgorithmImpl.round_ends``): a step that did not is closed with no
+commit decision, and the step that did is decided as in 3., restoring the copy taken before the round's first
+step on every survivor when the round failed. A joiner healed inside its healer's round takes the healer's copy
+of the round's start with the state, so that it goes back where the others do. The data position advances with
 each step of the round and goes back with the copy.
 """
 
@@ -157,6 +160,9 @@ class FaultTolerantRuntime:
         except under ``commit="at_round"``, where only the round's last step does."""
         self._saved: dict[str, Any] = {}
         self._healed_algorithm_state: dict[str, Any] | None = None
+        self._healed_round_start: dict[str, Any] | None = None
+        """A joiner healed inside its healer's round (``commit="at_round"``): the healer's copy of the round's start,
+        which the joiner restores, as every replica of the round does, if the round fails."""
         self._shard_intra = None
         self._readers = (0, 1)
         """This rank's place among the quorum's readers of data (every rank of every replica) and their number."""
@@ -236,14 +242,39 @@ class FaultTolerantRuntime:
     # --- the transaction ----------------------------------------------------------------------------
     def begin_step(self, module: torch.nn.Module) -> None:
         """Join the step's quorum (healing if behind), re-derive on a new quorum, keep what a failure
-        would have to restore; inside an open round (``commit="at_round"``) none of it: the step continues
-        the round's transaction."""
+        would have to restore. ``commit="at_round"``: the copy is taken before a round's first step only, and
+        the quorum joined only before a step whose end starts the round's exchange (``round_syncs``; also
+        before a round's first step when there is no quorum yet: the first step, after a failed round)."""
         self.step_open, self.decision = True, None
         if self._layout is not None:  # the step's copy and a heal hold the shards (not an eval's unsharded)
             register_shards(module)
+        at_round = self.policy.commit == "at_round"
+        syncs = at_round and self._round_syncs(module)
         if self.round_open:
+            if syncs and self._join_quorum(module):  # healed inside the round: the round's start is the healer's
+                self._take_copy(module)
             self._open_since = time.monotonic()
             return
+        if not at_round or syncs or self.quorum_id is None:
+            self._join_quorum(module)
+        self._take_copy(module)
+        self.round_open = at_round
+        self._open_since = time.monotonic()
+
+    def _take_copy(self, module: torch.nn.Module) -> None:
+        """What a failed transaction goes back to: a copy of the state now, or, healed inside a round, the
+        healer's copy of the round's start (``_healing_state``)."""
+        if self._healed_round_start is not None:
+            self._saved, self._healed_round_start = self._healed_round_start, None
+            return
+        parts = ("algorithm_state", "step") if self.policy.commit == "before_optimizer_step" else \
+            ("weights", "optimizer", "algorithm_state", "step")
+        self._saved = ft_state.capture(module, parts)
+        self._saved["data_position"], self._saved["data_epoch"] = self.data_position, self.data_epoch
+
+    def _join_quorum(self, module: torch.nn.Module) -> bool:
+        """The lighthouse's quorum (a joiner heals in it); a new one reconfigures the group and the impl.
+        Returns whether this replica was healed in it."""
         self._quiesce(module)  # nothing of the impl's may run on the group while the quorum reconfigures it
         started = time.monotonic()
         healed, healed_bytes = self.stats["healed"], self.stats.get("healed_bytes", 0)
@@ -255,12 +286,7 @@ class FaultTolerantRuntime:
                               bytes=self.stats["healed_bytes"] - healed_bytes)
         if self.ft_group.quorum_id != self.quorum_id:
             self._on_new_quorum(module)
-        parts = ("algorithm_state", "step") if self.policy.commit == "before_optimizer_step" else \
-            ("weights", "optimizer", "algorithm_state", "step")
-        self._saved = ft_state.capture(module, parts)
-        self._saved["data_position"], self._saved["data_epoch"] = self.data_position, self.data_epoch
-        self.round_open = self.policy.commit == "at_round"
-        self._open_since = time.monotonic()
+        return self.stats["healed"] != healed
 
     def _on_new_quorum(self, module: torch.nn.Module) -> None:
         self.quorum_id = self.ft_group.quorum_id
@@ -360,6 +386,17 @@ class FaultTolerantRuntime:
             self._close(module)
         return result
 
+    def _round_syncs(self, module: torch.nn.Module) -> bool:
+        """``AlgorithmImpl.round_syncs`` (before the step's forward): whether the step's end starts the round's
+        exchange, so the quorum is joined first. Its exception fails the round (no quorum is joined for it: a
+        quorum would clear the error)."""
+        try:
+            return bool(module.bagua_algorithm.round_syncs(module))
+        except Exception as exc:
+            logger.warning("bagua: round_syncs of replica %s failed: %s", self.options.replica_id, exc)
+            self.manager.report_error(exc)
+            return False
+
     def _round_ends(self, module: torch.nn.Module) -> bool:
         """``AlgorithmImpl.round_ends`` (after the step-end hook ran): whether this step ends the round. Its
         exception fails the round, which then ends here."""
@@ -433,8 +470,15 @@ class FaultTolerantRuntime:
         if module is None:
             return {"fingerprint": {}}
         saved = ft_state.capture(module, self.policy.heals, per_replica=self.policy.per_replica_state)
-        return {"fingerprint": self.fingerprint, "state": saved, "data_position": self.data_position,
-                "data_epoch": self.data_epoch}
+        healing = {"fingerprint": self.fingerprint, "state": saved, "data_position": self.data_position,
+                   "data_epoch": self.data_epoch}
+        if self.round_open:  # inside a round: the joiner also takes its start, where a failed round goes back to
+            own = set(self.policy.per_replica_state)
+            start = dict(self._saved)
+            if "algorithm_state" in start:  # (the joiner keeps its own per-replica state there too)
+                start["algorithm_state"] = {k: v for k, v in start["algorithm_state"].items() if k not in own}
+            healing["round_start"] = start
+        return healing
 
     def _load_healed(self, healed: dict[str, Any]) -> None:
         module = self.module
@@ -442,11 +486,12 @@ class FaultTolerantRuntime:
         saved = healed["state"]
         ft_state.restore(module, saved, algorithm=False)
         self._healed_algorithm_state = saved.get("algorithm_state")
+        self._healed_round_start = healed.get("round_start")
         self.data_position = int(healed.get("data_position", 0))
         self.data_epoch = int(healed.get("data_epoch", 0))
         self.quorum_id = None  # rebuild the algorithm on this quorum and load the healed state into it
         self.stats["healed"] += 1
-        self.stats["healed_bytes"] += ft_state.tree_bytes(saved)
+        self.stats["healed_bytes"] += ft_state.tree_bytes(saved) + ft_state.tree_bytes(healed.get("round_start"))
         logger.info("bagua: replica %s healed from a live peer at step %s", self.options.replica_id,
                     self.manager.current_step())
 

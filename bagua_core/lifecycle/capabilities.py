@@ -50,9 +50,10 @@ class FaultTolerance:
     ``after_step`` (the step changes state while it communicates: the runtime keeps a copy of
     weights, optimizer and algorithm state and restores it on every survivor when the step fails) or
     ``at_round`` (an algorithm whose steps communicate in rounds of several steps: a transaction spans a
-    round, from the quorum and the copy taken before its first step to the commit decision after the step
-    at which the impl's ``round_ends(module)`` says it ended; the steps between take no quorum and no copy,
-    and a failed round is restored on every survivor from the copy taken at its start).
+    round, from the copy taken before its first step to the commit decision after the step at which the
+    impl's ``round_ends(module)`` says it ended; the quorum is joined before the step at which its
+    ``round_syncs(module)`` says the round's exchange starts; the other steps take neither, and a failed round
+    is restored on every survivor from the copy taken at its start).
     ``unsupported``: option values refused in that mode (below). ``per_replica_state``: what of the healed
     ``algorithm_state`` stays with its replica (below)."""
 
