@@ -313,6 +313,48 @@ def test_a_round_is_one_transaction(monkeypatch) -> None:
     assert calls == ["round_syncs", "quorum", "copy", "round_ends"], calls  # a quorum at the next round's start
 
 
+def test_a_joiner_healed_inside_a_round_takes_the_rounds_start() -> None:
+    """``commit="at_round"``: a healer inside its round sends its copy of the round's start with the state (its
+    per-replica state left out), and the joiner keeps it as its own copy, so that a failed round sends it back
+    where the others go; a healer at a round's start sends none."""
+    from bagua_core.fault_tolerance.runtime import FaultTolerantRuntime
+
+    def replica(step: int) -> tuple[FaultTolerantRuntime, torch.nn.Module]:
+        model = torch.nn.Linear(3, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        algorithm = {"residuals": [torch.ones(2)], "starts": [torch.zeros(2)]}
+        _as_wrapped(model, optimizer, types.SimpleNamespace(state_dict=lambda: algorithm,
+                                                             load_state_dict=algorithm.update), step)
+        runtime = FaultTolerantRuntime.__new__(FaultTolerantRuntime)
+        runtime.options = types.SimpleNamespace(replica_id="r", timeout_s=4.0)
+        runtime.manager = types.SimpleNamespace(current_step=lambda: 3)
+        runtime.module, runtime.fingerprint = model, {"algorithm": "probe"}
+        runtime.policy = FaultTolerance(commit="at_round", per_replica_state=("residuals",))
+        runtime.stats = {"healed": 0, "healed_bytes": 0}
+        runtime.data_position, runtime.data_epoch, runtime.round_open, runtime._healed_round_start = 40, 0, False, None
+        return runtime, model
+
+    healer, model = replica(8)
+    assert "round_start" not in healer._healing_state()  # at a round's start: the state is the round's start
+    healer._take_copy(model)  # the round begins (step 8, 40 samples read)
+    healer.round_open = True
+    state_of_healer = healer._saved
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    healer.data_position = 56
+    healing = healer._healing_state()
+    start = healing["round_start"]
+    assert start["step"] == 8 and start["data_position"] == 40 and list(start["algorithm_state"]) == ["starts"]
+    assert torch.equal(start["weights"]["weight"], state_of_healer["weights"]["weight"])
+    joiner, joined = replica(0)
+    joiner._load_healed(healing)
+    assert torch.equal(joined.weight, model.weight) and joiner.data_position == 56
+    joiner._take_copy(joined)  # its first step: the copy is the healer's round start
+    assert joiner._saved is start and joiner._healed_round_start is None
+    ft_state.restore(joined, joiner._saved)  # the round fails: back to the round's start, as the healer
+    assert torch.equal(joined.weight, state_of_healer["weights"]["weight"]) and joined.bagua_train_step_counter == 8
+
+
 class _PeerDiesInWeights:
     """A quorum's gloo group whose peer agrees on the stop flag (1 element), then dies in the weights'
     allreduce after part of it arrived (the buffer holds a partial sum)."""
