@@ -152,8 +152,8 @@ class FaultTolerantRuntime:
         self.fingerprint: dict[str, Any] = {}
         self.step_open = False
         self.round_open = False
-        """``commit="at_round"``: a round's transaction is open (its quorum joined, its copy taken); the next step
-        continues it without a quorum."""
+        """``commit="at_round"``: a round's transaction is open (its copy taken); the next step continues it, joining a
+        quorum only where ``round_syncs`` says."""
         self.decision: bool | None = None
         self.closed_transaction = False
         """Whether the last step that ended closed its transaction (asked the quorum to commit): every step,
