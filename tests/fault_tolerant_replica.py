@@ -1,9 +1,11 @@
 """One replica of a fault-tolerant job, for tests/test_fault_tolerant*.py (run as a script).
 
 Trains a tiny MLP on a seeded synthetic data set read through ``QuorumSampler`` and appends one JSON line
-per step to ``--records``: the manager's committed step, whether it committed, the quorum's size and this
+per step to ``--records``: the manager's committed step, whether it committed (or, inside a round of an algorithm
+committing at its rounds' ends, stands), whether it closed its transaction, the quorum's size and this
 replica's rank in it, a hash of the weights after the step, the pid (and with diloco's rounds bounded in time
-the rounds merged, the last merge's weights and whether this replica's samples count in the round). ``--die-at`` / ``--hang-at`` make
+the rounds merged, the last merge's weights and whether this replica's samples count in the round; with diloco's
+rounds a hash of the outer weights, ``outer``). ``--die-at`` / ``--hang-at`` make
 it fail in the middle of that step (after forward, before backward: its peers are in the exchange);
 ``--die-in-exchange`` kills it from inside a collective between replicas (:class:`ExchangeKiller`).
 It stops after ``--steps`` committed steps or when the file ``--stop`` exists. Under ``bagua run
@@ -35,6 +37,13 @@ def weights_hash(model: torch.nn.Module) -> str:
     digest = hashlib.sha256()
     for tensor in model.state_dict().values():
         digest.update(local_shard(tensor).detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def tensors_hash(tensors: list[torch.Tensor]) -> str:
+    digest = hashlib.sha256()
+    for tensor in tensors:
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()[:16]
 
 
@@ -162,6 +171,7 @@ def main() -> None:
             group = runtime.group
             auto = getattr(model, "bagua_auto_result", None) or {}  # algorithm="auto": its choice, once made
             timed = getattr(model.bagua_algorithm, "timed", None)  # diloco's rounds bounded in time
+            starts = getattr(model.bagua_algorithm, "starts", None)  # diloco's outer weights (equal on every replica)
             log.write(json.dumps({
                 "step": runtime.manager.current_step(), "committed": bool(runtime.decision),
                 "quorum": group.num_nodes, "rank": group.replica_rank, "local_rank": bagua.get_rank(), "hash": weights_hash(model),
@@ -174,6 +184,8 @@ def main() -> None:
                 "round_weights": getattr(model.bagua_algorithm, "last_weights", None),
                 "round_counting": None if timed is None else timed.counting,
                 "round_steps": None if timed is None else timed.steps,
+                "closed": runtime.closed_transaction,
+                "outer": tensors_hash(starts) if starts else None,
             }) + "\n")
             log.flush()
             if args.step_delay:

@@ -25,6 +25,7 @@ def test_capability_rejects_unknown_parts() -> None:
         FaultTolerance(heals=("weights", "gossip"))
     with pytest.raises(BaguaConfigError, match="commit must be"):
         FaultTolerance(commit="whenever")  # type: ignore[arg-type]
+    assert FaultTolerance(commit="at_round").commit == "at_round"
 
 
 def test_declarations() -> None:
@@ -36,6 +37,8 @@ def test_declarations() -> None:
     assert algorithm_registry.get("gradient_allreduce").capabilities.fault_tolerance.commit == "before_optimizer_step"
     assert algorithm_registry.get("powersgd").capabilities.fault_tolerance.commit == "after_step"
     assert "algorithm_state" in algorithm_registry.get("diloco").capabilities.fault_tolerance.heals
+    for name in ("diloco", "sparseloco"):  # round-based: a transaction per round
+        assert algorithm_registry.get(name).capabilities.fault_tolerance.commit == "at_round"
 
 
 def test_options_from_env_and_errors(monkeypatch) -> None:
@@ -221,8 +224,8 @@ def test_runtime_quiesces_before_the_quorum_and_the_commit_decision() -> None:
     runtime.quorum_id, runtime.module, runtime.policy = 7, model, FaultTolerance(commit="after_step")
     runtime.group = types.SimpleNamespace(managed_groups=[], world_size=1)
     runtime.stats = {"committed": 0, "discarded": 0, "first_commit_s": 1.0, "healed": 0, "heal_s": 0.0}
-    runtime.data_position, runtime._batch_samples, runtime.step_open = 0, 0, False
-    runtime._readers = (0, 1)
+    runtime.data_position, runtime.data_epoch, runtime._batch_samples, runtime.step_open = 0, 0, 0, False
+    runtime._readers, runtime.round_open, runtime._healed_round_start = (0, 1), False, None
     for fail in (False, True):
         failing[0], calls[:] = fail, []
         runtime.begin_step(model)
@@ -231,6 +234,125 @@ def test_runtime_quiesces_before_the_quorum_and_the_commit_decision() -> None:
         assert calls == ["quiesce", "quorum", "quiesce", "commit"] if not fail else \
             ["quiesce", "error round failed", "quorum", "quiesce", "error round failed", "commit"], calls
     assert runtime.stats["committed"] == 1 and runtime.stats["discarded"] == 1
+
+
+def test_a_round_is_one_transaction(monkeypatch) -> None:
+    """``commit="at_round"``: the copy is taken before a round's first step only, the quorum joined before the step
+    ``round_syncs`` names (the one whose end exchanges) and before a first step without a quorum, the commit decided
+    after the step at which ``round_ends`` says the round ended; the other steps ask nothing (and say they stand);
+    a round during which a step failed is restored on its last step to the copy taken before its first: weights,
+    step counter and data position; the next round then joins a quorum at its first step."""
+    from bagua_core.fault_tolerance.runtime import FaultTolerantRuntime
+
+    calls: list[str] = []
+    errors: list[Exception] = []
+    steps_per_round = 3
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    asked, begun = [0], [0]
+
+    def round_ends(module) -> bool:
+        calls.append("round_ends")
+        asked[0] += 1
+        return asked[0] % steps_per_round == 0
+
+    def round_syncs(module) -> bool:  # the round's last step exchanges
+        calls.append("round_syncs")
+        begun[0] += 1
+        return begun[0] % steps_per_round == 0
+
+    _as_wrapped(model, optimizer, types.SimpleNamespace(state_dict=lambda: {}, load_state_dict=lambda s: None,
+                                                         quiesce=lambda module: None, round_ends=round_ends,
+                                                         round_syncs=round_syncs), 0)
+    capture = ft_state.capture
+    monkeypatch.setattr(ft_state, "capture", lambda *a, **k: calls.append("copy") or capture(*a, **k))
+    runtime = FaultTolerantRuntime.__new__(FaultTolerantRuntime)
+    runtime.options = types.SimpleNamespace(replica_id="r", timeout_s=4.0)
+    runtime.ft_group = types.SimpleNamespace(quorum_id=7)
+    runtime.manager = types.SimpleNamespace(
+        start_quorum=lambda: calls.append("quorum"), errored=lambda: errors[0] if errors else None,
+        should_commit=lambda timeout=None: calls.append("commit") or not errors, report_error=errors.append)
+    runtime.quorum_id, runtime.module, runtime.policy = 7, model, FaultTolerance(commit="at_round")
+    runtime.group = types.SimpleNamespace(managed_groups=[], world_size=1)
+    runtime.stats = {"committed": 0, "discarded": 0, "first_commit_s": 1.0, "healed": 0, "heal_s": 0.0}
+    runtime.data_position, runtime.data_epoch, runtime._batch_samples, runtime.step_open = 0, 0, 4, False
+    runtime._readers, runtime.round_open, runtime._healed_round_start = (0, 2), False, None
+    from bagua_core.lifecycle.module_state import state_of
+
+    def step() -> tuple[bool, bool]:
+        runtime.begin_step(model)
+        model(torch.randn(2, 3)).sum().backward()
+        state_of(model).stepped.clear()
+        runtime._step(optimizer, optimizer.step, (), {})
+        state_of(model).train_step_counter += 1  # (the core's step hook counts it)
+        return runtime.decision, runtime.closed_transaction
+
+    for index in range(steps_per_round):  # a round that commits
+        assert step() == (True, index == steps_per_round - 1)
+    assert calls == ["round_syncs", "copy", "round_ends", "round_syncs", "round_ends", "round_syncs", "quorum",
+                     "round_ends", "commit"], calls  # (the stub's quorum_id is the group's: no quorum at the start)
+    assert runtime.stats["committed"] == 1 and runtime.data_position == 3 * 4 * 2
+    committed = [p.detach().clone() for p in model.parameters()]
+    calls[:] = []
+    assert step() == (True, False)
+    assert calls == ["round_syncs", "copy", "round_ends"], calls
+    errors.append(RuntimeError("a peer died"))  # the round's second step fails
+    calls[:] = []
+    assert step() == (True, False) and calls == ["round_syncs", "round_ends"], calls
+    calls[:] = []
+    assert step() == (False, True) and calls == ["round_syncs", "quorum", "round_ends", "commit"], calls
+    assert all(torch.equal(a, b) for a, b in zip(committed, model.parameters()))
+    # (the core's hook counted the failed step after the restore: without it the counter is the round's start)
+    assert model.bagua_train_step_counter - 1 == steps_per_round and runtime.data_position == 3 * 4 * 2
+    assert runtime.stats["discarded"] == 1 and not runtime.round_open and runtime.quorum_id is None
+    calls[:] = []
+    errors.clear()
+    runtime.ft_group.quorum_id = None  # (the stub's group: no new quorum to configure)
+    step()
+    assert calls == ["round_syncs", "quorum", "copy", "round_ends"], calls  # a quorum at the next round's start
+
+
+def test_a_joiner_healed_inside_a_round_takes_the_rounds_start() -> None:
+    """``commit="at_round"``: a healer inside its round sends its copy of the round's start with the state (its
+    per-replica state left out), and the joiner keeps it as its own copy, so that a failed round sends it back
+    where the others go; a healer at a round's start sends none."""
+    from bagua_core.fault_tolerance.runtime import FaultTolerantRuntime
+
+    def replica(step: int) -> tuple[FaultTolerantRuntime, torch.nn.Module]:
+        model = torch.nn.Linear(3, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        algorithm = {"residuals": [torch.ones(2)], "starts": [torch.zeros(2)]}
+        _as_wrapped(model, optimizer, types.SimpleNamespace(state_dict=lambda: algorithm,
+                                                             load_state_dict=algorithm.update), step)
+        runtime = FaultTolerantRuntime.__new__(FaultTolerantRuntime)
+        runtime.options = types.SimpleNamespace(replica_id="r", timeout_s=4.0)
+        runtime.manager = types.SimpleNamespace(current_step=lambda: 3)
+        runtime.module, runtime.fingerprint = model, {"algorithm": "probe"}
+        runtime.policy = FaultTolerance(commit="at_round", per_replica_state=("residuals",))
+        runtime.stats = {"healed": 0, "healed_bytes": 0}
+        runtime.data_position, runtime.data_epoch, runtime.round_open, runtime._healed_round_start = 40, 0, False, None
+        return runtime, model
+
+    healer, model = replica(8)
+    assert "round_start" not in healer._healing_state()  # at a round's start: the state is the round's start
+    healer._take_copy(model)  # the round begins (step 8, 40 samples read)
+    healer.round_open = True
+    state_of_healer = healer._saved
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    healer.data_position = 56
+    healing = healer._healing_state()
+    start = healing["round_start"]
+    assert start["step"] == 8 and start["data_position"] == 40 and list(start["algorithm_state"]) == ["starts"]
+    assert torch.equal(start["weights"]["weight"], state_of_healer["weights"]["weight"])
+    joiner, joined = replica(0)
+    joiner._load_healed(healing)
+    assert torch.equal(joined.weight, model.weight) and joiner.data_position == 56
+    joiner._take_copy(joined)  # its first step: the copy is the healer's round start
+    assert joiner._saved is start and joiner._healed_round_start is None
+    ft_state.restore(joined, joiner._saved)  # the round fails: back to the round's start, as the healer
+    assert torch.equal(joined.weight, state_of_healer["weights"]["weight"]) and joined.bagua_train_step_counter == 8
 
 
 class _PeerDiesInWeights:

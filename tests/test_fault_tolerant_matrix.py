@@ -153,10 +153,79 @@ def test_kill_during_exchange(job: Job, algorithm: str) -> None:
         assert "is sent again" in job.output("a"), "a merged an exchange b was killed in"
     else:
         assert discarded, "a committed the step b was killed in"
-    for i in discarded:
-        last = next((r for r in reversed(records[:i]) if r["committed"]), None)
+    for i in discarded:  # (diloco's, sparseloco's: a round's last step; the round's earlier steps stood until then)
+        last = next((r for r in reversed(records[:i]) if r["committed"] and r["closed"]), None)
         if last is not None:  # nothing of the discarded step stays: weights and step are the last commit's
             assert (records[i]["hash"], records[i]["step"]) == (last["hash"], last["step"]), (records[i], last)
+
+
+OVERLAPPED = {  # rounds whose exchange stays in flight for 2 of their 4 inner steps; H, tau
+    "diloco_overlap": ({"name": "diloco", "inner_steps": 4, "overlap_steps": 2}, 4, 2),
+    "sparseloco_overlap": ({"name": "sparseloco", "inner_steps": 4, "overlap_steps": 2, "chunk_size": 64, "topk": 8},
+                           4, 2),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300, func_only=True)
+@pytest.mark.parametrize("algorithm", sorted(OVERLAPPED))
+def test_death_and_joiner_during_the_overlap(job: Job, algorithm: str) -> None:
+    """A round commits at its merge (``commit="at_round"``) and joins a quorum before the step that sends. b is
+    killed inside its round's send: a's exchange is in flight for two more inner steps, fails at the merge, and a
+    restores the copy taken at the round's start (the previous merge) and trains on alone. b restarted joins a's
+    quorum before a's next send, healed with a's state and its copy of the round's start; from then on both hold
+    the same outer weights after every merge."""
+    options, inner, overlap = OVERLAPPED[algorithm]
+    args = ["--algorithm", json.dumps(options)]
+    job.start("a", *args)
+    _start_beside_a(job, *args, "--die-in-exchange", "4")
+    assert job.wait_exit("b", START_S) == -9, job.output("b")[-2000:]
+    assert "dying inside collective" in job.output("b"), job.output("b")[-2000:]
+    job.wait_for("closed 2 rounds alone after b was killed",
+                 lambda: len([r for r in _alone_since_b(job) if r["closed"]]) >= 2, GAP_S * 3, "a")
+    first = _pids(job.records("b"))
+    job.start("b", *args)
+    restarted = lambda: [p for p in _pids(job.records("b")) if p not in first]  # noqa: E731
+    job.wait_for("closed 2 rounds with a after its restart", lambda: bool(restarted()) and len(
+        [r for r in job.committed("b", pid=restarted()[0], quorum=2) if r["closed"]]) >= 2, START_S, "b")
+    job.stop()
+    for name in ("a", "b"):
+        assert job.wait_exit(name, GAP_S) == 0, job.output(name)[-2000:]
+    records = _check_healthy(job, "a")
+    closed = [r for r in records if r["closed"]]
+    assert closed and all(r["counter"] % inner == overlap for r in closed), \
+        [r["counter"] for r in closed]  # a transaction per round, closed at its merge
+    discarded = [i for i, r in enumerate(records) if not r["committed"]]
+    assert discarded, "a committed the round whose exchange b was killed in"
+    for i in discarded:  # the round is undone: weights and manager step of the last merge committed
+        last = next(r for r in reversed(records[:i]) if r["committed"] and r["closed"])
+        assert (records[i]["hash"], records[i]["step"]) == (last["hash"], last["step"]), (records[i], last)
+    joined = job.committed("b", pid=restarted()[0])
+    assert joined[0]["healed"] == 1 and joined[0]["counter"] % inner == 0, joined[0]  # healed before a send
+    mine = {r["step"]: r["outer"] for r in records if r["closed"] and r["committed"] and r["quorum"] == 2}
+    theirs = {r["step"]: r["outer"] for r in joined if r["closed"] and r["quorum"] == 2}
+    common = sorted(set(mine) & set(theirs))
+    assert common and all(mine[s] == theirs[s] for s in common), (mine, theirs)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300, func_only=True)
+def test_death_between_exchanges_costs_the_survivor_nothing(job: Job) -> None:
+    """The quorum is joined before the step that sends (``round_syncs``): b, killed after a merge and before the
+    next send (its 4th step: it joined before a send, at a counter that is a multiple of H), is left out of the next
+    exchange, so a's round commits (a discards nothing) and a trains on alone."""
+    options, inner, overlap = OVERLAPPED["diloco_overlap"]
+    args = ["--algorithm", json.dumps(options)]
+    job.start("a", *args)
+    _start_beside_a(job, *args, "--die-at", "4")
+    assert job.wait_exit("b", START_S) == -9, job.output("b")[-2000:]
+    job.wait_for("closed 2 rounds alone after b was killed",
+                 lambda: len([r for r in _alone_since_b(job) if r["closed"]]) >= 2, GAP_S * 3, "a")
+    job.stop()
+    assert job.wait_exit("a", GAP_S) == 0, job.output("a")[-2000:]
+    records = _check_healthy(job, "a")
+    assert any(r["quorum"] == 2 and r["closed"] for r in records), "a and b never merged together"
+    assert all(r["committed"] for r in records), [r for r in records if not r["committed"]]
 
 
 @pytest.mark.timeout(300, func_only=True)

@@ -128,6 +128,8 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         """The weights of the last timed merge, in group order (``w_r = R * n_r / N``)."""
         self.merged = RoundCount(0, 0)
         """The fragments' outer steps this impl ran, and their fp32 bytes (``rounds_completed``)."""
+        self.merges_asked = 0
+        """``merged.rounds`` when :meth:`round_ends` last answered."""
         overlapped = self.schedule.overlap > 0 or self.timed is not None
         self.courier = Courier() if overlapped and not self.fault_tolerant else None
         """With an overlap, and with rounds bounded in time: the thread the exchanges run on (encoding, collective,
@@ -359,6 +361,26 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
             scatter_flat(start, params)
         self.merged = RoundCount(self.merged.rounds + 1, self.merged.dense_bytes + start.numel() * 4)
 
+    def round_syncs(self, bagua_module: torch.nn.Module) -> bool:
+        """Fault-tolerant mode (``commit="at_round"``): whether the coming inner step (the step counter moves at its
+        forward, after this is asked) sends a fragment's outer gradient, so that the exchange runs between the
+        replicas of a quorum joined just before it. Warmup steps and rounds bounded in time: every step."""
+        if not self._inner_phase or self.timed is not None:
+            return True
+        return bool(self.schedule.syncs_at(self.inner_step() + 1))
+
+    def round_ends(self, bagua_module: torch.nn.Module) -> bool:
+        """Fault-tolerant mode (``commit="at_round"``): a round's transaction ends at each step during which a
+        fragment's outer result was merged (every H steps, ``overlap_steps`` after the send; streaming: each
+        fragment's merge), so the copy the next round starts from holds no exchange of its own in flight (a
+        streamed fragment's may be: its ``sent`` is copied and sent again). Warmup steps and rounds bounded in
+        time (whose end is agreed over the quorum at every step, :mod:`.timed`) are rounds of one step, with a
+        quorum each (:meth:`round_syncs`)."""
+        if not self._inner_phase or self.timed is not None:
+            return True
+        asked, self.merges_asked = self.merges_asked, self.merged.rounds
+        return self.merged.rounds != asked
+
     def rounds_completed(self) -> RoundCount:
         """A round is one fragment's outer step (every fragment's at once without streaming); its full-precision
         bytes are the fragment's fp32 outer gradient, what an uncompressed allreduce of it hands over."""
@@ -379,7 +401,7 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
 
     # --- checkpoints (bagua_core.checkpoints.checkpoint) ---------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        # fault-tolerant mode takes it at every step: the exchanges in flight stay in flight (state.py)
+        # fault-tolerant mode takes it at every round's start: the exchanges in flight stay in flight (state.py)
         return state_of(self, wait=not self.fault_tolerant)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -395,7 +417,7 @@ class DiLoCoAlgorithm(Algorithm):
     capabilities = Capabilities(communicates="weights", weights_differ_across_ranks=True, relative_bytes=None,
                                 supports_sharding=True,
                                 fault_tolerance=FaultTolerance(
-                                    heals=("weights", "optimizer", "algorithm_state", "step"), commit="after_step",
+                                    heals=("weights", "optimizer", "algorithm_state", "step"), commit="at_round",
                                     rederives=("averaging denominator",),
                                     per_replica_state=("residuals", "round_samples")))
     """Pseudo-gradients of the weights every ``inner_steps`` steps: ~1/H of allreduce's bytes."""

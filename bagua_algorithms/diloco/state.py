@@ -65,7 +65,7 @@ class DiLoCoRankState(Protocol):
 def state_of(impl: DiLoCoRankState, wait: bool = True) -> dict[str, Any]:
     """The rank's state ({} during warmup: the model and optimizer are all there is).
 
-    ``wait=False`` (fault-tolerant mode's copy at every step, and what a joiner heals): the exchanges in flight
+    ``wait=False`` (fault-tolerant mode's copy at every round's start, and what a joiner heals): the exchanges in flight
     are not waited for (streaming keeps its overlap); what this rank sent in each is kept instead (``sent``)
     and :func:`restore` sends it again on the impl's group, and the tensors are not cloned (the caller's
     copy clones them)."""

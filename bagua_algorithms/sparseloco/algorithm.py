@@ -68,7 +68,7 @@ class SparseLoCoAlgorithm(Algorithm):
     capabilities = Capabilities(communicates="weights", weights_differ_across_ranks=True, relative_bytes=None,
                                 supports_sharding=True,
                                 fault_tolerance=FaultTolerance(
-                                    heals=("weights", "optimizer", "algorithm_state", "step"), commit="after_step",
+                                    heals=("weights", "optimizer", "algorithm_state", "step"), commit="at_round",
                                     rederives=("averaging denominator",),
                                     per_replica_state=("residuals", "round_samples")))
     """Every ``inner_steps`` steps a message of about ``(48 + topk * (bits + l + 1) + ((chunk_size - 1) >> l)) /

@@ -81,7 +81,10 @@ def last_step_committed() -> bool:
     """Whether the training step that ``optimizer.step()`` just closed counts: in fault-tolerant mode True when
     every replica of its quorum committed it and False when it was discarded on every replica (its update
     undone); in fail-fast mode always True (a step that returns is done on every rank). For a script's own
-    logging and checkpoints.
+    logging and checkpoints. With an algorithm whose transaction is a round of steps (``commit="at_round"``,
+    the round-based algorithms), a step inside a round is True (it stands unless its round fails) and the round's last
+    step says whether the round committed: False undoes the whole round (the module's step counter goes back to
+    the round's start).
 
     Example::
 

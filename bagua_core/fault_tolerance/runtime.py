@@ -16,6 +16,17 @@ Each training step of a wrapped module is a transaction:
    the step and its post-step communication, restoring the copy taken at 1. when the step failed. The
    step counter and the algorithm's state are restored on every survivor alike, so a failed step is
    committed nowhere.
+
+An algorithm declaring ``commit="at_round"`` (one that communicates in rounds of several steps) makes a round
+the transaction instead of a step: the copy of 1. is taken before the round's first step only; the quorum of
+1. is joined before the step whose end starts the round's exchange (``AlgorithmImpl.round_syncs``, asked
+before every step; also before a round's first step when there is no quorum yet: the first step, after a
+failed round), so the exchange runs between the replicas alive then; after every step the runtime asks the
+impl whether the step ended the round (``AlgorithmImpl.round_ends``): a step that did not is closed with no
+commit decision, and the step that did is decided as in 3., restoring the copy taken before the round's first
+step on every survivor when the round failed. A joiner healed inside its healer's round takes the healer's copy
+of the round's start with the state, so that it goes back where the others do. The data position advances with
+each step of the round and goes back with the copy.
 """
 
 from __future__ import annotations
@@ -140,9 +151,18 @@ class FaultTolerantRuntime:
         """Counts the quorums configured: a group's errors count only while it is of the latest one."""
         self.fingerprint: dict[str, Any] = {}
         self.step_open = False
+        self.round_open = False
+        """``commit="at_round"``: a round's transaction is open (its copy taken); the next step continues it, joining a
+        quorum only where ``round_syncs`` says."""
         self.decision: bool | None = None
+        self.closed_transaction = False
+        """Whether the last step that ended closed its transaction (asked the quorum to commit): every step,
+        except under ``commit="at_round"``, where only the round's last step does."""
         self._saved: dict[str, Any] = {}
         self._healed_algorithm_state: dict[str, Any] | None = None
+        self._healed_round_start: dict[str, Any] | None = None
+        """A joiner healed inside its healer's round (``commit="at_round"``): the healer's copy of the round's start,
+        which the joiner restores, as every replica of the round does, if the round fails."""
         self._shard_intra = None
         self._readers = (0, 1)
         """This rank's place among the quorum's readers of data (every rank of every replica) and their number."""
@@ -196,6 +216,7 @@ class FaultTolerantRuntime:
             intra = module.process_group.get_intra_node_communicator()
             self._shard_intra = (intra.torch_group, intra.global_ranks)
         self.quorum_id = None  # the next step reifies the algorithm on its quorum
+        self.round_open = False  # and starts a transaction (a round) of its own
         self._hook_handle = module.register_forward_pre_hook(self._forward_pre_hook, prepend=True)
         for optimizer in module.bagua_optimizers:
             self._wrap_step(optimizer)
@@ -221,10 +242,39 @@ class FaultTolerantRuntime:
     # --- the transaction ----------------------------------------------------------------------------
     def begin_step(self, module: torch.nn.Module) -> None:
         """Join the step's quorum (healing if behind), re-derive on a new quorum, keep what a failure
-        would have to restore."""
+        would have to restore. ``commit="at_round"``: the copy is taken before a round's first step only, and
+        the quorum joined only before a step whose end starts the round's exchange (``round_syncs``; also
+        before a round's first step when there is no quorum yet: the first step, after a failed round)."""
         self.step_open, self.decision = True, None
         if self._layout is not None:  # the step's copy and a heal hold the shards (not an eval's unsharded)
             register_shards(module)
+        at_round = self.policy.commit == "at_round"
+        syncs = at_round and self._round_syncs(module)
+        if self.round_open:
+            if syncs and self._join_quorum(module):  # healed inside the round: the round's start is the healer's
+                self._take_copy(module)
+            self._open_since = time.monotonic()
+            return
+        if not at_round or syncs or self.quorum_id is None:
+            self._join_quorum(module)
+        self._take_copy(module)
+        self.round_open = at_round
+        self._open_since = time.monotonic()
+
+    def _take_copy(self, module: torch.nn.Module) -> None:
+        """What a failed transaction goes back to: a copy of the state now, or, healed inside a round, the
+        healer's copy of the round's start (``_healing_state``)."""
+        if self._healed_round_start is not None:
+            self._saved, self._healed_round_start = self._healed_round_start, None
+            return
+        parts = ("algorithm_state", "step") if self.policy.commit == "before_optimizer_step" else \
+            ("weights", "optimizer", "algorithm_state", "step")
+        self._saved = ft_state.capture(module, parts)
+        self._saved["data_position"], self._saved["data_epoch"] = self.data_position, self.data_epoch
+
+    def _join_quorum(self, module: torch.nn.Module) -> bool:
+        """The lighthouse's quorum (a joiner heals in it); a new one reconfigures the group and the impl.
+        Returns whether this replica was healed in it."""
         self._quiesce(module)  # nothing of the impl's may run on the group while the quorum reconfigures it
         started = time.monotonic()
         healed, healed_bytes = self.stats["healed"], self.stats.get("healed_bytes", 0)
@@ -236,11 +286,7 @@ class FaultTolerantRuntime:
                               bytes=self.stats["healed_bytes"] - healed_bytes)
         if self.ft_group.quorum_id != self.quorum_id:
             self._on_new_quorum(module)
-        parts = ("algorithm_state", "step") if self.policy.commit == "before_optimizer_step" else \
-            ("weights", "optimizer", "algorithm_state", "step")
-        self._saved = ft_state.capture(module, parts)
-        self._saved["data_position"] = self.data_position
-        self._open_since = time.monotonic()
+        return self.stats["healed"] != healed
 
     def _on_new_quorum(self, module: torch.nn.Module) -> None:
         self.quorum_id = self.ft_group.quorum_id
@@ -329,6 +375,9 @@ class FaultTolerantRuntime:
             result = original(*args, **kwargs)
         state.mark_stepped(optimizer)  # (the core's step hook marked it where the optimizer stepped)
         last = state.step_over
+        if last and self.policy.commit == "at_round" and not self._round_ends(module):
+            self._close_inner_step()
+            return result
         if self.policy.commit != "before_optimizer_step":
             if last:
                 self._quiesce(module)
@@ -336,6 +385,27 @@ class FaultTolerantRuntime:
         if last:
             self._close(module)
         return result
+
+    def _round_syncs(self, module: torch.nn.Module) -> bool:
+        """``AlgorithmImpl.round_syncs`` (before the step's forward): whether the step's end starts the round's
+        exchange, so the quorum is joined first. Its exception fails the round (no quorum is joined for it: a
+        quorum would clear the error)."""
+        try:
+            return bool(module.bagua_algorithm.round_syncs(module))
+        except Exception as exc:
+            logger.warning("bagua: round_syncs of replica %s failed: %s", self.options.replica_id, exc)
+            self.manager.report_error(exc)
+            return False
+
+    def _round_ends(self, module: torch.nn.Module) -> bool:
+        """``AlgorithmImpl.round_ends`` (after the step-end hook ran): whether this step ends the round. Its
+        exception fails the round, which then ends here."""
+        try:
+            return bool(module.bagua_algorithm.round_ends(module))
+        except Exception as exc:
+            logger.warning("bagua: round_ends of replica %s failed: %s", self.options.replica_id, exc)
+            self.manager.report_error(exc)
+            return True
 
     def _should_commit(self) -> bool:
         """The step's decision, agreed by the replica's ranks and then by the quorum. A rank whose collective
@@ -363,13 +433,22 @@ class FaultTolerantRuntime:
             self.manager.report_error(exc)
 
     def end_without_step(self) -> None:
-        """The step's quorum was joined but nothing is trained in it (the epoch ended)."""
+        """The step's quorum was joined but nothing is trained in it (the epoch ended); an open round stays
+        open (the next step continues it)."""
         if self.module is not None:
             self._quiesce(self.module)
         self.step_open, self._open_since = False, None
 
+    def _close_inner_step(self) -> None:
+        """A step of the open round that does not end it: no decision is asked; it stands unless the round
+        fails (``last_step_committed()`` is True), and its samples count until then."""
+        self.step_open, self._open_since = False, None
+        self.decision, self.closed_transaction = True, False
+        self.data_position += self._batch_samples * self._readers[1]
+
     def _close(self, module: torch.nn.Module) -> None:
         self.step_open, self._open_since = False, None
+        self.round_open, self.closed_transaction = False, True
         if self.decision:
             self.stats["committed"] += 1
             self.data_position += self._batch_samples * self._readers[1]
@@ -378,8 +457,9 @@ class FaultTolerantRuntime:
             return
         self.stats["discarded"] += 1
         ft_state.restore(module, self._saved)
-        self.data_position = self._saved["data_position"]
-        logger.warning("bagua: step discarded on replica %s: a participant failed (%s); the quorum forms again",
+        self.data_position, self.data_epoch = self._saved["data_position"], self._saved["data_epoch"]
+        what = "round" if self.policy.commit == "at_round" else "step"
+        logger.warning("bagua: %s discarded on replica %s: a participant failed (%s); the quorum forms again", what,
                        self.options.replica_id, _one_line(self.manager.errored()))
         self.quorum_id = None  # the next step reconfigures even if the lighthouse kept the quorum id
 
@@ -390,8 +470,15 @@ class FaultTolerantRuntime:
         if module is None:
             return {"fingerprint": {}}
         saved = ft_state.capture(module, self.policy.heals, per_replica=self.policy.per_replica_state)
-        return {"fingerprint": self.fingerprint, "state": saved, "data_position": self.data_position,
-                "data_epoch": self.data_epoch}
+        healing = {"fingerprint": self.fingerprint, "state": saved, "data_position": self.data_position,
+                   "data_epoch": self.data_epoch}
+        if self.round_open:  # inside a round: the joiner also takes its start, where a failed round goes back to
+            own = set(self.policy.per_replica_state)
+            start = dict(self._saved)
+            if "algorithm_state" in start:  # (the joiner keeps its own per-replica state there too)
+                start["algorithm_state"] = {k: v for k, v in start["algorithm_state"].items() if k not in own}
+            healing["round_start"] = start
+        return healing
 
     def _load_healed(self, healed: dict[str, Any]) -> None:
         module = self.module
@@ -399,11 +486,12 @@ class FaultTolerantRuntime:
         saved = healed["state"]
         ft_state.restore(module, saved, algorithm=False)
         self._healed_algorithm_state = saved.get("algorithm_state")
+        self._healed_round_start = healed.get("round_start")
         self.data_position = int(healed.get("data_position", 0))
         self.data_epoch = int(healed.get("data_epoch", 0))
         self.quorum_id = None  # rebuild the algorithm on this quorum and load the healed state into it
         self.stats["healed"] += 1
-        self.stats["healed_bytes"] += ft_state.tree_bytes(saved)
+        self.stats["healed_bytes"] += ft_state.tree_bytes(saved) + ft_state.tree_bytes(healed.get("round_start"))
         logger.info("bagua: replica %s healed from a live peer at step %s", self.options.replica_id,
                     self.manager.current_step())
 

@@ -428,6 +428,25 @@ class AlgorithmImpl:
         exception is reported as the step's failure. Default: nothing (no background communication)."""
         return None
 
+    def round_syncs(self, bagua_module: torch.nn.Module) -> bool:
+        """Fault-tolerant mode, for an algorithm declaring ``FaultTolerance(commit="at_round")``: whether the
+        training step about to begin (asked before its first forward) ends with the round's exchange between
+        replicas. On True the runtime joins the lighthouse's quorum first: the exchange runs between the replicas
+        alive then (one that died earlier in the round is left out, a joiner is healed there, the impl reified
+        again on a new quorum's group); on False the step runs on the group it has. Every replica of a quorum
+        must answer alike at the same step. Default: True (a quorum before every step)."""
+        return True
+
+    def round_ends(self, bagua_module: torch.nn.Module) -> bool:
+        """Fault-tolerant mode, for an algorithm declaring ``FaultTolerance(commit="at_round")``: whether the
+        training step that just ended (every optimizer stepped, the step-end hook ran) ends a round. The runtime
+        asks it once per step; on True it decides the round's commit there, and the next step takes a copy of the
+        training state, the point a failed round is restored to; on False the next step continues the round
+        without one (the quorum is joined where :meth:`round_syncs` says). Every
+        replica of a quorum must answer alike at the same step (a round's exchange runs between them). Default:
+        True (every step is a round: the transaction of ``commit="after_step"``)."""
+        return True
+
     def shutdown(self, bagua_module: torch.nn.Module) -> None:
         """Release what the impl started (threads, groups) when the module is re-wrapped or closed."""
         return None

@@ -32,6 +32,8 @@ __all__ = ["Capabilities", "FaultTolerance", "NOT_DECLARED", "capabilities_of"]
 
 HEALABLE = ("weights", "optimizer", "algorithm_state", "step")
 """What a joiner can take from a live peer in fault-tolerant mode (``FaultTolerance.heals``)."""
+COMMITS = ("before_optimizer_step", "after_step", "at_round")
+"""Where a fault-tolerant transaction is decided (``FaultTolerance.commit``)."""
 
 
 @dataclass(frozen=True)
@@ -44,15 +46,20 @@ class FaultTolerance:
     plugins``, e.g. ``"chunking by world size"``, ``"averaging denominator"``): the runtime re-reifies
     the algorithm on each new quorum's group, so whatever its impl derives from the group is re-derived.
     ``commit``: where a step's transaction is decided: ``before_optimizer_step`` (nothing the step
-    changes outside the gradients before that point, so a failed step is discarded by not stepping) or
+    changes outside the gradients before that point, so a failed step is discarded by not stepping),
     ``after_step`` (the step changes state while it communicates: the runtime keeps a copy of
-    weights, optimizer and algorithm state and restores it on every survivor when the step fails).
+    weights, optimizer and algorithm state and restores it on every survivor when the step fails) or
+    ``at_round`` (an algorithm whose steps communicate in rounds of several steps: a transaction spans a
+    round, from the copy taken before its first step to the commit decision after the step at which the
+    impl's ``round_ends(module)`` says it ended; the quorum is joined before the step at which its
+    ``round_syncs(module)`` says the round's exchange starts; the other steps take neither, and a failed round
+    is restored on every survivor from the copy taken at its start).
     ``unsupported``: option values refused in that mode (below). ``per_replica_state``: what of the healed
     ``algorithm_state`` stays with its replica (below)."""
 
     heals: tuple[str, ...] = HEALABLE
     rederives: tuple[str, ...] = ()
-    commit: Literal["before_optimizer_step", "after_step"] = "after_step"
+    commit: Literal["before_optimizer_step", "after_step", "at_round"] = "after_step"
     unsupported: tuple[tuple[str, Any, str], ...] = ()
     """``(option, value, why)``: option values that cannot survive a change of membership; the algorithm is
     refused with them in fault-tolerant mode, naming the option and why."""
@@ -66,8 +73,8 @@ class FaultTolerance:
         unknown = [h for h in self.heals if h not in HEALABLE]
         if unknown:
             raise BaguaConfigError(f"FaultTolerance.heals may hold {', '.join(HEALABLE)}; got {unknown}")
-        if self.commit not in ("before_optimizer_step", "after_step"):
-            raise BaguaConfigError(f"FaultTolerance.commit must be before_optimizer_step or after_step, "
+        if self.commit not in COMMITS:
+            raise BaguaConfigError(f"FaultTolerance.commit must be before_optimizer_step, after_step or at_round, "
                                    f"got {self.commit!r}")
 
 
