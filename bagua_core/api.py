@@ -20,11 +20,16 @@ is listed in ``__all__`` is the contract (``docs/plugins.md`` documents it, ``te
 - **Groups and membership**: ``BaguaProcessGroup`` (``new_channel`` for a group of the algorithm's own,
   ``BaguaProcessGroup.default_or_none()``), ``Membership`` (a fail-fast job's: ``Membership()``),
   ``group_failure`` (whether a quorum's group failed in this step, in fault-tolerant mode).
-- **The wrapped module**: ``WrappedModule(module)``, a handle with ``switch_algorithm`` (the one way to change
-  the impl, declaration or capabilities of a wrapped module), ``set_gradient_sync``, ``is_sharded`` (and
-  ``WrappedModule.is_wrapped(module)``); a sharded model's tensors: ``local_shard``, ``load_optimizer_state``,
-  and its ranks: ``shard_group``; ``has_nonfinite``; ``samples_in``
-  (the samples a forward's inputs hold).
+- **The wrapped module**: ``WrappedModule(module)``, the handle through which an algorithm reads and changes a
+  module wrapped with ``with_bagua`` (never through attributes of the module): ``train_step_counter``,
+  ``named_parameters()``, ``build_params()``, ``optimizers``, ``buckets``, ``module_name``, ``process_group``,
+  ``reset()``, ``wait_for_communication()``, ``switch_algorithm`` (the one way to change the impl, declaration or
+  capabilities), ``set_gradient_sync``, ``is_sharded`` (and ``WrappedModule.is_wrapped(module)``); a sharded
+  model's ``load_optimizer_state`` and its ranks: ``shard_group``; ``has_nonfinite``; ``samples_in`` (the samples
+  a forward's inputs hold).
+- **Tensor proxies**: ``tensors`` (``bagua_core.lifecycle.proxies``): ``tensors.mark(tensor, name, module_name,
+  getter=..., setter=...)`` makes a tensor one a bucket can hold, ``tensors.effective``, ``tensors.mark_ready``,
+  ``tensors.ensure_grad``, ``tensors.name_of``, ``tensors.local_shard`` (a ``DTensor``'s local tensor).
 - **Agreement before the first collective**: ``agreement`` (``agreement.Prepared``,
   ``agreement.agree_or_raise``, ``agreement.model_signature``).
 - **Settings and failures**: ``settings`` (``settings.default_bucket_size()``, ``settings.comm_timeout_s()``,
@@ -61,8 +66,9 @@ from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance, capa
 from bagua_core.lifecycle.batch import samples_in
 from bagua_core.lifecycle.rounds import RoundCount
 from bagua_core.lifecycle.module_state import shard_group
-from bagua_core.lifecycle.tensor import load_optimizer_state, local_shard
-from bagua_core.lifecycle.wrapped_module import WrappedModule
+from bagua_core.lifecycle import proxies as tensors
+from bagua_core.lifecycle.tensor import load_optimizer_state
+from bagua_core.module.wrapped_module import WrappedModule
 from bagua_core.module.nonfinite import has_nonfinite
 from bagua_core.plugins import NamedRegistry, algorithm_registry, hookimpl
 from bagua_core.plugins.hookspecs import hookspec
@@ -127,7 +133,7 @@ __all__ = [
     "group_failure",
     # the wrapped module
     "WrappedModule",
-    "local_shard",
+    "tensors",
     "load_optimizer_state",
     "shard_group",
     "samples_in",

@@ -76,12 +76,12 @@ def _lifecycle(rank: int, directory: str) -> dict:
     fresh_optimizer = torch.optim.SGD(fresh.parameters(), lr=0.1, momentum=0.9)
     load_checkpoint(directory, fresh, fresh_optimizer)  # before wrapping: kept until with_bagua
     seen["pending"] = _keys(fresh), type(vars(fresh).get("_bagua_state")).__name__, state_of(fresh) is None
+    fresh = fresh.with_bagua([fresh_optimizer], "gradient_allreduce")
     try:  # the documented attributes are read-only: only the core writes the state they read
         fresh.bagua_algorithm = None
         seen["assignable"] = True
     except AttributeError:
         seen["assignable"] = False
-    fresh = fresh.with_bagua([fresh_optimizer], "gradient_allreduce")
     seen["resumed"] = _keys(fresh), fresh.bagua_train_step_counter
     _train(fresh, fresh_optimizer, rank, range(8, 10))
     fresh = fresh.with_bagua([fresh_optimizer], {"name": "decentralized", "hierarchical": False})  # re-wrap

@@ -36,7 +36,7 @@ PINNED_API = {
     "ReduceOp", "BaguaCommunicator", "allreduce_inplace", "allreduce_inplace_start", "allgather", "all_gather_single",
     "alltoall", "broadcast", "reduce_inplace", "isend", "irecv", "record_payload",
     "BaguaProcessGroup", "Membership", "group_failure",
-    "WrappedModule", "local_shard", "load_optimizer_state",
+    "WrappedModule", "tensors", "load_optimizer_state",
     "shard_group", "samples_in", "has_nonfinite",
     "agreement",
     "settings", "init_process_group", "on_one_node", "defaults_to_hierarchical",
@@ -130,16 +130,19 @@ def test_no_plugin_counts_its_optimizers_stepping() -> None:
 def test_the_documented_attributes_of_a_wrapped_module_are_read_only() -> None:
     import torch
 
-    from bagua_core.module.bagua_module import PROPERTIES
+    from bagua_core.module.bagua_module import PROPERTIES, BaguaModule, wrapped_class
 
     model = torch.nn.Linear(2, 2)
-    with pytest.raises(AttributeError, match="bagua_algorithm"):  # (torch's message: the property's is lost)
-        model.bagua_algorithm  # noqa: B018
-    assert isinstance(model.bagua_module_name, str)
+    assert not hasattr(model, "bagua_algorithm") and not hasattr(model, "bagua_module_name")  # a plain module
     model.process_group = "a module's own"  # torch's SyncBatchNorm and DDP keep one: unwrapped modules still may
     assert model.process_group == "a module's own"
     read_only = [name for name, prop in PROPERTIES.items() if name not in ("process_group", "bagua_module_name")]
     assert read_only and all(prop.fset is not None for name, prop in PROPERTIES.items() if name in read_only)
+    model.__class__ = wrapped_class(torch.nn.Linear)  # what with_bagua does (no state yet: not wrapped)
+    assert isinstance(model, BaguaModule) and isinstance(model, torch.nn.Linear)
+    with pytest.raises(AttributeError, match="bagua_algorithm"):  # (torch's message: the property's is lost)
+        model.bagua_algorithm  # noqa: B018
+    assert isinstance(model.bagua_module_name, str)
     with pytest.raises(AttributeError, match="is bagua's"):
         model.bagua_algorithm = None
 

@@ -61,7 +61,7 @@ from bagua_core.api import (
     FaultTolerance,
     RoundCount,
     first_failure,
-    local_shard,
+    tensors,
     shard_group,
 )
 from bagua_core.codecs import get_codec
@@ -183,7 +183,7 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
     def _begin_inner(self, bagua_module: torch.nn.Module) -> None:
         # this rank's weights (a model sharded with FSDP2: its shards, whose pseudo-gradients the ranks holding
         # the same shards average)
-        params = [local_shard(p) for _, p in bagua_module.bagua_named_parameters()]
+        params = [tensors.local_shard(p) for _, p in bagua_module.bagua_named_parameters()]
         self.fragments = [[params[i] for i in indices] for indices in split_fragments(params, self.schedule.count)]
         self.starts = [gather_flat(f, torch.empty(sum(p.numel() for p in f), device=f[0].device))
                        for f in self.fragments]  # fp32, on the parameters' device

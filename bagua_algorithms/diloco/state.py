@@ -29,7 +29,7 @@ import torch
 
 from bagua_algorithms.diloco.exchange import FragmentExchange
 from bagua_algorithms.diloco.timed import RoundProgress
-from bagua_core.api import load_optimizer_state, local_shard
+from bagua_core.api import load_optimizer_state, tensors
 
 __all__ = ["DiLoCoRankState", "state_of", "restore"]
 
@@ -93,7 +93,7 @@ def state_of(impl: DiLoCoRankState, wait: bool = True) -> dict[str, Any]:
              "residuals": [e.residual for e in impl.exchanges],
              "pending": [[f, step] for f, step in sorted(impl.pending.items())],
              "landed": [[f, clone(t)] for f, t in sorted(impl.landed.items())],
-             "local": [clone(local_shard(p).detach()) for _, p in module.bagua_named_parameters()],
+             "local": [clone(tensors.local_shard(p).detach()) for _, p in module.bagua_named_parameters()],
              "inner_optimizers": [optimizer.state_dict() for optimizer in module.bagua_optimizers]}
     for key, tensors in (("anchors", impl.anchors), ("contributions", contributions), ("others", impl.others)):
         if tensors:  # an overlapped round's (anchors), eager updates' (contributions, others)
@@ -116,7 +116,7 @@ def restore(impl: DiLoCoRankState, state: dict[str, Any]) -> None:
     if impl.need_reset():
         module.bagua_reset()  # into the inner phase
     with torch.no_grad():
-        for param, saved in zip((local_shard(p) for _, p in module.bagua_named_parameters()), state["local"]):
+        for param, saved in zip((tensors.local_shard(p) for _, p in module.bagua_named_parameters()), state["local"]):
             param.copy_(saved)
         for start, saved in zip(impl.starts, state["starts"]):
             start.copy_(saved)

@@ -34,7 +34,7 @@ from bagua_core.api import (
     CentralizedSynchronousOp,
     FaultTolerance,
     has_nonfinite,
-    local_shard,
+    tensors,
 )
 
 __all__ = ["QAdamAlgorithm", "QAdamAlgorithmImpl"]
@@ -60,18 +60,18 @@ class QAdamAlgorithmImpl(AlgorithmImpl):
             return super().init_tensors(bagua_module)
         state = self.optimizer.state
         owned = {id(p) for group in self.optimizer.param_groups for p in group["params"]}
-        tensors = []
+        marked = []
         for name, param in reversed(bagua_module.bagua_build_params()):
             if id(param) not in owned:
                 continue
             param.bagua_ensure_grad()
-            tensors.append(param.ensure_bagua_tensor(
+            marked.append(param.ensure_bagua_tensor(
                 name, bagua_module.bagua_module_name,
                 getter_closure=lambda p: state[p]["exp_avg"],
                 setter_closure=lambda p, value: state[p].__setitem__("exp_avg", value),
             ))
-        self.optimizer.externally_updated_momentum = {id(t) for t in tensors}
-        return tensors
+        self.optimizer.externally_updated_momentum = {id(t) for t in marked}
+        return marked
 
     def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
         bucket.clear_ops()
@@ -97,7 +97,7 @@ class QAdamAlgorithmImpl(AlgorithmImpl):
                     for bucket in bagua_module.bagua_buckets:
                         for tensor in bucket.tensors:
                             if tensor.grad is not None:
-                                local_shard(tensor.grad).view(-1)[0] = float("nan")
+                                tensors.local_shard(tensor.grad).view(-1)[0] = float("nan")
 
         return hook
 

@@ -32,7 +32,7 @@ import torch
 
 from bagua_algorithms.q_adam.kernels import adam_update, native_takes, reference_adam_update
 from bagua_algorithms.q_adam.loss_scaling import LossScaling, unscale_gradients
-from bagua_core.api import local_shard
+from bagua_core.api import tensors
 
 __all__ = ["QAdamOptimizer"]
 
@@ -102,10 +102,10 @@ class QAdamOptimizer(torch.optim.Optimizer):
             if not chosen:
                 continue
             beta1, wd = group["betas"][0], group["weight_decay"]
-            grads = [local_shard(p.grad) if p.grad is not None else torch.zeros_like(local_shard(p)) for p in chosen]
+            grads = [tensors.local_shard(p.grad) if p.grad is not None else torch.zeros_like(tensors.local_shard(p)) for p in chosen]
             if wd != 0 and weight_decay:
-                grads = torch._foreach_add(grads, [local_shard(p) for p in chosen], alpha=wd)
-            torch._foreach_lerp_([local_shard(self.state[p]["exp_avg"]) for p in chosen], grads, 1 - beta1)
+                grads = torch._foreach_add(grads, [tensors.local_shard(p) for p in chosen], alpha=wd)
+            torch._foreach_lerp_([tensors.local_shard(self.state[p]["exp_avg"]) for p in chosen], grads, 1 - beta1)
 
     def update_external_momentum_(self, params: list[torch.Tensor]) -> None:
         """The qadam algorithm's update of the momentum during backward (then averaged): keeps what a
@@ -148,15 +148,15 @@ class QAdamOptimizer(torch.optim.Optimizer):
             if not params:
                 continue
             # a model sharded with FSDP2: every tensor is this rank's shard (element-wise: shards step alone)
-            exp_avgs = [local_shard(self.state[p]["exp_avg"]) for p in params]
-            exp_avg_sqs = [local_shard(self.state[p]["exp_avg_sq"]) for p in params]
+            exp_avgs = [tensors.local_shard(self.state[p]["exp_avg"]) for p in params]
+            exp_avg_sqs = [tensors.local_shard(self.state[p]["exp_avg_sq"]) for p in params]
             if warmup:
-                _adam_step([local_shard(p) for p in params], [local_shard(p.grad) for p in params], exp_avgs,
+                _adam_step([tensors.local_shard(p) for p in params], [tensors.local_shard(p.grad) for p in params], exp_avgs,
                            exp_avg_sqs, beta1, beta2, wd, -(lr / bias_correction1), bias_correction2**0.5, eps)
             else:
                 if own_momentum:  # no algorithm took the momentum over: update it from the local gradient
                     self.update_momentum_(own_momentum)
-                _frozen_step([local_shard(p) for p in params], exp_avgs, exp_avg_sqs, -(lr / bias_correction1),
+                _frozen_step([tensors.local_shard(p) for p in params], exp_avgs, exp_avg_sqs, -(lr / bias_correction1),
                              bias_correction2**0.5, eps)
         return loss
 

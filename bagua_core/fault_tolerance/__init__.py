@@ -96,9 +96,10 @@ def last_step_committed() -> bool:
     return True if runtime is None else bool(runtime.decision)
 
 
-def attach(module: Any) -> None:
-    """Called by ``with_bagua``: in fault-tolerant mode, put ``module`` under the step transaction."""
+def attach(module: Any, reset: Any) -> None:
+    """Called by ``with_bagua``: in fault-tolerant mode, put ``module`` under the step transaction (``reset(module)``
+    rebuilds its buckets on a new quorum's group)."""
     runtime = current_runtime()
     if runtime is not None:
-        runtime.attach(module)
+        runtime.attach(module, reset)
 

@@ -37,14 +37,15 @@ import logging
 import re
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from bagua_core.lifecycle.module_state import state_of, switch_algorithm
+from bagua_core.lifecycle.algorithm import switch_algorithm
+from bagua_core.lifecycle.module_state import state_of
 from bagua_core.lifecycle.tensor import register_shards
 from bagua_core.runtime import env
 from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError
@@ -178,14 +179,16 @@ class FaultTolerantRuntime:
         self._replicas: int | None = None
         self._started = time.monotonic()
         self._hook_handle = None
+        self._reset: Callable[[torch.nn.Module], None] | None = None
         self._open_since: float | None = None
         self.watchdog = HangWatchdog(options.hang_timeout_s, lambda: self._open_since, lambda: options.replica_id)
 
     # --- wiring -------------------------------------------------------------------------------------
-    def attach(self, module: torch.nn.Module) -> None:
-        """Make ``module`` (just wrapped by ``with_bagua``) train under the step transaction. Raises
-        ``BaguaConfigError`` for an algorithm that declares no fault tolerance."""
-        policy = module.bagua_capabilities.fault_tolerance
+    def attach(self, module: torch.nn.Module, reset: Callable[[torch.nn.Module], None]) -> None:
+        """Make ``module`` (just wrapped by ``with_bagua``) train under the step transaction; ``reset(module)``
+        rebuilds its tensors, buckets and operations (on a new quorum's group). Raises ``BaguaConfigError`` for an
+        algorithm that declares no fault tolerance."""
+        policy = state_of(module).capabilities.fault_tolerance
         if policy is None:
             from bagua_core.plugins import algorithm_registry
 
@@ -213,12 +216,13 @@ class FaultTolerantRuntime:
         # the ranks holding the same shard in each replica (torchft's group between the same rank of every
         # replica), and a joiner's rank heals its shards from the same rank of a live replica
         if self._layout is not None:  # this rank alone: each rank is a node of its shard's group
-            intra = module.process_group.get_intra_node_communicator()
+            intra = state_of(module).process_group.get_intra_node_communicator()
             self._shard_intra = (intra.torch_group, intra.global_ranks)
         self.quorum_id = None  # the next step reifies the algorithm on its quorum
         self.round_open = False  # and starts a transaction (a round) of its own
         self._hook_handle = module.register_forward_pre_hook(self._forward_pre_hook, prepend=True)
-        for optimizer in module.bagua_optimizers:
+        self._reset = reset
+        for optimizer in state_of(module).optimizers:
             self._wrap_step(optimizer)
 
     def _wrap_step(self, optimizer: torch.optim.Optimizer) -> None:
@@ -332,15 +336,15 @@ class FaultTolerantRuntime:
             self.group = QuorumGroup(everyone, leaders, replica, replicas, per_replica, self.quorum_id)
         carried = self._healed_algorithm_state
         if carried is None:
-            carried = ft_state.copy_tree(module.bagua_algorithm.state_dict())
+            carried = ft_state.copy_tree(state_of(module).impl.state_dict())
         self._healed_algorithm_state = None
-        module.bagua_algorithm.shutdown(module)
+        state_of(module).impl.shutdown(module)
         switch_algorithm(module, impl=state_of(module).declaration.reify(self.group), process_group=self.group)
-        module.bagua_reset()  # steps 2-4 of the lifecycle on the new group
-        for optimizer in module.bagua_optimizers:  # the new impl may have installed its own step
+        self._reset(module)  # steps 2-4 of the lifecycle on the new group
+        for optimizer in state_of(module).optimizers:  # the new impl may have installed its own step
             self._wrap_step(optimizer)
         if carried:
-            module.bagua_algorithm.load_state_dict(carried)
+            state_of(module).impl.load_state_dict(carried)
         logger.info("bagua: replica %s joined quorum %s as replica %s of %s (step %s)", self.options.replica_id,
                     self.quorum_id, replica, replicas, self.manager.current_step())
 
@@ -391,7 +395,7 @@ class FaultTolerantRuntime:
         exchange, so the quorum is joined first. Its exception fails the round (no quorum is joined for it: a
         quorum would clear the error)."""
         try:
-            return bool(module.bagua_algorithm.round_syncs(module))
+            return bool(state_of(module).impl.round_syncs(module))
         except Exception as exc:
             logger.warning("bagua: round_syncs of replica %s failed: %s", self.options.replica_id, exc)
             self.manager.report_error(exc)
@@ -401,7 +405,7 @@ class FaultTolerantRuntime:
         """``AlgorithmImpl.round_ends`` (after the step-end hook ran): whether this step ends the round. Its
         exception fails the round, which then ends here."""
         try:
-            return bool(module.bagua_algorithm.round_ends(module))
+            return bool(state_of(module).impl.round_ends(module))
         except Exception as exc:
             logger.warning("bagua: round_ends of replica %s failed: %s", self.options.replica_id, exc)
             self.manager.report_error(exc)
@@ -427,7 +431,7 @@ class FaultTolerantRuntime:
     def _quiesce(self, module: torch.nn.Module) -> None:
         """The impl's background communication ends here (``AlgorithmImpl.quiesce``); its failure fails the step."""
         try:
-            module.bagua_algorithm.quiesce(module)
+            state_of(module).impl.quiesce(module)
         except Exception as exc:
             logger.warning("bagua: background communication of replica %s failed: %s", self.options.replica_id, exc)
             self.manager.report_error(exc)

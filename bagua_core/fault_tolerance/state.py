@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from bagua_core.lifecycle.module_state import state_of
+from bagua_core.lifecycle.module_state import named_buffers, named_parameters, state_of
 from bagua_core.lifecycle.tensor import is_sharded, load_optimizer_state, local_shard
 from bagua_core.runtime.exceptions import BaguaConfigError
 
@@ -74,12 +74,12 @@ def capture(module: torch.nn.Module, parts: Iterable[str], per_replica: Iterable
     if "weights" in parts:
         saved["weights"] = copy_tree(module.state_dict(keep_vars=is_sharded(module)), memo)
     if "optimizer" in parts:
-        saved["optimizer"] = [copy_tree(opt.state_dict(), memo) for opt in module.bagua_optimizers]
+        saved["optimizer"] = [copy_tree(opt.state_dict(), memo) for opt in state_of(module).optimizers]
     if "algorithm_state" in parts:
-        state = module.bagua_algorithm.state_dict()
+        state = state_of(module).impl.state_dict()
         saved["algorithm_state"] = copy_tree({k: v for k, v in state.items() if k not in per_replica}, memo)
     if "step" in parts:
-        saved["step"] = int(module.bagua_train_step_counter)
+        saved["step"] = int(state_of(module).train_step_counter)
     return saved
 
 
@@ -101,22 +101,22 @@ def restore(module: torch.nn.Module, saved: dict[str, Any], algorithm: bool = Tr
             else:
                 module.load_state_dict(copy_tree(saved["weights"]))
     if "optimizer" in saved:
-        for opt, state in zip(module.bagua_optimizers, saved["optimizer"]):
+        for opt, state in zip(state_of(module).optimizers, saved["optimizer"]):
             load_optimizer_state(opt, copy_tree(state))
     if algorithm and "algorithm_state" in saved:
-        module.bagua_algorithm.load_state_dict(copy_tree(saved["algorithm_state"]))
+        state_of(module).impl.load_state_dict(copy_tree(saved["algorithm_state"]))
 
 
 def fingerprint(module: torch.nn.Module) -> dict[str, Any]:
     """What every replica of a quorum must share: the algorithm's name and options, the model's tensors
     (names, shapes, dtypes) and the optimizers' kinds and hyperparameters."""
     declaration = state_of(module).declaration
-    tensors = module.bagua_named_parameters() + module.bagua_named_buffers()
+    tensors = named_parameters(module) + named_buffers(module)
     optimizers = [
         {"kind": type(opt).__name__,
          "hyperparameters": [{k: v for k, v in group.items() if k != "params" and isinstance(v, (int, float, str, bool))}
                              for group in opt.param_groups]}
-        for opt in module.bagua_optimizers
+        for opt in state_of(module).optimizers
     ]
     shard = state_of(module).shard
     return {

@@ -21,10 +21,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from bagua_core.runtime import env
 from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.lifecycle.capabilities import NOT_DECLARED, Capabilities
+from bagua_core.lifecycle.module_state import build_params, module_name, state_of, wait_for_communication
 from bagua_core.runtime.exceptions import format_validation_error
 from bagua_core.lifecycle.hook_parameters import adapt_hooks
 from bagua_core.lifecycle.state import tensor_state_of
 from bagua_core.lifecycle.rounds import RoundCount
+from bagua_core.lifecycle import proxies
 from bagua_core.lifecycle.tensor import local_shard
 from bagua_core.runtime.exceptions import BaguaConfigError
 from bagua_core.plugins import algorithm_registry
@@ -33,7 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from bagua_core.runtime.process_group import BaguaProcessGroup
 
 __all__ = ["AlgorithmConfig", "Algorithm", "AlgorithmImpl", "checked_impl", "group_tensors", "is_gradient_tensor",
-           "split_into_buckets"]
+           "split_into_buckets", "switch_algorithm"]
 
 
 class AlgorithmConfig(BaseModel):
@@ -166,9 +168,9 @@ def group_tensors(tensors: Sequence[torch.Tensor], bucket_size: int) -> list[lis
     current: list[torch.Tensor] = []
     current_bytes = 0
     for tensor in tensors:
-        effective = tensor.bagua_getter_closure()
+        effective = proxies.effective(tensor)
         if current:
-            first = current[0].bagua_getter_closure()
+            first = proxies.effective(current[0])
             if first.dtype != effective.dtype or first.device != effective.device:
                 groups.append(current)
                 current, current_bytes = [], 0
@@ -211,9 +213,10 @@ def is_gradient_tensor(tensor: torch.Tensor) -> bool:
 class AlgorithmImpl:
     """The hooks of an algorithm. The defaults implement plain bucketed gradient communication.
 
-    Every hook receives ``bagua_module`` (the name the original's API documents): the wrapped module,
-    with ``bagua_build_params()``, ``bagua_module_name``, ``bagua_buckets``, ``bagua_optimizers``,
-    ``bagua_train_step_counter``, ``process_group`` and ``_bagua_backend.wait_pending_comm_ops()``. A keyword
+    Every hook receives ``bagua_module`` (the name the original's API documents): the wrapped module, which an
+    algorithm reads and changes through ``bagua_core.api.WrappedModule(bagua_module)`` (``build_params()``,
+    ``module_name``, ``buckets``, ``optimizers``, ``train_step_counter``, ``process_group``,
+    ``wait_for_communication()``, ...), not through attributes of the module. A keyword
     call may also name it ``bagua_ddp`` (the original's 0.9 API pages), in this class and every subclass,
     whichever name the subclass writes (:mod:`bagua_core.lifecycle.hook_parameters`)."""
 
@@ -295,16 +298,15 @@ class AlgorithmImpl:
         return False
 
     def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
-        """The tensors to communicate: ``bagua_module.bagua_build_params()`` in reverse registration
+        """The tensors to communicate: the module's ``build_params()`` in reverse registration
         order, effective tensor ``.grad`` (given a zero gradient where it has none, but for a model sharded
         with FSDP2, whose gradients FSDP2 assigns)."""
         tensors = []
-        for name, param in reversed(bagua_module.bagua_build_params()):
+        owner = module_name(bagua_module)
+        for name, param in reversed(build_params(bagua_module)):
             if local_shard(param) is param:  # (a sharded parameter's gradient is FSDP2's to assign)
-                param.bagua_ensure_grad()
-            tensors.append(
-                param.ensure_bagua_tensor(name, bagua_module.bagua_module_name, _grad_of, _set_grad)
-            )
+                proxies.ensure_grad(param)
+            tensors.append(proxies.mark(param, name, owner, _grad_of, _set_grad))
         return tensors
 
     def bucket_size_bytes(self) -> int:
@@ -333,7 +335,7 @@ class AlgorithmImpl:
         def hook(parameter_name: str, parameter: torch.nn.Parameter) -> None:
             state = tensor_state_of(parameter)
             if state is not None and state.bucket is not None:
-                parameter.bagua_mark_communication_ready()
+                proxies.mark_ready(parameter)
 
         return hook
 
@@ -344,7 +346,7 @@ class AlgorithmImpl:
         e.g. stepping a per-bucket optimizer as soon as the bucket's gradients are ready. The hook is
         called once per bucket per backward, strictly in bucket order (bucket i after buckets 0..i-1), on
         the thread that marked the bucket's last tensor ready (autograd's thread during backward; the
-        training thread for buckets launched at the end of backward by ``bagua_wait_for_communication``),
+        training thread for buckets launched at the end of backward by ``wait_for_communication``),
         before the bucket's operations are handed to the communication thread, so its effects are what
         the operations see. A bucket without operations only runs the hook. Keep collectives out of it
         unless every rank issues them in the same order (buckets are launched in the same order on
@@ -361,7 +363,7 @@ class AlgorithmImpl:
         """Runs at the end of backward: by default launches what is left and waits for it."""
 
         def hook() -> None:
-            bagua_module.bagua_wait_for_communication()
+            wait_for_communication(bagua_module)
 
         return hook
 
@@ -479,3 +481,31 @@ def checked_impl(impl: object, source: str) -> AlgorithmImpl:
         raise BaguaConfigError(f"{source} {name}, not a bagua_core.api.AlgorithmImpl subclass (an impl derives "
                                f"from AlgorithmImpl, whose hooks all have defaults: docs/plugins.md)")
     return impl
+
+
+def switch_algorithm(module: torch.nn.Module, *, impl: AlgorithmImpl | None = None,
+                     declaration: Algorithm | None = None, capabilities: Capabilities | None = None,
+                     process_group: Any = None) -> None:
+    """The one way the impl running a wrapped module, its declaration, its capabilities and its group change
+    after the wrap: an algorithm that tries candidates or hands the module to the one it chose, a new quorum's
+    group in fault-tolerant mode. What is not given stays. The new impl runs the module from the next rebuild
+    of its buckets (``module.bagua_reset()``, or its own ``need_reset``). ``impl`` must be an ``AlgorithmImpl``
+    (else ``BaguaConfigError``).
+
+    Example::
+
+        >>> switch_algorithm(model, impl=chosen.reify(model.process_group), declaration=chosen)
+        >>> model.bagua_reset()
+    """
+    state = state_of(module)
+    if state is None:
+        raise RuntimeError(f"{type(module).__name__} is not wrapped (call with_bagua first)")
+    if impl is not None:
+        name = (declaration or state.declaration).name
+        state.impl = checked_impl(impl, f"switch_algorithm(impl=...) for algorithm {name!r} was given")
+    if declaration is not None:
+        state.declaration = declaration
+    if capabilities is not None:
+        state.capabilities = capabilities
+    if process_group is not None:
+        state.process_group = process_group

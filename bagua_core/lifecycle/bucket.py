@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import torch
 
+from bagua_core.lifecycle import proxies
 from bagua_core.lifecycle.state import tensor_state_of
 from bagua_core.lifecycle.tensor import local_shard
 from bagua_core.runtime.communication import streams
@@ -49,8 +50,9 @@ class BaguaBucket:
         if not isinstance(alignment, int) or alignment < 1:
             raise ValueError(f"alignment must be a positive integer, got {alignment!r}")
         for tensor in tensors:
-            if not tensor.is_bagua_tensor():
-                raise ValueError(f"bucket {name!r}: every tensor must be a bagua tensor (call ensure_bagua_tensor)")
+            if not proxies.is_marked(tensor):
+                raise ValueError(f"bucket {name!r}: every tensor must be a bagua tensor (mark it with "
+                                 f"bagua_core.api.tensors.mark)")
         self.tensors = list(tensors)
         self.name = name
         self.flatten = flatten
@@ -64,9 +66,9 @@ class BaguaBucket:
         self.on_ready: Callable[[BaguaBucket], None] | None = None
         self.process_group: BaguaProcessGroup | None = None
         self.backend_bucket = self  # the original's ops take ``bucket.backend_bucket``: here the bucket itself
-        self.bagua_module_name = getattr(tensors[0], "bagua_module_name", None)
+        self.bagua_module_name = proxies.module_name_of(tensors[0])
         # a sharded parameter's gradient before its first backward: laid out as the parameter's shard
-        effective = [_or_shard(t.bagua_getter_closure(), t) for t in self.tensors]
+        effective = [_or_shard(proxies.effective(t), t) for t in self.tensors]
         self.dtype, self.device = effective[0].dtype, effective[0].device
         for tensor in effective:
             if flatten and (tensor.dtype != self.dtype or tensor.device != self.device):
@@ -94,7 +96,7 @@ class BaguaBucket:
         if flatten:
             self._buffer = torch.zeros(self.padded_numel, dtype=self.dtype, device=self.device)
             for tensor, offset in zip(self.tensors, self.offsets):
-                tensor.bagua_set_storage(self._buffer.untyped_storage(), offset)
+                proxies.set_storage(tensor, self._buffer.untyped_storage(), offset)
             self._views = [self.slot_of(self._buffer, i) for i in range(len(effective))]
         self._binds_views = flatten and self.bytes() <= self.BIND_MAX_MEAN_BYTES * len(self.tensors)
 
@@ -152,7 +154,7 @@ class BaguaBucket:
         base = self._buffer.data_ptr()
         itemsize = self._buffer.element_size()
         for tensor, offset, view in zip(self.tensors, self.offsets, self._views):
-            effective = tensor.bagua_getter_closure()
+            effective = proxies.effective(tensor)
             if effective is view:  # the common case: the slot itself
                 continue
             if effective is None or effective.stride() != view.stride() or effective.shape != view.shape:
@@ -169,13 +171,13 @@ class BaguaBucket:
             if self.check_flatten():
                 return self.buffer.clone()
             if self._buffer is None and not self._gapped:
-                pieces = [t.bagua_getter_closure().reshape(-1) for t in self.tensors]
+                pieces = [proxies.effective(t).reshape(-1) for t in self.tensors]
                 if self.padding:
                     pieces.append(torch.zeros(self.padding, dtype=self.dtype, device=self.device))
                 return torch.cat(pieces)
             flat = torch.zeros(self.padded_numel, dtype=self.dtype, device=self.device)
             for index, tensor in enumerate(self.tensors):
-                self.slot_of(flat, index).copy_(tensor.bagua_getter_closure())
+                self.slot_of(flat, index).copy_(proxies.effective(tensor))
             return flat
 
     def flattened_view(self) -> torch.Tensor:
@@ -191,7 +193,7 @@ class BaguaBucket:
             return
         with torch.no_grad():
             for index, tensor in enumerate(self.tensors):
-                tensor.bagua_getter_closure().copy_(self.slot_of(flat, index))
+                proxies.effective(tensor).copy_(self.slot_of(flat, index))
 
     def restore_view(self, tensor: torch.Tensor) -> None:
         """Put ``tensor``'s effective tensor back into its slot of the buffer if it was replaced (an
@@ -201,7 +203,7 @@ class BaguaBucket:
         # runs for every parameter of every step: the common cases return after a few attribute reads
         index = self._index[id(tensor)]
         view = self._views[index]
-        effective = tensor.bagua_getter_closure()
+        effective = proxies.effective(tensor)
         if effective is view:
             return
         if effective is not None and effective.data_ptr() == view.data_ptr() and effective.stride() == view.stride():
@@ -213,7 +215,7 @@ class BaguaBucket:
                 view.copy_(effective.reshape(view.shape))
         else:  # no autograd context or reshape when not needed: each costs several microseconds
             view.copy_(effective if effective.shape == view.shape else effective.reshape(view.shape))
-        tensor.bagua_setter_closure(view)
+        proxies.set_effective(tensor, view)
 
     def bind_unset_views(self) -> None:
         """Give every effective tensor that is None (a gradient after ``zero_grad(set_to_none=True)``)
@@ -222,7 +224,7 @@ class BaguaBucket:
         large tensors are left to :meth:`restore_view` (see ``BIND_MAX_MEAN_BYTES``)."""
         if not self._binds_views:
             return
-        unset = [i for i, tensor in enumerate(self.tensors) if tensor.bagua_getter_closure() is None]
+        unset = [i for i, tensor in enumerate(self.tensors) if proxies.effective(tensor) is None]
         if not unset:
             return
         with torch.no_grad():
@@ -232,7 +234,7 @@ class BaguaBucket:
                 for i in unset:
                     self._views[i].zero_()
         for i in unset:
-            self.tensors[i].bagua_setter_closure(self._views[i])
+            proxies.set_effective(self.tensors[i], self._views[i])
 
     def bytes(self) -> int:
         """Size of the bucket's data in bytes (padding included)."""

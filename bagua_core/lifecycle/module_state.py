@@ -7,7 +7,7 @@ through :func:`state_of`, and ``bagua_shutdown()`` removes it. The original's do
 (``bagua_algorithm``, ``bagua_optimizers``, ``bagua_buckets``, ``bagua_train_step_counter``,
 ``process_group``, ``bagua_module_name``, ``bagua_capabilities``, and ``bagua_autotune_result``) are
 read-only properties over it (``bagua_core.module.bagua_module``); the impl running the module changes
-through one call, :func:`switch_algorithm` (a new quorum in fault-tolerant mode, an algorithm that hands the
+through one call, ``bagua_core.lifecycle.algorithm.switch_algorithm`` (a new quorum in fault-tolerant mode, an algorithm that hands the
 module to another).
 
 Example::
@@ -28,15 +28,14 @@ from typing import Any, Protocol
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmImpl, checked_impl
 from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.lifecycle.capabilities import Capabilities
 from bagua_core.lifecycle.scheduler import BucketScheduler
 from bagua_core.lifecycle.shard_layout import ShardLayout
 from bagua_core.lifecycle.state import get_state
 
-__all__ = ["ImplHooks", "ModuleState", "StepTuner", "params_and_buffers_to_ignore", "shard_group", "state_of",
-           "switch_algorithm"]
+__all__ = ["ImplHooks", "ModuleState", "StepTuner", "build_params", "module_name", "named_buffers", "named_parameters",
+           "params_and_buffers_to_ignore", "shard_group", "state_of", "wait_for_communication"]
 
 
 class StepTuner(Protocol):
@@ -45,7 +44,7 @@ class StepTuner(Protocol):
     impl: Any
     """The impl it tunes: a tuner of an earlier wrap or impl is replaced."""
 
-    def on_step(self, module: torch.nn.Module) -> None: ...
+    def on_step(self, module: torch.nn.Module) -> bool: ...
 
 
 @dataclass(slots=True)
@@ -65,11 +64,11 @@ class ImplHooks:
 class ModuleState:
     """The state of one wrapped module (one ``with_bagua``)."""
 
-    declaration: Algorithm
-    """The algorithm as declared (its config): what checkpoints name, fault tolerance re-reifies on a new
-    quorum and an algorithm handing the module over replaces (:func:`switch_algorithm`)."""
-    impl: AlgorithmImpl
-    """The impl running the module (``module.bagua_algorithm``)."""
+    declaration: Any
+    """The ``Algorithm`` as declared (its config): what checkpoints name, fault tolerance re-reifies on a new
+    quorum and an algorithm handing the module over replaces (``switch_algorithm``)."""
+    impl: Any
+    """The ``AlgorithmImpl`` running the module (``module.bagua_algorithm``)."""
     capabilities: Capabilities
     """What the running algorithm declares (``module.bagua_capabilities``)."""
     process_group: Any
@@ -143,34 +142,6 @@ def state_of(module: torch.nn.Module) -> ModuleState | None:
     return get_state(module, ModuleState)
 
 
-def switch_algorithm(module: torch.nn.Module, *, impl: AlgorithmImpl | None = None,
-                     declaration: Algorithm | None = None, capabilities: Capabilities | None = None,
-                     process_group: Any = None) -> None:
-    """The one way the impl running a wrapped module, its declaration, its capabilities and its group change
-    after the wrap: an algorithm that tries candidates or hands the module to the one it chose, a new quorum's
-    group in fault-tolerant mode. What is not given stays. The new impl runs the module from the next rebuild
-    of its buckets (``module.bagua_reset()``, or its own ``need_reset``). ``impl`` must be an ``AlgorithmImpl``
-    (else ``BaguaConfigError``).
-
-    Example::
-
-        >>> switch_algorithm(model, impl=chosen.reify(model.process_group), declaration=chosen)
-        >>> model.bagua_reset()
-    """
-    state = state_of(module)
-    if state is None:
-        raise RuntimeError(f"{type(module).__name__} is not wrapped (call with_bagua first)")
-    if impl is not None:
-        name = (declaration or state.declaration).name
-        state.impl = checked_impl(impl, f"switch_algorithm(impl=...) for algorithm {name!r} was given")
-    if declaration is not None:
-        state.declaration = declaration
-    if capabilities is not None:
-        state.capabilities = capabilities
-    if process_group is not None:
-        state.process_group = process_group
-
-
 def shard_group(module: torch.nn.Module) -> Any:
     """The torch process group of the ranks that hold the wrapped ``module`` together with this rank, sharded with
     FSDP2 (the node's mesh: they run the same forwards and backwards, so whatever decides how many a rank runs
@@ -193,3 +164,45 @@ def params_and_buffers_to_ignore(module: torch.nn.Module) -> list[str]:
     """The names the user listed in ``module._bagua_params_and_buffers_to_ignore`` (the original's
     convention, set before wrapping): neither broadcast nor communicated."""
     return list(getattr(module, "_bagua_params_and_buffers_to_ignore", ()))
+
+
+def module_name(module: torch.nn.Module) -> str:
+    """The module's ``bagua_module_name``: its state's (kept across re-wraps), else ``<Class>_<id>``."""
+    state = state_of(module)
+    return state.module_name if state is not None else f"{type(module).__name__}_{id(module)}"
+
+
+def named_parameters(module: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
+    """Trainable parameters in registration order, less those listed in ``_bagua_params_and_buffers_to_ignore``
+    and those marked ``param.allreduce = False`` (the MoE convention for expert parameters, which are sharded over
+    ranks, not averaged). Wrapped or not (``with_bagua`` asks it first)."""
+    ignore = set(params_and_buffers_to_ignore(module))
+    return [
+        (n, p)
+        for n, p in module.named_parameters()
+        if p.requires_grad and n not in ignore and getattr(p, "allreduce", True) is not False
+    ]
+
+
+def build_params(module: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
+    """``(name, parameter)`` of the parameters to communicate, in registration order: those of
+    :func:`named_parameters`, less, when the module was wrapped with ``find_unused_parameters=True``, those that
+    received no gradient on any rank in the last backward."""
+    params = named_parameters(module)
+    state = state_of(module)
+    in_use = state.params_in_use if state is not None else None
+    return params if in_use is None else [(n, p) for n, p in params if n in in_use]
+
+
+def named_buffers(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """The module's buffers, less those listed in ``_bagua_params_and_buffers_to_ignore``."""
+    ignore = set(params_and_buffers_to_ignore(module))
+    return [(n, b) for n, b in module.named_buffers() if n not in ignore]
+
+
+def wait_for_communication(module: torch.nn.Module) -> None:
+    """Launch the buckets not launched yet, then wait for every pending bucket operation (nothing for a module
+    that is not wrapped)."""
+    state = state_of(module)
+    if state is not None and state.scheduler is not None:
+        state.scheduler.wait()

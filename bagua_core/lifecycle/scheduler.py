@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from bagua_core.lifecycle import proxies
+
 if TYPE_CHECKING:  # pragma: no cover
     from bagua_core.lifecycle.bucket import BaguaBucket
     from bagua_core.runtime.communication.worker import CommunicationWorker
@@ -54,8 +56,8 @@ class BucketScheduler:
                 self._on_ready(bucket)
                 continue
             for tensor in bucket.pending_tensors():
-                if tensor.bagua_getter_closure() is None:
-                    tensor.bagua_ensure_grad()
+                if proxies.effective(tensor) is None:
+                    proxies.ensure_grad(tensor)
                 bucket.mark_ready(tensor)
 
     def synchronize(self) -> None:

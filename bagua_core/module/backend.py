@@ -20,19 +20,21 @@ fault-tolerant mode, where a replica that leaves is one the others survive, nor 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 
 import torch
 
 from bagua_core.runtime.exceptions import BaguaError
 from bagua_core.runtime.process_group import before_destroy
-from bagua_core.lifecycle.module_state import state_of
+from bagua_core.lifecycle.module_state import module_name, state_of, wait_for_communication
 from bagua_core.lifecycle.scheduler import BucketScheduler
 
 __all__ = ["ModuleBackend", "get_backend", "register_module", "shut_down_live_modules"]
 
 _modules: weakref.WeakValueDictionary[str, torch.nn.Module] = weakref.WeakValueDictionary()
-_live: weakref.WeakKeyDictionary[torch.nn.Module, None] = weakref.WeakKeyDictionary()
-"""Every module wrapped and not shut down at the last destroy, in the order first wrapped (the same on every rank)."""
+_live: weakref.WeakKeyDictionary[torch.nn.Module, Callable[[torch.nn.Module], None]] = weakref.WeakKeyDictionary()
+"""Every module wrapped and not shut down at the last destroy, in the order first wrapped (the same on every rank),
+with the function that shuts it down."""
 
 
 class ModuleBackend:
@@ -50,14 +52,14 @@ class ModuleBackend:
 
     def wait_pending_comm_ops(self) -> None:
         """Launch the buckets not launched yet and wait for every pending bucket operation."""
-        self.module.bagua_wait_for_communication()
+        wait_for_communication(self.module)
 
     def register_ordered_buckets(self, buckets: list) -> None:
         """Use ``buckets`` (launched strictly in this order) for the module's communication."""
         module = self.module
         state = state_of(module)
         if state is None:
-            raise BaguaError(f"module {module.bagua_module_name!r} is not wrapped (bagua_shutdown() was called)")
+            raise BaguaError(f"module {module_name(module)!r} is not wrapped (bagua_shutdown() was called)")
         old = state.scheduler
         if old is not None:
             old.synchronize()
@@ -66,19 +68,20 @@ class ModuleBackend:
         state.scheduler = BucketScheduler(state.buckets, state.process_group.worker, state.hooks.bucket_ready)
 
 
-def register_module(module: torch.nn.Module) -> None:
-    """Make ``module`` the one ``get_backend(module.bagua_module_name)`` serves (``with_bagua`` calls it)."""
-    _modules[module.bagua_module_name] = module
-    _live[module] = None
+def register_module(module: torch.nn.Module, shutdown: Callable[[torch.nn.Module], None]) -> None:
+    """Make ``module`` the one ``get_backend(module.bagua_module_name)`` serves, and have ``shutdown(module)`` run
+    when the job's groups are destroyed (``with_bagua`` calls it)."""
+    _modules[module_name(module)] = module
+    _live[module] = shutdown
 
 
 def shut_down_live_modules() -> None:
     """``bagua_shutdown()`` every module still wrapped, in the order they were wrapped (module doc); fault-tolerant
     mode's are left to its runtime."""
-    for module in list(_live):
+    for module, shutdown in list(_live.items()):
         state = state_of(module)
         if state is not None and not state.process_group.membership.on_quorum:
-            module.bagua_shutdown()
+            shutdown(module)
     _live.clear()
 
 

@@ -1,4 +1,20 @@
-"""``model.with_bagua(optimizers, algorithm)``: the methods bagua adds to every ``torch.nn.Module``."""
+"""``model.with_bagua(optimizers, algorithm)``, and what a wrapped module can do.
+
+``import bagua_core`` adds one name to ``torch.nn.Module``: ``with_bagua``. Wrapping gives the module the
+methods and read-only attributes of :class:`BaguaModule` the way FSDP2's ``fully_shard`` gives a module
+``FSDPModule``'s: its class becomes ``Bagua<Class>``, a subclass of ``BaguaModule`` and of its own class, made
+once per class (:func:`wrapped_class`); ``bagua_shutdown()`` gives it back its own class. Each method is a
+function of this module taking the module (``named_parameters(module)``, ``reset(module)``, ...), which the
+core calls and a plugin reaches through ``bagua_core.api.WrappedModule``.
+
+Example::
+
+    >>> model = torch.nn.Linear(4, 2).with_bagua([optimizer], "gradient_allreduce")
+    >>> type(model).__name__, isinstance(model, torch.nn.Linear)
+    ('BaguaLinear', True)
+    >>> model.bagua_shutdown(); type(model).__name__
+    'Linear'
+"""
 
 from __future__ import annotations
 
@@ -14,7 +30,15 @@ from bagua_core.runtime import env
 from bagua_core.runtime.agreement import Prepared
 from bagua_core.lifecycle.algorithm import checked_impl
 from bagua_core.lifecycle.capabilities import capabilities_of
-from bagua_core.lifecycle.module_state import ModuleState, params_and_buffers_to_ignore, state_of
+from bagua_core.lifecycle.module_state import (
+    ModuleState,
+    build_params,
+    module_name,
+    named_buffers,
+    named_parameters,
+    state_of,
+    wait_for_communication,
+)
 from bagua_core.lifecycle.state import set_state
 from bagua_core.selection.config import resolve_algorithm
 from bagua_core import fault_tolerance
@@ -39,11 +63,12 @@ from bagua_core.module.initial_sync import (
 from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError
 from bagua_core.runtime.process_group import get_default_group
 
-__all__ = ["BaguaModule", "with_bagua"]
+__all__ = ["BaguaModule", "build_params", "metrics", "module_name", "named_buffers", "named_parameters", "no_sync",
+           "reset", "shutdown", "wait_for_communication", "with_bagua", "wrapped_class"]
 
 
 class BaguaModule:
-    """Methods installed on ``torch.nn.Module``. After ``with_bagua`` a module has the original's attributes
+    """What a wrapped module is besides its own class (module doc). After ``with_bagua`` it has the original's attributes
     ``bagua_optimizers``, ``bagua_algorithm`` (the reified impl), ``bagua_capabilities`` (what the
     algorithm declares, ``bagua_core.lifecycle.capabilities``), ``process_group``, ``bagua_module_name``,
     ``bagua_train_step_counter``, ``bagua_buckets`` and ``bagua_autotune_result``: read-only properties over
@@ -89,8 +114,8 @@ class BaguaModule:
         previous = state_of(self)
         if previous is not None:  # a re-wrap: what the user set on the module's state stays
             hooks.uninstall(self, previous)
-        name = previous.module_name if previous is not None else self.bagua_module_name
-        named = self.bagua_named_parameters() + self.bagua_named_buffers()
+        name = previous.module_name if previous is not None else module_name(self)
+        named = named_parameters(self) + named_buffers(self)
         resumed = pending_resume(self)
 
         def prepare() -> Prepared:
@@ -124,8 +149,8 @@ class BaguaModule:
                 for optimizer in optimizers:
                     broadcast_optimizer_state(optimizer, src=0, comm=comm)
             else:  # each shard from the first node's holder; the buffers (not sharded) from rank 0 of the job
-                broadcast_tensors([local_shard(p) for _, p in self.bagua_named_parameters()], src=0, comm=comm)
-                broadcast_tensors([b for _, b in self.bagua_named_buffers()], src=0, comm=job.get_global_communicator())
+                broadcast_tensors([local_shard(p) for _, p in named_parameters(self)], src=0, comm=comm)
+                broadcast_tensors([b for _, b in named_buffers(self)], src=0, comm=job.get_global_communicator())
                 for optimizer in optimizers:
                     broadcast_sharded_optimizer_state(optimizer, src=0, comm=comm)
         impl = checked_impl(declaration.reify(group), f"{type(declaration).__name__}.reify() returned")
@@ -135,47 +160,39 @@ class BaguaModule:
             state.find_unused_parameters, state.autotuner = previous.find_unused_parameters, previous.autotuner
             state.metrics = previous.metrics
         set_state(self, state)  # (replaces the checkpoint kept for this wrap, if any)
-        register_module(self)
+        self.__class__ = wrapped_class(type(self))
+        register_module(self, shutdown)
         hooks.install(self, state)
         if resumed is not None:  # a checkpoint loaded before wrapping: counter and algorithm state
             apply_resumed_state(self, resumed)
-        fault_tolerance.attach(self)  # fault-tolerant mode: the step transaction (else nothing)
+        fault_tolerance.attach(self, reset)  # fault-tolerant mode: the step transaction (else nothing)
         return self
 
     def bagua_checkpoint_state(self: torch.nn.Module) -> dict[str, Any] | None:
-        """What ``save_checkpoint`` keeps beyond the state dicts (``bagua_core.checkpoints.resume``); None
-        when the module is not wrapped."""
+        """What ``save_checkpoint`` keeps beyond the state dicts (``bagua_core.checkpoints.resume``)."""
         return checkpoint_state(self)
 
     def bagua_load_checkpoint_state(self: torch.nn.Module, iteration: int, saved: dict[str, Any]) -> None:
-        """Restore what :meth:`bagua_checkpoint_state` returned (now, or when the module is wrapped)."""
+        """Restore what :meth:`bagua_checkpoint_state` returned."""
         load_checkpoint_state(self, iteration, saved)
 
     def bagua_named_parameters(self: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
-        """Trainable parameters in registration order, less those listed in
-        ``_bagua_params_and_buffers_to_ignore`` and those marked ``param.allreduce = False`` (the MoE
-        convention for expert parameters, which are sharded over ranks, not averaged)."""
-        ignore = set(params_and_buffers_to_ignore(self))
-        return [
-            (n, p)
-            for n, p in self.named_parameters()
-            if p.requires_grad and n not in ignore and getattr(p, "allreduce", True) is not False
-        ]
+        """:func:`named_parameters`."""
+        return named_parameters(self)
 
     def bagua_build_params(self: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
-        """``(name, parameter)`` of the parameters to communicate, in registration order: those of
-        :meth:`bagua_named_parameters`, less, when the module was wrapped with
-        ``find_unused_parameters=True``, those that received no gradient on any rank in the last backward.
+        """:func:`build_params`.
 
         Example::
 
             >>> [name for name, _ in model.bagua_build_params()]
             ['0.weight', '0.bias', '2.weight', '2.bias']
         """
-        params = self.bagua_named_parameters()
-        state = state_of(self)
-        in_use = state.params_in_use if state is not None else None
-        return params if in_use is None else [(n, p) for n, p in params if n in in_use]
+        return build_params(self)
+
+    def bagua_named_buffers(self: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+        """:func:`named_buffers`."""
+        return named_buffers(self)
 
     @property
     def _bagua_backend(self: torch.nn.Module) -> ModuleBackend:
@@ -187,12 +204,7 @@ class BaguaModule:
         """The object the original's algorithm hooks receive: here the wrapped module itself."""
         return self
 
-    def bagua_named_buffers(self: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
-        ignore = set(params_and_buffers_to_ignore(self))
-        return [(n, b) for n, b in self.named_buffers() if n not in ignore]
-
-    @contextlib.contextmanager
-    def no_sync(self: torch.nn.Module) -> Iterator[None]:
+    def no_sync(self: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
         """Skip communication inside the block: gradients accumulate locally (as with torch DDP) and are
         communicated by the first backward after it.
 
@@ -202,33 +214,15 @@ class BaguaModule:
             ...     model(x1).sum().backward()
             >>> model(x2).sum().backward()     # communicates the sum of both gradients
         """
-        state = state_of(self)
-        if state is None:  # not wrapped: nothing communicates anyway
-            yield
-            return
-        previous, state.sync_enabled = state.sync_enabled, False
-        try:
-            yield
-        finally:
-            state.sync_enabled = previous
+        return no_sync(self)
 
     def bagua_wait_for_communication(self: torch.nn.Module) -> None:
-        """Launch the buckets not launched yet, then wait for every pending bucket operation."""
-        state = state_of(self)
-        if state is not None and state.scheduler is not None:
-            state.scheduler.wait()
+        """:func:`wait_for_communication`."""
+        wait_for_communication(self)
 
     def bagua_metrics(self: torch.nn.Module, log_dir: str | os.PathLike[str] | None = None, *,
                       history: int = 10_000, sink: Any = None) -> StepMetrics:
-        """Record, from now on, what each training step and each round of this wrapped module costs, and return the
-        records (``bagua_core.metrics.StepMetrics``): per step the training thread's seconds in bagua's hooks
-        (``exposed_comm_s``), the bytes handed to collectives and the loss noted with ``note_loss``; per round the
-        compression ratio and, in fault-tolerant mode, failures, restarts and heals. ``log_dir``: rank 0 also
-        writes them as TensorBoard scalars there (every rank checks that the ``tensorboard`` package is
-        installed, and raises ``BaguaConfigError`` naming it if not); ``sink``: any object with ``write_step``,
-        ``write_round``, ``flush`` and ``close`` (every rank's, as given). Called again, it returns the same
-        records, adding the writer or sink given. Until it is called the hooks measure nothing; it issues no
-        collective.
+        """:func:`metrics`.
 
         Example::
 
@@ -239,32 +233,74 @@ class BaguaModule:
             >>> metrics.close(); metrics.totals()["exposed_comm_s"]
             0.42
         """
-        state = state_of(self)
-        if state is None:
-            raise BaguaError(f"bagua_metrics: {type(self).__name__} is not wrapped (call with_bagua first)")
-        if log_dir is not None:
-            require_tensorboard()
-        if state.metrics is None:
-            state.metrics = StepMetrics(history)
-        if log_dir is not None and env.get_rank() == 0:
-            state.metrics.sinks.append(TensorBoardWriter(log_dir))
-        if sink is not None:
-            state.metrics.sinks.append(sink)
-        return state.metrics
+        return metrics(self, log_dir, history=history, sink=sink)
 
     def bagua_reset(self: torch.nn.Module) -> None:
-        """Redo tensors, buckets and operations (the impl's ``need_reset`` asks for it)."""
-        state = state_of(self)
-        if state is None:
-            raise BaguaError(f"bagua_reset: {type(self).__name__} is not wrapped (call with_bagua first)")
-        hooks.rebuild_buckets(self, state)
+        """:func:`reset`."""
+        reset(self)
 
     def bagua_shutdown(self: torch.nn.Module) -> None:
-        """Remove bagua's hooks and stop the algorithm's background work; the module is plain again: its
-        ``ModuleState`` goes, and with it the attributes read from it (``bagua_algorithm`` and the others)."""
-        state = state_of(self)
-        if state is not None:
-            hooks.uninstall(self, state)
+        """:func:`shutdown`."""
+        shutdown(self)
+
+
+@contextlib.contextmanager
+def no_sync(module: torch.nn.Module) -> Iterator[None]:
+    """A block in which ``module``'s backward communicates nothing (:meth:`BaguaModule.no_sync`)."""
+    state = state_of(module)
+    if state is None:  # not wrapped: nothing communicates anyway
+        yield
+        return
+    previous, state.sync_enabled = state.sync_enabled, False
+    try:
+        yield
+    finally:
+        state.sync_enabled = previous
+
+
+def metrics(module: torch.nn.Module, log_dir: str | os.PathLike[str] | None = None, *,
+            history: int = 10_000, sink: Any = None) -> StepMetrics:
+    """Record, from now on, what each training step and each round of the wrapped ``module`` costs, and return the
+    records (``bagua_core.metrics.StepMetrics``): per step the training thread's seconds in bagua's hooks
+    (``exposed_comm_s``), the bytes handed to collectives and the loss noted with ``note_loss``; per round the
+    compression ratio and, in fault-tolerant mode, failures, restarts and heals. ``log_dir``: rank 0 also
+    writes them as TensorBoard scalars there (every rank checks that the ``tensorboard`` package is
+    installed, and raises ``BaguaConfigError`` naming it if not); ``sink``: any object with ``write_step``,
+    ``write_round``, ``flush`` and ``close`` (every rank's, as given). Called again, it returns the same
+    records, adding the writer or sink given. Until it is called the hooks measure nothing; it issues no
+    collective."""
+    state = state_of(module)
+    if state is None:
+        raise BaguaError(f"bagua_metrics: {type(module).__name__} is not wrapped (call with_bagua first)")
+    if log_dir is not None:
+        require_tensorboard()
+    if state.metrics is None:
+        state.metrics = StepMetrics(history)
+    if log_dir is not None and env.get_rank() == 0:
+        state.metrics.sinks.append(TensorBoardWriter(log_dir))
+    if sink is not None:
+        state.metrics.sinks.append(sink)
+    return state.metrics
+
+
+def reset(module: torch.nn.Module) -> None:
+    """Redo tensors, buckets and operations (the impl's ``need_reset`` asks for it)."""
+    state = state_of(module)
+    if state is None:
+        raise BaguaError(f"bagua_reset: {type(module).__name__} is not wrapped (call with_bagua first)")
+    hooks.rebuild_buckets(module, state)
+
+
+def shutdown(module: torch.nn.Module) -> None:
+    """Remove bagua's hooks and stop the algorithm's background work; the module is plain again: its
+    ``ModuleState`` goes, with it the attributes read from it (``bagua_algorithm`` and the others), and it has its
+    own class again. Nothing for a module that is not wrapped."""
+    state = state_of(module)
+    if state is not None:
+        hooks.uninstall(module, state)
+    cls = type(module)
+    if issubclass(cls, BaguaModule) and cls in _UNWRAPPED:
+        module.__class__ = _UNWRAPPED[cls]
 
 
 def _wrapped(module: torch.nn.Module, attribute: str) -> ModuleState:
@@ -283,11 +319,6 @@ def _read_only(attribute: str, field: str, doc: str) -> property:
                              f"bagua_core.api.WrappedModule.switch_algorithm)")
 
     return property(get, refuse, doc=doc)
-
-
-def _module_name(module: torch.nn.Module) -> str:
-    state = state_of(module)
-    return state.module_name if state is not None else f"{type(module).__name__}_{id(module)}"
 
 
 def _get_process_group(module: torch.nn.Module) -> Any:
@@ -315,12 +346,12 @@ PROPERTIES = {
     "bagua_buckets": _read_only("bagua_buckets", "buckets", "The buckets the impl made."),
     "bagua_autotune_result": _read_only("bagua_autotune_result", "autotune_result",
                                         "What the autotuner chose (None until it has)."),
-    "bagua_module_name": property(_module_name, doc="The module's name (bagua's backends find it by it)."),
+    "bagua_module_name": property(module_name, doc="The module's name (bagua's backends find it by it)."),
     "process_group": property(_get_process_group, _set_process_group,
                               doc="The group the algorithm runs on (a wrapped module's is bagua's)."),
 }
-"""The original's attributes of a wrapped module, installed on ``torch.nn.Module`` as properties over its
-``ModuleState``; ``process_group`` stays an ordinary attribute of modules bagua does not wrap."""
+"""The original's attributes of a wrapped module: properties of :class:`BaguaModule` over its ``ModuleState``
+(``process_group`` stays an ordinary attribute of modules bagua does not wrap)."""
 
 
 def with_bagua(module: torch.nn.Module, optimizers: Any, algorithm: Any = None, process_group: Any = None,
@@ -329,15 +360,25 @@ def with_bagua(module: torch.nn.Module, optimizers: Any, algorithm: Any = None, 
     return BaguaModule.with_bagua(module, optimizers, algorithm, process_group, do_flatten)
 
 
-def install_module_methods() -> None:
-    for name in ("with_bagua", "bagua_named_parameters", "bagua_build_params", "bagua_named_buffers", "no_sync",
-                 "bagua_wait_for_communication", "bagua_reset", "bagua_shutdown", "_bagua_backend", "bagua_ddp",
-                 "bagua_checkpoint_state", "bagua_load_checkpoint_state", "bagua_metrics"):
-        if name == "no_sync" and hasattr(torch.nn.Module, "no_sync"):
-            continue
-        setattr(torch.nn.Module, name, BaguaModule.__dict__[name])
-    for name, prop in PROPERTIES.items():
-        setattr(torch.nn.Module, name, prop)
+_WRAPPED: dict[type, type] = {}
+"""Each class wrapped so far -> its ``Bagua<Class>`` (:func:`wrapped_class`)."""
+_UNWRAPPED: dict[type, type] = {}
+"""Each ``Bagua<Class>`` -> the class it was made for."""
+
+for _name, _prop in PROPERTIES.items():
+    setattr(BaguaModule, _name, _prop)
 
 
-install_module_methods()
+def wrapped_class(cls: type) -> type:
+    """``Bagua<cls>``: a subclass of :class:`BaguaModule` and ``cls`` (``cls`` itself when it is one already), made
+    once per class, as FSDP2's ``fully_shard`` makes ``FSDP<cls>``."""
+    if issubclass(cls, BaguaModule):
+        return cls
+    made = _WRAPPED.get(cls)
+    if made is None:
+        made = type(f"Bagua{cls.__name__}", (BaguaModule, cls), {"__module__": cls.__module__})
+        _WRAPPED[cls], _UNWRAPPED[made] = made, cls
+    return made
+
+
+torch.nn.Module.with_bagua = BaguaModule.with_bagua

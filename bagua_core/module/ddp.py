@@ -24,23 +24,24 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from bagua_core.lifecycle.module_state import ModuleState, params_and_buffers_to_ignore, state_of
+from bagua_core.lifecycle.module_state import ModuleState, build_params, params_and_buffers_to_ignore, state_of
+from bagua_core.module.bagua_module import no_sync, reset
 from bagua_core.selection.config import resolve_algorithm
 from bagua_core.runtime.exceptions import BaguaConfigError
-from bagua_core.runtime.process_group import BaguaProcessGroup, get_default_group
+from bagua_core.runtime.process_group import BaguaProcessGroup, bagua_group_of, get_default_group
 
 __all__ = ["DistributedDataParallel", "to_bagua_process_group"]
 
 
 def to_bagua_process_group(process_group: Any = None):
     """The bagua group for ``process_group``: the default group for None, a ``BaguaProcessGroup`` as it
-    is, a torch process group through ``process_group.bagua_patch()`` (collective the first time)."""
+    is, a torch process group's through ``bagua_group_of`` (collective the first time)."""
     if process_group is None:
         return get_default_group()
     if isinstance(process_group, BaguaProcessGroup):
         return process_group
     if isinstance(process_group, dist.ProcessGroup):
-        return process_group.bagua_patch().bagua_pg
+        return bagua_group_of(process_group)
     raise BaguaConfigError(
         f"process_group must be None, a torch.distributed ProcessGroup or a BaguaProcessGroup, got "
         f"{type(process_group).__name__}"
@@ -100,10 +101,10 @@ class DistributedDataParallel(torch.nn.Module):
         module.with_bagua(list(optimizers), declaration,  # None: with_bagua's own choice (a sharded model's too)
                           process_group=None if process_group is None else to_bagua_process_group(process_group),
                           do_flatten=gradient_as_bucket_view)
-        impl = module.bagua_algorithm
+        impl = _wrapped_state(module).impl
         if bucket_cap_mb != 25 and not impl.bucket_size:
             impl.bucket_size = int(bucket_cap_mb * 1024 * 1024)
-            module.bagua_reset()
+            reset(module)
         _wrapped_state(module).find_unused_parameters = find_unused_parameters
 
     @property
@@ -132,21 +133,21 @@ class DistributedDataParallel(torch.nn.Module):
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
         """Accumulate gradients locally inside the block; the first backward after it communicates."""
-        with self.module.no_sync():
+        with no_sync(self.module):
             yield
 
     @property
     def bagua_algorithm(self):
         """The algorithm's implementation (reified from ``algorithm``)."""
-        return self.module.bagua_algorithm
+        return _wrapped_state(self.module).impl
 
     @property
     def bagua_optimizers(self) -> list[torch.optim.Optimizer]:
-        return self.module.bagua_optimizers
+        return _wrapped_state(self.module).optimizers
 
     @property
     def bagua_buckets(self) -> list:
-        return self.module.bagua_buckets
+        return _wrapped_state(self.module).buckets
 
     def bagua_build_params(self) -> list[tuple[str, torch.nn.Parameter]]:
-        return self.module.bagua_build_params()
+        return build_params(self.module)

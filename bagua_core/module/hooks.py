@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from bagua_core.lifecycle.algorithm import group_tensors
-from bagua_core.lifecycle.module_state import ImplHooks, ModuleState
+from bagua_core.lifecycle.module_state import ImplHooks, ModuleState, named_parameters
 from bagua_core.lifecycle.state import clear_state, tensor_state_of
 from bagua_core.lifecycle.tensor import register_shards
 from bagua_core.selection.autotune import on_train_step as _autotune_on_train_step
@@ -81,8 +81,9 @@ def _before_forward(module: torch.nn.Module, state: ModuleState, inputs: Any) ->
         register_shards(module)
     state.train_step_counter += 1
     state.stepped = set()
-    _autotune_on_train_step(module)  # off unless BAGUA_AUTOTUNE=1 / autotune.configure(module)
-    if state.impl.need_reset():
+    tuned = _autotune_on_train_step(module)  # off unless BAGUA_AUTOTUNE=1 / autotune.configure(module)
+    asked = state.impl.need_reset()  # (asked even when tuned: an impl may clear its flag as it answers)
+    if tuned or asked:
         rebuild_buckets(module, state)
     if torch.is_grad_enabled():  # a forward that backward may follow (not an evaluation under no_grad)
         for bucket in state.buckets:
@@ -183,7 +184,7 @@ def install(module: torch.nn.Module, state: ModuleState) -> None:
         handles += sharded.install(state)
         handles.append(module.register_forward_hook(_make_output_hook(module, state)))
     else:
-        for name, param in module.bagua_named_parameters():
+        for name, param in named_parameters(module):
             handles.append(param.register_post_accumulate_grad_hook(_make_backward_hook(module, state, name)))
     for optimizer in state.optimizers:
         handles.append(

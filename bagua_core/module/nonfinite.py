@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from bagua_core.lifecycle.module_state import state_of
+from bagua_core.lifecycle.module_state import named_parameters, state_of
 from bagua_core.lifecycle.tensor import local_shard
 from bagua_core.runtime.communication import ReduceOp, allreduce_inplace
 
@@ -51,12 +51,12 @@ def agree_on_nonfinite_gradients(module: torch.nn.Module) -> bool:
     through the ``DTensor`` would be a collective of its own), and the verdict of the algorithm's group
     (the ranks holding the same shard) is then agreed over the shard group too, so the ranks of one node,
     whose next backward FSDP2 reduce-scatters together, skip the same steps with the same loss scale."""
-    params = [p for _, p in module.bagua_named_parameters()]
+    params = [p for _, p in named_parameters(module)]
     grads = [local_shard(p.grad) for p in params if p.grad is not None]
     mine = has_nonfinite(grads)
     flag = torch.tensor([1 if mine else 0], dtype=torch.int32)
-    comm = module.process_group.get_global_communicator()
-    worker = module.process_group.worker
+    group = state_of(module).process_group
+    comm, worker = group.get_global_communicator(), group.worker
     worker.submit(allreduce_inplace, flag, ReduceOp.MAX, comm)
     worker.synchronize()
     layout = state_of(module).shard

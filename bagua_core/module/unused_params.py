@@ -2,7 +2,7 @@
 
 After every backward the ranks agree (one allreduce MAX of a 0/1 mask over the parameters, in
 registration order) on which parameters received a gradient on some rank. When that set differs from
-the one the buckets were built for, ``bagua_build_params()`` returns the new set and the hooks rebuild
+the one the buckets were built for, the parameters to communicate (``build_params``) are the new set and the hooks rebuild
 the buckets. Parameters that became used again were not in this step's buckets: their gradients are
 communicated at once through buckets of their own (built by the algorithm as any other), so no rank
 steps with a gradient the others did not average. A parameter used on some ranks only gets a zero
@@ -30,7 +30,7 @@ import weakref
 import torch
 
 from bagua_core.lifecycle.algorithm import group_tensors
-from bagua_core.lifecycle.module_state import ModuleState
+from bagua_core.lifecycle.module_state import ModuleState, named_parameters
 from bagua_core.lifecycle.tensor import local_shard
 from bagua_core.runtime.communication import ReduceOp, allreduce_inplace
 from bagua_core.lifecycle.scheduler import BucketScheduler
@@ -58,7 +58,7 @@ def note_sharded_gradients(module: torch.nn.Module, state: ModuleState) -> set[s
     and return the names of those without any gradient (the flush gives them zeros)."""
     marks, state.grad_marks = state.grad_marks or {}, None
     without = set()
-    for name, param in module.bagua_named_parameters():
+    for name, param in named_parameters(module):
         grad = param.grad
         if grad is None:
             without.add(name)
@@ -75,29 +75,29 @@ def forget_unused_sharded_gradients(module: torch.nn.Module, state: ModuleState,
     used = state.params_in_use
     if used is None or not without:
         return
-    for name, param in module.bagua_named_parameters():
+    for name, param in named_parameters(module):
         if name in without and name not in used:
             param.grad = None
 
 
 def _used_on_any_rank(module: torch.nn.Module, state: ModuleState) -> set[str]:
-    names = [name for name, _ in module.bagua_named_parameters()]
+    names = [name for name, _ in named_parameters(module)]
     seen, state.grad_seen = state.grad_seen, set()
     mask = torch.tensor([1 if name in seen else 0 for name in names], dtype=torch.int32)
-    allreduce_inplace(mask, op=ReduceOp.MAX, comm=module.process_group.get_global_communicator())
+    allreduce_inplace(mask, op=ReduceOp.MAX, comm=state.process_group.get_global_communicator())
     return {name for name, used in zip(names, mask.tolist()) if used}
 
 
 def _communicate_now(module: torch.nn.Module, state: ModuleState, names: set[str]) -> None:
     """Run the algorithm's bucket operations once over the gradients of ``names`` only."""
-    impl = module.bagua_algorithm
+    impl = state.impl
     state.params_in_use = names
     tensors = impl.init_tensors(module)
     buckets = impl.tensors_to_buckets(group_tensors(tensors, impl.bucket_size_bytes()), state.do_flatten)
     for bucket in buckets:
-        bucket.process_group = module.process_group
+        bucket.process_group = state.process_group
         impl.init_operations(module, bucket)
-    scheduler = BucketScheduler(buckets, module.process_group.worker)
+    scheduler = BucketScheduler(buckets, state.process_group.worker)
     try:
         scheduler.wait()  # marks every tensor ready, launches in order, waits
     finally:
@@ -110,7 +110,7 @@ def agree_on_used_parameters(module: torch.nn.Module, state: ModuleState) -> boo
     used = _used_on_any_rank(module, state)
     in_use = state.params_in_use
     if in_use is None:
-        in_use = {name for name, _ in module.bagua_named_parameters()}
+        in_use = {name for name, _ in named_parameters(module)}
     if used == in_use:
         return False
     newly_used = used - in_use

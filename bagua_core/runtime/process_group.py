@@ -447,6 +447,21 @@ torch_to_bagua_pg_map: MutableMapping = _PatchedGroups()
 destroyed by torch."""
 
 
+def bagua_group_of(group: dist.ProcessGroup, stream: object = None) -> BaguaProcessGroup:
+    """The bagua group of the torch process group ``group``, made once (collective over the whole job the first
+    time) and kept until torch destroys ``group``.
+
+    Example::
+
+        >>> torch_group = torch.distributed.new_group([0, 1])
+        >>> bagua_group_of(torch_group).get_global_communicator().nranks()
+        2
+    """
+    if group not in torch_to_bagua_pg_map:
+        torch_to_bagua_pg_map[group] = from_torch_group(group, stream)
+    return torch_to_bagua_pg_map[group]
+
+
 def _bagua_patch(self: dist.ProcessGroup, stream: object = None) -> dist.ProcessGroup:
     """``torch_group.bagua_patch()``: make (once) the bagua group of this torch group, reachable as
     ``torch_group.bagua_pg``; collective over the whole job the first time. Returns the torch group."""

@@ -2,7 +2,7 @@
 
 Off by default. ``BAGUA_AUTOTUNE=1`` turns it on for every wrapped module (or call
 :func:`configure` on one module). After ``warmup_steps`` train steps, each candidate is applied in
-turn (``bagua_reset`` rebuilds the buckets) for ``trial_steps`` steps; a step's time is the time
+turn (the forward pre-hook rebuilds the buckets) for ``trial_steps`` steps; a step's time is the time
 between two forward pre-hooks, the first step of a trial (it pays the rebuild) is not counted.
 Then every rank's mean step time per candidate is allreduced with MAX (float64, on the group's
 communication thread, after any pending bucket op), rank 0 picks the fastest candidate and
@@ -32,7 +32,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
 
 from bagua_core.lifecycle.algorithm import AlgorithmImpl
-from bagua_core.lifecycle.module_state import ModuleState, state_of
+from bagua_core.lifecycle.module_state import ModuleState, named_parameters, state_of
 from bagua_core.runtime.communication import ReduceOp, allreduce_inplace, broadcast
 from bagua_core.runtime.exceptions import format_validation_error
 from bagua_core.runtime.exceptions import BaguaConfigError
@@ -90,7 +90,8 @@ class Autotuner:
     """Drives the trials of one wrapped module; :meth:`on_step` runs in its forward pre-hook."""
 
     def __init__(self, module: torch.nn.Module, config: AutotuneConfig) -> None:
-        self.impl: AlgorithmImpl = module.bagua_algorithm
+        state = _wrapped_state(module)
+        self.impl: AlgorithmImpl = state.impl
         self.config = config
         self.result: dict[str, Any] | None = None
         self._last: float | None = None
@@ -99,21 +100,22 @@ class Autotuner:
         # the step at which trial 0 begins (counted from the step this tuner starts at: a re-wrap, or the
         # algorithm "auto" handing the module to its choice, starts one later in training)
         # (created at wrap with counter 0, or by the forward pre-hook of the step it starts at)
-        self._start = max(module.bagua_train_step_counter - 1, 0) + config.warmup_steps + 1
-        if self.candidates and not logger.hasHandlers() and module.process_group.get_global_communicator().rank() == 0:
+        self._start = max(state.train_step_counter - 1, 0) + config.warmup_steps + 1
+        if self.candidates and not logger.hasHandlers() and state.process_group.get_global_communicator().rank() == 0:
             _show_on_stderr()  # the user asked for tuning: show what it does unless logging is configured
         if not self.candidates:
             logger.info("nothing to tune for %s", type(self.impl).__name__)
 
     def _candidates(self, module: torch.nn.Module) -> list[dict[str, Any]]:
-        impl, group = self.impl, module.process_group
+        state = _wrapped_state(module)
+        impl, group = self.impl, state.process_group
         # an impl that hands the module over to another one while training (``AlgorithmImpl.hands_module_over``:
         # algorithm="auto") is not tuned itself: the tuner of the impl it hands over to tunes that
-        if not module.bagua_capabilities.tunable_bucket_size or impl.hands_module_over:
+        if not state.capabilities.tunable_bucket_size or impl.hands_module_over:
             return []
         sizes: list[int | None] = [None]
         if type(impl).tensors_to_buckets is AlgorithmImpl.tensors_to_buckets:
-            grads = [p.numel() * p.element_size() for _, p in module.bagua_named_parameters()]
+            grads = [p.numel() * p.element_size() for _, p in named_parameters(module)]
             counts: set[int] = set()  # sizes giving the same number of buckets are the same candidate
             sizes = []
             for size in self.config.bucket_sizes:
@@ -126,36 +128,39 @@ class Autotuner:
         candidates = [{"bucket_size": s, "hierarchical": h} for s in sizes for h in hier]
         return candidates if len(candidates) > 1 else []
 
-    def _apply(self, module: torch.nn.Module, candidate: dict[str, Any]) -> None:
+    def _apply(self, candidate: dict[str, Any]) -> bool:
         if candidate["bucket_size"] is not None:
             self.impl.bucket_size = candidate["bucket_size"]
         if candidate["hierarchical"] is not None:
             self.impl.hierarchical = candidate["hierarchical"]
-        module.bagua_reset()
+        return True  # the buckets are rebuilt for the candidate
 
-    def on_step(self, module: torch.nn.Module) -> None:
+    def on_step(self, module: torch.nn.Module) -> bool:
+        """Time the step that ended and start the next trial or decide; True when the module's buckets must be
+        rebuilt before this step (a candidate was applied)."""
         now = time.perf_counter()
-        step = module.bagua_train_step_counter
+        step = _wrapped_state(module).train_step_counter
         last, self._last = self._last, now
         if self.result is not None or not self.candidates:
-            return
+            return False
         trials, per_trial = len(self.candidates), self.config.trial_steps
         finished = step - 1  # the step that just ended took now - last
         trial, offset = divmod(finished - self._start, per_trial)
         if last is not None and finished >= self._start and offset > 0 and trial < trials:
             self._times.setdefault(trial, []).append(now - last)
         if step < self._start:
-            return
+            return False
         trial, offset = divmod(step - self._start, per_trial)
         if trial < trials:
             if offset == 0:
-                self._apply(module, self.candidates[trial])
                 logger.info("step %d: trial %d/%d %s", step, trial + 1, trials, self.candidates[trial])
-            return
-        self._decide(module)
+                return self._apply(self.candidates[trial])
+            return False
+        return self._decide(module)
 
-    def _decide(self, module: torch.nn.Module) -> None:
-        comm = module.process_group.get_global_communicator()
+    def _decide(self, module: torch.nn.Module) -> bool:
+        state = _wrapped_state(module)
+        comm = state.process_group.get_global_communicator()
         means = torch.tensor([sum(self._times.get(i, [0.0])) / max(len(self._times.get(i, [])), 1)
                               for i in range(len(self.candidates))], dtype=torch.float64)
         choice = torch.zeros(1, dtype=torch.int64)
@@ -166,15 +171,15 @@ class Autotuner:
                 choice[0] = int(torch.argmin(means))
             broadcast(choice, src=0, comm=comm)
 
-        worker = module.process_group.worker
+        worker = state.process_group.worker
         worker.submit(agree)
         worker.synchronize()
         best = self.candidates[int(choice[0])]
-        self._apply(module, best)
         self.result = {**best, "step_time_s": {str(c): float(t) for c, t in zip(self.candidates, means)}}
-        state_of(module).autotune_result = self.result
+        state.autotune_result = self.result
         logger.info("autotune chose %s (max step time over ranks per candidate: %s); fixed from step %d on",
-                    best, [round(float(t), 6) for t in means], module.bagua_train_step_counter)
+                    best, [round(float(t), 6) for t in means], state.train_step_counter)
+        return self._apply(best)
 
 
 def configure(module: torch.nn.Module, config: AutotuneConfig | None = None, **options: Any) -> None:
@@ -195,13 +200,13 @@ def _wrapped_state(module: torch.nn.Module) -> ModuleState:
     return state
 
 
-def on_train_step(module: torch.nn.Module) -> None:
-    """Called by the forward pre-hook after the step counter moved: run the tuner, if any."""
+def on_train_step(module: torch.nn.Module) -> bool:
+    """Called by the forward pre-hook after the step counter moved: run the tuner, if any. True when the
+    module's buckets must be rebuilt before this step (the tuner applied a candidate)."""
     state = _wrapped_state(module)
     tuner = state.autotuner
-    if tuner is None or (tuner is not False and tuner.impl is not module.bagua_algorithm):  # new wrap
+    if tuner is None or (tuner is not False and tuner.impl is not state.impl):  # new wrap
         config = AutotuneConfig.from_env()
         tuner = Autotuner(module, config) if config.enabled else False
         state.autotuner = tuner
-    if tuner:
-        tuner.on_step(module)
+    return bool(tuner) and tuner.on_step(module)

@@ -23,11 +23,11 @@ def torch_reduce_op_to_bagua(op: object) -> ReduceOp:
 
 
 def _communicator(group: dist.ProcessGroup | None):
-    from bagua_core.runtime.process_group import get_default_group
+    from bagua_core.runtime.process_group import bagua_group_of, get_default_group
 
     if group is None or group is dist.group.WORLD:
         return get_default_group().get_global_communicator()
-    return group.bagua_patch().bagua_pg.get_global_communicator()
+    return bagua_group_of(group).get_global_communicator()
 
 
 class _AllReduce(torch.autograd.Function):
