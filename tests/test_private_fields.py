@@ -60,7 +60,10 @@ TORCH_ROOTS = {"torch", "dist", "c10d", "distributed_c10d"}
 FOREACH = "_foreach_"
 """torch's fused multi-tensor ops (``torch._foreach_add_``, ...): what torch's own optimizers run; left out."""
 KNOWN_PRIVATE_TORCH = {
-    # the end of backward (torch has no public callback at the end of the autograd engine's run)
+    # the end of backward (torch has no public callback at the end of the autograd engine's run): replicated, after
+    # every gradient, a reentrant checkpoint's nested backward included (register_multi_grad_hook ends at one
+    # graph task's last parameter, and raises in autograd.grad on parameters); sharded, after FSDP2's own
+    # callback (hooks._queue_end_of_backward, tests/test_end_of_backward.py)
     "bagua_core/module/hooks.py: Variable._execution_engine",
     # the leaves of a module's output, whatever its pytree (dataclasses, namedtuples, registered nodes)
     "bagua_core/module/hooks.py: utils._pytree",

@@ -92,6 +92,21 @@ def _before_forward(module: torch.nn.Module, state: ModuleState, inputs: Any) ->
 
 
 def _queue_end_of_backward(module: torch.nn.Module, state: ModuleState) -> None:
+    """Run bagua's end of backward when the autograd engine's run of this backward is over: after every
+    gradient of it is accumulated, nested backwards included. torch's private ``queue_callback`` (what torch DDP
+    and FSDP2 use too) is the one call that runs there; no public hook does, on either path:
+
+    - replicated: ``torch.autograd.graph.register_multi_grad_hook`` over the parameters (with the per-parameter
+      post-accumulate hooks counting which accumulated) finds the last parameter of one graph task, not the
+      end of a backward: a reentrant checkpoint (``torch.utils.checkpoint(use_reentrant=True)``) accumulates its
+      parameters in a nested backward that runs after the outer one's own parameters, so the end found so
+      comes before theirs, and once per nested backward; and, on leaf tensors, that hook raises inside a
+      ``torch.autograd.grad`` that takes a parameter among its inputs ("A leaf node was passed to
+      _will_engine_execute_node ..."), where today nothing runs. ``tests/test_end_of_backward.py`` has both
+      cases. (It would also cost about 4 us per parameter per backward: three hooks where one serves.)
+    - sharded (FSDP2): the gradients are the shards FSDP2 reduce-scatters and assigns, the last of them in its
+      own end-of-backward callback (queued the same way); a callback queued after it is the one point that
+      sees them (:func:`_make_output_hook`)."""
     state.post_backward_queued = True
     state.scheduler.in_backward = True
     torch.autograd.Variable._execution_engine.queue_callback(lambda: _post_backward(module, state))
