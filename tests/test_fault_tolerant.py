@@ -82,10 +82,12 @@ def _as_wrapped(model: torch.nn.Module, optimizer: torch.optim.Optimizer, impl: 
     from bagua_core.lifecycle.capabilities import Capabilities
     from bagua_core.lifecycle.module_state import ModuleState
     from bagua_core.lifecycle.state import set_state
+    from bagua_core.module.bagua_module import wrapped_class
 
     declaration = types.SimpleNamespace(name="probe", canonical_options=lambda: {})
     set_state(model, ModuleState(declaration, impl, Capabilities(), None, [optimizer], "probe", True,  # type: ignore
                                  train_step_counter=step))
+    model.__class__ = wrapped_class(type(model))  # (what with_bagua does: the module's own class, and BaguaModule)
 
 
 def test_a_discarded_steps_cause_is_one_line_without_gloos_advice() -> None:
@@ -477,7 +479,7 @@ def _attach_error(fault_tolerance: FaultTolerance | None, options: dict) -> str:
     module = types.SimpleNamespace(bagua_capabilities=capabilities)
     set_state(module, ModuleState(declaration, None, capabilities, None, [], "probe", True))  # type: ignore[arg-type]
     with pytest.raises(BaguaConfigError) as info:
-        runtime.attach(module)  # type: ignore[arg-type]
+        runtime.attach(module, lambda _: None)  # type: ignore[arg-type]
     return str(info.value)
 
 

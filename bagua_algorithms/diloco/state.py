@@ -95,9 +95,9 @@ def state_of(impl: DiLoCoRankState, wait: bool = True) -> dict[str, Any]:
              "landed": [[f, clone(t)] for f, t in sorted(impl.landed.items())],
              "local": [clone(tensors.local_shard(p).detach()) for _, p in module.bagua_named_parameters()],
              "inner_optimizers": [optimizer.state_dict() for optimizer in module.bagua_optimizers]}
-    for key, tensors in (("anchors", impl.anchors), ("contributions", contributions), ("others", impl.others)):
-        if tensors:  # an overlapped round's (anchors), eager updates' (contributions, others)
-            state[key] = [[f, clone(t)] for f, t in sorted(tensors.items())]
+    for key, found in (("anchors", impl.anchors), ("contributions", contributions), ("others", impl.others)):
+        if found:  # an overlapped round's (anchors), eager updates' (contributions, others)
+            state[key] = [[f, clone(t)] for f, t in sorted(found.items())]
     if sent:
         state["sent"] = sent
     if impl.timed is not None:
