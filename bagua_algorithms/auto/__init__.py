@@ -17,7 +17,7 @@ is not timed); the step time of a candidate is the median of its timed steps, th
 switches to it for the rest of training. The choice, the step times, the link figures (latency and
 bandwidth of a few timed allreduces over the group, which spans the nodes), the model's bytes and
 each candidate's declared ``relative_bytes`` are logged on logger ``bagua.auto`` and kept in
-``model.bagua_auto_result``; ``model.bagua_algorithm`` is then the chosen algorithm's impl.
+``model.bagua_auto_result``; ``WrappedModule(model).impl`` is then the chosen algorithm's impl.
 
 Communicated: during the trials, what each candidate communicates; at the decision, 6 small and 3
 model-sized allreduces (the link figures, :mod:`bagua_algorithms.auto.link`), one float64 allreduce (MAX) per candidate and

@@ -48,8 +48,8 @@ class AutoAlgorithm(Algorithm):
     capabilities = Capabilities(
         communicates="gradients", keeps_optimizer_semantics=True, relative_bytes=None, supports_sharding=True,
         fault_tolerance=FaultTolerance(heals=_HEALS, commit="after_step", rederives=(_TRIALS_AGAIN,)))
-    """During the trials the module's ``bagua_capabilities`` are the current candidate's; when replicas
-    come and go with the ``fault_tolerance`` of the plan's candidates, whichever runs."""
+    """During the trials the module's capabilities (``WrappedModule(module).capabilities``) are the current
+    candidate's; when replicas come and go with the ``fault_tolerance`` of the plan's candidates, whichever runs."""
 
     def __init__(self, *, optimizers: Sequence[torch.optim.Optimizer] = (), **options: Any) -> None:
         """``options``: those of ``AutoConfig``; ``optimizers``: those given to ``with_bagua`` (a candidate

@@ -34,7 +34,7 @@ logger = logging.getLogger("bagua.auto")
 
 class AutoImpl(AlgorithmImpl):
     """Delegates every hook to the current candidate's impl; its ``need_reset`` (asked before every
-    forward) drives the schedule. Once decided, ``module.bagua_algorithm`` is the chosen impl; in
+    forward) drives the schedule. Once decided, ``WrappedModule(module).impl`` is the chosen impl; in
     fault-tolerant mode this impl stays and delegates to it, its state holding the choice."""
 
     hands_module_over = True
@@ -67,9 +67,10 @@ class AutoImpl(AlgorithmImpl):
         module = self._module
         now = time.perf_counter()
         last, self._last = self._last, now
+        counter = WrappedModule(module).train_step_counter
         if self._first_step is None:
-            self._first_step = module.bagua_train_step_counter
-        step = module.bagua_train_step_counter - self._first_step  # 0 for the first step trained
+            self._first_step = counter
+        step = counter - self._first_step  # 0 for the first step trained
         warmup, per_trial, count = self.config.warmup_steps, self.config.trial_steps, len(self.plan.declarations)
         if count == 1:
             return self._decide(module, [float("nan")])
@@ -93,7 +94,7 @@ class AutoImpl(AlgorithmImpl):
         declaration = self.plan.declarations[index]
         self.current = declaration.reify(self.process_group)
         WrappedModule(module).switch_algorithm(capabilities=self._capabilities(declaration))
-        logger.info("step %d: auto trial of %s", module.bagua_train_step_counter, declaration.name)
+        logger.info("step %d: auto trial of %s", WrappedModule(module).train_step_counter, declaration.name)
 
     def _capabilities(self, declaration: Algorithm) -> Capabilities:
         """The running candidate's, with auto's own fault tolerance (the runtime's policy never changes)."""
@@ -108,7 +109,8 @@ class AutoImpl(AlgorithmImpl):
         choice = torch.zeros(1, dtype=torch.int64)
         link: dict[str, float] = {}
 
-        params = [p for _, p in module.bagua_named_parameters()]
+        wrapped = WrappedModule(module)
+        params = [p for _, p in wrapped.named_parameters()]
         device = params[0].device if params else torch.device("cpu")
         model_bytes = sum(p.numel() * p.element_size() for p in params)
 
@@ -131,7 +133,7 @@ class AutoImpl(AlgorithmImpl):
             "relative_bytes": {d.name: type(d).capabilities.relative_bytes for d in self.plan.declarations},
             "options": dict(self.plan.overrides),  # non-default options of the candidates (single node)
             "model_bytes": model_bytes,
-            "decided_at_step": module.bagua_train_step_counter,
+            "decided_at_step": wrapped.train_step_counter,
             **link,
         }
         module.bagua_auto_result = result
@@ -144,7 +146,7 @@ class AutoImpl(AlgorithmImpl):
             self.decided = best
         else:
             # from now on the chosen impl runs the module by itself
-            WrappedModule(module).switch_algorithm(impl=self.current, declaration=chosen)
+            wrapped.switch_algorithm(impl=self.current, declaration=chosen)
         logger.info("auto chose %s at step %d: step time (max over ranks) %s; link latency %.3g ms, bandwidth "
                     "%s; model %.3g MB; declared relative bytes %s; options %s", chosen.name,
                     result["decided_at_step"], {k: round(v, 6) for k, v in result["step_time_s"].items()},
@@ -218,7 +220,7 @@ class AutoImpl(AlgorithmImpl):
         target = decided if decided >= 0 else 0
         if target != self.index:
             self._switch(module, target)
-            module.bagua_reset()
+            WrappedModule(module).reset()
         self.decided = decided if decided >= 0 else None
         if self.decided is None:  # the trials start again: times taken on other replicas compare nothing
             self._first_step, self._last, self._times = None, None, {}

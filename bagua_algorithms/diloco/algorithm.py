@@ -60,9 +60,10 @@ from bagua_core.api import (
     CentralizedSynchronousOp,
     FaultTolerance,
     RoundCount,
+    WrappedModule,
     first_failure,
-    tensors,
     shard_group,
+    tensors,
 )
 from bagua_core.codecs import get_codec
 
@@ -149,7 +150,7 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
 
     # --- phases ------------------------------------------------------------------------------------
     def train_step(self) -> int:
-        return (self._module.bagua_train_step_counter if self._module is not None else 0) + self.step_offset
+        return (WrappedModule(self._module).train_step_counter if self._module is not None else 0) + self.step_offset
 
     def inner_step(self) -> int:
         return self.train_step() - self.config.warmup_steps
@@ -183,7 +184,7 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
     def _begin_inner(self, bagua_module: torch.nn.Module) -> None:
         # this rank's weights (a model sharded with FSDP2: its shards, whose pseudo-gradients the ranks holding
         # the same shards average)
-        params = [tensors.local_shard(p) for _, p in bagua_module.bagua_named_parameters()]
+        params = [tensors.local_shard(p) for _, p in WrappedModule(bagua_module).named_parameters()]
         self.fragments = [[params[i] for i in indices] for indices in split_fragments(params, self.schedule.count)]
         self.starts = [gather_flat(f, torch.empty(sum(p.numel() for p in f), device=f[0].device))
                        for f in self.fragments]  # fp32, on the parameters' device

@@ -16,8 +16,8 @@ the seconds it had.
 
 Example::
 
-    >>> state = state_of(model.bagua_algorithm)     # on every rank
-    >>> restore(resumed.bagua_algorithm, state)
+    >>> state = state_of(WrappedModule(model).impl)     # on every rank
+    >>> restore(WrappedModule(resumed).impl, state)
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import torch
 
 from bagua_algorithms.diloco.exchange import FragmentExchange
 from bagua_algorithms.diloco.timed import RoundProgress
-from bagua_core.api import load_optimizer_state, tensors
+from bagua_core.api import WrappedModule, load_optimizer_state, tensors
 
 __all__ = ["DiLoCoRankState", "state_of", "restore"]
 
@@ -86,18 +86,18 @@ def state_of(impl: DiLoCoRankState, wait: bool = True) -> dict[str, Any]:
             if exchange.contribution is not None:
                 in_flight[fragment] = exchange.contribution
     contributions = {**impl.contributions, **in_flight}
-    module = impl._module
+    module = WrappedModule(impl._module)
     clone = (lambda t: t.clone()) if wait else (lambda t: t)  # noqa: E731
     state = {"train_step": impl.train_step(), "done_through": impl.done_through,
              "starts": [clone(s) for s in impl.starts], "outer": impl.outer.state_dict(),
              "residuals": [e.residual for e in impl.exchanges],
              "pending": [[f, step] for f, step in sorted(impl.pending.items())],
              "landed": [[f, clone(t)] for f, t in sorted(impl.landed.items())],
-             "local": [clone(tensors.local_shard(p).detach()) for _, p in module.bagua_named_parameters()],
-             "inner_optimizers": [optimizer.state_dict() for optimizer in module.bagua_optimizers]}
-    for key, found in (("anchors", impl.anchors), ("contributions", contributions), ("others", impl.others)):
-        if found:  # an overlapped round's (anchors), eager updates' (contributions, others)
-            state[key] = [[f, clone(t)] for f, t in sorted(found.items())]
+             "local": [clone(tensors.local_shard(p).detach()) for _, p in module.named_parameters()],
+             "inner_optimizers": [optimizer.state_dict() for optimizer in module.optimizers]}
+    for key, by_fragment in (("anchors", impl.anchors), ("contributions", contributions), ("others", impl.others)):
+        if by_fragment:  # an overlapped round's (anchors), eager updates' (contributions, others)
+            state[key] = [[f, clone(t)] for f, t in sorted(by_fragment.items())]
     if sent:
         state["sent"] = sent
     if impl.timed is not None:
@@ -111,16 +111,16 @@ def restore(impl: DiLoCoRankState, state: dict[str, Any]) -> None:
         return
     for fragment in list(impl.futures):  # an exchange of this impl's own on the courier: it completes on the group
         impl._land(fragment)
-    module = impl._module
-    impl.step_offset = int(state["train_step"]) - module.bagua_train_step_counter
+    module = WrappedModule(impl._module)
+    impl.step_offset = int(state["train_step"]) - module.train_step_counter
     if impl.need_reset():
-        module.bagua_reset()  # into the inner phase
+        module.reset()  # into the inner phase
     with torch.no_grad():
-        for param, saved in zip((tensors.local_shard(p) for _, p in module.bagua_named_parameters()), state["local"]):
+        for param, saved in zip((tensors.local_shard(p) for _, p in module.named_parameters()), state["local"]):
             param.copy_(saved)
         for start, saved in zip(impl.starts, state["starts"]):
             start.copy_(saved)
-    for optimizer, saved in zip(module.bagua_optimizers, state["inner_optimizers"]):
+    for optimizer, saved in zip(module.optimizers, state["inner_optimizers"]):
         load_optimizer_state(optimizer, saved)  # (a heal's copy holds local shards)
     impl.outer.load_state_dict(state["outer"])
     # (a joiner's heal leaves the residuals out: they are what the peer has not sent, its own to send)

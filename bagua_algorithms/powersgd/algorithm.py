@@ -26,7 +26,15 @@ import torch
 
 from bagua_algorithms.powersgd.config import PowerSGDConfig
 from bagua_algorithms.powersgd.low_rank import PowerSGDOp
-from bagua_core.api import Algorithm, AlgorithmImpl, BaguaBucket, BaguaError, Capabilities, FaultTolerance
+from bagua_core.api import (
+    Algorithm,
+    AlgorithmImpl,
+    BaguaBucket,
+    BaguaError,
+    Capabilities,
+    FaultTolerance,
+    WrappedModule,
+)
 
 __all__ = ["PowerSGDAlgorithm", "PowerSGDAlgorithmImpl"]
 
@@ -55,7 +63,7 @@ class PowerSGDAlgorithmImpl(AlgorithmImpl):
 
     def init_post_backward_hook(self, bagua_module: torch.nn.Module) -> Callable[[], None]:
         def hook() -> None:
-            bagua_module.bagua_wait_for_communication()
+            WrappedModule(bagua_module).wait_for_communication()
             self.iter += 1
 
         return hook

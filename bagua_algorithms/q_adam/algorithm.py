@@ -33,6 +33,7 @@ from bagua_core.api import (
     Capabilities,
     CentralizedSynchronousOp,
     FaultTolerance,
+    WrappedModule,
     has_nonfinite,
     tensors,
 )
@@ -60,15 +61,16 @@ class QAdamAlgorithmImpl(AlgorithmImpl):
             return super().init_tensors(bagua_module)
         state = self.optimizer.state
         owned = {id(p) for group in self.optimizer.param_groups for p in group["params"]}
+        wrapped = WrappedModule(bagua_module)
         marked = []
-        for name, param in reversed(bagua_module.bagua_build_params()):
+        for name, param in reversed(wrapped.build_params()):
             if id(param) not in owned:
                 continue
-            param.bagua_ensure_grad()
-            marked.append(param.ensure_bagua_tensor(
-                name, bagua_module.bagua_module_name,
-                getter_closure=lambda p: state[p]["exp_avg"],
-                setter_closure=lambda p, value: state[p].__setitem__("exp_avg", value),
+            tensors.ensure_grad(param)
+            marked.append(tensors.mark(
+                param, name, wrapped.module_name,
+                getter=lambda p: state[p]["exp_avg"],
+                setter=lambda p, value: state[p].__setitem__("exp_avg", value),
             ))
         self.optimizer.externally_updated_momentum = {id(t) for t in marked}
         return marked
@@ -88,13 +90,14 @@ class QAdamAlgorithmImpl(AlgorithmImpl):
         skips this step on every rank (see ``bagua_algorithms.q_adam.loss_scaling``)."""
 
         def hook() -> None:
-            bagua_module.bagua_wait_for_communication()
+            wrapped = WrappedModule(bagua_module)
+            wrapped.wait_for_communication()
             if not self._momentum_phase:
                 return
-            momenta = [t.bagua_getter_closure() for bucket in bagua_module.bagua_buckets for t in bucket.tensors]
+            momenta = [tensors.effective(t) for bucket in wrapped.buckets for t in bucket.tensors]
             if has_nonfinite(momenta):
                 with torch.no_grad():
-                    for bucket in bagua_module.bagua_buckets:
+                    for bucket in wrapped.buckets:
                         for tensor in bucket.tensors:
                             if tensor.grad is not None:
                                 tensors.local_shard(tensor.grad).view(-1)[0] = float("nan")

@@ -28,6 +28,7 @@ from bagua_core.api import (
     CentralizedSynchronousOp,
     FaultTolerance,
     ReduceOp,
+    WrappedModule,
     allreduce_inplace,
 )
 
@@ -48,7 +49,10 @@ class LocalSGDAlgorithmImpl(AlgorithmImpl):
         self._buckets_for_warmup = False
 
     def _step(self) -> int:
-        return getattr(self._module, "bagua_train_step_counter", 0) if self._module is not None else 0
+        module = self._module
+        if module is None or not WrappedModule.is_wrapped(module):
+            return 0
+        return WrappedModule(module).train_step_counter
 
     def _in_warmup(self, step: int) -> bool:
         return max(step, 1) <= self.config.warmup_steps
@@ -75,7 +79,7 @@ class LocalSGDAlgorithmImpl(AlgorithmImpl):
         """Allreduce (AVG) every trainable parameter, flattened per dtype and device, in its own dtype.
         Runs on the communication thread, after everything submitted before it."""
         groups: dict[tuple, list[torch.Tensor]] = {}
-        for _, param in bagua_module.bagua_named_parameters():
+        for _, param in WrappedModule(bagua_module).named_parameters():
             groups.setdefault((param.dtype, param.device), []).append(param)
         comm = self.process_group.get_global_communicator()
         with torch.no_grad():
@@ -90,11 +94,11 @@ class LocalSGDAlgorithmImpl(AlgorithmImpl):
     def communicates_after_optimizer_step(self, bagua_module: torch.nn.Module) -> bool:
         """The sync steps average after the optimizer step: bagua then makes an overflow on one rank
         skip that step on every rank (``GradScaler``), so every rank joins the average."""
-        return self.is_sync_step(bagua_module.bagua_train_step_counter)
+        return self.is_sync_step(WrappedModule(bagua_module).train_step_counter)
 
     def init_step_end_hook(self, bagua_module: torch.nn.Module):
         def hook() -> None:  # once per step, after the last of the module's optimizers has stepped
-            if not self.is_sync_step(bagua_module.bagua_train_step_counter):
+            if not self.is_sync_step(WrappedModule(bagua_module).train_step_counter):
                 return
             worker = self.process_group.worker
             worker.submit(self.average_parameters, bagua_module)

@@ -13,6 +13,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from bagua_core import destroy_process_group, get_rank, init_process_group  # the user API: this is a training script
+from bagua_core.api import WrappedModule
 
 
 def make_model() -> torch.nn.Module:
@@ -59,7 +60,8 @@ def compare(algorithm, sync_every: int, warmup: int, steps: int, rank: int) -> l
     model = make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     model = model.with_bagua([optimizer], algorithm) if algorithm is not None else model.with_bagua([optimizer])
-    assert type(model.bagua_algorithm).__name__ == "LocalSGDAlgorithmImpl", type(model.bagua_algorithm)
+    impl = WrappedModule(model).impl
+    assert type(impl).__name__ == "LocalSGDAlgorithmImpl", type(impl)
     identical = []
     for step in range(1, steps + 1):
         reference_step(reference, ref_opt, rank, step, sync_every, warmup)
@@ -70,7 +72,7 @@ def compare(algorithm, sync_every: int, warmup: int, steps: int, rank: int) -> l
         torch.testing.assert_close(flat_params(model), flat_params(reference), rtol=1e-5, atol=1e-6)
         if identical_on_all_ranks(flat_params(model)):
             identical.append(step)
-    model.bagua_shutdown()
+    WrappedModule(model).shutdown()
     return identical
 
 
