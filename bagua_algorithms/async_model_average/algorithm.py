@@ -23,7 +23,9 @@ from bagua_core.api import (
     first_failure,
     group_tensors,
     samples_in,
+    WrappedModule,
     settings,
+    tensors,
 )
 
 __all__ = ["AsyncModelAverageAlgorithm", "AsyncModelAverageAlgorithmImpl"]
@@ -52,7 +54,7 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
         self.comm = BaguaCommunicator(group, process_group.ranks, f"{process_group.name}/async")
         self.averager: AsyncModelAverager | None = None
         self._averaged_before = (0, 0)  # rounds and bytes of the averagers before this one
-        self._module: torch.nn.Module | None = None
+        self._module: WrappedModule | None = None
         self._async_phase: bool | None = None
         self._forced_async = False
         self._active = True
@@ -60,17 +62,17 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
 
     # --- phases ----------------------------------------------------------------------------------
     def _wants_async(self) -> bool:
-        return self._forced_async or self._module.bagua_train_step_counter > self.config.warmup_steps
+        return self._forced_async or self._module.train_step_counter > self.config.warmup_steps
 
     def need_reset(self) -> bool:
         return self._wants_async() != self._async_phase
 
     def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
-        self._module = bagua_module
+        self._module = wrapped = WrappedModule(bagua_module)
         self._async_phase = self._wants_async()
         if not self._async_phase:
             return super().init_tensors(bagua_module)
-        return [p.ensure_bagua_tensor(n, bagua_module.bagua_module_name) for n, p in bagua_module.bagua_build_params()]
+        return [tensors.mark(p, n, wrapped.module_name) for n, p in wrapped.build_params()]
 
     def tensors_to_buckets(self, tensors: list[list[torch.Tensor]], do_flatten: bool) -> list[BaguaBucket]:
         if not self._async_phase:
@@ -123,10 +125,12 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
         return hook
 
     def init_post_backward_hook(self, bagua_module: torch.nn.Module) -> Callable:
+        wrapped = WrappedModule(bagua_module)
+
         def hook() -> None:
             if not self._async_phase:
-                bagua_module.bagua_wait_for_communication()
-            elif not bagua_module.bagua_optimizers:
+                wrapped.wait_for_communication()
+            elif not wrapped.optimizers:
                 self._release_lock()
 
         return hook
@@ -148,7 +152,7 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
         with failure_guard("aborting asynchronous model averaging"):
             if not self._async_phase:  # still in warmup here, but other ranks may be averaging already
                 self._forced_async = True
-                bagua_module.bagua_reset()
+                WrappedModule(bagua_module).reset()
             self._release_lock()
             self._active = False
             self.averager.abort(timeout=settings.comm_timeout_s())

@@ -60,6 +60,7 @@ from bagua_core.api import (
     allreduce_inplace,
     group_failure,
     settings,
+    tensors,
     translate_failure,
 )
 
@@ -87,7 +88,7 @@ def _add_to_bucket(bucket: BaguaBucket, delta: torch.Tensor) -> None:
             bucket.buffer[: delta.numel()].add_(delta)
             return
         for index, tensor in enumerate(bucket.tensors):
-            tensor.bagua_getter_closure().add_(bucket.slot_of(delta, index))
+            tensors.effective(tensor).add_(bucket.slot_of(delta, index))
 
 
 class AsyncModelAverager:

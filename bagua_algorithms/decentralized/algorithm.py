@@ -23,7 +23,7 @@ import torch
 from bagua_algorithms.decentralized.config import DecentralizedConfig
 from bagua_algorithms.decentralized.op import DecentralizedSynchronousOp
 from bagua_algorithms.decentralized.weights import WeightCommunicatingImpl, is_communication_step
-from bagua_core.api import Algorithm, BaguaBucket, Capabilities, FaultTolerance
+from bagua_core.api import Algorithm, BaguaBucket, Capabilities, FaultTolerance, WrappedModule, tensors
 
 __all__ = ["DecentralizedAlgorithm", "DecentralizedAlgorithmImpl"]
 
@@ -48,7 +48,7 @@ class DecentralizedAlgorithmImpl(WeightCommunicatingImpl):
 
     def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
         bucket.clear_ops()
-        peer_weight = bucket.flattened_tensor().ensure_bagua_tensor("peer_weight", bagua_module.bagua_module_name)
+        peer_weight = tensors.mark(bucket.flattened_tensor(), "peer_weight", WrappedModule(bagua_module).module_name)
         op = DecentralizedSynchronousOp(self.process_group, self.config.hierarchical, self.config.peer_selection_mode,
                                         peer_weight=peer_weight)
         bucket.append_op(op)
@@ -56,27 +56,31 @@ class DecentralizedAlgorithmImpl(WeightCommunicatingImpl):
         self._ops.append((bucket, op))
 
     def init_forward_pre_hook(self, bagua_module: torch.nn.Module) -> Callable:
+        wrapped = WrappedModule(bagua_module)
+
         def hook(inputs) -> None:
             if self._in_flight:  # a forward without backward left a round running: finish it
-                bagua_module.bagua_wait_for_communication()
+                wrapped.wait_for_communication()
                 self._in_flight = False
             interval = self.config.communication_interval
             if not is_communication_step(bagua_module, interval):
                 return
-            round_index = (bagua_module.bagua_train_step_counter - 1) // interval
+            round_index = (wrapped.train_step_counter - 1) // interval
             self._in_flight = True
             for bucket, op in self._ops:
                 op.take_snapshot(bucket, round_index)
                 for tensor in bucket.tensors:
-                    tensor.bagua_mark_communication_ready()
+                    tensors.mark_ready(tensor)
 
         return hook
 
     def init_post_backward_hook(self, bagua_module: torch.nn.Module) -> Callable:
+        wrapped = WrappedModule(bagua_module)
+
         def hook() -> None:
             if not self._in_flight:
                 return
-            bagua_module.bagua_wait_for_communication()
+            wrapped.wait_for_communication()
             self._in_flight = False
             for bucket, op in self._ops:
                 op.copy_back_peer_weight(bucket)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 from pydantic import ValidationInfo
 
-from bagua_core.api import AlgorithmImpl
+from bagua_core.api import AlgorithmImpl, WrappedModule, tensors
 
 __all__ = ["WeightCommunicatingImpl", "check_positive_int", "is_communication_step", "weight_tensors"]
 
@@ -35,12 +35,10 @@ def weight_tensors(bagua_module: torch.nn.Module) -> list[torch.Tensor]:
     """The module's parameters as bagua tensors whose effective tensor is the parameter itself, in
     reverse registration order (as the original and the gradient algorithms: it decides the layout of
     the weight buckets, and past one bucket which parameters share a min/max)."""
-    return [
-        param.ensure_bagua_tensor(name, bagua_module.bagua_module_name)
-        for name, param in reversed(bagua_module.bagua_build_params())
-    ]
+    wrapped = WrappedModule(bagua_module)
+    return [tensors.mark(param, name, wrapped.module_name) for name, param in reversed(wrapped.build_params())]
 
 
 def is_communication_step(bagua_module: torch.nn.Module, communication_interval: int) -> bool:
     """Whether the current step t (the train step counter - 1) communicates."""
-    return (bagua_module.bagua_train_step_counter - 1) % communication_interval == 0
+    return (WrappedModule(bagua_module).train_step_counter - 1) % communication_interval == 0

@@ -51,7 +51,9 @@ from bagua_core.api import (
     BaguaError,
     Capabilities,
     FaultTolerance,
+    WrappedModule,
     first_failure,
+    tensors,
 )
 
 __all__ = ["DecentralizedDPAlgorithm", "DecentralizedDPAlgorithmImpl"]
@@ -71,7 +73,7 @@ class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
     ranks); the core marks a bucket ready when its last gradient is accumulated and calls the bucket
     ready hook in bucket order on the training thread, where the engine mixes the bucket's last round in,
     steps the bucket's optimizer and starts the next round. The first backward only traces the order:
-    its end builds the buckets (``bagua_reset``) and steps them all."""
+    its end builds the buckets (``WrappedModule.reset``) and steps them all."""
 
     def __init__(self, process_group: Any, config: DecentralizedDPConfig, topology: Topology,
                  optimizers: Sequence[torch.optim.Optimizer], scaler: Any = None, *,
@@ -90,12 +92,13 @@ class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
         self._param_buckets: dict[int, ParamBucket] = {}  # id(core bucket) -> the engine's bucket
 
     def _user_optimizer(self, module: torch.nn.Module) -> torch.optim.Optimizer:
-        optimizers = self.optimizers or list(getattr(module, "bagua_optimizers", ()))
+        wrapped = WrappedModule(module)
+        optimizers = self.optimizers or list(wrapped.optimizers)
         if len(optimizers) != 1:
             raise BaguaConfigError(f"decentralized_dp needs exactly one optimizer in with_bagua, got {len(optimizers)}")
         optimizer = optimizers[0]
         held = {id(p) for g in optimizer.param_groups for p in g["params"]}
-        trained = {id(p) for _, p in module.bagua_named_parameters()}
+        trained = {id(p) for _, p in wrapped.named_parameters()}
         if held != trained:
             raise BaguaConfigError(
                 "decentralized_dp steps every parameter inside backward, so the optimizer must hold exactly the "
@@ -105,17 +108,18 @@ class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
         return optimizer
 
     def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
+        wrapped = WrappedModule(bagua_module)
         quorum = self.process_group.get_global_communicator() if self.process_group.membership.on_quorum else None
         if self.engine is None and self.optim_fn is not None:
             self.engine = DecentralizedEngine(
-                bagua_module.bagua_named_parameters(), self.optim_fn, self.topology, self.lr_scheduler_fn,
+                wrapped.named_parameters(), self.optim_fn, self.topology, self.lr_scheduler_fn,
                 self.scaler, self.config.grad_clip_norm, self.as_view, self.config.bucket_size_in_mb,
                 update_scaler=self.update_scaler, quorum=quorum,
             )
         if self.engine is None:
             optimizer = self._user_optimizer(bagua_module)
             self.engine = DecentralizedEngine(
-                bagua_module.bagua_named_parameters(), optim_fn_like(optimizer), self.topology,
+                wrapped.named_parameters(), optim_fn_like(optimizer), self.topology,
                 grad_clip_norm=self.config.grad_clip_norm, bucket_size_in_mb=self.config.bucket_size_in_mb,
                 scaler=self.scaler, update_scaler=False, quorum=quorum,
             )
@@ -125,25 +129,25 @@ class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
             self._silenced = optimizer
         if self._order is None:
             return []  # the first backward traces the order; no buckets until it ends
-        module_name = bagua_module.bagua_module_name
-        return [param.ensure_bagua_tensor(name, module_name) for name, param in self.engine.ordered_params(self._order)]
+        module_name = wrapped.module_name
+        return [tensors.mark(param, name, module_name) for name, param in self.engine.ordered_params(self._order)]
 
     def bucket_size_bytes(self) -> int:
         return self.engine.bucket_bytes if self.engine is not None else super().bucket_size_bytes()
 
-    def tensors_to_buckets(self, tensors: list[list[torch.Tensor]], do_flatten: bool) -> list[BaguaBucket]:
+    def tensors_to_buckets(self, marked: list[list[torch.Tensor]], do_flatten: bool) -> list[BaguaBucket]:
         """The core's groups (``bucket_size_in_mb``, in the agreed order); each bucket's parameters become
         views of one buffer of the engine's bucket (in their own memory layout), so the core bucket
         does not flatten them again."""
         assert self.engine is not None
-        if not tensors:  # before the first backward ended
+        if not marked:  # before the first backward ended
             return []
-        groups = [[(tensor.bagua_tensor_name, tensor) for tensor in group] for group in tensors]
+        groups = [[(tensors.name_of(tensor), tensor) for tensor in group] for group in marked]
         if self.engine.buckets is None:
             self.engine.use_buckets([ParamBucket(group, as_view=self.as_view) for group in groups])
         elif [b.names for b in self.engine.buckets] != [[n for n, _ in group] for group in groups]:
             raise BaguaError("decentralized_dp's buckets cannot change once built (they hold the optimizers)")
-        buckets = [BaguaBucket(group, f"bucket_{i}", flatten=False) for i, group in enumerate(tensors)]
+        buckets = [BaguaBucket(group, f"bucket_{i}", flatten=False) for i, group in enumerate(marked)]
         self._param_buckets = {id(core): own for core, own in zip(buckets, self.engine.buckets)}
         return buckets
 
@@ -153,7 +157,7 @@ class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
 
         def hook(name: str, param: torch.nn.Parameter) -> None:
             if engine.note_gradient(param):  # False in the first backward: it traces the order
-                param.bagua_mark_communication_ready()
+                tensors.mark_ready(param)
 
         return hook
 
@@ -165,13 +169,14 @@ class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
     def init_post_backward_hook(self, bagua_module: torch.nn.Module) -> Callable[[], None]:
         engine = self.engine
         assert engine is not None
+        wrapped = WrappedModule(bagua_module)
 
         def hook() -> None:
             engine.end_backward_pass()
             if self._order is None:  # the first backward: agree on the order, build the buckets
                 self._order = engine.agreed_order()
-                bagua_module.bagua_reset()
-            bagua_module.bagua_wait_for_communication()  # the buckets not stepped yet step now, in order
+                wrapped.reset()
+            wrapped.wait_for_communication()  # the buckets not stepped yet step now, in order
             engine.end_step()
 
         return hook
@@ -179,7 +184,8 @@ class DecentralizedDPAlgorithmImpl(AlgorithmImpl):
     def global_avg(self, bagua_module: torch.nn.Module, will_revert: bool = True, return_d2c: bool = False):
         """Average parameters (and buffers if asked) over all ranks exactly (see the wrapper's)."""
         assert self.engine is not None
-        buffers = [b for _, b in bagua_module.bagua_named_buffers()] if self.config.sync_buffer_in_global_avg else []
+        wrapped = WrappedModule(bagua_module)
+        buffers = [b for _, b in wrapped.named_buffers()] if self.config.sync_buffer_in_global_avg else []
         return self.engine.global_avg(buffers, will_revert, return_d2c)
 
     def revert_global_avg(self, bagua_module: torch.nn.Module) -> None:

@@ -95,7 +95,7 @@ class DecentralizedDataParallel(torch.nn.Module):
         declaration = _WrapperAlgorithm(topology, optim_fn, lr_scheduler_fn, scaler, grad_clip_norm,
                                         param_as_bucket_view, bucket_size_in_mb, sync_buffer_in_global_avg)
         model.with_bagua([], declaration)
-        self.engine: DecentralizedEngine = model.bagua_algorithm.engine
+        self.engine: DecentralizedEngine = WrappedModule(model).impl.engine
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self.module(*args, **kwargs)
@@ -161,7 +161,7 @@ class DecentralizedDataParallel(torch.nn.Module):
         """Wait for the rounds in flight and remove bagua's hooks (the model trains plainly again)."""
         self.engine.wait()
         if WrappedModule.is_wrapped(self.module):
-            self.module.bagua_shutdown()
+            WrappedModule(self.module).shutdown()
 
 
 class _WrapperAlgorithm(DecentralizedDPAlgorithm):

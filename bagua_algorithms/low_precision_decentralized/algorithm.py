@@ -30,7 +30,16 @@ import torch
 from bagua_algorithms.decentralized import WeightCommunicatingImpl, is_communication_step
 from bagua_algorithms.low_precision_decentralized.config import LowPrecisionDecentralizedConfig
 from bagua_algorithms.low_precision_decentralized.op import LowPrecisionDecentralizedOp
-from bagua_core.api import Algorithm, BaguaBucket, BaguaError, Capabilities, FaultTolerance, first_failure
+from bagua_core.api import (
+    Algorithm,
+    BaguaBucket,
+    BaguaError,
+    Capabilities,
+    FaultTolerance,
+    WrappedModule,
+    first_failure,
+    tensors,
+)
 
 _REPLICAS = ("weight", "left_peer_weight", "right_peer_weight")
 
@@ -80,8 +89,8 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
     def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
         self._module = bagua_module  # its buckets hold the replicas (state_dict)
         bucket.clear_ops()
-        name = bagua_module.bagua_module_name
-        weight, left, right = (bucket.flattened_tensor().float().ensure_bagua_tensor(key, name) for key in _REPLICAS)
+        name = WrappedModule(bagua_module).module_name
+        weight, left, right = (tensors.mark(bucket.flattened_tensor().float(), key, name) for key in _REPLICAS)
         op = LowPrecisionDecentralizedOp(self.process_group, self.config.hierarchical, weight, left, right,
                                          compression=self.config.compression)
         op.overlap = True  # the neighbours' messages travel during the next forward and backward (complete_exchanges)
@@ -95,7 +104,7 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
         every rank); False when there is no op."""
         ops = [op for _, op in self._replica_ops()]
         if ops:
-            worker = self._module.process_group.worker
+            worker = WrappedModule(self._module).process_group.worker
             for op in ops:
                 worker.submit(op.complete)
         return bool(ops)
@@ -105,7 +114,7 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
         ``r``: before the next difference reads them, before they are read or saved, and before the module
         is unwrapped (so no message is left in flight)."""
         if self._finish_in_background():
-            self._module.process_group.worker.synchronize()
+            WrappedModule(self._module).process_group.worker.synchronize()
 
     def init_forward_pre_hook(self, bagua_module: torch.nn.Module) -> Callable:
         def hook(inputs) -> None:
@@ -124,7 +133,7 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
         return hook
 
     def _replica_ops(self) -> list[tuple[BaguaBucket, LowPrecisionDecentralizedOp]]:
-        buckets = self._module.bagua_buckets if self._module is not None else []
+        buckets = WrappedModule(self._module).buckets if self._module is not None else []
         return [(bucket, op) for bucket in buckets for op in bucket.ops if isinstance(op, LowPrecisionDecentralizedOp)]
 
     def state_dict(self) -> dict:
@@ -159,17 +168,19 @@ class LowPrecisionDecentralizedAlgorithmImpl(WeightCommunicatingImpl):
             self.complete_exchanges()
 
     def init_step_end_hook(self, bagua_module: torch.nn.Module) -> Callable:
+        wrapped = WrappedModule(bagua_module)
+
         def hook() -> None:  # (every optimizer has stepped)
             if not is_communication_step(bagua_module, self.config.communication_interval):
                 return
             self.complete_exchanges()  # the last round's l and r: this round's difference reads them
-            for bucket in bagua_module.bagua_buckets:
+            for bucket in wrapped.buckets:
                 for op in bucket.ops:  # the difference pass here, while the buckets before it are on the wire
                     if isinstance(op, LowPrecisionDecentralizedOp):
                         op.prepare(bucket)
                 for tensor in bucket.tensors:
-                    tensor.bagua_mark_communication_ready()
-            bagua_module.bagua_wait_for_communication()
+                    tensors.mark_ready(tensor)
+            wrapped.wait_for_communication()
             # x and w are final; the neighbours' segments are added into l and r on the communication
             # thread while the next forward and backward run (the next round waits for it)
             self._finish_in_background()

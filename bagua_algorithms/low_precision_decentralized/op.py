@@ -54,6 +54,7 @@ from bagua_core.api import (
     isend,
     record_payload,
     settings,
+    tensors,
 )
 from bagua_core.codecs import Codec, check_codec_name, get_codec
 
@@ -208,7 +209,7 @@ class LowPrecisionDecentralizedOp:
                 return  # a participant failed (fault-tolerant mode): the buffer holds garbage, this step fails
             x.copy_(average)
             if x is flat and flat is bucket.buffer:
-                increment_version([tensor.bagua_getter_closure() for tensor in bucket.tensors])
+                increment_version([tensors.effective(tensor) for tensor in bucket.tensors])
             else:
                 bucket.write_back(x.to(bucket.dtype))
             settled = bucket.flattened_view().detach().float().reshape(-1)  # the weights as the model holds them
@@ -230,7 +231,7 @@ class LowPrecisionDecentralizedOp:
                     self._in_flight = self._ring_step(x, inter, prepared is not None, defer=self.overlap)
                 hierarchy.broadcast_from_leader(x, group)
             if x is flat and flat is bucket.buffer:  # the weights were written in place, behind autograd
-                increment_version([tensor.bagua_getter_closure() for tensor in bucket.tensors])
+                increment_version([tensors.effective(tensor) for tensor in bucket.tensors])
             else:
                 bucket.write_back(x.to(bucket.dtype))
 
