@@ -16,7 +16,6 @@ Example (in a script started by ``bagua run --nproc_per_node 2 train.py``)::
 
 from __future__ import annotations
 
-from bagua_core.lifecycle import tensor as _tensor  # noqa: F401  (adds the bagua_* methods to torch.Tensor)
 from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
 from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance

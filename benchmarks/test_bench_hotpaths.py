@@ -20,6 +20,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from bagua_core.lifecycle import proxies
+
 from benchmarks.models import build_model, synthetic_batch
 
 __all__: list[str] = []
@@ -56,7 +58,7 @@ def _bagua_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
     tensors = []
     for name, param in reversed(list(model.named_parameters())):
         param.grad = torch.randn_like(param)
-        tensors.append(param.ensure_bagua_tensor(name, "bench", lambda p: p.grad, lambda p, g: setattr(p, "grad", g)))
+        tensors.append(proxies.mark(param, name, "bench", lambda p: p.grad, lambda p, g: setattr(p, "grad", g)))
     return tensors
 
 

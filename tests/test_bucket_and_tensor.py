@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import bagua_core  # noqa: F401  (installs the tensor methods)
+import bagua.torch_api  # noqa: F401  (adds the original's tensor methods, tested here)
 from bagua_core.lifecycle.bucket import BaguaBucket
 
 

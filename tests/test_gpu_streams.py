@@ -9,6 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from bagua_core.api import tensors
+
 from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.runtime.communication.worker import CommunicationWorker
 
@@ -18,7 +20,7 @@ SPIN = 300_000_000  # GPU clock cycles (~0.2 s): long enough for an unordered re
 
 
 def _bucket(numel: int = 1 << 20) -> tuple[BaguaBucket, torch.Tensor, CommunicationWorker]:
-    tensor = torch.zeros(numel, device="cuda").ensure_bagua_tensor("t", "m")
+    tensor = tensors.mark(torch.zeros(numel, device="cuda"), "t", "m")
     bucket = BaguaBucket([tensor], "b", flatten=False)
     worker = CommunicationWorker("streams-test")
     bucket.process_group = SimpleNamespace(worker=worker)
@@ -33,7 +35,7 @@ def test_communication_waits_for_the_producing_stream() -> None:
     with torch.cuda.stream(producer):
         torch.cuda._sleep(SPIN)
         tensor.fill_(3.0)
-        tensor.bagua_mark_communication_ready()
+        tensors.mark_ready(tensor)
     worker.submit(bucket.execute_ops).result(timeout=60)  # the op runs on the worker's stream
     bucket.wait_communication()
     torch.cuda.synchronize()
@@ -50,7 +52,7 @@ def test_training_stream_waits_for_the_communication() -> None:
         b.tensors[0].fill_(5.0)
 
     bucket.append_op(slow_write)
-    tensor.bagua_mark_communication_ready()
+    tensors.mark_ready(tensor)
     worker.submit(bucket.execute_ops).result(timeout=60)
     bucket.wait_communication()
     after = tensor.clone()  # on the training thread's current stream
@@ -61,11 +63,11 @@ def test_training_stream_waits_for_the_communication() -> None:
 
 def test_without_synchronization_records_no_event() -> None:
     bucket, tensor, worker = _bucket(16)
-    tensor.bagua_mark_communication_ready_without_synchronization()
+    tensors.mark_ready(tensor, synchronize=False)
     assert bucket._ready_events.take() == []
     bucket.reset_ready()
     producer = torch.cuda.Stream()
     with torch.cuda.stream(producer):
-        tensor.bagua_mark_communication_ready()
+        tensors.mark_ready(tensor)
     assert len(bucket._ready_events.take()) == 1
     worker.shutdown()

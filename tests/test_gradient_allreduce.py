@@ -7,6 +7,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from bagua_core.api import tensors
+
 import bagua_core as bagua
 from bagua_algorithms.gradient_allreduce import GradientAllReduceAlgorithm
 from tests.distributed import run_workers
@@ -84,7 +86,7 @@ def _ignored_and_switch(rank: int) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     model = model.with_bagua([optimizer], "gradient_allreduce")
     assert model.bagua_module_name.startswith("SmallNet_")
-    assert all("head" not in t.bagua_tensor_name for b in model.bagua_buckets for t in b.tensors)
+    assert all("head" not in tensors.name_of(t) for b in model.bagua_buckets for t in b.tensors)
     fc1 = torch.empty_like(model.fc1.weight)
     head = model.head.weight.detach().clone()
     fc1.copy_(model.fc1.weight)

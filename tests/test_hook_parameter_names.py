@@ -10,6 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from bagua_core.lifecycle.proxies import name_of
+
 from bagua_core.lifecycle.algorithm import AlgorithmImpl
 from bagua_core.lifecycle.hook_parameters import HOOKS_TAKING_THE_MODULE, MODULE_PARAMETER_NAMES
 from bagua_core.plugins import algorithm_registry
@@ -75,7 +77,7 @@ def _keyword_calls(rank: int) -> dict:
         impl = model.bagua_algorithm
         tensors = impl.init_tensors(bagua_ddp=model)
         again = impl.init_tensors(bagua_module=model)
-        assert [t.bagua_tensor_name for t in tensors] == [t.bagua_tensor_name for t in again]
+        assert [name_of(t) for t in tensors] == [name_of(t) for t in again]
         model.bagua_reset()  # init_tensors may rebind the impl's own tensor list: rebuild the buckets around it
         for bucket in model.bagua_buckets:  # the ops these calls append are the ones training runs
             impl.init_operations(bagua_ddp=model, bucket=bucket)

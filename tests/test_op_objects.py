@@ -14,6 +14,8 @@ from contextlib import contextmanager
 import pytest
 import torch
 
+from bagua_core.api import tensors
+
 import bagua_core.plugins as plugins
 from bagua.torch_api.bucket import BaguaBucket as LegacyBucket
 from bagua_algorithms.async_model_average.averager import AsyncModelAverager
@@ -28,7 +30,7 @@ from tests.models import SmallNet
 
 
 def _bucket(cls=BaguaBucket) -> BaguaBucket:
-    return cls([torch.ones(4).ensure_bagua_tensor("w")], "bucket_0", flatten=True)
+    return cls([tensors.mark(torch.ones(4), "w")], "bucket_0", flatten=True)
 
 
 def test_the_core_bucket_names_no_algorithm_and_no_registry_exists() -> None:

@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from bagua_core import BaguaBucket
+from bagua_core.api import tensors
 from bagua_algorithms.bytegrad import pipeline
 from bagua_core.codecs import get_codec
 from bagua_core.plugins import get_plugin_manager
@@ -50,7 +51,7 @@ def _op_exact(module: types.ModuleType) -> None:
         for segment_numel, hierarchical in ((1 << 19, False), (64, False), (64, True)):
             pipeline.SEGMENT_NUMEL = segment_numel
             x = torch.randn(1003, generator=torch.Generator().manual_seed(rank)) * (rank + 1)
-            bucket = BaguaBucket([x.clone().ensure_bagua_tensor("x")], "b", flatten=True)
+            bucket = BaguaBucket([tensors.mark(x.clone(), "x")], "b", flatten=True)
             bucket.append_op(module.AllgatherAverageOp(name, hierarchical))
             bucket.execute_ops()
             inputs = [torch.empty_like(x) for _ in range(n)]

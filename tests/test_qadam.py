@@ -9,6 +9,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from bagua_core.api import tensors
+
 from bagua_algorithms.q_adam import QAdamAlgorithm, QAdamOptimizer
 from tests.distributed import run_workers
 from tests.models import SmallNet, batch
@@ -67,7 +69,7 @@ def _run(rank: int, by_name: bool, hierarchical: bool) -> None:
                 everyone = _gather(p.detach())
                 assert all(torch.equal(everyone[0], e) for e in everyone)  # ranks identical
     assert optimizer.step_id == STEPS
-    assert model.bagua_buckets[0].tensors[0].bagua_getter_closure() is optimizer.state[params[-1]]["exp_avg"]
+    assert tensors.effective(model.bagua_buckets[0].tensors[0]) is optimizer.state[params[-1]]["exp_avg"]
 
 
 @pytest.mark.parametrize("world_size,local_size,by_name,hierarchical", [(2, 2, True, False), (4, 2, False, True)])

@@ -2,7 +2,7 @@
 
 Example::
 
-    import bagua.torch_api as bagua
+    import bagua.torch_api as bagua    # also adds the original's bagua_* methods to torch.Tensor and ProcessGroup
     bagua.init_process_group()
     model = model.with_bagua([optimizer], bagua.algorithms.gradient_allreduce.GradientAllReduceAlgorithm())"""
 
@@ -54,6 +54,8 @@ from bagua.torch_api import (  # noqa: E402
     utils,
 )
 from bagua.torch_api.model_parallel import moe  # noqa: E402
+
+tensor.install()  # the original's methods of torch.Tensor and ProcessGroup (import bagua_core adds none)
 
 version = torch.__version__
 

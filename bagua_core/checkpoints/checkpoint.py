@@ -54,7 +54,7 @@ from bagua_core.checkpoints.files import (
     load_file,
     read_tracker,
 )
-from bagua_core.checkpoints.resume import checkpoint_state, load_checkpoint_state
+from bagua_core.checkpoints.resume import restore_saved_state, saved_state_of
 from bagua_core.lifecycle.tensor import is_sharded, register_shards
 from bagua_core.runtime.exceptions import BaguaError
 from bagua_core.runtime.process_group import get_default_group, is_initialized
@@ -104,7 +104,7 @@ def save_checkpoint(iteration: int, checkpoints_path: str, model: torch.nn.Modul
     rank, world_size, comm = _rank_and_world()
     register_shards(model)  # an evaluation's forward may have left FSDP2's root unsharded (the algorithm's state too)
     # first: an algorithm may finish its communication in flight into the weights (decentralized_dp)
-    bagua_state = checkpoint_state(model)
+    bagua_state = saved_state_of(model)
     if is_sharded(model):
         from bagua_core.checkpoints.sharded import save_sharded  # DCP and DTensor: imported for sharded models only
 
@@ -198,6 +198,6 @@ def load_checkpoint(checkpoints_path: str, model: torch.nn.Module, optimizer: to
     if lr_scheduler is not None and dense.get("lr_scheduler") is not None:
         lr_scheduler.load_state_dict(dense["lr_scheduler"])
     if bagua_state is not None:
-        load_checkpoint_state(model, iteration, bagua_state)
+        restore_saved_state(model, iteration, bagua_state)
     return iteration
 

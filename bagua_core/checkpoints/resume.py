@@ -27,7 +27,8 @@ import torch
 from bagua_core.lifecycle.module_state import state_of
 from bagua_core.lifecycle.state import get_state, set_state
 
-__all__ = ["ResumedState", "apply_resumed_state", "checkpoint_state", "load_checkpoint_state", "pending_resume"]
+__all__ = ["ResumedState", "apply_resumed_state", "checkpoint_state", "load_checkpoint_state", "pending_resume",
+           "restore_saved_state", "saved_state_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -90,3 +91,26 @@ def load_checkpoint_state(module: torch.nn.Module, iteration: int, saved: dict[s
         apply_resumed_state(module, resumed)
     else:
         set_state(module, resumed)
+
+
+def saved_state_of(model: Any) -> dict[str, Any] | None:
+    """What ``save_checkpoint`` keeps of ``model`` beyond its state dicts: a wrapped module's
+    (:func:`checkpoint_state`), or, for an object wrapping one that keeps state of its own (the decentralized
+    data-parallel wrapper), what its ``bagua_checkpoint_state()`` returns: the checkpoint protocol of such
+    wrappers; None for anything else."""
+    if state_of(model) is None:
+        own = getattr(model, "bagua_checkpoint_state", None)
+        if callable(own):
+            return own()
+    return checkpoint_state(model)
+
+
+def restore_saved_state(model: Any, iteration: int, saved: dict[str, Any]) -> None:
+    """Put back what :func:`saved_state_of` returned: a wrapper's through its ``bagua_load_checkpoint_state``, a
+    module's now (wrapped) or at ``with_bagua`` (:func:`load_checkpoint_state`)."""
+    if state_of(model) is None:
+        own = getattr(model, "bagua_load_checkpoint_state", None)
+        if callable(own):
+            own(iteration, saved)
+            return
+    load_checkpoint_state(model, iteration, saved)

@@ -39,7 +39,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
-from bagua_core.checkpoints.resume import load_checkpoint_state
+from bagua_core.checkpoints.resume import restore_saved_state
 from bagua_core.lifecycle.module_state import state_of
 from bagua_core.runtime.exceptions import BaguaError
 from bagua_core.runtime.process_group import get_default_group
@@ -258,5 +258,5 @@ def load_sharded(directory: str, iteration: int, model: torch.nn.Module, optimiz
     if bagua_state is not None:
         if not same:  # another layout: the counter, not the state per shard (refused above when there is one)
             bagua_state = {**bagua_state, "state": {}, "per_rank": bagua_state["per_rank"]}
-        load_checkpoint_state(model, iteration, _unpack(bagua_state, _mesh_of(model)))
+        restore_saved_state(model, iteration, _unpack(bagua_state, _mesh_of(model)))
 

@@ -8,7 +8,7 @@ on a tensor proxy; the fused optimizer's state on an optimizer (``bagua_contrib.
 
 Example::
 
-    >>> t = torch.zeros(3).ensure_bagua_tensor("w", "model")
+    >>> t = proxies.mark(torch.zeros(3), "w", "model")
     >>> get_state(t, TensorState).name
     'w'
     >>> get_state(torch.zeros(3), TensorState) is None

@@ -37,6 +37,7 @@ __all__ = [
     "choose_backend",
     "rank_not_in_group",
     "torch_to_bagua_pg_map",
+    "bagua_group_of",
 ]
 
 logger = logging.getLogger(__name__)
@@ -443,8 +444,8 @@ def _torch_knows(group: dist.ProcessGroup) -> bool:
 
 
 torch_to_bagua_pg_map: MutableMapping = _PatchedGroups()
-"""The bagua group of each torch process group patched by ``ProcessGroup.bagua_patch()`` and not yet
-destroyed by torch."""
+"""The bagua group of each torch process group given to :func:`bagua_group_of` (the original's
+``ProcessGroup.bagua_patch()``, which ``bagua.torch_api`` adds) and not yet destroyed by torch."""
 
 
 def bagua_group_of(group: dist.ProcessGroup, stream: object = None) -> BaguaProcessGroup:
@@ -460,27 +461,6 @@ def bagua_group_of(group: dist.ProcessGroup, stream: object = None) -> BaguaProc
     if group not in torch_to_bagua_pg_map:
         torch_to_bagua_pg_map[group] = from_torch_group(group, stream)
     return torch_to_bagua_pg_map[group]
-
-
-def _bagua_patch(self: dist.ProcessGroup, stream: object = None) -> dist.ProcessGroup:
-    """``torch_group.bagua_patch()``: make (once) the bagua group of this torch group, reachable as
-    ``torch_group.bagua_pg``; collective over the whole job the first time. Returns the torch group."""
-    if self not in torch_to_bagua_pg_map:
-        torch_to_bagua_pg_map[self] = from_torch_group(self, stream)
-    return self
-
-
-def _bagua_pg(self: dist.ProcessGroup) -> BaguaProcessGroup:
-    if self not in torch_to_bagua_pg_map:
-        raise BaguaError("this torch process group has no bagua group yet: call its bagua_patch() first")
-    return torch_to_bagua_pg_map[self]
-
-
-dist.ProcessGroup.bagua_patch = _bagua_patch
-dist.ProcessGroup.bagua_pg = property(_bagua_pg)
-dist.ProcessGroup.bagua_get_global_communicator = lambda self: _bagua_pg(self).get_global_communicator()
-dist.ProcessGroup.bagua_get_inter_node_communicator = lambda self: _bagua_pg(self).get_inter_node_communicator()
-dist.ProcessGroup.bagua_get_intra_node_communicator = lambda self: _bagua_pg(self).get_intra_node_communicator()
 
 
 def before_destroy(fn: Callable[[], None]) -> None:
