@@ -335,7 +335,7 @@ class AlgorithmImpl:
         def hook(parameter_name: str, parameter: torch.nn.Parameter) -> None:
             state = tensor_state_of(parameter)
             if state is not None and state.bucket is not None:
-                proxies.mark_ready(parameter)
+                state.bucket.mark_ready(parameter)  # (what tensors.mark_ready does, the state in hand)
 
         return hook
 

@@ -44,7 +44,7 @@ from bagua_core.fault_tolerance import current_runtime
 from bagua_core.lifecycle.rounds import RoundCount
 from bagua_core.runtime.communication import stats
 
-__all__ = ["RoundRecord", "StepMetrics", "StepRecord", "fault_tolerance_counts", "timed"]
+__all__ = ["RoundRecord", "StepMetrics", "StepRecord", "exposed", "fault_tolerance_counts"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,12 +199,21 @@ class StepMetrics:
         return totals
 
 
-def timed(metrics: StepMetrics | None, fn: Any, *args: Any) -> Any:
-    """``fn(*args)``, its seconds added to ``metrics``' exposed time (none measured when ``metrics`` is None)."""
-    if metrics is None:
-        return fn(*args)
-    started = time.perf_counter()
-    try:
-        return fn(*args)
-    finally:
-        metrics.add_exposed(time.perf_counter() - started)
+class exposed:  # noqa: N801  (a context manager, named as one reads it: ``with exposed(metrics):``)
+    """``with exposed(metrics):`` adds the block's seconds to ``metrics``' exposed time (nothing measured when
+    ``metrics`` is None). A plain object, not a generator: the hooks enter one per call."""
+
+    __slots__ = ("metrics", "started")
+
+    def __init__(self, metrics: StepMetrics | None) -> None:
+        self.metrics = metrics
+        self.started = 0.0
+
+    def __enter__(self) -> None:
+        if self.metrics is not None:
+            self.started = time.perf_counter()
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
+        if self.metrics is not None:
+            self.metrics.add_exposed(time.perf_counter() - self.started)
+        return False

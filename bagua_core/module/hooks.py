@@ -14,12 +14,12 @@ from bagua_core.lifecycle.module_state import ImplHooks, ModuleState, named_para
 from bagua_core.lifecycle.state import clear_state, tensor_state_of
 from bagua_core.lifecycle.tensor import register_shards
 from bagua_core.selection.autotune import on_train_step as _autotune_on_train_step
-from bagua_core.runtime.failure import call_guarded
+from bagua_core.runtime.failure import Guard
 from bagua_core.runtime.failure.record import state as failure_state
 from bagua_core.module import sharded
 from bagua_core.module.nonfinite import agree_on_nonfinite_gradients
 from bagua_core.lifecycle.scheduler import BucketScheduler
-from bagua_core.metrics.step_metrics import timed
+from bagua_core.metrics.step_metrics import exposed
 from bagua_core.module.unused_params import (
     agree_on_used_parameters,
     forget_unused_sharded_gradients,
@@ -28,6 +28,13 @@ from bagua_core.module.unused_params import (
 )
 
 __all__ = ["install", "uninstall", "rebuild_buckets"]
+
+_FORWARD = Guard("the forward pre-hook of a wrapped module")
+_BACKWARD = Guard("the backward hook of a wrapped module")
+_END_OF_BACKWARD = Guard("the end of backward of a wrapped module")
+_OPTIMIZER_STEP = Guard("the optimizer step hook of a wrapped module")
+_STEP_END = Guard("the step-end hook of a wrapped module")
+"""Each hook's failure guard (``bagua_core.runtime.failure``): what it raises is translated, naming the hook."""
 
 
 def rebuild_buckets(module: torch.nn.Module, state: ModuleState) -> None:
@@ -71,7 +78,8 @@ def _make_forward_pre_hook(state: ModuleState):
         metrics = state.metrics
         if metrics is not None:
             metrics.begin_step(state, state.train_step_counter + 1)
-        timed(metrics, call_guarded, "the forward pre-hook of a wrapped module", _before_forward, module, state, inputs)
+        with exposed(metrics), _FORWARD:
+            _before_forward(module, state, inputs)
 
     return hook
 
@@ -120,7 +128,8 @@ def _make_backward_hook(module: torch.nn.Module, state: ModuleState, name: str):
             _queue_end_of_backward(module, state)
         if state.find_unused_parameters:
             state.grad_seen.add(name)
-        timed(state.metrics, call_guarded, "the backward hook of a wrapped module", state.hooks.backward, name, param)
+        with exposed(state.metrics), _BACKWARD:
+            state.hooks.backward(name, param)
 
     return hook
 
@@ -152,7 +161,8 @@ def _make_output_hook(module: torch.nn.Module, state: ModuleState):
 def _post_backward(module: torch.nn.Module, state: ModuleState) -> None:
     state.post_backward_queued = False
     state.scheduler.in_backward = False
-    timed(state.metrics, call_guarded, "the end of backward of a wrapped module", _end_of_backward, module, state)
+    with exposed(state.metrics), _END_OF_BACKWARD:
+        _end_of_backward(module, state)
 
 
 def _end_of_backward(module: torch.nn.Module, state: ModuleState) -> None:
@@ -179,12 +189,13 @@ def _end_of_backward(module: torch.nn.Module, state: ModuleState) -> None:
 
 def _post_step(state: ModuleState, optimizer: torch.optim.Optimizer) -> None:
     metrics = state.metrics
-    timed(metrics, call_guarded, "the optimizer step hook of a wrapped module", state.hooks.post_optimizer_step,
-          optimizer)
+    with exposed(metrics), _OPTIMIZER_STEP:
+        state.hooks.post_optimizer_step(optimizer)
     if not state.mark_stepped(optimizer):
         return
     if state.hooks.step_end is not None:
-        timed(metrics, call_guarded, "the step-end hook of a wrapped module", state.hooks.step_end)
+        with exposed(metrics), _STEP_END:
+            state.hooks.step_end()
     if metrics is not None:
         metrics.end_step(state)
 

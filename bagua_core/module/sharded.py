@@ -38,7 +38,7 @@ from bagua_core.lifecycle.shard_layout import ShardLayout
 from bagua_core.lifecycle.tensor import local_shard
 from bagua_core.plugins import algorithm_registry
 from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError
-from bagua_core.runtime.failure import call_guarded
+from bagua_core.runtime.failure import Guard
 from bagua_core.runtime.process_group import BaguaProcessGroup, get_default_group, new_group
 
 __all__ = ["Unit", "UnitHandoff", "algorithms_supporting_sharding", "check_model", "group_by_unit", "install",
@@ -49,6 +49,8 @@ _TWO_D = ("this model is sharded on a 2-D DeviceMesh {dims}: FSDP2 would then al
           "    mesh = bagua.node_mesh()    # instead of init_device_mesh(..., mesh_dim_names=(\"replicate\", "
           "\"shard\"))\n    fully_shard(module, mesh=mesh)   # for every block, then the root\n"
           "(or pass your 2-D mesh's mesh[\"shard\"])")
+
+_REDUCE_SCATTER = Guard("the FSDP2 reduce-scatter hook of a wrapped module")
 
 
 @dataclass(frozen=True)
@@ -225,7 +227,8 @@ class UnitHandoff:
                 any(p.grad is not None for p in self.unit.params):
             return
         bucket.lend(flat)
-        call_guarded("the FSDP2 reduce-scatter hook of a wrapped module", bucket.mark_all_ready)
+        with _REDUCE_SCATTER:
+            bucket.mark_all_ready()
 
 
 class _HookHandle:

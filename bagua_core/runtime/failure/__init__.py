@@ -30,9 +30,9 @@ from bagua_core.runtime.failure.record import FailureRecord, first_failure, rais
 from bagua_core.runtime.failure.record import start as _start_record
 from bagua_core.runtime.failure.record import state as _state
 from bagua_core.runtime.failure.record import stop as _stop_record
-from bagua_core.runtime.failure.translate import call_guarded, guard, translate
+from bagua_core.runtime.failure.translate import Guard, guard, translate
 
-__all__ = ["FailureRecord", "call_guarded", "first_failure", "guard", "raise_if_aborted", "report", "start", "stop",
+__all__ = ["FailureRecord", "Guard", "first_failure", "guard", "raise_if_aborted", "report", "start", "stop",
            "translate"]
 
 _watchdog: watchdog.Watchdog | None = None

@@ -27,7 +27,7 @@ import contextlib
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch.distributed as dist
@@ -36,7 +36,7 @@ from bagua_core.runtime import env
 from bagua_core.runtime.exceptions import CommunicationError, CommunicationTimeoutError, JobFailureError, PeerFailureError
 from bagua_core.runtime.failure.record import failure_error, first_failure, learn, raise_if_aborted, report, state
 
-__all__ = ["PEER_RECORD_WAIT_S", "call_guarded", "guard", "is_communication_error", "lost_peers", "translate"]
+__all__ = ["PEER_RECORD_WAIT_S", "Guard", "guard", "is_communication_error", "lost_peers", "translate"]
 
 PEER_RECORD_WAIT_S = 2.0
 """How long a rank whose collective failed waits for the failing peer's record before it names a lost
@@ -155,14 +155,31 @@ def guard(where: str) -> Iterator[None]:
         raise translated from exc
 
 
-def call_guarded(where: str, fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` under :func:`guard`, without a context manager (for per-parameter hooks)."""
-    if state.failure is not None:
-        raise_if_aborted()
-    try:
-        return fn(*args)
-    except BaseException as exc:
-        translated = translate(exc, where)
+class Guard:
+    """:func:`guard` as a plain object, made once (per hook) and entered at every call: a generator-free context
+    manager, cheap enough for per-parameter hooks, and the guarded call is the next frame a traceback (or a reader
+    following the call) sees.
+
+    Example::
+
+        >>> backward_guard = Guard("the backward hook of a wrapped module")
+        >>> with backward_guard:
+        ...     hooks.backward(name, param)
+    """
+
+    __slots__ = ("where",)
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def __enter__(self) -> None:
+        if state.failure is not None:
+            raise_if_aborted()
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+        if exc is None:
+            return False
+        translated = translate(exc, self.where)
         if translated is exc:
-            raise
+            return False
         raise translated from exc
