@@ -199,21 +199,38 @@ class StepMetrics:
         return totals
 
 
-class exposed:  # noqa: N801  (a context manager, named as one reads it: ``with exposed(metrics):``)
-    """``with exposed(metrics):`` adds the block's seconds to ``metrics``' exposed time (nothing measured when
-    ``metrics`` is None). A plain object, not a generator: the hooks enter one per call."""
+class _Exposed:
+    """Adds the seconds of the block it guards to ``metrics``' exposed time."""
 
     __slots__ = ("metrics", "started")
 
-    def __init__(self, metrics: StepMetrics | None) -> None:
+    def __init__(self, metrics: StepMetrics) -> None:
         self.metrics = metrics
         self.started = 0.0
 
     def __enter__(self) -> None:
-        if self.metrics is not None:
-            self.started = time.perf_counter()
+        self.started = time.perf_counter()
 
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
-        if self.metrics is not None:
-            self.metrics.add_exposed(time.perf_counter() - self.started)
+        self.metrics.add_exposed(time.perf_counter() - self.started)
         return False
+
+
+class _Unmeasured:
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
+        return False
+
+
+_UNMEASURED = _Unmeasured()
+
+
+def exposed(metrics: StepMetrics | None) -> _Exposed | _Unmeasured:
+    """``with exposed(metrics):`` adds the block's seconds to ``metrics``' exposed time; nothing is measured (and
+    nothing made: one shared no-op) when ``metrics`` is None. Plain objects, not generators: the hooks enter one
+    per call."""
+    return _UNMEASURED if metrics is None else _Exposed(metrics)
