@@ -186,7 +186,7 @@ def _run(rank: int, find_unused: bool) -> dict[str, str]:
         reference = Net()
         model = copy.deepcopy(reference)
         model = model.with_bagua([torch.optim.SGD(model.parameters(), lr=0.1)], {"name": "end_recorder"})
-        state_of(model).find_unused_parameters = find_unused
+        state_of(model).unused.enabled = find_unused
         impl = model.bagua_algorithm
         found = {}
         for name, case in CASES.items():

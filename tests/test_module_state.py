@@ -61,8 +61,8 @@ def _lifecycle(rank: int, directory: str) -> dict:
     optimizer.fuse_step()
     state = state_of(model)
     seen["trained"] = _keys(model)
-    seen["tuned"] = type(state.autotuner).__name__, getattr(model, "bagua_autotune_result", None) is not None
-    seen["unused_left_out"] = state.params_in_use is not None and "unused.weight" not in state.params_in_use
+    seen["tuned"] = type(state.tuning.tuner).__name__, getattr(model, "bagua_autotune_result", None) is not None
+    seen["unused_left_out"] = state.unused.in_use is not None and "unused.weight" not in state.unused.in_use
     seen["tensors"] = sorted({key for p in model.parameters() for key in _keys(p)})
     seen["optimizer"] = _keys(optimizer)
     documented = ("bagua_algorithm", "bagua_optimizers", "bagua_buckets", "bagua_train_step_counter",

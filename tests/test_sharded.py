@@ -157,8 +157,8 @@ def _exchange_during_backward(rank: int) -> dict:
         model(torch.randn(4, 16)).pow(2).mean().backward()
         views.append(all(p.grad.to_local().untyped_storage().data_ptr() != 0 for p in model.parameters()))
         optimizer.step()
-    return {"buckets": len(state.buckets), "units": len(state.shard.units), "lent": sorted(state.lent),
-            "seen": seen, "verified": state.lent_verified, "views": views,
+    return {"buckets": len(state.buckets), "units": len(state.shard.units), "lent": sorted(state.lending.buckets),
+            "seen": seen, "verified": state.lending.verified, "views": views,
             "group_has_no_layout": not hasattr(model.process_group, "shard")}
 
 

@@ -34,7 +34,7 @@ from bagua_core.lifecycle.scheduler import BucketScheduler
 from bagua_core.lifecycle.shard_layout import ShardLayout
 from bagua_core.lifecycle.state import get_state
 
-__all__ = ["ImplHooks", "ModuleState", "StepTuner", "build_params", "module_name", "named_buffers", "named_parameters",
+__all__ = ["ImplHooks", "Lending", "ModuleState", "Tuning", "UnusedParameters", "StepTuner", "build_params", "module_name", "named_buffers", "named_parameters",
            "params_and_buffers_to_ignore", "shard_group", "state_of", "wait_for_communication"]
 
 
@@ -58,6 +58,44 @@ class ImplHooks:
     post_optimizer_step: Callable[[torch.optim.Optimizer], None]
     step_end: Callable[[], None] | None
     """``init_step_end_hook``: once per training step, after every optimizer of the module has stepped."""
+
+
+@dataclass(slots=True, eq=False)
+class UnusedParameters:
+    """``find_unused_parameters=True``: parameters that received no gradient on any rank leave the buckets
+    (``bagua_core.module.unused_params``)."""
+
+    enabled: bool = False
+    """Whether it is on (``DistributedDataParallel(find_unused_parameters=True)``; kept across re-wraps)."""
+    seen: set[str] = field(default_factory=set)
+    """The parameters whose gradient arrived in this backward."""
+    marks: dict[int, Any] | None = None
+    """A model sharded with FSDP2: each sharded parameter's gradient (a weak reference and its local tensor's
+    version; by ``id`` of the parameter) when the first backward since the last exchange began
+    (``unused_params.mark_sharded_gradients``); None until then."""
+    in_use: set[str] | None = None
+    """The parameters the buckets were last built for (None: all)."""
+
+
+@dataclass(slots=True, eq=False)
+class Lending:
+    """A model sharded with FSDP2: its gradient buckets, lent FSDP2's reduce-scatter output each step
+    (``bagua_core.module.sharded``)."""
+
+    buckets: dict[int, BaguaBucket] = field(default_factory=dict)
+    """Unit index (``shard.units``) -> the bucket of its gradients."""
+    verified: bool = False
+    """Whether FSDP2's gradients were found where the lent buckets laid them out (checked once per rebuild)."""
+
+
+@dataclass(slots=True, eq=False)
+class Tuning:
+    """Autotuning of one wrapped module (``bagua_core.selection.autotune``)."""
+
+    tuner: StepTuner | bool | None = None
+    """The autotuner; False: tuning is off; None: decided at the next step (``BAGUA_AUTOTUNE``)."""
+    result: dict[str, Any] | None = None
+    """``module.bagua_autotune_result``: what the autotuner chose, once it has."""
 
 
 @dataclass(slots=True, eq=False)
@@ -89,35 +127,22 @@ class ModuleState:
     """``module.bagua_buckets``: made by the impl at every rebuild."""
     sync_enabled: bool = True
     """False inside ``no_sync()``: backward communicates nothing."""
-    find_unused_parameters: bool = False
-    """Leave parameters that received no gradient on any rank out of the buckets (``unused_params``)."""
-    grad_seen: set[str] = field(default_factory=set)
-    """With ``find_unused_parameters``: the parameters whose gradient arrived in this backward."""
-    grad_marks: dict[int, Any] | None = None
-    """With ``find_unused_parameters`` on a model sharded with FSDP2: each sharded parameter's gradient (a weak
-    reference and its local tensor's version; by ``id`` of the parameter) when the first backward since the
-    last exchange began (``unused_params.mark_sharded_gradients``); None until then."""
-    params_in_use: set[str] | None = None
-    """With ``find_unused_parameters``: the parameters the buckets were last built for (None: all)."""
+    unused: UnusedParameters = field(default_factory=UnusedParameters)
+    """``find_unused_parameters``: whether it is on, and its bookkeeping."""
     handles: list[RemovableHandle] = field(default_factory=list)
     """The handles of every hook the core installed (forward, backward, FSDP2, optimizer)."""
     post_backward_queued: bool = False
     """Whether this backward's end-of-backward callback is queued already."""
-    lent: dict[int, BaguaBucket] = field(default_factory=dict)
-    """A sharded model: unit index (``shard.units``) -> the bucket of its gradients, lent FSDP2's reduce-scatter
-    output each step (``bagua_core.module.sharded``)."""
-    lent_verified: bool = False
-    """Whether FSDP2's gradients were found where the lent buckets laid them out (checked once per rebuild)."""
+    lending: Lending = field(default_factory=Lending)
+    """A sharded model: the buckets lent FSDP2's reduce-scatter output."""
     scheduler: BucketScheduler | None = None
     """Launches the buckets in order (rebuilt with them)."""
     hooks: ImplHooks | None = None
     """The impl's hooks (rebuilt with the buckets)."""
     stepped: set[int] = field(default_factory=set)
     """The optimizers (``id``) that stepped in this training step; when every one has, the step ends."""
-    autotuner: StepTuner | bool | None = None
-    """The autotuner; False: tuning is off; None: decided at the next step (``BAGUA_AUTOTUNE``)."""
-    autotune_result: dict[str, Any] | None = None
-    """``module.bagua_autotune_result``: what the autotuner chose, once it has."""
+    tuning: Tuning = field(default_factory=Tuning)
+    """The autotuner and what it chose."""
     metrics: Any = None
     """The ``bagua_core.metrics.StepMetrics`` the hooks record into once ``module.bagua_metrics()`` asked for it;
     None: nothing is measured."""
@@ -190,7 +215,7 @@ def build_params(module: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]
     received no gradient on any rank in the last backward."""
     params = named_parameters(module)
     state = state_of(module)
-    in_use = state.params_in_use if state is not None else None
+    in_use = state.unused.in_use if state is not None else None
     return params if in_use is None else [(n, p) for n, p in params if n in in_use]
 
 

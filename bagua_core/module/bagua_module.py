@@ -157,7 +157,7 @@ class BaguaModule:
         state = ModuleState(declaration, impl, capabilities_of(declaration, impl), group, optimizers, name, do_flatten,
                             shard=layout)
         if previous is not None:
-            state.find_unused_parameters, state.autotuner = previous.find_unused_parameters, previous.autotuner
+            state.unused.enabled, state.tuning.tuner = previous.unused.enabled, previous.tuning.tuner
             state.metrics = previous.metrics
         set_state(self, state)  # (replaces the checkpoint kept for this wrap, if any)
         self.__class__ = wrapped_class(type(self))
@@ -312,7 +312,10 @@ def _wrapped(module: torch.nn.Module, attribute: str) -> ModuleState:
 
 def _read_only(attribute: str, field: str, doc: str) -> property:
     def get(module: torch.nn.Module) -> Any:
-        return getattr(_wrapped(module, attribute), field)
+        value = _wrapped(module, attribute)
+        for part in field.split("."):
+            value = getattr(value, part)
+        return value
 
     def refuse(module: torch.nn.Module, value: Any) -> None:
         raise AttributeError(f"{attribute} is bagua's: with_bagua sets it (an algorithm changes the impl through "
@@ -344,7 +347,7 @@ PROPERTIES = {
     "bagua_train_step_counter": _read_only("bagua_train_step_counter", "train_step_counter",
                                            "Training forwards since the wrap (or the resumed count)."),
     "bagua_buckets": _read_only("bagua_buckets", "buckets", "The buckets the impl made."),
-    "bagua_autotune_result": _read_only("bagua_autotune_result", "autotune_result",
+    "bagua_autotune_result": _read_only("bagua_autotune_result", "tuning.result",
                                         "What the autotuner chose (None until it has)."),
     "bagua_module_name": property(module_name, doc="The module's name (bagua's backends find it by it)."),
     "process_group": property(_get_process_group, _set_process_group,

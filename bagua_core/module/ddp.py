@@ -105,7 +105,7 @@ class DistributedDataParallel(torch.nn.Module):
         if bucket_cap_mb != 25 and not impl.bucket_size:
             impl.bucket_size = int(bucket_cap_mb * 1024 * 1024)
             reset(module)
-        _wrapped_state(module).find_unused_parameters = find_unused_parameters
+        _wrapped_state(module).unused.enabled = find_unused_parameters
 
     @property
     def inner(self) -> torch.nn.Module:

@@ -57,8 +57,8 @@ def rebuild_buckets(module: torch.nn.Module, state: ModuleState) -> None:
         bucket.process_group = state.process_group
         impl.init_operations(module, bucket)
     state.buckets = buckets
-    state.lent = sharded.lend_buckets(buckets, state.shard.units) if state.shard is not None else {}
-    state.lent_verified = False
+    state.lending.buckets = sharded.lend_buckets(buckets, state.shard.units) if state.shard is not None else {}
+    state.lending.verified = False
     ready_hook = impl.init_bucket_ready_hook(module)
     state.scheduler = BucketScheduler(buckets, state.process_group.worker, ready_hook)
     state.hooks = ImplHooks(
@@ -126,8 +126,8 @@ def _make_backward_hook(module: torch.nn.Module, state: ModuleState, name: str):
             return
         if not state.post_backward_queued:
             _queue_end_of_backward(module, state)
-        if state.find_unused_parameters:
-            state.grad_seen.add(name)
+        if state.unused.enabled:
+            state.unused.seen.add(name)
         with exposed(state.metrics), _BACKWARD:
             state.hooks.backward(name, param)
 
@@ -143,7 +143,7 @@ def _make_output_hook(module: torch.nn.Module, state: ModuleState):
     the gradients as this backward begins (``unused_params``: no per-parameter hook sees them arrive)."""
 
     def queue(grad: torch.Tensor) -> None:
-        if state.find_unused_parameters:  # (inside no_sync too: its micro-batches' gradients count)
+        if state.unused.enabled:  # (inside no_sync too: its micro-batches' gradients count)
             mark_sharded_gradients(state)
         if not state.post_backward_queued and state.sync_enabled:
             _queue_end_of_backward(module, state)
@@ -166,18 +166,18 @@ def _post_backward(module: torch.nn.Module, state: ModuleState) -> None:
 
 
 def _end_of_backward(module: torch.nn.Module, state: ModuleState) -> None:
-    finding = state.find_unused_parameters
+    finding = state.unused.enabled
     without = note_sharded_gradients(module, state) if finding and state.shard is not None else set()
     try:
         state.hooks.post_backward()
     finally:
-        verify = not state.lent_verified  # the first step that lends a buffer after a rebuild checks FSDP2's layout
-        for bucket in state.lent.values():  # FSDP2's gradients are views of it now; the bucket lets go
+        verify = not state.lending.verified  # the first step that lends a buffer after a rebuild checks FSDP2's layout
+        for bucket in state.lending.buckets.values():  # FSDP2's gradients are views of it now; the bucket lets go
             lent = bucket.buffer
             bucket.lend(None)
             if verify and lent is not None:
                 sharded.verify_lent_layout(bucket, lent)
-                state.lent_verified = True
+                state.lending.verified = True
     if finding and agree_on_used_parameters(module, state):
         rebuild_buckets(module, state)
     if without:
@@ -231,7 +231,7 @@ def uninstall(module: torch.nn.Module, state: ModuleState) -> None:
             scheduler.synchronize()
         scheduler.detach()
     state.scheduler = None
-    for bucket in state.lent.values():
+    for bucket in state.lending.buckets.values():
         bucket.lend(None)
     if state.metrics is not None:  # the last step's record reaches the sinks
         state.metrics.flush()

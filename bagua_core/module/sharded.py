@@ -220,7 +220,7 @@ class UnitHandoff:
 
     def __call__(self, flat: torch.Tensor) -> None:
         state = self.state
-        bucket = state.lent.get(self.index)
+        bucket = state.lending.buckets.get(self.index)
         if bucket is None or not state.sync_enabled or state.scheduler is None:
             return
         if flat.numel() != bucket.padded_numel or flat.dtype == torch.float16 or \

@@ -20,7 +20,7 @@ as FSDP2 and torch's HSDP leave it, so the optimizer skips it.
 Example::
 
     >>> model = model.with_bagua([optimizer], "gradient_allreduce")
-    >>> state_of(model).find_unused_parameters = True    # what data_parallel.DistributedDataParallel sets
+    >>> state_of(model).unused.enabled = True    # what data_parallel.DistributedDataParallel sets
 """
 
 from __future__ import annotations
@@ -48,15 +48,15 @@ def mark_sharded_gradients(state: ModuleState) -> None:
     pending (a backward inside ``no_sync`` came first), mark each sharded parameter's gradient as it is now.
     The parameters are the units' (``state.shard``): during backward FSDP2's root may hold its unsharded
     parameters where the model's are."""
-    if state.grad_marks is None:
-        state.grad_marks = {id(p): _mark(p.grad) for unit in state.shard.units for p in unit.params}
+    if state.unused.marks is None:
+        state.unused.marks = {id(p): _mark(p.grad) for unit in state.shard.units for p in unit.params}
 
 
 def note_sharded_gradients(module: torch.nn.Module, state: ModuleState) -> set[str]:
     """A sharded model, at the end of a backward that exchanges, before its buckets are flushed: add to
-    ``state.grad_seen`` the parameters whose gradient is new or changed since :func:`mark_sharded_gradients`
+    ``state.unused.seen`` the parameters whose gradient is new or changed since :func:`mark_sharded_gradients`
     and return the names of those without any gradient (the flush gives them zeros)."""
-    marks, state.grad_marks = state.grad_marks or {}, None
+    marks, state.unused.marks = state.unused.marks or {}, None
     without = set()
     for name, param in named_parameters(module):
         grad = param.grad
@@ -65,14 +65,14 @@ def note_sharded_gradients(module: torch.nn.Module, state: ModuleState) -> set[s
             continue
         mark = marks.get(id(param))
         if mark is None or mark[0]() is not grad or mark[1] != local_shard(grad)._version:
-            state.grad_seen.add(name)
+            state.unused.seen.add(name)
     return without
 
 
 def forget_unused_sharded_gradients(module: torch.nn.Module, state: ModuleState, without: set[str]) -> None:
     """After the ranks agreed on the used parameters: those that had no gradient before the flush and that no
     rank used get none again (the flush gave them zeros on every rank), as torch's HSDP leaves them."""
-    used = state.params_in_use
+    used = state.unused.in_use
     if used is None or not without:
         return
     for name, param in named_parameters(module):
@@ -82,7 +82,7 @@ def forget_unused_sharded_gradients(module: torch.nn.Module, state: ModuleState,
 
 def _used_on_any_rank(module: torch.nn.Module, state: ModuleState) -> set[str]:
     names = [name for name, _ in named_parameters(module)]
-    seen, state.grad_seen = state.grad_seen, set()
+    seen, state.unused.seen = state.unused.seen, set()
     mask = torch.tensor([1 if name in seen else 0 for name in names], dtype=torch.int32)
     allreduce_inplace(mask, op=ReduceOp.MAX, comm=state.process_group.get_global_communicator())
     return {name for name, used in zip(names, mask.tolist()) if used}
@@ -91,7 +91,7 @@ def _used_on_any_rank(module: torch.nn.Module, state: ModuleState) -> set[str]:
 def _communicate_now(module: torch.nn.Module, state: ModuleState, names: set[str]) -> None:
     """Run the algorithm's bucket operations once over the gradients of ``names`` only."""
     impl = state.impl
-    state.params_in_use = names
+    state.unused.in_use = names
     tensors = impl.init_tensors(module)
     buckets = impl.tensors_to_buckets(group_tensors(tensors, impl.bucket_size_bytes()), state.do_flatten)
     for bucket in buckets:
@@ -108,7 +108,7 @@ def agree_on_used_parameters(module: torch.nn.Module, state: ModuleState) -> boo
     """At the end of backward (every rank): whether the used parameters changed, in which case the
     caller (``bagua_core.module.hooks``, which installed this step) rebuilds the buckets."""
     used = _used_on_any_rank(module, state)
-    in_use = state.params_in_use
+    in_use = state.unused.in_use
     if in_use is None:
         in_use = {name for name, _ in named_parameters(module)}
     if used == in_use:
@@ -116,5 +116,5 @@ def agree_on_used_parameters(module: torch.nn.Module, state: ModuleState) -> boo
     newly_used = used - in_use
     if newly_used:
         _communicate_now(module, state, newly_used)
-    state.params_in_use = used
+    state.unused.in_use = used
     return True

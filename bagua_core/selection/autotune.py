@@ -176,7 +176,7 @@ class Autotuner:
         worker.synchronize()
         best = self.candidates[int(choice[0])]
         self.result = {**best, "step_time_s": {str(c): float(t) for c, t in zip(self.candidates, means)}}
-        state.autotune_result = self.result
+        state.tuning.result = self.result
         logger.info("autotune chose %s (max step time over ranks per candidate: %s); fixed from step %d on",
                     best, [round(float(t), 6) for t in means], state.train_step_counter)
         return self._apply(best)
@@ -190,7 +190,7 @@ def configure(module: torch.nn.Module, config: AutotuneConfig | None = None, **o
         >>> configure(model, warmup_steps=2, trial_steps=3, bucket_sizes=(1 << 20, 1 << 22))
     """
     config = config or AutotuneConfig(**{"enabled": True, **options})
-    _wrapped_state(module).autotuner = Autotuner(module, config) if config.enabled else False
+    _wrapped_state(module).tuning.tuner = Autotuner(module, config) if config.enabled else False
 
 
 def _wrapped_state(module: torch.nn.Module) -> ModuleState:
@@ -204,9 +204,9 @@ def on_train_step(module: torch.nn.Module) -> bool:
     """Called by the forward pre-hook after the step counter moved: run the tuner, if any. True when the
     module's buckets must be rebuilt before this step (the tuner applied a candidate)."""
     state = _wrapped_state(module)
-    tuner = state.autotuner
+    tuner = state.tuning.tuner
     if tuner is None or (tuner is not False and tuner.impl is not state.impl):  # new wrap
         config = AutotuneConfig.from_env()
         tuner = Autotuner(module, config) if config.enabled else False
-        state.autotuner = tuner
+        state.tuning.tuner = tuner
     return bool(tuner) and tuner.on_step(module)
