@@ -65,8 +65,6 @@ KNOWN_PRIVATE_TORCH = {
     # graph task's last parameter, and raises in autograd.grad on parameters); sharded, after FSDP2's own
     # callback (hooks._queue_end_of_backward, tests/test_end_of_backward.py)
     "bagua_core/module/hooks.py: Variable._execution_engine",
-    # the leaves of a module's output, whatever its pytree (dataclasses, namedtuples, registered nodes)
-    "bagua_core/module/hooks.py: utils._pytree",
     # the default group's store, shared by bagua's own groups and its failure records
     "bagua_core/runtime/failure/record.py: distributed_c10d._get_default_store",
     "bagua_core/runtime/communication/communicator.py: distributed_c10d._get_default_store",
@@ -74,9 +72,6 @@ KNOWN_PRIVATE_TORCH = {
     # every process group, to abort them all when a rank fails
     "bagua_core/runtime/failure/abort.py: distributed_c10d._world",
     "bagua_core/fault_tolerance/managed_group.py: distributed_c10d._world",
-    # one fused pass over a device's gradients for inf/NaN (torch's GradScaler's kernel)
-    "bagua_core/module/nonfinite.py: torch._amp_foreach_non_finite_check_and_unscale_",
-    "bagua_algorithms/q_adam/loss_scaling.py: torch._amp_foreach_non_finite_check_and_unscale_",
     # whether a gradient changed in place since a backward began (FSDP2 assigns .grad itself)
     "bagua_core/module/unused_params.py: ._version",
 }

@@ -7,7 +7,7 @@ optimizer declares ``_step_supports_amp_scaling``: ``GradScaler.step`` then hand
 
 - skips the step when ``found_inf`` (as the scaler would), putting back the momentum it had before
   the backward (kept by :meth:`LossScaling.keep_previous`);
-- otherwise unscales the gradients in place with the scaler's own kernel (so warmup steps are
+- otherwise unscales the gradients in place as the scaler's own kernel does (so warmup steps are
   bit-identical to ``scaler.step(torch.optim.Adam)``), and finishes the momentum updated in backward:
   ``m = b1 m_prev + (m - b1 m_prev) / S + (1 - b1) wd p`` (weight decay is left out of the scaled
   update, since ``p`` is not scaled).
@@ -34,14 +34,31 @@ __all__ = ["LossScaling", "unscale_gradients"]
 
 
 def unscale_gradients(params: list[torch.Tensor], inv_scale: torch.Tensor) -> None:
-    """``grad *= inv_scale`` in place, with the kernel ``GradScaler.unscale_`` uses."""
+    """``grad *= inv_scale`` in place, bit for bit what ``GradScaler.unscale_`` writes: its kernel takes each
+    element to float (``opmath``), multiplies it by the float ``inv_scale`` and rounds the product to the
+    gradient's dtype. torch's public multi-tensor ``_foreach_mul_`` (what its optimizers run) does the same, one
+    fused pass per device and dtype, given the scale in the form each path keeps exact:
+
+    - the 0-dim ``inv_scale`` tensor, where the gradients share its dtype (float32), and on CPU for every dtype
+      (its kernels take a 0-dim tensor's value to ``opmath``; tests/test_public_torch_replacements.py compares
+      the bits with the scaler's kernel for float32, float16, bfloat16 and float64);
+    - its value as a Python float for CUDA gradients of another dtype: torch's CUDA kernels round a 0-dim CUDA
+      tensor of another dtype to the gradients' dtype first (an ``inv_scale`` of 1/3 to half precision, one
+      under 2**-24 to 0), while a Python float reaches ``opmath`` exactly (read in torch's source, not run here).
+      ``float(inv_scale)`` waits for the device; the step has already waited for ``found_inf``. (On CPU it is
+      the other way round: a Python float is rounded to half precision first.)"""
     groups: dict[tuple, list[torch.Tensor]] = {}
     for param in params:
         if param.grad is not None:
             groups.setdefault((param.grad.device, param.grad.dtype), []).append(param.grad)
-    for (device, _), grads in groups.items():
-        found = torch.zeros(1, device=device)
-        torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inv_scale.to(device))
+    value = None
+    with torch.no_grad():
+        for (device, dtype), grads in groups.items():
+            if dtype == inv_scale.dtype or device.type != "cuda":
+                torch._foreach_mul_(grads, inv_scale.reshape(()).to(device))
+            else:
+                value = float(inv_scale) if value is None else value
+                torch._foreach_mul_(grads, value)
 
 
 class LossScaling:

@@ -5,6 +5,8 @@ hooks) and rebuilds its buckets. The hooks read and keep what they need in the m
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 from typing import Any
 
 import torch
@@ -134,6 +136,36 @@ def _make_backward_hook(module: torch.nn.Module, state: ModuleState, name: str):
     return hook
 
 
+def _tensors_in(output: Any) -> list[torch.Tensor]:
+    """The tensors of a module's output, whatever its structure: a tensor (a subclass such as ``DTensor``
+    included, not looked into), and what tuples (namedtuples, ``torch.return_types``), lists, deques, dicts
+    (``OrderedDict`` and other subclasses, Hugging Face's ``ModelOutput`` among them) and dataclass instances
+    hold, at any depth. What ``torch.utils._pytree.tree_leaves`` found, without its private module: pytree
+    also walks the nodes registered with it (``register_pytree_node``: a class of the user's own, for one),
+    which this does not; it leaves dict subclasses it does not know and dataclasses unregistered with it
+    alone, which this walks; neither looks into sets. A container met twice is walked once."""
+    found: list[torch.Tensor] = []
+    pending, seen = [output], set()
+    while pending:
+        item = pending.pop()
+        if isinstance(item, torch.Tensor):
+            found.append(item)
+            continue
+        if id(item) in seen:
+            continue
+        if isinstance(item, dict):
+            children = list(item.values())
+        elif isinstance(item, (tuple, list, collections.deque)):
+            children = list(item)
+        elif dataclasses.is_dataclass(item) and not isinstance(item, type):
+            children = [getattr(item, field.name) for field in dataclasses.fields(item)]
+        else:
+            continue
+        seen.add(id(item))
+        pending.extend(reversed(children))
+    return found
+
+
 def _make_output_hook(module: torch.nn.Module, state: ModuleState):
     """A model sharded with FSDP2: its parameters' gradients are the reduce-scattered shards FSDP2 sets, not
     accumulated by autograd, so no per-parameter hook sees them (FSDP2 hands them to bagua through its
@@ -151,8 +183,8 @@ def _make_output_hook(module: torch.nn.Module, state: ModuleState):
     def hook(module: torch.nn.Module, inputs: Any, output: Any) -> None:
         if not module.training or not torch.is_grad_enabled():
             return
-        for tensor in torch.utils._pytree.tree_leaves(output):
-            if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
+        for tensor in _tensors_in(output):
+            if tensor.requires_grad:
                 tensor.register_hook(queue)
 
     return hook

@@ -29,17 +29,22 @@ __all__ = ["agree_on_nonfinite_gradients", "has_nonfinite"]
 
 
 def has_nonfinite(tensors: list[torch.Tensor]) -> bool:
-    """Whether any of ``tensors`` holds inf or NaN (one fused pass per device and dtype)."""
+    """Whether any of ``tensors`` holds inf or NaN (one fused pass per device and dtype).
+
+    Each floating-point group's inf-norm (``max |x|``, torch's public multi-tensor ``_foreach_norm``, what
+    ``clip_grad_norm_`` runs) is finite exactly when its elements are: a max cannot overflow on finite values
+    (``finfo.max`` stays finite, unlike a 2-norm), and an inf or a NaN anywhere reaches it (the CPU path and
+    the CUDA kernel both take the max NaN-propagating). Integer and complex tensors are skipped, and so are
+    empty ones (an inf-norm of nothing is undefined)."""
     groups: dict[tuple, list[torch.Tensor]] = {}
     for tensor in tensors:
-        groups.setdefault((tensor.device, tensor.dtype), []).append(tensor)
-    for (device, _), members in groups.items():
-        if any(not t.is_floating_point() for t in members):
-            continue
-        found = torch.zeros(1, device=device)
-        torch._amp_foreach_non_finite_check_and_unscale_(members, found, torch.ones(1, device=device))
-        if found.item():
-            return True
+        if tensor.is_floating_point() and tensor.numel():
+            groups.setdefault((tensor.device, tensor.dtype), []).append(tensor)
+    with torch.no_grad():
+        for members in groups.values():
+            norms = torch._foreach_norm(members, ord=float("inf"))
+            if not torch.isfinite(torch.stack(norms)).all():
+                return True
     return False
 
 
