@@ -21,8 +21,8 @@ the next ``overlap_steps`` inner steps and its outer result is then mixed in,
 ``x = mixing * x_local + (1 - mixing) * x_start``. ``compression`` sends the outer gradients through a
 codec with error feedback (:mod:`.exchange`), e.g. 4 bits with "MinMaxUInt4".
 
-Communicated: nothing during the inner steps (after ``warmup_steps`` steps of the core's warmup, plain gradient
-allreduce: ``warming_up``);
+Communicated: nothing during the inner steps (after ``warmup_steps`` steps of the core's warmup, plain
+gradient allreduce: ``warming_up``);
 every H steps each fragment's fp32 pseudo-gradient is allreduced, or its encoding allgathered, on a
 process group of the algorithm's own (creating it is collective: every process wraps its model).
 Events run after the optimizer step of their inner step (or, if that step's optimizer did not run, at
@@ -107,7 +107,7 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         self.group = membership.between_replicas if self.fault_tolerant else process_group.new_channel()  # collective
         self.schedule = Schedule(config.inner_steps, config.fragment_count, config.overlap)
         self._module: torch.nn.Module | None = None
-        """The wrapped module (its step counter is the schedule's), set when the core first asks :meth:`warming_up`."""
+        """The wrapped module (its step counter is the schedule's), set when the core asks :meth:`warming_up`."""
         self.step_offset = 0
         """Added to the module's step counter (a resumed run continues the saved schedule)."""
         self.fragments: list[list[torch.Tensor]] = []
@@ -155,14 +155,14 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         return self.train_step() - self.config.warmup_steps
 
     def warming_up(self, bagua_module: torch.nn.Module) -> bool:
-        """The first ``warmup_steps`` steps (counted with a resumed run's :attr:`step_offset`) are the core's warmup,
-        plain gradient allreduce; the inner steps begin after them. (The core asks it at every rebuild, the wrap's
-        first: the impl keeps ``bagua_module``, whose step counter is the schedule's.)"""
+        """The first ``warmup_steps`` steps (counted with a resumed run's :attr:`step_offset`) are the core's
+        warmup, plain gradient allreduce; the inner steps begin after them. (The core asks it at every rebuild,
+        the wrap's first: the impl keeps ``bagua_module``, whose step counter is the schedule's.)"""
         self._module = bagua_module
         return self.config.warmup_steps > 0 and self.inner_step() <= 0
 
     def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
-        """Nothing: the inner steps communicate nothing in backward (the first call begins the inner phase)."""
+        """Nothing: the inner steps send nothing in backward (the first call begins the inner phase)."""
         if not self.starts:
             self._begin_inner(bagua_module)
         return []

@@ -113,8 +113,8 @@ class ModuleState:
     hooks: ImplHooks | None = None
     """The impl's hooks (rebuilt with the buckets)."""
     warming_up: bool = False
-    """Whether the buckets and hooks are the core's warmup's (the impl's ``warming_up`` said True at their last
-    rebuild: ``bagua_core.lifecycle.warmup``) rather than the impl's own."""
+    """Whether the buckets and hooks are the core's warmup's (the impl's ``warming_up`` said True at their
+    last rebuild: ``bagua_core.lifecycle.warmup``) rather than the impl's own."""
     stepped: set[int] = field(default_factory=set)
     """The optimizers (``id``) that stepped in this training step; when every one has, the step ends."""
     autotuner: StepTuner | bool | None = None
