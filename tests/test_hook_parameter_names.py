@@ -79,8 +79,10 @@ def _keyword_calls(rank: int) -> dict:
         again = impl.init_tensors(bagua_module=model)
         assert [name_of(t) for t in tensors] == [name_of(t) for t in again]
         model.bagua_reset()  # init_tensors may rebind the impl's own tensor list: rebuild the buckets around it
-        for bucket in model.bagua_buckets:  # the ops these calls append are the ones training runs
-            impl.init_operations(bagua_ddp=model, bucket=bucket)
+        warming = impl.warming_up(bagua_ddp=model)
+        assert warming == impl.warming_up(bagua_module=model) == (name == "async")  # async: from the wrap on
+        for bucket in model.bagua_buckets if not warming else ():  # (the warmup's buckets are the core's)
+            impl.init_operations(bagua_ddp=model, bucket=bucket)  # the ops these calls append are those training runs
             impl.init_operations(bagua_module=model, bucket=bucket)
         for step in range(2):
             x, y = batch(rank, step)

@@ -134,3 +134,82 @@ def test_lifecycle_order() -> None:
         assert last_backward < rest.index("bucket_op") < rest.index("post_step:SGD")
         assert last_backward < rest.index("post_backward")
         assert rest[-1] == "post_step:SGD" and rest.count("bucket_op") == 1
+
+
+# --- the core's warmup: gradient allreduce while the impl says so, then the impl's own hooks ------------------------
+
+class WarmingConfig(AlgorithmConfig):
+    name: Literal["warming"] = "warming"
+    warmup_steps: int = 2
+
+
+class WarmingImpl(AlgorithmImpl):
+    """Communicates nothing of its own (its op only records); the core's warmup averages the gradients before."""
+
+    def __init__(self, process_group, config) -> None:
+        super().__init__(process_group, config)
+        self.calls: list[str] = []
+
+    def warming_up(self, bagua_module) -> bool:
+        self.calls.append(f"warming_up:{bagua_module.bagua_train_step_counter}")
+        return bagua_module.bagua_train_step_counter <= self.config.warmup_steps
+
+    def init_tensors(self, bagua_module):
+        self.calls.append("init_tensors")
+        return super().init_tensors(bagua_module)
+
+    def init_operations(self, bagua_module, bucket):
+        bucket.clear_ops()
+        bucket.append_op(lambda bucket: self.calls.append("own_op"))
+
+    def init_forward_pre_hook(self, bagua_module):
+        return lambda inputs: self.calls.append(f"forward_pre:{bagua_module.bagua_train_step_counter}")
+
+    def state_dict(self):
+        return {"calls": len(self.calls)}
+
+
+class WarmingAlgorithm(Algorithm):
+    name = "warming"
+    Config = WarmingConfig
+    Impl = WarmingImpl
+
+
+class WarmingPlugin:
+    @hookimpl
+    def bagua_register_algorithms(self):
+        return [WarmingAlgorithm]
+
+
+def _warm(rank: int) -> tuple[list[str], list[bool]]:
+    pm = get_plugin_manager()
+    plugin = WarmingPlugin()
+    pm.register(plugin, name="warming-inline")
+    try:
+        model = SmallNet(seed=rank)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model = model.with_bagua([optimizer], {"name": "warming", "warmup_steps": 2})
+        impl = model.bagua_algorithm
+        averaged = []
+        for step in range(4):
+            x, y = batch(rank, step)
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            grad = model.fc1.weight.grad.clone()
+            gathered = [torch.empty_like(grad) for _ in range(2)]
+            torch.distributed.all_gather(gathered, grad)
+            averaged.append(torch.equal(gathered[0], gathered[1]))
+            optimizer.step()
+            assert model.bagua_algorithm is impl and impl.state_dict()["calls"] == len(impl.calls)
+        return impl.calls, averaged
+    finally:
+        pm.unregister(plugin)
+
+
+def test_warmup_is_the_cores_gradient_allreduce_then_the_impls_own_hooks() -> None:
+    calls, averaged = run_workers(_warm, 2)[0]
+    # the wrap and steps 1-2 warm up: the impl is asked, its hooks are not built nor run; step 3 switches
+    assert calls[:3] == ["warming_up:0", "warming_up:1", "warming_up:2"]
+    assert calls[3:] == ["warming_up:3", "warming_up:3", "init_tensors", "forward_pre:3", "own_op",
+                         "warming_up:4", "forward_pre:4", "own_op"]
+    assert averaged == [True, True, False, False]  # the warmup's allreduce averaged the gradients

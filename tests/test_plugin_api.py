@@ -265,6 +265,7 @@ def test_what_the_core_reads_of_an_impl_has_a_default() -> None:
     assert plain.bucket_size_bytes() == settings.default_bucket_size() and plain.supports_autotune is None
     assert plain.init_bucket_ready_hook(None) is None and plain.init_step_end_hook(None) is None
     assert plain.abort(None) is None and plain.resume(None) is None and plain.rounds_completed() is None
+    assert plain.need_reset() is False and plain.warming_up(None) is False  # no warmup: the impl's hooks from the wrap
     assert plain._older_form_capabilities() == {} and not plain._has_background_controls()
 
     impl = AlgorithmImpl(None, GradientAllReduceConfig(hierarchical=True))

@@ -1,6 +1,7 @@
 """``async``: asynchronous model averaging by a background thread, no waiting in the training loop.
 
-During the first ``warmup_steps`` steps: plain gradient allreduce (AVG, full precision). After it, a
+During the first ``warmup_steps`` steps: plain gradient allreduce (AVG, full precision: the core's warmup,
+``AlgorithmImpl.warming_up``). After it, a
 background thread every ``sync_interval_ms`` snapshots the weights, allreduces the snapshot (SUM, in
 the weights' dtype, on a torch process group of its own) and under the weight lock applies
 ``x += reduced / n - snapshot``, keeping the local progress made since the snapshot

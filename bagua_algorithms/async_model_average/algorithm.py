@@ -16,7 +16,6 @@ from bagua_core.api import (
     BaguaBucket,
     BaguaCommunicator,
     Capabilities,
-    CentralizedSynchronousOp,
     FaultTolerance,
     RoundCount,
     failure_guard,
@@ -40,7 +39,7 @@ def _stop_at_exit() -> None:
 
 
 class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
-    """Gradient allreduce during warmup, then the weights in buckets of the background averager."""
+    """The weights in buckets of the background averager, after the core's warmup of gradient allreduce."""
 
     config: AsyncModelAverageConfig
 
@@ -54,29 +53,22 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
         self.comm = BaguaCommunicator(group, process_group.ranks, f"{process_group.name}/async")
         self.averager: AsyncModelAverager | None = None
         self._averaged_before = (0, 0)  # rounds and bytes of the averagers before this one
-        self._module: WrappedModule | None = None
-        self._async_phase: bool | None = None
-        self._forced_async = False
+        self._warmup_ended = False
+        """Set by :meth:`abort` during the warmup: the averaging begins at once (other ranks may have begun)."""
         self._active = True
         self._holds_lock = False
 
     # --- phases ----------------------------------------------------------------------------------
-    def _wants_async(self) -> bool:
-        return self._forced_async or self._module.train_step_counter > self.config.warmup_steps
-
-    def need_reset(self) -> bool:
-        return self._wants_async() != self._async_phase
+    def warming_up(self, bagua_module: torch.nn.Module) -> bool:
+        """The core's warmup (gradient allreduce) through step ``warmup_steps`` of the module's step counter (the
+        wrap's buckets included), unless :meth:`abort` ended it."""
+        return not self._warmup_ended and WrappedModule(bagua_module).train_step_counter <= self.config.warmup_steps
 
     def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
-        self._module = wrapped = WrappedModule(bagua_module)
-        self._async_phase = self._wants_async()
-        if not self._async_phase:
-            return super().init_tensors(bagua_module)
+        wrapped = WrappedModule(bagua_module)
         return [tensors.mark(p, n, wrapped.module_name) for n, p in wrapped.build_params()]
 
     def tensors_to_buckets(self, tensors: list[list[torch.Tensor]], do_flatten: bool) -> list[BaguaBucket]:
-        if not self._async_phase:
-            return super().tensors_to_buckets(tensors, do_flatten)
         if self.averager is not None:  # its rounds stay counted (rounds_completed)
             self._averaged_before = tuple(a + b for a, b in zip(self._averaged_before, self.averager.averaged))
         self.averager = AsyncModelAverager([], self.comm, self.config.sync_interval_ms, step_bound=self.fault_tolerant,
@@ -88,10 +80,7 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
 
     def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
         bucket.clear_ops()
-        if self._async_phase:
-            self.averager.add_bucket(bucket)  # averaged in the background: no op runs when the bucket is ready
-        else:
-            bucket.append_op(CentralizedSynchronousOp(self.process_group, hierarchical=False, average=True))
+        self.averager.add_bucket(bucket)  # averaged in the background: no op runs when the bucket is ready
 
     # --- the weight lock -----------------------------------------------------------------------
     def _release_lock(self) -> None:
@@ -101,8 +90,6 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
 
     def init_forward_pre_hook(self, bagua_module: torch.nn.Module) -> Callable:
         def hook(inputs) -> None:
-            if not self._async_phase:
-                return
             if not self._holds_lock:
                 self.averager.weight_lock.acquire()
                 self._holds_lock = True
@@ -116,11 +103,8 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
         return hook
 
     def init_backward_hook(self, bagua_module: torch.nn.Module) -> Callable:
-        default = super().init_backward_hook(bagua_module)
-
         def hook(parameter_name: str, parameter: torch.nn.Parameter) -> None:
-            if not self._async_phase:
-                default(parameter_name, parameter)
+            return None  # the weights' buckets are the averager's: nothing is marked ready
 
         return hook
 
@@ -128,17 +112,14 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
         wrapped = WrappedModule(bagua_module)
 
         def hook() -> None:
-            if not self._async_phase:
-                wrapped.wait_for_communication()
-            elif not wrapped.optimizers:
+            if not wrapped.optimizers:
                 self._release_lock()
 
         return hook
 
     def init_step_end_hook(self, bagua_module: torch.nn.Module) -> Callable:
         def hook() -> None:  # every optimizer has stepped: the weights are the background's again
-            if self._async_phase:
-                self._release_lock()
+            self._release_lock()
 
         return hook
 
@@ -150,8 +131,8 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
         if not self._active:
             return
         with failure_guard("aborting asynchronous model averaging"):
-            if not self._async_phase:  # still in warmup here, but other ranks may be averaging already
-                self._forced_async = True
+            if self.warming_up(bagua_module):  # still in warmup here, but other ranks may be averaging already
+                self._warmup_ended = True
                 WrappedModule(bagua_module).reset()
             self._release_lock()
             self._active = False
@@ -163,7 +144,7 @@ class AsyncModelAverageAlgorithmImpl(AlgorithmImpl):
         if self._active:
             return
         self._active = True
-        if self._async_phase:
+        if not self.warming_up(getattr(bagua_module, "inner", bagua_module)):
             self.averager.start()
 
     def quiesce(self, bagua_module: torch.nn.Module) -> None:

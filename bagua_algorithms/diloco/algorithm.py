@@ -21,7 +21,8 @@ the next ``overlap_steps`` inner steps and its outer result is then mixed in,
 ``x = mixing * x_local + (1 - mixing) * x_start``. ``compression`` sends the outer gradients through a
 codec with error feedback (:mod:`.exchange`), e.g. 4 bits with "MinMaxUInt4".
 
-Communicated: nothing during the inner steps (after ``warmup_steps`` steps of plain gradient allreduce);
+Communicated: nothing during the inner steps (after ``warmup_steps`` steps of the core's warmup, plain
+gradient allreduce: ``warming_up``);
 every H steps each fragment's fp32 pseudo-gradient is allreduced, or its encoding allgathered, on a
 process group of the algorithm's own (creating it is collective: every process wraps its model).
 Events run after the optimizer step of their inner step (or, if that step's optimizer did not run, at
@@ -55,9 +56,7 @@ from bagua_algorithms.diloco.timed import RoundProgress, agree_to_end, replica_s
 from bagua_core.api import (
     Algorithm,
     AlgorithmImpl,
-    BaguaBucket,
     Capabilities,
-    CentralizedSynchronousOp,
     FaultTolerance,
     RoundCount,
     WrappedModule,
@@ -108,7 +107,7 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         self.group = membership.between_replicas if self.fault_tolerant else process_group.new_channel()  # collective
         self.schedule = Schedule(config.inner_steps, config.fragment_count, config.overlap)
         self._module: torch.nn.Module | None = None
-        self._inner_phase: bool | None = None
+        """The wrapped module (its step counter is the schedule's), set when the core asks :meth:`warming_up`."""
         self.step_offset = 0
         """Added to the module's step counter (a resumed run continues the saved schedule)."""
         self.fragments: list[list[torch.Tensor]] = []
@@ -155,29 +154,22 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
     def inner_step(self) -> int:
         return self.train_step() - self.config.warmup_steps
 
-    def need_reset(self) -> bool:
-        return self._inner_phase != (self.inner_step() > 0 or self.config.warmup_steps == 0)
+    def warming_up(self, bagua_module: torch.nn.Module) -> bool:
+        """The first ``warmup_steps`` steps (counted with a resumed run's :attr:`step_offset`) are the core's
+        warmup, plain gradient allreduce; the inner steps begin after them. (The core asks it at every rebuild,
+        the wrap's first: the impl keeps ``bagua_module``, whose step counter is the schedule's.)"""
+        self._module = bagua_module
+        return self.config.warmup_steps > 0 and self.inner_step() <= 0
 
     def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
-        self._module = bagua_module
-        self._inner_phase = self.inner_step() > 0 or self.config.warmup_steps == 0
-        if not self._inner_phase:
-            return super().init_tensors(bagua_module)
+        """Nothing: the inner steps send nothing in backward (the first call begins the inner phase)."""
         if not self.starts:
             self._begin_inner(bagua_module)
         return []
 
-    def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
-        bucket.clear_ops()
-        if not self._inner_phase:
-            bucket.append_op(CentralizedSynchronousOp(self.process_group, hierarchical=False, average=True))
-
     def init_backward_hook(self, bagua_module: torch.nn.Module) -> Callable[[str, torch.nn.Parameter], None]:
-        warmup = super().init_backward_hook(bagua_module)
-
         def hook(parameter_name: str, parameter: torch.nn.Parameter) -> None:
-            if not self._inner_phase:
-                warmup(parameter_name, parameter)
+            return None  # no buckets
 
         return hook
 
@@ -214,7 +206,7 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
     def init_forward_pre_hook(self, bagua_module: torch.nn.Module) -> Callable[[Any], None]:
         def hook(inputs: Any) -> None:
             self._run_events(self.inner_step() - 1)  # a step whose optimizer did not run (GradScaler)
-            if self.timed is not None and self._inner_phase:
+            if self.timed is not None:
                 self.timed.on_forward(inputs, torch.is_grad_enabled())
 
         return hook
@@ -226,8 +218,6 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         return hook
 
     def _run_events(self, through: int) -> None:
-        if not self._inner_phase:
-            return
         if self.timed is not None:
             for step in range(self.done_through + 1, through + 1):
                 self._end_of_timed_step(step)
@@ -366,7 +356,7 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         """Fault-tolerant mode (``commit="at_round"``): whether the coming inner step (the step counter moves at its
         forward, after this is asked) sends a fragment's outer gradient, so that the exchange runs between the
         replicas of a quorum joined just before it. Warmup steps and rounds bounded in time: every step."""
-        if not self._inner_phase or self.timed is not None:
+        if self.timed is not None or self.warming_up(bagua_module):
             return True
         return bool(self.schedule.syncs_at(self.inner_step() + 1))
 
@@ -377,7 +367,7 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         streamed fragment's may be: its ``sent`` is copied and sent again). Warmup steps and rounds bounded in
         time (whose end is agreed over the quorum at every step, :mod:`.timed`) are rounds of one step, with a
         quorum each (:meth:`round_syncs`)."""
-        if not self._inner_phase or self.timed is not None:
+        if self.timed is not None or self.warming_up(bagua_module):
             return True
         asked, self.merges_asked = self.merges_asked, self.merged.rounds
         return self.merged.rounds != asked
@@ -388,8 +378,7 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         return self.merged
 
     def shutdown(self, bagua_module: torch.nn.Module) -> None:
-        if self.timed is not None and self.courier is not None and self._inner_phase and self.starts \
-                and first_failure() is None:
+        if self.timed is not None and self.courier is not None and self.starts and first_failure() is None:
             self._join()
         for fragment in list(self.pending):
             if fragment not in self.landed:

@@ -40,7 +40,6 @@ class DiLoCoRankState(Protocol):
     """What a checkpoint reads and writes of the impl (``DiLoCoAlgorithmImpl`` has it). The impl uses
     this module, so this module describes the impl instead of importing it."""
 
-    _inner_phase: bool
     _module: Any  # the wrapped module, None before the first wrap
     step_offset: int
     done_through: int
@@ -57,8 +56,6 @@ class DiLoCoRankState(Protocol):
 
     def train_step(self) -> int: ...
 
-    def need_reset(self) -> bool: ...
-
     def _land(self, fragment: int) -> torch.Tensor: ...
 
 
@@ -69,7 +66,7 @@ def state_of(impl: DiLoCoRankState, wait: bool = True) -> dict[str, Any]:
     are not waited for (streaming keeps its overlap); what this rank sent in each is kept instead (``sent``)
     and :func:`restore` sends it again on the impl's group, and the tensors are not cloned (the caller's
     copy clones them)."""
-    if not impl._inner_phase or impl._module is None:
+    if not impl.starts or impl._module is None:  # (no start weights until the inner phase begins)
         return {}
     if not wait and impl.futures:
         raise RuntimeError("an exchange on the courier thread cannot be copied in flight: fault-tolerant mode runs "
@@ -113,7 +110,7 @@ def restore(impl: DiLoCoRankState, state: dict[str, Any]) -> None:
         impl._land(fragment)
     module = WrappedModule(impl._module)
     impl.step_offset = int(state["train_step"]) - module.train_step_counter
-    if impl.need_reset():
+    if not impl.starts:  # the buckets are the core's warmup's: the state's step is past it
         module.reset()  # into the inner phase
     with torch.no_grad():
         for param, saved in zip((tensors.local_shard(p) for _, p in module.named_parameters()), state["local"]):

@@ -6,9 +6,10 @@ optimizer does Adam, exactly ``torch.optim.Adam`` on the averaged gradient. From
 buckets hold the optimizer's momentum ``exp_avg`` instead: when a bucket's gradients are ready, each
 worker updates m from its local gradient (weight decay included) and the bucket is averaged with
 bytegrad's exchange (its op, imported: MinMaxUInt8, every rank bit-identical); the optimizer then applies m with
-the frozen v. ``need_reset`` is True once, before the first step after warmup, to rebuild the
-buckets over the momentum tensors. Under ``torch.amp.GradScaler`` an overflow on any rank is skipped
-on every rank, with the same scale everywhere (see ``bagua_algorithms.q_adam.loss_scaling``).
+the frozen v. The warmup is the core's (``warming_up``: while the optimizer is in warmup); the
+first forward after it rebuilds the buckets over the momentum tensors. Under ``torch.amp.GradScaler``
+an overflow on any rank is skipped on every rank, with the same scale everywhere (see
+``bagua_algorithms.q_adam.loss_scaling``).
 
 Example::
 
@@ -31,7 +32,6 @@ from bagua_core.api import (
     BaguaBucket,
     BaguaConfigError,
     Capabilities,
-    CentralizedSynchronousOp,
     FaultTolerance,
     WrappedModule,
     has_nonfinite,
@@ -42,23 +42,20 @@ __all__ = ["QAdamAlgorithm", "QAdamAlgorithmImpl"]
 
 
 class QAdamAlgorithmImpl(AlgorithmImpl):
-    """Full-precision gradient buckets during warmup, then buckets of momentum averaged by bytegrad's op."""
+    """Buckets of momentum averaged by bytegrad's op, after the core's full-precision warmup (``warming_up``)."""
 
     config: QAdamConfig
 
     def __init__(self, process_group, config: QAdamConfig, q_adam_optimizer: QAdamOptimizer) -> None:
         super().__init__(process_group, config)
         self.optimizer = q_adam_optimizer
-        self._momentum_phase: bool | None = None
 
-    def need_reset(self) -> bool:
-        return (not self.optimizer.in_warmup) != self._momentum_phase
+    def warming_up(self, bagua_module: torch.nn.Module) -> bool:
+        """While the optimizer's next step is a warmup (Adam) step: the core's full-precision gradient allreduce
+        (the optimizer ignores ``externally_updated_momentum`` then)."""
+        return self.optimizer.in_warmup
 
     def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
-        self._momentum_phase = not self.optimizer.in_warmup
-        if not self._momentum_phase:
-            self.optimizer.externally_updated_momentum = set()
-            return super().init_tensors(bagua_module)
         state = self.optimizer.state
         owned = {id(p) for group in self.optimizer.param_groups for p in group["params"]}
         wrapped = WrappedModule(bagua_module)
@@ -77,23 +74,18 @@ class QAdamAlgorithmImpl(AlgorithmImpl):
 
     def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
         bucket.clear_ops()
-        if not self._momentum_phase:
-            bucket.append_op(CentralizedSynchronousOp(self.process_group, hierarchical=False, average=True))
-            return
         bucket.append_op(lambda b: self.optimizer.update_external_momentum_(b.tensors))
         bucket.append_op(CompressedAllReduceOp(self.process_group, self.hierarchical, True,
                                                self.config.compression))
 
     def init_post_backward_hook(self, bagua_module: torch.nn.Module):
-        """Wait for the buckets; after warmup, an averaged momentum holding inf/NaN (the same bytes on
-        every rank: an overflow on any rank) puts a NaN into every rank's gradients, so a GradScaler
+        """Wait for the buckets; an averaged momentum holding inf/NaN (the same bytes on every rank: an
+        overflow on any rank) puts a NaN into every rank's gradients, so a GradScaler
         skips this step on every rank (see ``bagua_algorithms.q_adam.loss_scaling``)."""
 
         def hook() -> None:
             wrapped = WrappedModule(bagua_module)
             wrapped.wait_for_communication()
-            if not self._momentum_phase:
-                return
             momenta = [tensors.effective(t) for bucket in wrapped.buckets for t in bucket.tensors]
             if has_nonfinite(momenta):
                 with torch.no_grad():

@@ -5,8 +5,9 @@ broadcast from rank 0 -> ``init_tensors`` -> ``tensors_to_buckets`` -> ``init_op
 per-parameter ``init_backward_hook``; ``init_bucket_ready_hook`` as each bucket is launched (in
 bucket order, on the training thread); ``init_post_backward_hook`` at the end of backward;
 ``init_post_optimizer_step_hook`` after ``optimizer.step``; before every forward the step counter
-is increased, ``need_reset`` asked (True redoes tensors/buckets/operations), then
-``init_forward_pre_hook``.
+is increased, ``need_reset`` and ``warming_up`` asked (True from the first, or a change of the second, redoes
+tensors/buckets/operations: during warmup the core's gradient allreduce builds them,
+``bagua_core.lifecycle.warmup``), then ``init_forward_pre_hook``.
 """
 
 from __future__ import annotations
@@ -295,6 +296,25 @@ class AlgorithmImpl:
 
     def need_reset(self) -> bool:
         """Asked before every forward; True rebuilds tensors, buckets and operations."""
+        return False
+
+    def warming_up(self, bagua_module: torch.nn.Module) -> bool:
+        """Whether the module trains in the core's warmup now: asked when the buckets are built (at the wrap
+        and every rebuild) and before every training forward (after the step counter moved, where
+        :meth:`need_reset` is asked). While it returns True, the core trains the module with full-precision
+        bucketed gradient allreduce (the parameters' gradients, in this impl's :meth:`bucket_size_bytes`,
+        averaged by the core's ``CentralizedSynchronousOp``, not hierarchical) instead of this impl's tensors,
+        operations and hooks (``bagua_core.lifecycle.warmup``); at the first forward at which it returns False,
+        the core rebuilds the buckets with this impl's own (the switch), and the other way round. The impl stays the module's
+        (``module.bagua_algorithm``) throughout: its :meth:`state_dict`, :meth:`abort`, :meth:`quiesce`,
+        :meth:`round_syncs`, ... are asked as at any step. Every rank must answer alike at the same step.
+        Default: False (no warmup).
+
+        Example::
+
+            >>> def warming_up(self, bagua_module):  # plain allreduce for the first warmup_steps steps
+            ...     return WrappedModule(bagua_module).train_step_counter <= self.config.warmup_steps
+        """
         return False
 
     def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:

@@ -23,6 +23,7 @@ HOOKS_TAKING_THE_MODULE = (
     "init_tensors", "init_operations", "init_forward_pre_hook", "init_backward_hook", "init_bucket_ready_hook",
     "init_post_backward_hook", "init_post_optimizer_step_hook", "init_step_end_hook",
     "communicates_after_optimizer_step", "shutdown", "abort", "resume", "quiesce", "round_syncs", "round_ends",
+    "warming_up",
 )
 
 

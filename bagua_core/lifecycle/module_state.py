@@ -139,6 +139,9 @@ class ModuleState:
     """Launches the buckets in order (rebuilt with them)."""
     hooks: ImplHooks | None = None
     """The impl's hooks (rebuilt with the buckets)."""
+    warming_up: bool = False
+    """Whether the buckets and hooks are the core's warmup's (the impl's ``warming_up`` said True at their
+    last rebuild: ``bagua_core.lifecycle.warmup``) rather than the impl's own."""
     stepped: set[int] = field(default_factory=set)
     """The optimizers (``id``) that stepped in this training step; when every one has, the step ends."""
     tuning: Tuning = field(default_factory=Tuning)

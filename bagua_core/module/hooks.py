@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from bagua_core.lifecycle import warmup
 from bagua_core.lifecycle.algorithm import group_tensors
 from bagua_core.lifecycle.module_state import ImplHooks, ModuleState, named_parameters
 from bagua_core.lifecycle.state import clear_state, tensor_state_of
@@ -40,8 +41,9 @@ _STEP_END = Guard("the step-end hook of a wrapped module")
 
 
 def rebuild_buckets(module: torch.nn.Module, state: ModuleState) -> None:
-    """Steps 2-4 of the lifecycle: init_tensors, tensors_to_buckets, init_operations (and the impl's hooks)."""
-    impl = state.impl
+    """Steps 2-4 of the lifecycle: init_tensors, tensors_to_buckets, init_operations (and the impl's hooks); the
+    core's warmup's instead while the impl is warming up (``bagua_core.lifecycle.warmup``)."""
+    impl = warmup.builds_buckets(module, state)
     old = state.scheduler
     if old is not None:
         old.synchronize()
@@ -93,7 +95,8 @@ def _before_forward(module: torch.nn.Module, state: ModuleState, inputs: Any) ->
     state.stepped = set()
     tuned = _autotune_on_train_step(module)  # off unless BAGUA_AUTOTUNE=1 / autotune.configure(module)
     asked = state.impl.need_reset()  # (asked even when tuned: an impl may clear its flag as it answers)
-    if tuned or asked:
+    switched = warmup.switches(module, state)  # the warmup begins or ends here (of the impl need_reset left)
+    if tuned or switched or asked:
         rebuild_buckets(module, state)
     if torch.is_grad_enabled():  # a forward that backward may follow (not an evaluation under no_grad)
         for bucket in state.buckets:
