@@ -167,7 +167,7 @@ def test_gradient_allreduce_equals_lightning_ddp(fitted) -> None:
     for report in fitted["ranks"]:
         for key in ("gradient_allreduce", "bagua_instance_flatten_false"):
             ours, ddp = report[key], report["ddp"]
-            assert ours["strategy"] == "BaguaStrategy" and ours["wrapped_as"] == "LightningBaguaModule"
+            assert ours["strategy"] == "BaguaStrategy" and ours["wrapped_as"] == "BaguaLightningBaguaModule"
             assert ours["global_step"] == ddp["global_step"] == STEPS and ours["world_size"] == 2
             torch.testing.assert_close(torch.tensor(ours["params"]), torch.tensor(ddp["params"]), rtol=1e-5, atol=1e-6)
             assert abs(ours["val_loss"] - ddp["val_loss"]) < 1e-5

@@ -1,6 +1,5 @@
 """Nothing patched onto torch: ``import bagua_core`` (and every plugin) adds one name to torch's classes,
-``nn.Module.with_bagua``; a wrapped module's class is ``Bagua<Class>`` (as ``fully_shard``'s ``FSDP<Class>``) and
-goes back at shutdown; the original's ``bagua_*`` names of tensors and process groups come with
+``nn.Module.with_bagua``; a wrapped module's class is ``Bagua<Class>`` (as ``fully_shard``'s ``FSDP<Class>``); the original's ``bagua_*`` names of tensors and process groups come with
 ``bagua.torch_api``; and no plugin, nor the core, reaches a module, tensor or group through those names."""
 
 from __future__ import annotations
@@ -65,7 +64,7 @@ def test_the_original_api_adds_its_names_when_imported() -> None:
     assert added["Module"] == ["with_bagua"]  # a wrapped module has the rest (its class: Bagua<Class>)
 
 
-def test_a_wrapped_module_is_its_class_and_bagua_module_until_shutdown() -> None:
+def test_a_wrapped_module_is_its_class_and_bagua_module() -> None:
     from bagua_core.module.bagua_module import BaguaModule, shutdown, wrapped_class
 
     made = wrapped_class(torch.nn.Linear)
@@ -74,8 +73,9 @@ def test_a_wrapped_module_is_its_class_and_bagua_module_until_shutdown() -> None
     assert MODULE_NAMES - {"no_sync"} <= set(dir(made)) and not set(dir(torch.nn.Linear)) & MODULE_NAMES
     model = torch.nn.Linear(2, 2)
     model.__class__ = made
-    shutdown(model)  # not wrapped (no state): its own class again, nothing else to undo
-    assert type(model) is torch.nn.Linear
+    shutdown(model)  # not wrapped (no state): nothing to undo, and it stays one (as a module shut down does)
+    shutdown(model)
+    assert type(model) is made and not hasattr(model, "bagua_algorithm")
 
 
 def patched_name_uses(source: str, filename: str, core: bool = False) -> list[str]:

@@ -3,7 +3,9 @@
 ``import bagua_core`` adds one name to ``torch.nn.Module``: ``with_bagua``. Wrapping gives the module the
 methods and read-only attributes of :class:`BaguaModule` the way FSDP2's ``fully_shard`` gives a module
 ``FSDPModule``'s: its class becomes ``Bagua<Class>``, a subclass of ``BaguaModule`` and of its own class, made
-once per class (:func:`wrapped_class`); ``bagua_shutdown()`` gives it back its own class. Each method is a
+once per class (:func:`wrapped_class`), and stays so after ``bagua_shutdown()`` (as ``fully_shard``'s
+does): a module shut down answers ``bagua_shutdown()`` again with nothing to do, and its attributes read from the
+state raise "not wrapped". Each method is a
 function of this module taking the module (``named_parameters(module)``, ``reset(module)``, ...), which the
 core calls and a plugin reaches through ``bagua_core.api.WrappedModule``.
 
@@ -12,8 +14,7 @@ Example::
     >>> model = torch.nn.Linear(4, 2).with_bagua([optimizer], "gradient_allreduce")
     >>> type(model).__name__, isinstance(model, torch.nn.Linear)
     ('BaguaLinear', True)
-    >>> model.bagua_shutdown(); type(model).__name__
-    'Linear'
+    >>> model.bagua_shutdown(); model.bagua_shutdown()   # the second finds nothing to undo
 """
 
 from __future__ import annotations
@@ -292,15 +293,12 @@ def reset(module: torch.nn.Module) -> None:
 
 
 def shutdown(module: torch.nn.Module) -> None:
-    """Remove bagua's hooks and stop the algorithm's background work; the module is plain again: its
-    ``ModuleState`` goes, with it the attributes read from it (``bagua_algorithm`` and the others), and it has its
-    own class again. Nothing for a module that is not wrapped."""
+    """Remove bagua's hooks and stop the algorithm's background work; the module trains plainly again: its
+    ``ModuleState`` goes, and with it the attributes read from it (``bagua_algorithm`` and the others raise "not
+    wrapped"). Nothing for a module that is not wrapped (or shut down already)."""
     state = state_of(module)
     if state is not None:
         hooks.uninstall(module, state)
-    cls = type(module)
-    if issubclass(cls, BaguaModule) and cls in _UNWRAPPED:
-        module.__class__ = _UNWRAPPED[cls]
 
 
 def _wrapped(module: torch.nn.Module, attribute: str) -> ModuleState:
@@ -365,8 +363,6 @@ def with_bagua(module: torch.nn.Module, optimizers: Any, algorithm: Any = None, 
 
 _WRAPPED: dict[type, type] = {}
 """Each class wrapped so far -> its ``Bagua<Class>`` (:func:`wrapped_class`)."""
-_UNWRAPPED: dict[type, type] = {}
-"""Each ``Bagua<Class>`` -> the class it was made for."""
 
 for _name, _prop in PROPERTIES.items():
     setattr(BaguaModule, _name, _prop)
@@ -380,7 +376,7 @@ def wrapped_class(cls: type) -> type:
     made = _WRAPPED.get(cls)
     if made is None:
         made = type(f"Bagua{cls.__name__}", (BaguaModule, cls), {"__module__": cls.__module__})
-        _WRAPPED[cls], _UNWRAPPED[made] = made, cls
+        _WRAPPED[cls] = made
     return made
 
 
