@@ -99,3 +99,51 @@ def test_bad_optimizer_options() -> None:
     for kwargs, field in [({"warmup_steps": -1}, "warmup_steps"), ({"lr": -1.0}, "lr"), ({"betas": (1.0, 0.9)}, "betas")]:
         with pytest.raises(ValueError, match=field):
             QAdamOptimizer(p, **kwargs)
+
+
+class _Branches(torch.nn.Module):
+    """``b`` joins the forward from the second step on: a parameter newly used inside qadam's warmup."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = torch.nn.Linear(4, 4)
+        self.b = torch.nn.Linear(4, 4)
+        self.use_b = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a(x) + (self.b(x) if self.use_b else 0)
+
+
+def _newly_used_in_warmup(rank: int) -> list[float]:
+    from bagua_core.lifecycle.module_state import state_of
+
+    model = _Branches()
+    optimizer = QAdamOptimizer(model.parameters(), lr=LR, warmup_steps=10)
+    model = model.with_bagua([optimizer], "qadam")
+    state_of(model).unused.enabled = True  # what DistributedDataParallel(find_unused_parameters=True) sets
+    errors = []
+    for t in range(2):
+        model.use_b = t == 1
+        x = torch.randn(8, 4, generator=torch.Generator().manual_seed(10 * rank + t))
+        local = _Branches()
+        local.use_b = model.use_b
+        local.load_state_dict({k: v for k, v in model.state_dict().items()})
+        local(x).square().mean().backward()
+        optimizer.zero_grad()
+        model(x).square().mean().backward()
+        for mine, theirs in zip(model.parameters(), local.parameters()):
+            if theirs.grad is None:
+                continue
+            expected = theirs.grad.clone()
+            dist.all_reduce(expected)
+            errors.append(float((mine.grad - expected / dist.get_world_size()).abs().max()))
+        optimizer.step()
+    return errors
+
+
+def test_a_parameter_newly_used_in_warmup_is_averaged_as_in_warmup() -> None:
+    """With find_unused_parameters, a parameter that joins the backward inside the warmup is exchanged by the
+    warmup's full-precision allreduce, not the momentum phase's operations."""
+    for errors in run_workers(_newly_used_in_warmup, 2):
+        assert len(errors) == 6 and max(errors) < 1e-6, errors
