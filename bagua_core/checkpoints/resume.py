@@ -95,9 +95,9 @@ def load_checkpoint_state(module: torch.nn.Module, iteration: int, saved: dict[s
 
 def saved_state_of(model: Any) -> dict[str, Any] | None:
     """What ``save_checkpoint`` keeps of ``model`` beyond its state dicts: a wrapped module's
-    (:func:`checkpoint_state`), or, for an object wrapping one that keeps state of its own (the decentralized
-    data-parallel wrapper), what its ``bagua_checkpoint_state()`` returns: the checkpoint protocol of such
-    wrappers; None for anything else."""
+    (:func:`checkpoint_state`), or, for an object wrapping one that keeps state of its own (a plugin's wrapper
+    class), what its ``bagua_checkpoint_state()`` returns: the checkpoint protocol of such wrappers; None for
+    anything else."""
     if state_of(model) is None:
         own = getattr(model, "bagua_checkpoint_state", None)
         if callable(own):

@@ -1,8 +1,7 @@
 """The core's warmup: full-precision gradient allreduce for a module while its impl says it is warming up.
 
-Several algorithms train their first steps as gradient_allreduce does and then switch to their own scheme (qadam
-until its ``QAdamOptimizer`` leaves warmup, diloco for ``warmup_steps`` steps before its inner steps, async for
-``warmup_steps`` steps before its background averaging). Each says only when its warmup ends, through
+An algorithm may train its first steps with plain full-precision gradient averaging and then switch to its own
+scheme (until its optimizer leaves a warmup, or for a number of steps). It says only when its warmup ends, through
 ``AlgorithmImpl.warming_up(bagua_module)``; the core does the rest, here: while it returns True, the module's
 buckets are built by :class:`WarmupImpl` (the parameters' gradients, grouped by the impl's bucket size, averaged
 by the core's ``CentralizedSynchronousOp``, flat: no hierarchy) with its hooks (the defaults: mark ready, wait at
@@ -34,7 +33,7 @@ from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp
 if TYPE_CHECKING:  # pragma: no cover
     from bagua_core.lifecycle.module_state import ModuleState
 
-__all__ = ["WarmupImpl", "builds_buckets", "switches"]
+__all__ = ["WarmupImpl", "built_by", "builds_buckets", "switches"]
 
 
 class WarmupImpl(AlgorithmImpl):
@@ -59,9 +58,14 @@ def builds_buckets(module: torch.nn.Module, state: ModuleState) -> AlgorithmImpl
     """The impl whose tensors, buckets, operations and hooks a rebuild of ``module``'s buckets uses now: a
     :class:`WarmupImpl` of ``state.impl`` while ``state.impl.warming_up(module)``, else ``state.impl``; records
     which in ``state.warming_up``."""
-    impl = state.impl
-    state.warming_up = bool(impl.warming_up(module))
-    return WarmupImpl(impl) if state.warming_up else impl
+    state.warming_up = bool(state.impl.warming_up(module))
+    return built_by(state)
+
+
+def built_by(state: ModuleState) -> AlgorithmImpl:
+    """The impl the module's current buckets were built by (:func:`builds_buckets`' last answer): what an exchange
+    over buckets of its own (``unused_params``' newly used parameters) must use too."""
+    return WarmupImpl(state.impl) if state.warming_up else state.impl
 
 
 def switches(module: torch.nn.Module, state: ModuleState) -> bool:

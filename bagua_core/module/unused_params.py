@@ -29,12 +29,12 @@ import weakref
 
 import torch
 
+from bagua_core.lifecycle import warmup
 from bagua_core.lifecycle.algorithm import group_tensors
 from bagua_core.lifecycle.module_state import ModuleState, named_parameters
 from bagua_core.lifecycle.tensor import local_shard
 from bagua_core.runtime.communication import ReduceOp, allreduce_inplace
 from bagua_core.lifecycle.scheduler import BucketScheduler
-from bagua_core.lifecycle.warmup import WarmupImpl
 
 __all__ = ["agree_on_used_parameters", "forget_unused_sharded_gradients", "mark_sharded_gradients",
            "note_sharded_gradients"]
@@ -91,7 +91,7 @@ def _used_on_any_rank(module: torch.nn.Module, state: ModuleState) -> set[str]:
 
 def _communicate_now(module: torch.nn.Module, state: ModuleState, names: set[str]) -> None:
     """Run the algorithm's bucket operations once over the gradients of ``names`` only."""
-    impl = WarmupImpl(state.impl) if state.warming_up else state.impl  # what built the buckets
+    impl = warmup.built_by(state)  # the warmup's while the impl warms up
     state.unused.in_use = names
     tensors = impl.init_tensors(module)
     buckets = impl.tensors_to_buckets(group_tensors(tensors, impl.bucket_size_bytes()), state.do_flatten)
