@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from bagua_core.runtime.communication.worker import CommunicationWorker
 from bagua_core.runtime.exceptions import GroupAbortedError
-from tests.distributed import free_port, run_workers_outcomes
+from tests.distributed import free_port, run_workers, run_workers_outcomes
 from tests.models import SmallNet, batch
 
 
@@ -122,6 +122,39 @@ def test_nccl_groups_are_aborted(monkeypatch) -> None:
     monkeypatch.setattr(dist, "get_backend", lambda group: "cpu:gloo,cuda:nccl" if group is nccl else "gloo")
     assert abort.abort_process_groups() == 1
     assert nccl.aborted and not gloo.aborted
+
+
+def _watched_groups(rank: int) -> dict:
+    import gc
+
+    import torch.distributed as dist
+
+    from bagua_core.api import BaguaProcessGroup
+    from bagua_core.runtime.failure import abort
+    from bagua_core.runtime.process_group import from_torch_group
+
+    mine = BaguaProcessGroup.new_torch_group([0, 1])     # an algorithm's own group (a topology's edge)
+    users = dist.new_group([0, 1])                      # handed to bagua: its communicators watch it
+    bagua_group = from_torch_group(users)
+    unseen = dist.new_group([0, 1])                     # a group of the user's that bagua never saw
+    watched = abort._process_groups()
+    found = {"world": dist.group.WORLD in watched, "mine": mine in watched, "users": users in watched,
+             "unseen": unseen in watched}
+    count = len(watched)
+    del watched
+    dist.destroy_process_group(mine)                    # torch lets go of it; bagua does not hold it either
+    del mine
+    gc.collect()
+    found["held weakly"] = len(abort._process_groups()) == count - 1
+    del bagua_group
+    return found
+
+
+def test_the_groups_bagua_makes_or_is_given_are_aborted() -> None:
+    """What a failure aborts: the default group, the groups bagua made and those it was handed, not a group of
+    the user's it never saw; held weakly, so a group dropped is not kept alive for it."""
+    for found in run_workers(_watched_groups, 2, timeout=120):
+        assert found == {"world": True, "mine": True, "users": True, "unseen": False, "held weakly": True}
 
 
 def test_the_error_file_appears_whole_or_not_at_all(tmp_path, monkeypatch) -> None:

@@ -270,7 +270,7 @@ def _hsdp_equal_finding_unused(rank: int, case: str, steps: int) -> dict:
     to theirs (norms); and whether the layers no rank uses have no gradient, as HSDP leaves them."""
     import bagua_core as bagua
 
-    net = WithSpares if case == "unused layers" else Blocks
+    net = WithSpares if case in ("unused layers", "gradients kept") else Blocks
     reference = _shard_with_spares(net(), _torch_mesh(2, 2))
     ref_opt = torch.optim.AdamW(reference.parameters(), lr=0.01)  # (weight decay: a zero gradient is a step)
     model = _shard_with_spares(net(), bagua.node_mesh("cpu"))
@@ -281,8 +281,8 @@ def _hsdp_equal_finding_unused(rank: int, case: str, steps: int) -> dict:
     out: dict = {"worst": [], "relative": [], "no_gradient": []}
     for _ in range(steps):
         first, second = torch.randn(4, 16, generator=generator), torch.randn(4, 16, generator=generator)
-        ref_opt.zero_grad()
-        optimizer.zero_grad()
+        ref_opt.zero_grad(set_to_none=case != "gradients kept")  # kept: zeros, marked by their values
+        optimizer.zero_grad(set_to_none=case != "gradients kept")
         if case == "no_sync":  # a micro-batch accumulated first
             reference.set_requires_gradient_sync(False)
             reference(first).pow(2).mean().backward()
@@ -304,7 +304,7 @@ def _hsdp_equal_finding_unused(rank: int, case: str, steps: int) -> dict:
     return out
 
 
-@pytest.mark.parametrize("case", ["every parameter used", "unused layers", "no_sync"])
+@pytest.mark.parametrize("case", ["every parameter used", "unused layers", "no_sync", "gradients kept"])
 def test_find_unused_parameters_on_shards_equals_torch_hsdp(case: str) -> None:
     """FSDP2 hands bagua the gradients through its reduce-scatter hook, so no per-parameter hook records which
     parameters were used: the end of backward finds it from the gradients themselves. It once found none (every

@@ -20,7 +20,6 @@ Example::
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -29,7 +28,8 @@ import torch.distributed as dist
 
 from bagua_algorithms.decentralized_dp.buckets import ParamBucket
 from bagua_algorithms.decentralized_dp.topology import Topology
-from bagua_core.api import BaguaConfigError, BaguaError, RankMismatchError, group_failure, record_payload, settings
+from bagua_core.api import (BaguaConfigError, BaguaError, BaguaProcessGroup, RankMismatchError, group_failure,
+                           record_payload)
 
 __all__ = ["DecentralizedEngine", "NamedParams", "OptimFn", "SchedulerFn", "validate_engine_options"]
 
@@ -74,8 +74,7 @@ class DecentralizedEngine:
         if quorum is not None:
             self.world_group = quorum.torch_group
         else:
-            timeout = datetime.timedelta(seconds=settings.comm_timeout_s())
-            self.world_group = dist.new_group(list(range(self.world_size)), timeout=timeout)
+            self.world_group = BaguaProcessGroup.new_torch_group(list(range(self.world_size)))
             topology.build_groups()
         self._name_of = {id(p): n for n, p in self.named_params}
         self.trace: list[str] = []

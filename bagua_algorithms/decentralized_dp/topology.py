@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import datetime
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import torch
-import torch.distributed as dist
 
-from bagua_core.api import BaguaConfigError, NamedRegistry, settings
+from bagua_core.api import BaguaConfigError, BaguaProcessGroup, NamedRegistry
 
 __all__ = ["Edge", "Topology", "get_topology", "mix_inplace", "topology_names", "topology_registry"]
 
@@ -138,12 +136,11 @@ class Topology(abc.ABC):
 
     def build_groups(self) -> None:
         """Create a torch process group per distinct multi-rank edge. Collective: same order everywhere."""
-        timeout = datetime.timedelta(seconds=settings.comm_timeout_s())
         groups: dict[tuple[int, ...], Any] = {}
         for edges in self._rounds:
             for e in edges:
                 if e.size > 1 and e.ranks not in groups:
-                    groups[e.ranks] = dist.new_group(list(e.ranks), timeout=timeout)
+                    groups[e.ranks] = BaguaProcessGroup.new_torch_group(e.ranks)
         self._rounds = [
             tuple(dataclasses.replace(e, group=groups.get(e.ranks)) for e in edges) for edges in self._rounds
         ]

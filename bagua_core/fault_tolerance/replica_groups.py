@@ -23,8 +23,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-import torch.distributed as dist
 from torchft import ProcessGroupGloo
+
+from bagua_core.runtime.job_store import job_store
 
 __all__ = ["ReplicaGroups"]
 
@@ -56,7 +57,7 @@ class ReplicaGroups(ProcessGroupGloo):
     def _everyone_base(self, own: str, quorum_id: int | None, group_rank: int) -> str:
         """The quorum store prefix torchft gave local rank 0 (the same in every replica), published by it in
         the replica's own store and read there by the replica's other ranks."""
-        store = dist.distributed_c10d._get_default_store()
+        store = job_store()
         key = f"bagua_ft/everyone_store/{quorum_id}"
         if group_rank == 0:
             store.set(key, own)

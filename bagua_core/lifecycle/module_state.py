@@ -70,8 +70,8 @@ class UnusedParameters:
     seen: set[str] = field(default_factory=set)
     """The parameters whose gradient arrived in this backward."""
     marks: dict[int, Any] | None = None
-    """A model sharded with FSDP2: each sharded parameter's gradient (a weak reference and its local tensor's
-    version; by ``id`` of the parameter) when the first backward since the last exchange began
+    """A model sharded with FSDP2: each sharded parameter's gradient (a weak reference and a copy of its local
+    values; by ``id`` of the parameter) when the first backward since the last exchange began
     (``unused_params.mark_sharded_gradients``); None until then."""
     in_use: set[str] | None = None
     """The parameters the buckets were last built for (None: all)."""

@@ -11,10 +11,12 @@ gradient on the others (as in torch DDP).
 On a model sharded with FSDP2 no per-parameter hook sees a gradient arrive: FSDP2 reduce-scatters the
 gradients of each ``fully_shard``-ed module and assigns (or adds to) the sharded parameters' ``.grad``,
 leaving out a parameter that got no gradient. So when the first backward since the last exchange begins,
-each sharded parameter's gradient is marked (which tensor, and its version), and at the end of the
-backward that exchanges (before the buckets give zero gradients to those left without one) a parameter
-whose gradient is new or changed since then was used; accumulated micro-batches (``no_sync``) count, as
-torch DDP's record of used parameters does. A parameter that no rank used keeps no gradient (``None``),
+each sharded parameter's gradient is marked (which tensor, and a copy of its values when it has one: the
+usual loop's ``zero_grad()`` leaves none, so nothing is copied), and at the end of the backward that
+exchanges (before the buckets give zero gradients to those left without one) a parameter whose gradient is
+new or changed since then was used; accumulated micro-batches (``no_sync``) count, as torch DDP's record of
+used parameters does. A gradient that FSDP2 added exact zeros to counts as unused on that rank: it keeps
+its values, as the exchange would have left them (a sum of zeros), and rejoins the buckets when it changes. A parameter that no rank used keeps no gradient (``None``),
 as FSDP2 and torch's HSDP leave it, so the optimizer skips it.
 
 Example::
@@ -40,8 +42,13 @@ __all__ = ["agree_on_used_parameters", "forget_unused_sharded_gradients", "mark_
            "note_sharded_gradients"]
 
 
-def _mark(grad: torch.Tensor | None) -> tuple[weakref.ref, int] | None:
-    return None if grad is None else (weakref.ref(grad), local_shard(grad)._version)
+def _mark(grad: torch.Tensor | None) -> tuple[weakref.ref, torch.Tensor] | None:
+    return None if grad is None else (weakref.ref(grad), local_shard(grad).detach().clone())
+
+
+def _changed(mark: tuple[weakref.ref, torch.Tensor] | None, grad: torch.Tensor) -> bool:
+    """Whether ``grad`` is another tensor than the one marked, or the same one with other values."""
+    return mark is None or mark[0]() is not grad or not torch.equal(mark[1], local_shard(grad))
 
 
 def mark_sharded_gradients(state: ModuleState) -> None:
@@ -64,8 +71,7 @@ def note_sharded_gradients(module: torch.nn.Module, state: ModuleState) -> set[s
         if grad is None:
             without.add(name)
             continue
-        mark = marks.get(id(param))
-        if mark is None or mark[0]() is not grad or mark[1] != local_shard(grad)._version:
+        if _changed(marks.get(id(param)), grad):
             state.unused.seen.add(name)
     return without
 

@@ -23,6 +23,7 @@ from bagua_core.runtime.communication import small_allreduce
 from bagua_core.runtime.communication.communicator import BaguaCommunicator
 from bagua_core.runtime.communication.worker import CommunicationWorker
 from bagua_core.runtime.exceptions import BaguaError, NotInitializedError, RepeatedInitializationError
+from bagua_core.runtime.failure import abort
 from bagua_core.runtime.membership import FIXED, Membership
 
 __all__ = [
@@ -94,6 +95,15 @@ class BaguaProcessGroup:
         self._inter = BaguaCommunicator(inter_group if me in self.leaders else None, self.leaders, f"{name}/inter")
         self.worker = CommunicationWorker(name)
         _all_groups.add(self)
+
+    @staticmethod
+    def new_torch_group(ranks: list[int]) -> dist.ProcessGroup:
+        """A torch process group over the global ``ranks``, with the job's communication timeout
+        (``BAGUA_COMM_TIMEOUT_S``), aborted with bagua's others when a rank fails (NCCL: its collectives in
+        flight return). Collective over the whole job, as torch's ``new_group``: every rank calls it, in the
+        same order. For an algorithm's groups over other rank sets than its process group's (a topology's
+        edges)."""
+        return _new_torch_group(list(ranks))
 
     @staticmethod
     def default_or_none() -> BaguaProcessGroup | None:
@@ -177,7 +187,9 @@ class BaguaProcessGroup:
 
 
 def _new_torch_group(ranks: list[int]) -> dist.ProcessGroup:
-    return dist.new_group(ranks, timeout=datetime.timedelta(seconds=env.get_comm_timeout_s()))
+    group = dist.new_group(ranks, timeout=datetime.timedelta(seconds=env.get_comm_timeout_s()))
+    abort.watch(group)
+    return group
 
 
 def _next_name() -> str:

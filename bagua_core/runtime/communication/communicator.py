@@ -8,6 +8,8 @@ import torch.distributed as dist
 from bagua_core.runtime import env
 from bagua_core.runtime.communication import small_allreduce
 from bagua_core.runtime.exceptions import BaguaError
+from bagua_core.runtime.failure import abort
+from bagua_core.runtime.job_store import job_store
 
 __all__ = ["BaguaCommunicator"]
 
@@ -22,6 +24,7 @@ class BaguaCommunicator:
 
     def __init__(self, torch_group: dist.ProcessGroup | None, global_ranks: list[int], name: str) -> None:
         self.torch_group = torch_group
+        abort.watch(torch_group)  # aborted (NCCL) when a rank fails
         self.global_ranks = list(global_ranks)
         self.name = name
         me = dist.get_rank()
@@ -51,8 +54,7 @@ class BaguaCommunicator:
         if self._nccl is None:
             from bagua_core.runtime.native.nccl import NCCLCommunicator
 
-            store = dist.distributed_c10d._get_default_store()
-            self._nccl = NCCLCommunicator(store, self._rank, self.nranks(), prefix=f"bagua/{self.name}/",
+            self._nccl = NCCLCommunicator(job_store(), self._rank, self.nranks(), prefix=f"bagua/{self.name}/",
                                           device=tensor.device)
         return self._nccl
 

@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 from bagua_core.runtime.exceptions import GroupAbortedError, JobFailureError, PeerFailureError
 from bagua_core.runtime.failure.abort import abort_process_groups
+from bagua_core.runtime.job_store import job_store
 
 __all__ = ["FailureRecord", "first_failure", "is_started", "learn", "raise_if_aborted", "report", "said", "start",
            "state", "stop", "wait_until_said"]
@@ -90,7 +91,7 @@ def start(rank: int, world_size: int, procs: list[tuple[str, int]]) -> None:
     """Connect to the default process group's store (a clone with a short timeout) for this job."""
     store = None
     try:
-        store = dist.PrefixStore("bagua/failure/", dist.distributed_c10d._get_default_store().clone())
+        store = dist.PrefixStore("bagua/failure/", job_store().clone())
         store.set_timeout(_STORE_TIMEOUT)
     except Exception:  # a store without clone(): failures are still raised locally, not shared
         store = None
