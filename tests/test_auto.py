@@ -191,3 +191,13 @@ def test_the_link_over_loopback_is_what_loopback_can_do() -> None:
     bandwidth = link["bandwidth_bytes_per_s"]
     assert bandwidth is None or 1e6 < bandwidth < LOOPBACK_BYTES_PER_S, link
     assert bandwidth is not None or link["measured_bytes"] == 16 << 20, link  # None only after the largest buffer
+
+
+def test_a_candidates_warmup_is_the_cores() -> None:
+    """auto asks its current candidate whether it warms up, so a candidate with a warmup of its own trains it
+    through the core's warmup phase during its trial (as it would alone)."""
+    from bagua_algorithms.auto.chooser import AutoImpl
+
+    impl = object.__new__(AutoImpl)  # only the candidate matters here
+    impl.current = types.SimpleNamespace(warming_up=lambda module: module == "warming")
+    assert impl.warming_up("warming") and not impl.warming_up("trained")

@@ -169,6 +169,10 @@ class AutoImpl(AlgorithmImpl):
             wrapped.switch_algorithm(capabilities=self._capabilities(self.plan.declarations[self.index]))
         return self.current.init_tensors(bagua_module)
 
+    def warming_up(self, bagua_module: torch.nn.Module) -> bool:
+        """The current candidate's: a candidate with a warmup of its own trains it through the core's."""
+        return self.current.warming_up(bagua_module)
+
     def bucket_size_bytes(self) -> int:
         return self.current.bucket_size_bytes()
 

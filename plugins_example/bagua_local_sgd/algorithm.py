@@ -25,7 +25,6 @@ from bagua_core.api import (
     AlgorithmImpl,
     BaguaBucket,
     Capabilities,
-    CentralizedSynchronousOp,
     FaultTolerance,
     ReduceOp,
     WrappedModule,
@@ -38,38 +37,21 @@ __all__ = ["LocalSGDAlgorithm", "LocalSGDAlgorithmImpl"]
 
 
 class LocalSGDAlgorithmImpl(AlgorithmImpl):
-    """Hooks of local SGD: gradient buckets with an allreduce during warmup, no bucket op after it;
-    the parameter average runs after the optimizer step on the group's communication thread."""
+    """Hooks of local SGD: the core's warmup (gradient allreduce) first, then no bucket op; the parameter
+    average runs after the optimizer step on the group's communication thread."""
 
     config: LocalSGDConfig
-
-    def __init__(self, process_group, config: LocalSGDConfig) -> None:
-        super().__init__(process_group, config)
-        self._module: torch.nn.Module | None = None
-        self._buckets_for_warmup = False
-
-    def _step(self) -> int:
-        module = self._module
-        if module is None or not WrappedModule.is_wrapped(module):
-            return 0
-        return WrappedModule(module).train_step_counter
 
     def _in_warmup(self, step: int) -> bool:
         return max(step, 1) <= self.config.warmup_steps
 
-    def need_reset(self) -> bool:
-        """True once: at the first step after warmup, to drop the gradient allreduce."""
-        return self._buckets_for_warmup and not self._in_warmup(self._step())
-
-    def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
-        self._module = bagua_module
-        self._buckets_for_warmup = self._in_warmup(self._step())
-        return super().init_tensors(bagua_module)
+    def warming_up(self, bagua_module: torch.nn.Module) -> bool:
+        """Through step ``warmup_steps`` (the wrap's buckets included): the core's warmup, a full-precision
+        gradient allreduce; the first step after it rebuilds the buckets with this impl's (no operation)."""
+        return self._in_warmup(WrappedModule(bagua_module).train_step_counter)
 
     def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
-        bucket.clear_ops()
-        if self._buckets_for_warmup:
-            bucket.append_op(CentralizedSynchronousOp(self.process_group, hierarchical=False, average=True))
+        bucket.clear_ops()  # after the warmup nothing is sent in backward: the average runs after the step
 
     def is_sync_step(self, step: int) -> bool:
         """Whether the parameters are averaged after the optimizer step of train step ``step``."""
