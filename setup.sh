@@ -8,7 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
 
-if ! "$PY" -c "import torch" 2>/dev/null; then
+# bagua needs torch 2.9 or later (pyproject.toml): an older one is replaced the same way as a missing one
+if ! "$PY" -c "import torch, sys; sys.exit(tuple(map(int, torch.__version__.split('+')[0].split('.')[:2])) < (2, 9))" 2>/dev/null; then
   "$PY" tools/choose_torch.py --python "$PY"
 else
   echo "setup.sh: torch: $("$PY" -c "import torch; print(torch.__version__)") is installed; left as it is"
