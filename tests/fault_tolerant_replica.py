@@ -65,13 +65,13 @@ class ExchangeKiller:
         def forwarder(group: ManagedGroup, method: str):
             run = original(group, method)
 
-            def run_or_die(*args):
+            def run_or_die(*args, **kwargs):
                 self.calls += 1
                 if self.step >= self.at and self.calls >= self.last_calls:
                     print(f"dying inside collective {method} on {group!r}: call {self.calls} of step {self.step}, "
                           f"thread {threading.current_thread().name}", flush=True)
                     os.kill(os.getpid(), signal.SIGKILL)
-                return run(*args)
+                return run(*args, **kwargs)
 
             return run_or_die
 

@@ -25,7 +25,7 @@ class _Comm:
     def rank(self) -> int:
         return self._rank
 
-    def global_rank(self, rank: int) -> int:
+    def group_rank(self, rank: int) -> int:  # the peer's rank in torch_group: what torch is handed
         return 10 + rank
 
 
@@ -36,8 +36,10 @@ class _Work:
 
 def test_the_receive_is_posted_before_the_send(monkeypatch) -> None:
     posted: list[tuple[str, int]] = []
-    monkeypatch.setattr(decentralized, "irecv", lambda t, src, group, tag=0: posted.append(("recv", src)) or _Work())
-    monkeypatch.setattr(decentralized, "isend", lambda t, dst, group, tag=0: posted.append(("send", dst)) or _Work())
+    monkeypatch.setattr(decentralized, "irecv", lambda t, src=None, group=None, tag=0, *, group_src=None:
+                        posted.append(("recv", group_src)) or _Work())
+    monkeypatch.setattr(decentralized, "isend", lambda t, dst=None, group=None, tag=0, *, group_dst=None:
+                        posted.append(("send", group_dst)) or _Work())
     mine, received = torch.full((4,), 1.0), torch.full((4,), 3.0)
     finish = decentralized._start_average_with_peers(mine, _Comm(rank=1, nranks=4), "shift_one", 0, received)
     partner = 10 + decentralized.shift_one_peer(1, 4, 0)

@@ -86,7 +86,7 @@ def post_receives(comm: BaguaCommunicator, segs: Sequence[Segment], sources: Seq
     has posted its receive, so posting them all before the round (and a later round's before an earlier
     one runs) saves a one-way latency per message. Returns the works of each segment, by index."""
     group = comm.torch_group
-    return [[dist.irecv(slot[s.lo : s.hi], comm.global_rank(peer), group=group, tag=tag + s.index)
+    return [[dist.irecv(slot[s.lo : s.hi], group=group, tag=tag + s.index, group_src=comm.group_rank(peer))
              for peer, slot in sources] for s in segs]
 
 
@@ -95,7 +95,7 @@ def send_segment(comm: BaguaCommunicator, segment: Segment, targets: Sequence[tu
     """Send ``slot[segment.lo:segment.hi]`` to every ``(peer, slot)`` of ``targets`` (tag ``tag +
     segment.index``), without waiting. Returns the works in flight: :func:`wait_all` them before the
     slots are written again."""
-    return [dist.isend(slot[segment.lo : segment.hi], comm.global_rank(peer), group=comm.torch_group,
+    return [dist.isend(slot[segment.lo : segment.hi], group=comm.torch_group, group_dst=comm.group_rank(peer),
                        tag=tag + segment.index) for peer, slot in targets]
 
 

@@ -106,15 +106,15 @@ def _start_average_with_peers(tensor: torch.Tensor, comm: BaguaCommunicator, mod
     partner = shift_one_peer(comm.rank(), n, round_index)
     if partner == comm.rank():  # an odd number of peers: no partner this round, the weights stay
         return _done
-    peer = comm.global_rank(partner)
+    peer = comm.group_rank(partner)  # its rank in comm.torch_group
     # The receive is posted first: gloo sends only once the partner announced its receive, and the
     # announcement is written to the same socket after whatever this rank is already sending. Posted
     # second, it waited behind our whole message, so the two directions of the full-duplex link took
     # turns (twice the time the bytes need).
     record_payload("send", tensor)  # point-to-point: counted as every collective's payload is
     works = [
-        irecv(received, peer, comm.torch_group, tag),
-        isend(tensor, peer, comm.torch_group, tag),
+        irecv(received, group=comm.torch_group, tag=tag, group_src=peer),
+        isend(tensor, group=comm.torch_group, tag=tag, group_dst=peer),
     ]
 
     def finish() -> None:

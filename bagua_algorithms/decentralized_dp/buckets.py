@@ -37,10 +37,10 @@ class PeerSum:
         self.received = {r: torch.empty_like(buffer) for r in edge.ranks if r != self.me}
         group = comm.torch_group
         # receives first: gloo sends once the partner announced its receive (see full_precision_op)
-        self.works = [irecv(buf, comm.global_rank(r), group) for r, buf in self.received.items()]
+        self.works = [irecv(buf, group=group, group_src=comm.group_rank(r)) for r, buf in self.received.items()]
         for r in self.received:
             record_payload("send", buffer.numel() * buffer.element_size())
-            self.works.append(isend(buffer, comm.global_rank(r), group))
+            self.works.append(isend(buffer, group=group, group_dst=comm.group_rank(r)))
         self.ranks = edge.ranks
 
     def wait(self) -> bool:

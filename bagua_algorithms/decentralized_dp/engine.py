@@ -254,8 +254,8 @@ class DecentralizedEngine:
                 dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.world_group)
                 flat.div_(self.world_size)
             else:
-                source = self.quorum.global_rank(0) if self.quorum is not None else 0
-                dist.broadcast(flat, src=source, group=self.world_group)
+                source = self.quorum.group_rank(0) if self.quorum is not None else 0  # world_group's rank
+                dist.broadcast(flat, group=self.world_group, group_src=source)
             offset = 0
             for tensor in members:
                 tensor.copy_(flat[offset : offset + tensor.numel()].view(tensor.shape))

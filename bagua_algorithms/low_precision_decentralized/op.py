@@ -241,16 +241,17 @@ def _exchange_whole(sent: torch.Tensor, from_left: torch.Tensor, from_right: tor
     """Send ``sent`` to both ring neighbours, receive theirs; returns (from_left, from_right), the
     same buffer when both neighbours are one rank."""
     n, rank, group = comm.nranks(), comm.rank(), comm.torch_group
-    left, right = comm.global_rank((rank - 1) % n), comm.global_rank((rank + 1) % n)
+    left, right = comm.group_rank((rank - 1) % n), comm.group_rank((rank + 1) % n)  # ranks in group
     # Both receives are posted before either send: gloo sends only once the partner announced its
     # receive, and that announcement queues on the socket behind whatever is already being sent, so a
     # send posted first made the two directions of each link take turns.
-    works = [irecv(from_left, left, group)] + ([irecv(from_right, right, group)] if n > 2 else [])
+    works = [irecv(from_left, group=group, group_src=left)] + (
+        [irecv(from_right, group=group, group_src=right)] if n > 2 else [])
     record_payload("send", sent)
-    works.append(isend(sent, right, group))
+    works.append(isend(sent, group=group, group_dst=right))
     if n > 2:
         record_payload("send", sent)
-        works.append(isend(sent, left, group))
+        works.append(isend(sent, group=group, group_dst=left))
     wait_all(works)
     return from_left, (from_right if n > 2 else from_left)
 

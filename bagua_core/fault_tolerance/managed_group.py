@@ -4,9 +4,17 @@ torchft's ``ProcessGroupGloo`` is reconfigured by the ``Manager`` whenever the q
 holds a fresh gloo group over the quorum's replicas. :class:`ManagedGroup` wraps that gloo group for one
 quorum so that bagua's unchanged collectives (``torch.distributed`` calls with ``group=``) run on it:
 
-- it is registered in torch's group tables with *virtual* global ranks: this process keeps its own rank
-  (``dist.get_rank()``, its rank inside its replica) and replica ``j`` of the quorum is
-  ``VIRTUAL_RANK_BASE + j``, so ``get_group_rank`` and ``BaguaCommunicator`` find every member;
+- torch never made it, so torch's group tables do not hold it, and it is used through torch's public API
+  only: the collectives name a peer by its rank in the group (``group_dst=`` / ``group_src=``, which torch
+  hands to the group as it is), and bagua asks the group itself for its rank, size and backend
+  (``rank()``, ``size()``, ``name()``: :mod:`bagua_core.runtime.communication.torch_groups`). What looks a
+  group up in torch's tables (``dist.get_rank(group)``, ``get_group_rank``, ``get_global_rank``,
+  ``get_process_group_ranks``, ``dist.get_backend(group)``, a global ``dst``/``src``, ``dist.recv``'s
+  returned sender) raises ``ValueError`` on it;
+- its members also have global ranks, for bagua's own bookkeeping only (``BaguaCommunicator``'s
+  ``global_ranks``, ``QuorumGroup.ranks``; torch never sees them): this process keeps its own rank
+  (``dist.get_rank()``, its rank inside its replica) and member ``j`` of the quorum is
+  ``VIRTUAL_RANK_BASE + j`` (:func:`virtual_ranks`);
 - an error (a peer killed, a timeout) never escapes: it is handed to ``on_error`` (the Manager's
   ``report_error``, which makes ``should_commit`` refuse the step) and the operation completes with its
   buffers as they are; every later operation of the same quorum completes at once, so a step whose
@@ -32,15 +40,16 @@ import torch.distributed as dist
 __all__ = ["ManagedGroup", "VIRTUAL_RANK_BASE", "virtual_ranks"]
 
 VIRTUAL_RANK_BASE = 1 << 20
-"""Global rank given to replica ``j`` of the quorum (other than this one) in torch's group tables."""
+"""bagua's global rank for member ``j`` of the quorum (other than this process); no torch table holds it."""
 
 _FORWARDED = ("allreduce", "allreduce_coalesced", "broadcast", "allgather", "all_gather_single", "alltoall",
               "all_to_all_single", "reduce", "gather", "scatter", "reduce_scatter", "reduce_scatter_single", "send",
-              "recv", "barrier", "alltoall_base", "_allgather_base", "_reduce_scatter_base")
+              "recv", "barrier", "alltoall_base")
+"""The operations torch.distributed's functions call on a group (torch 2.13's names), run on the gloo group."""
 
 
 def virtual_ranks(replica_rank: int, replica_world_size: int) -> list[int]:
-    """The global ranks of the quorum's members in replica-rank order (this process: its own rank)."""
+    """bagua's global ranks of the quorum's members in group-rank order (this process: its own rank)."""
     me = dist.get_rank()
     return [me if j == replica_rank else VIRTUAL_RANK_BASE + j for j in range(replica_world_size)]
 
@@ -140,6 +149,7 @@ class ManagedGroup(dist.ProcessGroup):
         self._in_flight: weakref.WeakSet[_SwallowingWork] = weakref.WeakSet()
         """Operations not waited for yet (weakly: one its caller dropped unwaited is not kept)."""
         self.ranks = virtual_ranks(replica_rank, replica_world_size)
+        """bagua's global rank of each member, by group rank (module doc): bookkeeping, never handed to torch."""
         for method in _FORWARDED:
             setattr(self, method, self._forwarder(method))
 
@@ -159,11 +169,11 @@ class ManagedGroup(dist.ProcessGroup):
         self._inner = None
 
     def _forwarder(self, method: str) -> Callable[..., dist.Work]:
-        def run(*args: Any) -> dist.Work:
+        def run(*args: Any, **kwargs: Any) -> dist.Work:  # torch passes some by name (barrier's opts=)
             if self.error is not None:
                 return _DoneWork()
             try:
-                work = _SwallowingWork(getattr(self._inner, method)(*args), self)
+                work = _SwallowingWork(getattr(self._inner, method)(*args, **kwargs), self)
             except Exception as exc:
                 self.fail(exc)
                 return _DoneWork()
@@ -172,30 +182,16 @@ class ManagedGroup(dist.ProcessGroup):
 
         return run
 
-    def _get_backend(self, device: Any) -> Any:
-        if self._inner is None:
-            raise RuntimeError(f"{self!r} failed ({self.error}) and released its gloo group")
-        return self._inner._get_backend(device)
+    def name(self) -> str:
+        """The backend's name, as ``ProcessGroup.name()`` gives it (``torch_groups.backend_of`` asks it)."""
+        return "gloo"
 
-    def getBackendName(self) -> str:  # noqa: N802 (torch's name)
+    def getBackendName(self) -> str:  # noqa: N802 (the C++ method behind name(): torch's own calls of it)
         return "gloo"
 
     @property
     def group_name(self) -> str:  # type: ignore[override]
         return self._name
-
-    def register(self) -> None:
-        """Enter this group in torch's tables (backend, name, global -> group ranks)."""
-        world = dist.distributed_c10d._world
-        world.pg_map[self] = ("gloo", None)
-        world.pg_names[self] = self._name
-        world.pg_group_ranks[self] = {rank: j for j, rank in enumerate(self.ranks)}
-
-    def unregister(self) -> None:
-        """Remove this group from torch's tables (before the next quorum's, and before shutdown)."""
-        world = dist.distributed_c10d._world
-        for table in (world.pg_map, world.pg_names, world.pg_group_ranks):
-            table.pop(self, None)
 
     def __repr__(self) -> str:
         return f"ManagedGroup({self._name!r}, rank={self.rank()}, size={self.size()})"

@@ -37,17 +37,19 @@ class QuorumGroup(BaguaProcessGroup):
     ``everyone``: the managed group over every rank of every replica (the global communicator);
     ``leaders``: on a replica's first rank, the managed group among the replicas' first ranks (the
     inter-node communicator; None elsewhere). ``replica_rank``: this replica's rank in the quorum.
-    ``intra``: the torch group and global ranks inside a "node" when it is not the replica's ranks (a model
-    sharded over them: each rank is its own node of the group between the same shard of every replica)."""
+    ``intra``: the torch group, global ranks and ranks in that group (``BaguaCommunicator``'s three) inside a
+    "node" when it is not the replica's ranks (a model sharded over them: each rank is its own node of the
+    group between the same shard of every replica)."""
 
     def __init__(self, everyone: ManagedGroup, leaders: ManagedGroup | None, replica_rank: int, replicas: int,
-                 ranks_per_replica: int, quorum_id: int, intra: tuple[Any, list[int]] | None = None) -> None:
+                 ranks_per_replica: int, quorum_id: int,
+                 intra: tuple[Any, list[int], list[int]] | None = None) -> None:
         # BaguaProcessGroup.__init__ derives nodes from the job's ranks; here they come from the quorum
         self.replica_rank = replica_rank
         self.quorum_id = quorum_id
         self.managed = everyone
         self.membership = Membership(changes=True, quorum_id=quorum_id, between_replicas=everyone, commit="quorum")
-        self.ranks = list(everyone.ranks)  # quorum order (virtual ranks, see managed_group)
+        self.ranks = list(everyone.ranks)  # quorum order (bagua's virtual ranks, see managed_group; torch sees none)
         self.name = self.group_name = f"quorum{quorum_id}"
         self.stream = None
         self.torch_group = everyone
@@ -61,8 +63,10 @@ class QuorumGroup(BaguaProcessGroup):
             self._inter = BaguaCommunicator(leaders, leaders.ranks, f"{self.name}/inter")
         else:  # not a replica's first rank: outside the inter-node communicator (rank -1)
             self._inter = BaguaCommunicator(None, [VIRTUAL_RANK_BASE + j for j in range(replicas)], f"{self.name}/inter")
-        intra_group, intra_ranks = intra if intra is not None else (dist.group.WORLD, list(range(dist.get_world_size())))
-        self._intra = BaguaCommunicator(intra_group, intra_ranks, f"{self.name}/intra")
+        if intra is None:  # the replica's ranks, on its own default group
+            intra = (dist.group.WORLD, list(range(dist.get_world_size())), list(range(dist.get_world_size())))
+        intra_group, intra_ranks, in_group = intra
+        self._intra = BaguaCommunicator(intra_group, intra_ranks, f"{self.name}/intra", in_group)
         self.managed_groups = [g for g in (everyone, leaders) if g is not None and g is not everyone] + [everyone]
         self.worker = CommunicationWorker(self.name)
         _all_groups.add(self)

@@ -67,12 +67,21 @@ class ReplicaGroups(ProcessGroupGloo):
 
     def same_rank_inner(self) -> Any:
         """The current gloo group between this rank and the same rank of every replica (None: not configured)."""
-        return getattr(self, "_pg", None)
+        return _configured(self)
 
     def everyone_inner(self) -> Any:
         """The current gloo group over every rank of every replica of the quorum."""
-        return self.same_rank_inner() if self.ranks_per_replica == 1 else getattr(self._everyone, "_pg", None)
+        return self.same_rank_inner() if self.ranks_per_replica == 1 else _configured(self._everyone)
 
     def abort(self, errored: bool = True) -> None:
         super().abort(errored)
         self._everyone.abort(errored=False)
+
+
+def _configured(group: ProcessGroupGloo) -> Any:
+    """torchft's gloo group inside ``group`` (its public ``parent``), or None where none is configured (never
+    configured, or aborted: ``parent`` asserts then)."""
+    try:
+        return group.parent
+    except AssertionError:
+        return None

@@ -217,7 +217,7 @@ class FaultTolerantRuntime:
         # replica), and a joiner's rank heals its shards from the same rank of a live replica
         if self._layout is not None:  # this rank alone: each rank is a node of its shard's group
             intra = state_of(module).process_group.get_intra_node_communicator()
-            self._shard_intra = (intra.torch_group, intra.global_ranks)
+            self._shard_intra = (intra.torch_group, intra.global_ranks, intra.group_ranks)
         self.quorum_id = None  # the next step reifies the algorithm on its quorum
         self.round_open = False  # and starts a transaction (a round) of its own
         self._hook_handle = module.register_forward_pre_hook(self._forward_pre_hook, prepend=True)
@@ -324,12 +324,7 @@ class FaultTolerantRuntime:
                     managed.fail(reason)
         old = self.group
         if old is not None:
-            for managed in old.managed_groups:
-                managed.unregister()
             old.release(wait=False)
-        for managed in (everyone, leaders):
-            if managed is not None:
-                managed.register()
         if layout is not None:
             self.group = QuorumGroup(everyone, None, replica, replicas, 1, self.quorum_id, intra=self._shard_intra)
         else:
@@ -511,7 +506,4 @@ class FaultTolerantRuntime:
 
     def shutdown(self) -> None:
         self.watchdog.stop()
-        if self.group is not None:
-            for managed in self.group.managed_groups:
-                managed.unregister()
         self.manager.shutdown(wait=False)

@@ -47,7 +47,7 @@ def broadcast_tensors(tensors: Sequence[torch.Tensor], src: int, comm: BaguaComm
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, src: int, comm: BaguaCommunicator) -> None:
     """Make every rank's optimizer state (moments, step counts, hyper-parameters) equal to ``src``'s."""
     payload = [optimizer.state_dict() if comm.rank() == src else None]
-    dist.broadcast_object_list(payload, src=comm.global_rank(src), group=comm.torch_group)
+    dist.broadcast_object_list(payload, group=comm.torch_group, group_src=comm.group_rank(src))
     if comm.rank() != src:
         optimizer.load_state_dict(payload[0])
 

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
+from bagua_core.runtime.communication.torch_groups import rank_in, size_of
 from bagua_core.runtime.exceptions import BaguaError, RankMismatchError
 
 __all__ = ["Agreement", "Prepared", "agree_or_raise", "agreement", "describe_differences", "format_values",
@@ -139,9 +140,9 @@ def agree_or_raise(comm: Any, prepare: Callable[[], Any], signature: object = No
         error = exc
     status = (None if error is None else f"{type(error).__name__}: {error}", signature, dict(prepared.fields),
               dict(prepared.info))
-    gathered: list = [None] * dist.get_world_size(torch_group)
+    gathered: list = [None] * size_of(torch_group)
     dist.all_gather_object(gathered, status, group=torch_group)
-    me = dist.get_rank(torch_group)
+    me = rank_in(torch_group)
     if error is not None:
         # the lowest rank that failed with this very error shows it; the others say they failed the same way
         first = next(rank for rank, (message, *_rest) in enumerate(gathered) if message == status[0])

@@ -67,11 +67,12 @@ class BaguaProcessGroup:
     makes a channel for every one of them, as ``new_group`` is collective over the job."""
 
     def __init__(self, ranks: list[int], stream: object, group_name: str, torch_group: object = _CREATE) -> None:
-        """``ranks``: global ranks of the members; ``stream``: the CUDA stream of the group's
-        communication (kept for the original's API; None on CPU); ``group_name``: its name.
-        ``torch_group``: the torch process group connecting the members (None on non-members); by
-        default one is created, which is collective over the whole job."""
+        """``ranks``: global ranks of the members (in ``torch_group``'s rank order when one is given);
+        ``stream``: the CUDA stream of the group's communication (kept for the original's API; None on CPU);
+        ``group_name``: its name. ``torch_group``: the torch process group connecting the members (None on
+        non-members); by default one is created, which is collective over the whole job."""
         self.ranks = sorted(ranks)
+        in_group_order = list(ranks) if torch_group is not _CREATE else self.ranks
         self.name = self.group_name = group_name
         self.stream = stream
         me = dist.get_rank()
@@ -85,14 +86,21 @@ class BaguaProcessGroup:
             nodes.setdefault(_node_keys[rank], []).append(rank)
         self.node_ranks = list(nodes.values())  # ordered by each node's lowest rank
         self.leaders = [members[0] for members in self.node_ranks]
-        self._global = BaguaCommunicator(torch_group, self.ranks, f"{name}/global")
+        # a member's rank in torch_group (what torch is handed): its place in the group's order; the groups
+        # made here are in global-rank order (new_group sorts), where it is the member's index
+        place = {rank: i for i, rank in enumerate(in_group_order)}
+        in_torch_group = [place[rank] for rank in self.ranks]
+        self._global = BaguaCommunicator(torch_group, self.ranks, f"{name}/global", in_torch_group)
         self._intra = None
         for members in self.node_ranks:
-            group = torch_group if len(members) == len(self.ranks) else _new_torch_group(members)
+            whole = len(members) == len(self.ranks)
+            group = torch_group if whole else _new_torch_group(members)
             if me in members:
-                self._intra = BaguaCommunicator(group, members, f"{name}/intra")
-        inter_group = torch_group if len(self.leaders) == len(self.ranks) else _new_torch_group(self.leaders)
-        self._inter = BaguaCommunicator(inter_group if me in self.leaders else None, self.leaders, f"{name}/inter")
+                self._intra = BaguaCommunicator(group, members, f"{name}/intra", in_torch_group if whole else None)
+        whole = len(self.leaders) == len(self.ranks)
+        inter_group = torch_group if whole else _new_torch_group(self.leaders)
+        self._inter = BaguaCommunicator(inter_group if me in self.leaders else None, self.leaders, f"{name}/inter",
+                                        in_torch_group if whole else None)
         self.worker = CommunicationWorker(name)
         _all_groups.add(self)
 

@@ -84,8 +84,8 @@ def reduce_inplace_on(tensor: torch.Tensor, op: object, comm: BaguaCommunicator,
         work = dist.all_reduce(view, op=torch_op, group=comm.torch_group, async_op=True)
     else:
         staged = view.detach().to("cpu") if needs_staging(view, comm.torch_group) else None
-        work = dist.reduce(view if staged is None else staged, dst=comm.global_rank(dst), op=torch_op,
-                           group=comm.torch_group, async_op=True)
+        work = dist.reduce(view if staged is None else staged, op=torch_op, group=comm.torch_group,
+                           async_op=True, group_dst=comm.group_rank(dst))
     average = op == ReduceOp.AVG and (dst is None or comm.rank() == dst)
 
     def finish() -> None:

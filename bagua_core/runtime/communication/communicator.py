@@ -7,6 +7,7 @@ import torch.distributed as dist
 
 from bagua_core.runtime import env
 from bagua_core.runtime.communication import small_allreduce
+from bagua_core.runtime.communication.torch_groups import backend_of
 from bagua_core.runtime.exceptions import BaguaError
 from bagua_core.runtime.failure import abort
 from bagua_core.runtime.job_store import job_store
@@ -19,21 +20,34 @@ class BaguaCommunicator:
 
     ``rank()`` is this process's index among ``global_ranks`` (-1 when it is not a member, as on the
     inter-node communicator of a non-leader); ``nranks()`` is the number of members. Collectives take
-    and return ranks *of this communicator*.
+    and return ranks *of this communicator*; what they hand to torch is the member's rank in
+    ``torch_group`` (:meth:`group_rank`), never its global rank, so a group torch's tables do not know
+    (fault-tolerant mode's, whose ``global_ranks`` are bagua's own bookkeeping) works as torch's do.
+
+    ``group_ranks``: the rank in ``torch_group`` of each member, when it is not the member's index (a torch
+    group whose ranks are not in the order of their global ranks, ``new_group(sort_ranks=False)``).
     """
 
-    def __init__(self, torch_group: dist.ProcessGroup | None, global_ranks: list[int], name: str) -> None:
+    def __init__(self, torch_group: dist.ProcessGroup | None, global_ranks: list[int], name: str,
+                 group_ranks: list[int] | None = None) -> None:
         self.torch_group = torch_group
         abort.watch(torch_group)  # aborted (NCCL) when a rank fails
         self.global_ranks = list(global_ranks)
+        self.group_ranks = list(group_ranks) if group_ranks is not None else list(range(len(self.global_ranks)))
+        """The rank in ``torch_group`` of each member (member ``i``: ``group_ranks[i]``)."""
         self.name = name
         me = dist.get_rank()
         self._rank = self.global_ranks.index(me) if me in self.global_ranks else -1
+        if torch_group is not None and self._rank >= 0 and torch_group.rank() != self.group_ranks[self._rank]:
+            raise BaguaError(
+                f"communicator {name!r}: this process is member {self._rank} (group rank "
+                f"{self.group_ranks[self._rank]}) but rank {torch_group.rank()} of its torch process group"
+            )
         self.use_native_nccl = env.get_communicator_backend() == "nccl"
         self._nccl = None
         self.small_allreduce_bytes = 0
         """Allreduces of CPU tensors up to this size run :mod:`small_allreduce` (gloo groups only)."""
-        if torch_group is not None and self._rank >= 0 and "gloo" in str(dist.get_backend(torch_group)):
+        if torch_group is not None and self._rank >= 0 and "gloo" in backend_of(torch_group):
             self.small_allreduce_bytes = small_allreduce.threshold_bytes
 
     def use_small_allreduce(self, tensor: torch.Tensor) -> bool:
@@ -77,7 +91,7 @@ class BaguaCommunicator:
 
     @property
     def backend(self) -> str:
-        return str(dist.get_backend(self.torch_group)) if self.is_member else "none"
+        return backend_of(self.torch_group) if self.is_member else "none"
 
     def global_rank(self, comm_rank: int) -> int:
         """Global rank of member ``comm_rank``; a clear error for an index out of range."""
@@ -87,6 +101,11 @@ class BaguaCommunicator:
                 f"(valid: 0..{self.nranks() - 1})"
             )
         return self.global_ranks[comm_rank]
+
+    def group_rank(self, comm_rank: int) -> int:
+        """Rank in ``torch_group`` of member ``comm_rank``: what torch's ``group_dst=`` / ``group_src=`` take."""
+        self.global_rank(comm_rank)  # the same clear error for an index out of range
+        return self.group_ranks[comm_rank]
 
     def check_member(self) -> None:
         if not self.is_member:

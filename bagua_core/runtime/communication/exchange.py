@@ -46,8 +46,9 @@ def _exchange(
     for peer in range(comm.nranks()):
         if peer == me:
             continue
-        works.append(staged_isend(send_chunks[peer].contiguous(), comm.global_rank(peer), comm.torch_group))
-        works.append(staged_irecv(recv_chunks[peer], comm.global_rank(peer), comm.torch_group))
+        other = comm.group_rank(peer)
+        works.append(staged_isend(send_chunks[peer].contiguous(), group=comm.torch_group, group_dst=other))
+        works.append(staged_irecv(recv_chunks[peer], group=comm.torch_group, group_src=other))
     for work in works:
         work.wait()
 
@@ -141,7 +142,7 @@ def send(tensor: torch.Tensor, dst: int, comm: BaguaCommunicator | None = None) 
     nccl = comm.native_nccl_for(buffer)
     if nccl is not None:
         return nccl.send(buffer, dst)
-    staged_isend(_real(buffer), comm.global_rank(dst), comm.torch_group).wait()
+    staged_isend(_real(buffer), group=comm.torch_group, group_dst=comm.group_rank(dst)).wait()
 
 
 def recv(tensor: torch.Tensor, src: int, comm: BaguaCommunicator | None = None) -> None:
@@ -153,7 +154,7 @@ def recv(tensor: torch.Tensor, src: int, comm: BaguaCommunicator | None = None) 
     nccl = comm.native_nccl_for(buffer)
     if nccl is not None:
         return nccl.recv(buffer, src)
-    staged_irecv(_real(buffer), comm.global_rank(src), comm.torch_group).wait()
+    staged_irecv(_real(buffer), group=comm.torch_group, group_src=comm.group_rank(src)).wait()
 
 
 def barrier(comm: BaguaCommunicator | None = None) -> None:

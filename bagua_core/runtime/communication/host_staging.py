@@ -9,8 +9,8 @@ or for groups whose CUDA tensors go to NCCL.
 
 Example::
 
-    >>> work = isend(cuda_tensor, peer, group)          # a host copy is sent when the group is gloo
-    >>> received = irecv(cuda_buffer, peer, group)      # wait() copies the message into cuda_buffer
+    >>> work = isend(cuda_tensor, group=group, group_dst=1)      # a host copy is sent when the group is gloo
+    >>> received = irecv(cuda_buffer, group=group, group_src=1)  # wait() copies the message into cuda_buffer
     >>> work.wait(); received.wait()
 """
 
@@ -23,13 +23,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from bagua_core.runtime.communication.torch_groups import backend_of
+
 __all__ = ["backend_for", "needs_staging", "on_host", "isend", "irecv"]
 
 
 def backend_for(tensor: torch.Tensor, group: Any) -> str:
     """The backend that runs collectives on ``tensor``'s device in ``group`` (``"cpu:gloo,cuda:nccl"``
     maps each device type to its own)."""
-    name = str(dist.get_backend(group))
+    name = backend_of(group)
     if ":" not in name:
         return name
     mapping = dict(part.split(":", 1) for part in name.split(","))
@@ -80,17 +82,24 @@ class _StagedSend:
         return self._work.is_completed()
 
 
-def isend(tensor: torch.Tensor, dst: int, group: Any, tag: int = 0) -> Any:
-    """``dist.isend`` that works for CUDA tensors on gloo (``dst`` is a global rank)."""
+def isend(tensor: torch.Tensor, dst: int | None = None, group: Any = None, tag: int = 0, *,
+          group_dst: int | None = None) -> Any:
+    """``dist.isend`` that works for CUDA tensors on gloo: the peer is ``group_dst``, its rank in ``group``
+    (``comm.group_rank(r)``: any group, fault-tolerant mode's too), or ``dst``, a global rank (a group torch
+    made only: torch looks it up in its tables), as in torch."""
+    peer = {"dst": dst} if group_dst is None else {"group_dst": group_dst}
     if not needs_staging(tensor, group):
-        return dist.isend(tensor, dst, group=group, tag=tag)
+        return dist.isend(tensor, group=group, tag=tag, **peer)
     host = tensor.detach().to("cpu")
-    return _StagedSend(dist.isend(host, dst, group=group, tag=tag), host)
+    return _StagedSend(dist.isend(host, group=group, tag=tag, **peer), host)
 
 
-def irecv(tensor: torch.Tensor, src: int, group: Any, tag: int = 0) -> Any:
-    """``dist.irecv`` that works for CUDA tensors on gloo; the tensor holds the message after ``wait()``."""
+def irecv(tensor: torch.Tensor, src: int | None = None, group: Any = None, tag: int = 0, *,
+          group_src: int | None = None) -> Any:
+    """``dist.irecv`` that works for CUDA tensors on gloo; the tensor holds the message after ``wait()``. The
+    peer is ``group_src`` (its rank in ``group``) or ``src`` (a global rank), as in :func:`isend`."""
+    peer = {"src": src} if group_src is None else {"group_src": group_src}
     if not needs_staging(tensor, group):
-        return dist.irecv(tensor, src, group=group, tag=tag)
+        return dist.irecv(tensor, group=group, tag=tag, **peer)
     host = torch.empty(tensor.shape, dtype=tensor.dtype)
-    return _StagedRecv(dist.irecv(host, src, group=group, tag=tag), host, tensor)
+    return _StagedRecv(dist.irecv(host, group=group, tag=tag, **peer), host, tensor)

@@ -46,7 +46,7 @@ def broadcast(
     nccl = comm.native_nccl_for(buffer)
     if nccl is not None:
         return nccl.broadcast(buffer, src)
-    dist.broadcast(_real(buffer), src=comm.global_rank(src), group=comm.torch_group)
+    dist.broadcast(_real(buffer), group=comm.torch_group, group_src=comm.group_rank(src))
 
 
 def allgather(send_tensor: torch.Tensor, recv_tensor: torch.Tensor, comm: BaguaCommunicator | None = None) -> None:
@@ -96,7 +96,7 @@ def gather(
         check_numel("recv_tensor", out, send.numel() * comm.nranks(), f"nranks ({comm.nranks()}) x send_tensor's")
         gather_list = [_real(chunk) for chunk in out.chunk(comm.nranks())]
     with on_host(comm.torch_group, [_real(send)], gather_list or []) as ([send_view], outputs):
-        dist.gather(send_view, outputs or None, dst=comm.global_rank(dst), group=comm.torch_group)
+        dist.gather(send_view, outputs or None, group=comm.torch_group, group_dst=comm.group_rank(dst))
 
 
 def gather_inplace(tensor: torch.Tensor, count: int, dst: int, comm: BaguaCommunicator | None = None) -> None:
@@ -132,7 +132,7 @@ def scatter(
         record("scatter", send)
         scatter_list = [_real(chunk) for chunk in send.chunk(comm.nranks())]
     with on_host(comm.torch_group, scatter_list or [], [_real(out)]) as (inputs, [out_view]):
-        dist.scatter(out_view, inputs or None, src=comm.global_rank(src), group=comm.torch_group)
+        dist.scatter(out_view, inputs or None, group=comm.torch_group, group_src=comm.group_rank(src))
 
 
 def scatter_inplace(tensor: torch.Tensor, count: int, src: int, comm: BaguaCommunicator | None = None) -> None:

@@ -22,5 +22,5 @@ def broadcast_object(obj: object, src: int = 0, comm: BaguaCommunicator | None =
     if comm is None:
         return obj
     payload = [obj]
-    dist.broadcast_object_list(payload, src=comm.global_rank(src), group=comm.torch_group)
+    dist.broadcast_object_list(payload, group=comm.torch_group, group_src=comm.group_rank(src))
     return payload[0]

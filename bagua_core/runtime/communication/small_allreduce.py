@@ -50,14 +50,21 @@ COMBINE: dict[ReduceOp, Callable[..., torch.Tensor]] = {
 
 
 def _exchange(tensor: torch.Tensor, scratch: torch.Tensor, peer: int, group: dist.ProcessGroup) -> None:
-    sent = dist.isend(tensor, peer, group=group, tag=TAG)
-    received = dist.irecv(scratch, peer, group=group, tag=TAG)
+    sent = dist.isend(tensor, group=group, tag=TAG, group_dst=peer)
+    received = dist.irecv(scratch, group=group, tag=TAG, group_src=peer)
     received.wait()
     sent.wait()
 
 
+def _recv(tensor: torch.Tensor, peer: int, group: dist.ProcessGroup) -> None:
+    # not dist.recv: it returns the sender's global rank, which it looks up in torch's tables (a group torch did
+    # not make has none)
+    dist.irecv(tensor, group=group, tag=TAG, group_src=peer).wait()
+
+
 def small_allreduce_inplace(tensor: torch.Tensor, op: ReduceOp, comm) -> None:
-    """Reduce the contiguous 1-D real ``tensor`` with ``op`` over ``comm`` (not AVG's division)."""
+    """Reduce the contiguous 1-D real ``tensor`` with ``op`` over ``comm`` (not AVG's division). The
+    messages name their peers by rank in ``comm.torch_group`` (``comm.group_rank``)."""
     n, me = comm.nranks(), comm.rank()
     if n == 1:
         return
@@ -66,21 +73,21 @@ def small_allreduce_inplace(tensor: torch.Tensor, op: ReduceOp, comm) -> None:
     scratch = torch.empty_like(tensor)
     p = 1 << (n.bit_length() - 1)
     if me >= p:  # fold into rank me - p, wait for the result
-        peer = comm.global_rank(me - p)
-        dist.send(tensor, peer, group=group, tag=TAG)
-        dist.recv(tensor, peer, group=group, tag=TAG)
+        peer = comm.group_rank(me - p)
+        dist.send(tensor, group=group, tag=TAG, group_dst=peer)
+        _recv(tensor, peer, group)
         return
     if me + p < n:
-        dist.recv(scratch, comm.global_rank(me + p), group=group, tag=TAG)
+        _recv(scratch, comm.group_rank(me + p), group)
         combine(tensor, scratch, out=tensor)
     mask = 1
     while mask < p:
         partner = me ^ mask
-        _exchange(tensor, scratch, comm.global_rank(partner), group)
+        _exchange(tensor, scratch, comm.group_rank(partner), group)
         if me < partner:
             combine(tensor, scratch, out=tensor)
         else:
             combine(scratch, tensor, out=tensor)
         mask <<= 1
     if me + p < n:
-        dist.send(tensor, comm.global_rank(me + p), group=group, tag=TAG)
+        dist.send(tensor, group=group, tag=TAG, group_dst=comm.group_rank(me + p))
