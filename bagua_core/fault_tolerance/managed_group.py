@@ -10,7 +10,9 @@ quorum so that bagua's unchanged collectives (``torch.distributed`` calls with `
   (``rank()``, ``size()``, ``name()``: :mod:`bagua_core.runtime.communication.torch_groups`). What looks a
   group up in torch's tables (``dist.get_rank(group)``, ``get_group_rank``, ``get_global_rank``,
   ``get_process_group_ranks``, ``dist.get_backend(group)``, a global ``dst``/``src``, ``dist.recv``'s
-  returned sender) raises ``ValueError`` on it;
+  returned sender) fails on it. So does torch's logging of an exception raised inside one of its collectives
+  on it (``c10d_logger`` asks ``get_backend``): that exception arrives as a ``ValueError`` with the original
+  as its context; an error of the gloo group itself never does (below);
 - its members also have global ranks, for bagua's own bookkeeping only (``BaguaCommunicator``'s
   ``global_ranks``, ``QuorumGroup.ranks``; torch never sees them): this process keeps its own rank
   (``dist.get_rank()``, its rank inside its replica) and member ``j`` of the quorum is
