@@ -56,6 +56,12 @@ ALGORITHMS: dict[str, dict[str, Any]] = {
     "diloco_streaming": {"name": "diloco", "streaming": True, "inner_steps": 20, "fragments": 4},
     # rounds bounded in time (about 40 steps of mlp2m), merges weighted by the samples behind each replica
     "diloco_timed": {"name": "diloco", "round_seconds": 1.0},
+    # rounds of 20 inner steps (about half a second of mlp2m), committed at the round (FaultTolerance "at_round")
+    "diloco": {"name": "diloco", "inner_steps": 20},
+    "sparseloco": {"name": "sparseloco", "inner_steps": 20},
+    # the same, each round's exchange in flight during the next 4 inner steps
+    "diloco_overlap": {"name": "diloco", "inner_steps": 20, "overlap_steps": 4},
+    "sparseloco_overlap": {"name": "sparseloco", "inner_steps": 20, "overlap_steps": 4},
 }
 REPLICAS = 3
 LIGHTHOUSE_PORT = 29510

@@ -416,7 +416,7 @@ class _FailingInner:
 
 def test_managed_group_reports_errors_instead_of_raising() -> None:
     from bagua_core.fault_tolerance.managed_group import VIRTUAL_RANK_BASE, ManagedGroup
-    from bagua_core.runtime.communication.torch_groups import backend_of
+    from bagua_core.runtime.torch_groups import backend_of
 
     started = not dist.is_initialized()
     if started:

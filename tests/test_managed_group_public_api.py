@@ -1,7 +1,7 @@
 """Fault-tolerant mode's ``ManagedGroup`` is used through torch's public API only: torch's group tables never
 hold it (no private ``distributed_c10d._world``), and every collective of the core runs on it all the same,
 its peers named by their rank in the group (``group_dst=`` / ``group_src=``), its rank, size and backend asked
-of the group itself (``bagua_core.runtime.communication.torch_groups``).
+of the group itself (``bagua_core.runtime.torch_groups``).
 
 Three processes; the managed group's ranks are a rotation of the global ones (member ``j`` is global rank
 ``j + 1 mod 3``), so a global rank handed to torch anywhere would reach the wrong peer, or raise. A torch group
@@ -35,7 +35,7 @@ def _collectives_on_a_managed_group(rank: int, port: int) -> dict:
         BaguaCommunicator, ReduceOp, allgather, allreduce_inplace, alltoall, barrier, broadcast, broadcast_object,
         gather, recv, reduce_inplace, scatter, send,
     )
-    from bagua_core.runtime.communication.torch_groups import backend_of, rank_in, size_of
+    from bagua_core.runtime.torch_groups import backend_of, rank_in, size_of
 
     n = 3
     me = (rank - 1) % n  # member j of the managed group is global rank j + 1 (mod 3)
@@ -140,7 +140,7 @@ def test_every_core_collective_runs_on_a_managed_group_torch_never_registered() 
 def test_a_group_torch_made_names_its_backend_from_torch_a_managed_one_itself() -> None:
     from bagua_core.fault_tolerance.managed_group import ManagedGroup
     from bagua_core.runtime.communication.communicator import BaguaCommunicator
-    from bagua_core.runtime.communication.torch_groups import backend_of, rank_in, size_of
+    from bagua_core.runtime.torch_groups import backend_of, rank_in, size_of
 
     started = not dist.is_initialized()
     if started:

@@ -7,7 +7,7 @@ quorum so that bagua's unchanged collectives (``torch.distributed`` calls with `
 - torch never made it, so torch's group tables do not hold it, and it is used through torch's public API
   only: the collectives name a peer by its rank in the group (``group_dst=`` / ``group_src=``, which torch
   hands to the group as it is), and bagua asks the group itself for its rank, size and backend
-  (``rank()``, ``size()``, ``name()``: :mod:`bagua_core.runtime.communication.torch_groups`). What looks a
+  (``rank()``, ``size()``, ``name()``: :mod:`bagua_core.runtime.torch_groups`). What looks a
   group up in torch's tables (``dist.get_rank(group)``, ``get_group_rank``, ``get_global_rank``,
   ``get_process_group_ranks``, ``dist.get_backend(group)``, a global ``dst``/``src``, ``dist.recv``'s
   returned sender) fails on it. So does torch's logging of an exception raised inside one of its collectives

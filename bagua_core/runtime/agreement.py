@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from bagua_core.runtime.communication.torch_groups import rank_in, size_of
+from bagua_core.runtime.torch_groups import rank_in, size_of
 from bagua_core.runtime.exceptions import BaguaError, RankMismatchError
 
 __all__ = ["Agreement", "Prepared", "agree_or_raise", "agreement", "describe_differences", "format_values",

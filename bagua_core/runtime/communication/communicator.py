@@ -7,7 +7,7 @@ import torch.distributed as dist
 
 from bagua_core.runtime import env
 from bagua_core.runtime.communication import small_allreduce
-from bagua_core.runtime.communication.torch_groups import backend_of
+from bagua_core.runtime.torch_groups import backend_of
 from bagua_core.runtime.exceptions import BaguaError
 from bagua_core.runtime.failure import abort
 from bagua_core.runtime.job_store import job_store

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from bagua_core.runtime.communication.torch_groups import backend_of
+from bagua_core.runtime.torch_groups import backend_of
 
 __all__ = ["backend_for", "needs_staging", "on_host", "isend", "irecv"]
 

@@ -24,6 +24,8 @@ import weakref
 
 import torch.distributed as dist
 
+from bagua_core.runtime.torch_groups import backend_of
+
 __all__ = ["abort_process_groups", "watch"]
 
 _watched: weakref.WeakSet = weakref.WeakSet()
@@ -44,20 +46,13 @@ def _process_groups() -> list:
     return groups
 
 
-def _backend(group: dist.ProcessGroup) -> str:
-    try:
-        return str(dist.get_backend(group))
-    except Exception:  # a group torch's tables do not hold (a quorum's): it names its backend itself
-        return str(group.name())
-
-
 def abort_process_groups() -> int:
     """Abort every NCCL (or mixed ``cpu:gloo,cuda:nccl``) process group watched (and the default group);
     return how many were aborted. Never raises."""
     aborted = 0
     for group in _process_groups():
         try:
-            if "nccl" in _backend(group):
+            if "nccl" in backend_of(group):
                 group.abort()
                 aborted += 1
         except Exception:  # already destroyed, or a backend without abort
