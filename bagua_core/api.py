@@ -18,7 +18,8 @@ is listed in ``__all__`` is the contract (``docs/plugins.md`` documents it, ``te
   ``allgather``, ``all_gather_single``, ``alltoall``, ``broadcast``, ``reduce_inplace``, point-to-point
   ``isend``/``irecv``, and ``record_payload`` for what an algorithm hands to ``torch.distributed`` itself.
 - **Groups and membership**: ``BaguaProcessGroup`` (``new_channel`` for a group of the algorithm's own,
-  ``BaguaProcessGroup.default_or_none()``), ``Membership`` (a fail-fast job's: ``Membership()``),
+  ``BaguaProcessGroup.default_or_none()``, ``BaguaProcessGroup.new_torch_group(ranks)`` for a torch group over
+  other ranks), ``Membership`` (a fail-fast job's: ``Membership()``),
   ``group_failure`` (whether a quorum's group failed in this step, in fault-tolerant mode).
 - **The wrapped module**: ``WrappedModule(module)``, the handle through which an algorithm reads and changes a
   module wrapped with ``with_bagua`` (never through attributes of the module): ``train_step_counter``,
