@@ -5,7 +5,7 @@ per step to ``--records``: the manager's committed step, whether it committed (o
 committing at its rounds' ends, stands), whether it closed its transaction, the quorum's size and this
 replica's rank in it, a hash of the weights after the step, the pid (and with diloco's rounds bounded in time
 the rounds merged, the last merge's weights and whether this replica's samples count in the round; with diloco's
-rounds a hash of the outer weights, ``outer``). ``--die-at`` / ``--hang-at`` make
+rounds a hash of the outer weights, ``outer``; the data position, ``position``). ``--die-at`` / ``--hang-at`` make
 it fail in the middle of that step (after forward, before backward: its peers are in the exchange);
 ``--die-in-exchange`` kills it from inside a collective between replicas (:class:`ExchangeKiller`).
 It stops after ``--steps`` committed steps or when the file ``--stop`` exists. Under ``bagua run
@@ -185,6 +185,7 @@ def main() -> None:
                 "round_counting": None if timed is None else timed.counting,
                 "round_steps": None if timed is None else timed.steps,
                 "closed": runtime.closed_transaction,
+                "position": [runtime.data_epoch, runtime.data_position],
                 "outer": tensors_hash(starts) if starts else None,
             }) + "\n")
             log.flush()

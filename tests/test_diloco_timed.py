@@ -6,9 +6,10 @@ and no round of its own is in flight, sends it without waiting, and merges it at
 has landed (the steps at which the replicas merged are read from the run: they depend on when the others sent),
 keeping what it trained meanwhile; the merge weights each replica's pseudo-gradient (diloco, plain and through a
 codec) or sent message (sparseloco) by the samples it trained on in the round. In lockstep (fault-tolerant
-mode's, emulated here without the courier) the replicas end each round together and merge at once: with equal
-samples that is rounds of ``inner_steps``, bit for bit, and a replica healed in the middle of a round (a joiner)
-merges with weight 0, and nothing else changes. Loops that make a collective of their own between steps, or end
+mode's, emulated here without the courier and with ``round_syncs`` asked before every step, as the runtime does)
+each replica ends its round at the step it chose before the step ran, from its round's mean step so far, and
+merges at once: that too equals the reference, with equal samples it is rounds of ``inner_steps``, bit for bit,
+and a replica healed in the middle of a round (a joiner) merges with weight 0, and nothing else changes. Loops that make a collective of their own between steps, or end
 at the same step count on ranks of unequal speed, finish on every rank (the join at shutdown)."""
 
 from __future__ import annotations
@@ -55,8 +56,11 @@ def _cost(costs: list[list[float]], rank: int, t: int) -> float:
     return pattern[(t - 1) % len(pattern)]
 
 
-def _step(model, optimizer, rank: int, t: int, sizes, clock: FakeClock | None = None, cost: float = 0.0) -> int:
+def _step(model, optimizer, rank: int, t: int, sizes, clock: FakeClock | None = None, cost: float = 0.0,
+          lockstep: bool = False) -> int:
     x, y = _batch_of(rank, t, sizes)
+    if lockstep:  # fault-tolerant mode's runtime asks it before every step (and joins a quorum if True)
+        model.bagua_algorithm.round_syncs(model)
     optimizer.zero_grad()
     loss = F.cross_entropy(model(x), y)
     if clock is not None:
@@ -79,8 +83,9 @@ def _weighted_sum(mine: torch.Tensor, n: int) -> torch.Tensor:
 def _reference(rank: int, options: dict, costs, sizes, rounds: int, heal: tuple[int, int] | None = None,
                merges_at: list[int] | None = None) -> list:
     """The weights after every step, as docs/algorithms.md states the mode, through the step of the ``rounds``-th
-    merge: ``merges_at``, the step at which each round merged (None: in lockstep, at once); ``heal`` (lockstep):
-    (round, step in it) at which rank 2's weights are replaced by rank 0's and it merges that round with weight 0."""
+    merge: ``merges_at``, the step at which each round merged (None: in lockstep, at once, the step that ends a round
+    chosen before it ran); ``heal`` (lockstep): (round, step in it) at which rank 2's weights are replaced by rank
+    0's and it merges that round with weight 0."""
     T, name = options["round_seconds"], options.get("name", "diloco")
     model = Net()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
@@ -91,9 +96,12 @@ def _reference(rank: int, options: dict, costs, sizes, rounds: int, heal: tuple[
     codec = get_codec(options["compression"]) if options.get("compression") else None
     residual = torch.zeros_like(start)
     history, t, j, merged, pending = [], 0, 0, 0, None
-    elapsed, k, n = 0.0, 0, 0
+    elapsed, k, n, last_mean, ends = 0.0, 0, 0, 0.0, False
     while merged < rounds:
         t += 1
+        if merges_at is None:  # the round ends with this step if its end, predicted by the mean step, is nearest T
+            after = elapsed + (elapsed / k if k else last_mean)
+            ends = after + after / (k + 1) / 2 >= T
         n += _step(model, optimizer, rank, t, sizes)
         elapsed, k = elapsed + _cost(costs, rank, t), k + 1
         if heal == (j, k):  # rank 2 takes rank 0's weights and optimizer state
@@ -111,7 +119,7 @@ def _reference(rank: int, options: dict, costs, sizes, rounds: int, heal: tuple[
             if merged == rounds:
                 history.append(_params(model))
                 break
-        if pending is not None or elapsed + elapsed / k / 2 < T:
+        if (not ends) if merges_at is None else (pending is not None or elapsed + elapsed / k / 2 < T):
             history.append(_params(model))
             continue
         if heal is not None and heal[0] == j and rank == 2:
@@ -145,7 +153,7 @@ def _reference(rank: int, options: dict, costs, sizes, rounds: int, heal: tuple[
             def update(average=average) -> None:
                 start.grad = average
                 outer.step()
-        j, elapsed, k, n = j + 1, 0.0, 0, 0
+        j, elapsed, k, n, last_mean = j + 1, 0.0, 0, 0, elapsed / k
         if merges_at is None:  # lockstep: merged at once, the local weights replaced
             update()
             _assign(params, start)
@@ -166,14 +174,14 @@ def _run_both(rank: int, options: dict, costs, sizes, rounds: int, heal=None, lo
         spec["bits"] = 32
     model = model.with_bagua([optimizer], spec)
     impl = model.bagua_algorithm
-    if lockstep:  # as in fault-tolerant mode: the exchanges on the training thread, the rounds ended together
+    if lockstep:  # as in fault-tolerant mode: the exchanges on the training thread, each round's end chosen before
         impl.courier = None
     seen_weights, history, sends_at, merges_at, steps_in_round, t = [], [], [], [], 0, 0
     while impl.merged.rounds < rounds:
         t += 1
         assert t < 500, f"rank {rank}: {impl.merged.rounds} of {rounds} rounds merged after {t} steps"
         rounds_before, merged_before = impl.timed.rounds, impl.merged.rounds
-        _step(model, optimizer, rank, t, sizes, clock, _cost(costs, rank, t))
+        _step(model, optimizer, rank, t, sizes, clock, _cost(costs, rank, t), lockstep)
         steps_in_round += 1
         if heal is not None and impl.timed.rounds == heal[0] and steps_in_round == heal[1]:
             _heal_from_rank_0(model, rank)
@@ -220,10 +228,11 @@ CASES = {  # options, each rank's step costs (repeated), each rank's batch size,
 }
 
 
+@pytest.mark.parametrize("lockstep", [False, True], ids=["courier", "fault-tolerant lockstep"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_equals_the_reference(case: str) -> None:
+def test_equals_the_reference(case: str, lockstep: bool) -> None:
     options, costs, sizes, rounds = CASES[case]
-    weights = run_workers(_run_both, len(costs), options, costs, sizes, rounds)
+    weights = run_workers(_run_both, len(costs), options, costs, sizes, rounds, None, lockstep)
     assert all(w == weights[0] for w in weights)  # every replica merged with the same weights
     assert any(abs(w - 1.0) > 1e-3 for w in weights[0][0]), weights[0]  # and they were not all equal
 
@@ -250,7 +259,7 @@ def _equal_samples(rank: int, name: str) -> None:
         model.bagua_algorithm.courier = None  # lockstep (fault-tolerant mode's)
         history = []
         for t in range(1, 11):
-            _step(model, optimizer, rank, t, None, clock, 1.0)
+            _step(model, optimizer, rank, t, None, clock, 1.0, lockstep=True)
             history.append(_params(model))
         if "round_seconds" in bound:
             assert model.bagua_algorithm.last_weights == [1.0, 1.0]

@@ -224,10 +224,11 @@ def test_runtime_quiesces_before_the_quorum_and_the_commit_decision() -> None:
         should_commit=lambda timeout=None: calls.append("commit") or "error" not in calls[-2],
         report_error=lambda exc: calls.append(f"error {exc}"))
     runtime.quorum_id, runtime.module, runtime.policy = 7, model, FaultTolerance(commit="after_step")
-    runtime.group = types.SimpleNamespace(managed_groups=[], world_size=1)
+    runtime.group = types.SimpleNamespace(managed_groups=[], world_size=1, managed=types.SimpleNamespace(size=lambda: 1))
     runtime.stats = {"committed": 0, "discarded": 0, "first_commit_s": 1.0, "healed": 0, "heal_s": 0.0}
     runtime.data_position, runtime.data_epoch, runtime._batch_samples, runtime.step_open = 0, 0, 0, False
     runtime._readers, runtime.round_open, runtime._healed_round_start = (0, 1), False, None
+    runtime._held_quorum, runtime._joined_in_step, runtime._agreed_position = False, False, None
     for fail in (False, True):
         failing[0], calls[:] = fail, []
         runtime.begin_step(model)
@@ -276,10 +277,11 @@ def test_a_round_is_one_transaction(monkeypatch) -> None:
         start_quorum=lambda: calls.append("quorum"), errored=lambda: errors[0] if errors else None,
         should_commit=lambda timeout=None: calls.append("commit") or not errors, report_error=errors.append)
     runtime.quorum_id, runtime.module, runtime.policy = 7, model, FaultTolerance(commit="at_round")
-    runtime.group = types.SimpleNamespace(managed_groups=[], world_size=1)
+    runtime.group = types.SimpleNamespace(managed_groups=[], world_size=1, managed=types.SimpleNamespace(size=lambda: 1))
     runtime.stats = {"committed": 0, "discarded": 0, "first_commit_s": 1.0, "healed": 0, "heal_s": 0.0}
     runtime.data_position, runtime.data_epoch, runtime._batch_samples, runtime.step_open = 0, 0, 4, False
     runtime._readers, runtime.round_open, runtime._healed_round_start = (0, 2), False, None
+    runtime._held_quorum, runtime._joined_in_step, runtime._agreed_position = False, False, None
     from bagua_core.lifecycle.module_state import state_of
 
     def step() -> tuple[bool, bool]:
@@ -313,6 +315,78 @@ def test_a_round_is_one_transaction(monkeypatch) -> None:
     runtime.ft_group.quorum_id = None  # (the stub's group: no new quorum to configure)
     step()
     assert calls == ["round_syncs", "quorum", "copy", "round_ends"], calls  # a quorum at the next round's start
+
+
+def test_a_round_commits_the_quorums_furthest_position_and_a_quorum_for_a_step_not_taken_stands(monkeypatch) -> None:
+    """``commit="at_round"`` with rounds whose steps differ between replicas (rounds bounded in time): the quorum
+    joined before a round's last step that is then not taken (the epoch ended there: ``end_without_step``) stands
+    for the next step, which neither asks ``round_syncs`` nor joins another (the other replicas are in that step's
+    exchange); the round commits the furthest (epoch, position) of the quorum's readers (a MAX over its group), a
+    peer's when it read further, this replica's own when it did."""
+    import bagua_core.fault_tolerance.runtime as runtime_module
+    from bagua_core.fault_tolerance.runtime import FaultTolerantRuntime
+
+    calls: list[str] = []
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    begun, asked = [0], [0]
+
+    def round_syncs(module) -> bool:  # a round of 2 steps, the second exchanges
+        calls.append("round_syncs")
+        begun[0] += 1
+        return begun[0] % 2 == 0
+
+    def round_ends(module) -> bool:
+        calls.append("round_ends")
+        asked[0] += 1
+        return asked[0] % 2 == 0
+
+    _as_wrapped(model, optimizer, types.SimpleNamespace(state_dict=lambda: {}, load_state_dict=lambda s: None,
+                                                         quiesce=lambda module: None, round_ends=round_ends,
+                                                         round_syncs=round_syncs), 0)
+    peer = [0]
+
+    def all_reduce(value, op=None, group=None):  # the peer's position: MAX with it
+        calls.append("max")
+        value.copy_(torch.maximum(value, torch.tensor([peer[0]])))
+
+    monkeypatch.setattr(runtime_module.dist, "all_reduce", all_reduce)
+    runtime = FaultTolerantRuntime.__new__(FaultTolerantRuntime)
+    runtime.options = types.SimpleNamespace(replica_id="r", timeout_s=4.0)
+    runtime.ft_group = types.SimpleNamespace(quorum_id=7)
+    runtime.manager = types.SimpleNamespace(start_quorum=lambda: calls.append("quorum"), errored=lambda: None,
+                                            should_commit=lambda timeout=None: calls.append("commit") or True)
+    runtime.quorum_id, runtime.module, runtime.policy = 7, model, FaultTolerance(commit="at_round")
+    runtime.group = types.SimpleNamespace(managed_groups=[], world_size=2, managed=types.SimpleNamespace(size=lambda: 2))
+    runtime.stats = {"committed": 0, "discarded": 0, "first_commit_s": 1.0, "healed": 0, "heal_s": 0.0}
+    runtime.data_position, runtime.data_epoch, runtime._batch_samples, runtime.step_open = 0, 0, 4, False
+    runtime._readers, runtime.round_open, runtime._healed_round_start = (0, 2), False, None
+    runtime._held_quorum, runtime._joined_in_step, runtime._agreed_position = False, False, None
+    from bagua_core.lifecycle.module_state import state_of
+
+    def train() -> None:
+        model(torch.randn(2, 3)).sum().backward()
+        state_of(model).stepped.clear()
+        runtime._step(optimizer, optimizer.step, (), {})
+        state_of(model).train_step_counter += 1
+
+    runtime.begin_step(model)
+    train()
+    runtime.begin_step(model)  # the round's last step: its quorum is joined...
+    runtime.data_epoch, runtime.data_position = 1, 0  # ...but the epoch ended (QuorumSampler)
+    runtime.end_without_step()
+    runtime.begin_step(model)  # the quorum stands for the step that takes its place
+    peer[0] = 1 * runtime_module._EPOCH_STRIDE + 40  # a faster replica read further into epoch 1
+    train()
+    assert calls == ["round_syncs", "round_ends", "round_syncs", "quorum", "round_ends", "max", "commit"], calls
+    assert (runtime.data_epoch, runtime.data_position) == (1, 40) and runtime.closed_transaction
+    calls[:] = []
+    peer[0] = 0  # a slower peer: this replica's own position after the round (2 steps of 2 readers x 4 samples)
+    for _ in range(2):
+        runtime.begin_step(model)
+        train()
+    assert calls == ["round_syncs", "round_ends", "round_syncs", "quorum", "round_ends", "max", "commit"], calls
+    assert (runtime.data_epoch, runtime.data_position) == (1, 40 + 2 * 2 * 4)
 
 
 def test_a_joiner_healed_inside_a_round_takes_the_rounds_start() -> None:

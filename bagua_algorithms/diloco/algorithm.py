@@ -45,6 +45,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
+import torch.distributed as dist
 
 from bagua_algorithms.diloco.config import DiLoCoConfig
 from bagua_algorithms.diloco.courier import Courier
@@ -124,6 +125,9 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         """Rounds bounded in time (:mod:`.timed`): this replica's progress in the round; None: rounds of H steps."""
         self.shard_peers: Any = None
         """The ranks sharding the model with this one (they agree on when a timed round ends), or None."""
+        self.replica_peers: Any = None
+        """Fault-tolerant mode: the other ranks of this replica (they join each quorum together, so they agree on the
+        step that ends a timed round), or None for a replica of one rank."""
         self.last_weights: list[float] | None = None
         """The weights of the last timed merge, in group order (``w_r = R * n_r / N``)."""
         self.merged = RoundCount(0, 0)
@@ -133,8 +137,8 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         overlapped = self.schedule.overlap > 0 or self.timed is not None
         self.courier = Courier() if overlapped and not self.fault_tolerant else None
         """With an overlap, and with rounds bounded in time: the thread the exchanges run on (encoding, collective,
-        decoding), off the training thread. Fault-tolerant mode runs them on the training thread (its step copies
-        what is in flight), where timed rounds end together (:meth:`_end_of_timed_step`)."""
+        decoding), off the training thread. Fault-tolerant mode runs them on the training thread (its round's copy
+        holds what is in flight), where the replicas meet at each timed round's end (:meth:`_end_of_timed_step`)."""
         self.all_done = False
         """Rounds bounded in time: whether every replica was done in the last round landed (the join at shutdown)."""
         self.futures: dict[int, Any] = {}
@@ -183,6 +187,9 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         self.exchanges = [self.new_exchange(f, s) for f, s in zip(self.fragments, self.starts)]
         self.outer = self.new_outer(self.starts)
         self.shard_peers = shard_group(bagua_module)
+        self.replica_peers = self.shard_peers
+        if self.fault_tolerant and self.shard_peers is None and dist.get_world_size() > 1:
+            self.replica_peers = dist.group.WORLD  # (fault-tolerant mode: the default group is the replica's own)
 
     # --- the extension methods: what an algorithm built on this round (sparseloco) overrides ---------------------
     def new_exchange(self, fragment: list[torch.Tensor], start: torch.Tensor) -> FragmentExchange:
@@ -239,23 +246,27 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         rank of a sharded replica), then end the round when this replica's clock says so and nothing is in flight,
         and send it on the courier (the weights by samples are agreed there). The training thread never waits for
         another replica, so no collective of the user's loop between steps can deadlock with a round. Without the
-        courier (fault-tolerant mode, where every step is a quorum of all replicas) the replicas end each round
-        together (a MAX over the group) and merge ``overlap_steps`` steps later, waiting there."""
+        courier (fault-tolerant mode) each replica ends its round at the step chosen before it ran, for which it
+        joined the quorum (:meth:`round_syncs`), so the replicas meet there, and merges ``overlap_steps`` steps
+        later, waiting there."""
         device = self.starts[0].device
-        lockstep = self.courier is None
-        if self.pending:
+        if self.courier is None:  # fault-tolerant mode
+            if self.pending and step >= self.pending[0]:
+                self._merge(0)
+            self.timed.after_step()  # (counts the step; the round's end was chosen before it)
+            if self.timed.end_at == step and not self.pending:
+                self._send_round(step + self.schedule.overlap, done=False)
+                if not self.schedule.overlap:
+                    self._merge(0)
+            return
+        if self.pending:  # merged once landed, on every rank of the replica
             due = step >= self.pending[0]
-            if not lockstep:  # once landed, on every rank of the replica
-                due = not agree_to_end(not (due and self._has_landed(0)), None, self.shard_peers, device)
-            if due:
+            if not agree_to_end(not (due and self._has_landed(0)), None, self.shard_peers, device):
                 self._merge(0)
         wants = self.timed.after_step() and not self.pending
-        between = self.group if lockstep and self.nranks > 1 else None
-        if not agree_to_end(wants, between, self.shard_peers, device):
+        if not agree_to_end(wants, None, self.shard_peers, device):
             return
         self._send_round(step + self.schedule.overlap, done=False)
-        if lockstep and not self.schedule.overlap:
-            self._merge(0)
 
     def _send_round(self, merge_step: int, done: bool) -> None:
         """Send the timed round that ends now: this replica's samples in it (summed over a sharded replica's ranks
@@ -355,19 +366,27 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
     def round_syncs(self, bagua_module: torch.nn.Module) -> bool:
         """Fault-tolerant mode (``commit="at_round"``): whether the coming inner step (the step counter moves at its
         forward, after this is asked) sends a fragment's outer gradient, so that the exchange runs between the
-        replicas of a quorum joined just before it. Warmup steps and rounds bounded in time: every step."""
-        if self.timed is not None or self.warming_up(bagua_module):
+        replicas of a quorum joined just before it. Warmup steps: every step. Rounds bounded in time: the step that is
+        to end the round, chosen now (:meth:`RoundProgress.predicts_end <.timed.RoundProgress.predicts_end>`, agreed
+        by the replica's ranks) once the previous round has merged; the choice is kept with the round's state."""
+        if self.warming_up(bagua_module):
             return True
-        return bool(self.schedule.syncs_at(self.inner_step() + 1))
+        step = self.inner_step() + 1
+        if self.timed is not None:
+            ends = not self.pending and self.timed.predicts_end()
+            ends = agree_to_end(ends, None, self.replica_peers, self.starts[0].device)
+            self.timed.end_at = step if ends else None
+            return ends
+        return bool(self.schedule.syncs_at(step))
 
     def round_ends(self, bagua_module: torch.nn.Module) -> bool:
         """Fault-tolerant mode (``commit="at_round"``): a round's transaction ends at each step during which a
         fragment's outer result was merged (every H steps, ``overlap_steps`` after the send; streaming: each
         fragment's merge), so the copy the next round starts from holds no exchange of its own in flight (a
-        streamed fragment's may be: its ``sent`` is copied and sent again). Warmup steps and rounds bounded in
-        time (whose end is agreed over the quorum at every step, :mod:`.timed`) are rounds of one step, with a
-        quorum each (:meth:`round_syncs`)."""
-        if self.timed is not None or self.warming_up(bagua_module):
+        streamed fragment's may be: its ``sent`` is copied and sent again); rounds bounded in time likewise, at the
+        merge of the round that ended at the step chosen for it (:meth:`round_syncs`), so a fast replica's round
+        holds more inner steps than a slow one's. Warmup steps are rounds of one step, with a quorum each."""
+        if self.warming_up(bagua_module):
             return True
         asked, self.merges_asked = self.merges_asked, self.merged.rounds
         return self.merged.rounds != asked

@@ -5,10 +5,17 @@ at which ``elapsed + elapsed / steps / 2 >= round_seconds`` and its previous rou
 is :data:`clock` now minus its value at the round's first training forward, ``steps`` the inner steps taken in
 the round (so a round ends at the step whose end is nearest ``round_seconds``, and at least one step is taken).
 The ranks that must agree do so over a one-element MAX (the round ends when any of them would end it): the ranks
-of a sharded replica over their node's group, and in fault-tolerant mode, where every step is a quorum of all
-replicas, every participant over the quorum's group. A fast replica thus takes more inner steps than a slow one;
+of a sharded replica over their node's group. A fast replica thus takes more inner steps than a slow one;
 it sends its round without waiting and merges it once the others' parts have landed
 (``DiLoCoAlgorithmImpl._end_of_timed_step``).
+
+In fault-tolerant mode the replicas meet only at a round's end: each joins the quorum before the inner step that
+will end its round, so the step is chosen before it runs (:meth:`RoundProgress.predicts_end`): the round ends
+with the coming step when ``after + after / (steps + 1) / 2 >= round_seconds``, ``after`` being ``elapsed`` plus
+the round's mean step so far (the previous round's for its first step; 0 in a replica's first round). The
+replica's ranks agree on it by the same MAX (its node's group, or its own default group when its ranks are
+replicated), and the decision (:attr:`RoundProgress.end_at`) travels with the round's state, so a joiner healed
+at that step ends the round with its healer.
 
 The merge weights each replica's contribution by ``n_r``, the samples it trained on in the round
 (:func:`~bagua_core.api.samples_in` of every training forward's inputs, summed over a sharded replica's ranks by
@@ -46,7 +53,7 @@ clock: Callable[[], float] = time.monotonic
 class RoundProgress:
     """One replica's progress in the round in flight: when it began, its inner steps and its samples."""
 
-    __slots__ = ("round_seconds", "began", "steps", "samples", "counting", "rounds")
+    __slots__ = ("round_seconds", "began", "steps", "samples", "counting", "rounds", "end_at", "last_mean")
 
     def __init__(self, round_seconds: float) -> None:
         self.round_seconds = round_seconds
@@ -58,6 +65,10 @@ class RoundProgress:
         """False for a replica healed in the middle of a round (fault-tolerant mode): its weight there is 0."""
         self.rounds = 0
         """Rounds merged so far (the same on every replica)."""
+        self.end_at: int | None = None
+        """Fault-tolerant mode: the inner step that ends the round, chosen before it ran (:meth:`predicts_end`)."""
+        self.last_mean = 0.0
+        """The mean seconds of an inner step in the previous round (0 before one ended)."""
 
     def on_forward(self, inputs: Any, training: bool) -> None:
         """A training forward of the round (``training``: one backward may follow, so its samples count)."""
@@ -74,20 +85,30 @@ class RoundProgress:
         elapsed = clock() - self.began
         return elapsed + 0.5 * elapsed / self.steps >= self.round_seconds
 
+    def predicts_end(self) -> bool:
+        """Before an inner step, in fault-tolerant mode: whether the round is to end with it (module doc): its end
+        predicted from the round's mean step so far, or the previous round's before the round's first step."""
+        elapsed = 0.0 if self.began is None else clock() - self.began
+        mean = elapsed / self.steps if self.steps else self.last_mean
+        after = elapsed + mean
+        return after + 0.5 * after / (self.steps + 1) >= self.round_seconds
+
     def contribution(self) -> int:
         """``n_r``: the samples this rank trained on in the round (0 where it joined in the middle of it)."""
         return self.samples if self.counting else 0
 
     def restart(self) -> None:
-        """The round was merged: the next one begins at the next training forward."""
-        self.began, self.steps, self.samples, self.counting = None, 0, 0, True
+        """The round was sent: the next one begins at the next training forward."""
+        if self.began is not None and self.steps:
+            self.last_mean = (clock() - self.began) / self.steps
+        self.began, self.steps, self.samples, self.counting, self.end_at = None, 0, 0, True, None
         self.rounds += 1
 
     # --- state (diloco's checkpoints and fault-tolerant mode's copies) ---------------------------------------
     def shared_state(self) -> dict[str, Any]:
         """What every replica of the round has alike: a joiner takes it from the replica it heals from."""
         elapsed = None if self.began is None else clock() - self.began
-        return {"steps": self.steps, "elapsed": elapsed, "rounds": self.rounds}
+        return {"steps": self.steps, "elapsed": elapsed, "rounds": self.rounds, "end_at": self.end_at}
 
     def own_state(self) -> dict[str, Any]:
         """What is this replica's own (its samples): a joiner does not take it."""
@@ -97,6 +118,8 @@ class RoundProgress:
         """Restore :meth:`shared_state` and :meth:`own_state`; ``own`` None: a joiner healed from a live replica,
         whose weight in the round is 0 when the round had begun (its weights repeat its healer's progress)."""
         self.steps, self.rounds = int(shared["steps"]), int(shared["rounds"])
+        end_at = shared.get("end_at")
+        self.end_at = None if end_at is None else int(end_at)
         elapsed = shared["elapsed"]
         self.began = None if elapsed is None else clock() - float(elapsed)
         if own is None:

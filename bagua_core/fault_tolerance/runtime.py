@@ -26,7 +26,12 @@ impl whether the step ended the round (``AlgorithmImpl.round_ends``): a step tha
 commit decision, and the step that did is decided as in 3., restoring the copy taken before the round's first
 step on every survivor when the round failed. A joiner healed inside its healer's round takes the healer's copy
 of the round's start with the state, so that it goes back where the others do. The data position advances with
-each step of the round and goes back with the copy.
+each step of the round and goes back with the copy. The replicas' rounds may differ in steps (rounds bounded in
+time give a fast replica more), and so may their data positions: before the round's commit decision the quorum
+agrees on the furthest (epoch, position) any of its readers reached (one int64 MAX over the quorum's group; the
+slots a slower reader did not reach in the round are not read in that epoch), which every replica takes when the
+round commits. A quorum joined before a step that is then not taken (``end_without_step``: the epoch ended there)
+stands for the next step, which joins none.
 """
 
 from __future__ import annotations
@@ -57,6 +62,9 @@ from bagua_core.fault_tolerance.options import FaultTolerantOptions, address_tow
 from bagua_core.fault_tolerance.quorum_group import QuorumGroup
 
 __all__ = ["FaultTolerantRuntime"]
+
+_EPOCH_STRIDE = 1 << 40
+"""A data position as one int64 for the quorum's MAX: ``epoch * _EPOCH_STRIDE + position`` (positions < 2**40)."""
 
 logger = logging.getLogger("bagua.fault_tolerance")
 
@@ -155,6 +163,13 @@ class FaultTolerantRuntime:
         self.round_open = False
         """``commit="at_round"``: a round's transaction is open (its copy taken); the next step continues it, joining a
         quorum only where ``round_syncs`` says."""
+        self._joined_in_step = False
+        """Whether the open step joined a quorum (or holds one, :attr:`_held_quorum`)."""
+        self._held_quorum = False
+        """``commit="at_round"``: a quorum was joined for a step that was not taken (``end_without_step``); the next
+        step takes its place and joins none (its replicas are in that step's exchange)."""
+        self._agreed_position: tuple[int, int] | None = None
+        """``commit="at_round"``: the quorum's furthest (epoch, position) after the round (:meth:`_furthest_position`)."""
         self.decision: bool | None = None
         self.closed_transaction = False
         """Whether the last step that ended closed its transaction (asked the quorum to commit): every step,
@@ -253,14 +268,17 @@ class FaultTolerantRuntime:
         if self._layout is not None:  # the step's copy and a heal hold the shards (not an eval's unsharded)
             register_shards(module)
         at_round = self.policy.commit == "at_round"
-        syncs = at_round and self._round_syncs(module)
+        held, self._held_quorum = at_round and self._held_quorum, False
+        syncs = at_round and (held or self._round_syncs(module))
+        self._joined_in_step = syncs
         if self.round_open:
-            if syncs and self._join_quorum(module):  # healed inside the round: the round's start is the healer's
+            if syncs and not held and self._join_quorum(module):  # healed inside the round: its start is the healer's
                 self._take_copy(module)
             self._open_since = time.monotonic()
             return
-        if not at_round or syncs or self.quorum_id is None:
+        if not held and (not at_round or syncs or self.quorum_id is None):
             self._join_quorum(module)
+            self._joined_in_step = True
         self._take_copy(module)
         self.round_open = at_round
         self._open_since = time.monotonic()
@@ -380,6 +398,8 @@ class FaultTolerantRuntime:
         if self.policy.commit != "before_optimizer_step":
             if last:
                 self._quiesce(module)
+                if self.policy.commit == "at_round":
+                    self._agreed_position = self._furthest_position()
                 self.decision = self._should_commit()
         if last:
             self._close(module)
@@ -405,6 +425,17 @@ class FaultTolerantRuntime:
             logger.warning("bagua: round_ends of replica %s failed: %s", self.options.replica_id, exc)
             self.manager.report_error(exc)
             return True
+
+    def _furthest_position(self) -> tuple[int, int]:
+        """``commit="at_round"``, at the round's last step: the furthest (epoch, position) of the quorum's readers
+        after it (module doc), agreed over the quorum's group before the commit decision (a failure there is
+        reported to the Manager and fails the round)."""
+        position = self.data_epoch * _EPOCH_STRIDE + self.data_position + self._batch_samples * self._readers[1]
+        value = torch.tensor([position], dtype=torch.int64)
+        if self.group is not None and self.group.managed.size() > 1:
+            dist.all_reduce(value, op=dist.ReduceOp.MAX, group=self.group.managed)
+        agreed = max(int(value), position)  # (a failed collective leaves the buffer as it was)
+        return agreed // _EPOCH_STRIDE, agreed % _EPOCH_STRIDE
 
     def _should_commit(self) -> bool:
         """The step's decision, agreed by the replica's ranks and then by the quorum. A rank whose collective
@@ -436,6 +467,7 @@ class FaultTolerantRuntime:
         open (the next step continues it)."""
         if self.module is not None:
             self._quiesce(self.module)
+        self._held_quorum = self.policy.commit == "at_round" and self._joined_in_step
         self.step_open, self._open_since = False, None
 
     def _close_inner_step(self) -> None:
@@ -450,11 +482,16 @@ class FaultTolerantRuntime:
         self.round_open, self.closed_transaction = False, True
         if self.decision:
             self.stats["committed"] += 1
-            self.data_position += self._batch_samples * self._readers[1]
+            if self._agreed_position is not None:  # commit="at_round": the quorum's furthest
+                self.data_epoch, self.data_position = self._agreed_position
+            else:
+                self.data_position += self._batch_samples * self._readers[1]
+            self._agreed_position = None
             if self.stats["first_commit_s"] is None:
                 self.stats["first_commit_s"] = time.monotonic() - self._started
             return
         self.stats["discarded"] += 1
+        self._agreed_position = None
         ft_state.restore(module, self._saved)
         self.data_position, self.data_epoch = self._saved["data_position"], self._saved["data_epoch"]
         what = "round" if self.policy.commit == "at_round" else "step"
