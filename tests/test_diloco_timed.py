@@ -81,11 +81,11 @@ def _weighted_sum(mine: torch.Tensor, n: int) -> torch.Tensor:
 
 
 def _reference(rank: int, options: dict, costs, sizes, rounds: int, heal: tuple[int, int] | None = None,
-               merges_at: list[int] | None = None) -> list:
+               merges_at: list[int] | None = None, predicted: bool = False) -> list:
     """The weights after every step, as docs/algorithms.md states the mode, through the step of the ``rounds``-th
-    merge: ``merges_at``, the step at which each round merged (None: in lockstep, at once, the step that ends a round
-    chosen before it ran); ``heal`` (lockstep): (round, step in it) at which rank 2's weights are replaced by rank
-    0's and it merges that round with weight 0."""
+    merge: ``merges_at``, the step at which each round merged (None: at once); ``predicted`` (lockstep): the step
+    that ends a round is chosen before it runs; ``heal`` (lockstep): (round, step in it) at which rank 2's weights
+    are replaced by rank 0's and it merges that round with weight 0."""
     T, name = options["round_seconds"], options.get("name", "diloco")
     model = Net()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
@@ -99,9 +99,9 @@ def _reference(rank: int, options: dict, costs, sizes, rounds: int, heal: tuple[
     elapsed, k, n, last_mean, ends = 0.0, 0, 0, 0.0, False
     while merged < rounds:
         t += 1
-        if merges_at is None:  # the round ends with this step if its end, predicted by the mean step, is nearest T
+        if predicted:  # the round ends with this step if its end, predicted by the mean step, is nearest T
             after = elapsed + (elapsed / k if k else last_mean)
-            ends = after + after / (k + 1) / 2 >= T
+            ends = pending is None and after + after / (k + 1) / 2 >= T
         n += _step(model, optimizer, rank, t, sizes)
         elapsed, k = elapsed + _cost(costs, rank, t), k + 1
         if heal == (j, k):  # rank 2 takes rank 0's weights and optimizer state
@@ -119,7 +119,7 @@ def _reference(rank: int, options: dict, costs, sizes, rounds: int, heal: tuple[
             if merged == rounds:
                 history.append(_params(model))
                 break
-        if (not ends) if merges_at is None else (pending is not None or elapsed + elapsed / k / 2 < T):
+        if (not ends) if predicted else (pending is not None or elapsed + elapsed / k / 2 < T):
             history.append(_params(model))
             continue
         if heal is not None and heal[0] == j and rank == 2:
@@ -193,9 +193,13 @@ def _run_both(rank: int, options: dict, costs, sizes, rounds: int, heal=None, lo
             merges_at.append(t)
         history.append(_params(model))
     model.bagua_shutdown()
+    overlap = options.get("overlap_steps", 0)
     if not lockstep:  # a round merges after the step that sent it: the training thread never waited for it
         assert all(merge > send for send, merge in zip(sends_at, merges_at)), (sends_at, merges_at)
-    reference = _reference(rank, options, costs, sizes, rounds, heal, None if lockstep else merges_at)
+    else:  # exactly overlap_steps after it, waiting there
+        assert all(merge == send + overlap for send, merge in zip(sends_at, merges_at)), (sends_at, merges_at)
+    reference = _reference(rank, options, costs, sizes, rounds, heal, None if lockstep and not overlap else merges_at,
+                           predicted=lockstep)
     assert len(reference) == len(history), (len(reference), len(history))
     for t, (seen, expected) in enumerate(zip(history, reference), 1):
         torch.testing.assert_close(seen, expected, rtol=1e-5, atol=1e-6, msg=lambda m, t=t: f"rank {rank}, step {t}: {m}")
@@ -219,6 +223,7 @@ def _heal_from_rank_0(model, rank: int) -> None:
 CASES = {  # options, each rank's step costs (repeated), each rank's batch size, rounds
     "diloco, 2 replicas": ({"round_seconds": 6.0}, [[1.0], [2.0]], [8, 12], 3),
     "diloco, 3 replicas, uneven steps": ({"round_seconds": 6.0}, [[1.0, 0.5], [2.0], [3.0]], [16, 8, 12], 3),
+    "diloco, 2 replicas, overlap 2": ({"round_seconds": 6.0, "overlap_steps": 2}, [[1.0], [2.0]], [8, 12], 3),
     "diloco+ScaledSign, 2 replicas": ({"round_seconds": 4.0, "compression": "ScaledSign"}, [[0.5], [1.5]],
                                       [16, 16], 3),
     "sparseloco, 2 replicas": ({"name": "sparseloco", "round_seconds": 6.0, "chunk_size": 100, "topk": 7,
