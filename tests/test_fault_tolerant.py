@@ -199,10 +199,29 @@ def test_auto_in_fault_tolerant_mode_chooses_among_fault_tolerant_candidates(mon
         AutoAlgorithm(candidates=["bytegrad", "gradient_allreduce"]).plan(changing)
 
 
+def _stub_runtime(model: torch.nn.Module, commit: str, manager: types.SimpleNamespace, batch_samples: int,
+                  readers: tuple[int, int], replicas: int = 1):
+    """A ``FaultTolerantRuntime`` without torchft: ``manager`` stands for its ``Manager``, a quorum (id 7) of
+    ``replicas`` is configured, and the transaction's fields are those of a fresh runtime."""
+    from bagua_core.fault_tolerance.runtime import FaultTolerantRuntime
+
+    runtime = FaultTolerantRuntime.__new__(FaultTolerantRuntime)
+    runtime.options = types.SimpleNamespace(replica_id="r", timeout_s=4.0)
+    runtime.ft_group = types.SimpleNamespace(quorum_id=7)
+    runtime.manager = manager
+    runtime.quorum_id, runtime.module, runtime.policy = 7, model, FaultTolerance(commit=commit)
+    runtime.group = types.SimpleNamespace(managed_groups=[], world_size=replicas,
+                                          managed=types.SimpleNamespace(size=lambda: replicas))
+    runtime.stats = {"committed": 0, "discarded": 0, "first_commit_s": 1.0, "healed": 0, "heal_s": 0.0}
+    runtime.data_position, runtime.data_epoch, runtime._batch_samples, runtime.step_open = 0, 0, batch_samples, False
+    runtime._readers, runtime.round_open, runtime._healed_round_start = readers, False, None
+    runtime._held_quorum, runtime._joined_in_step, runtime._agreed_position = False, False, None
+    return runtime
+
+
 def test_runtime_quiesces_before_the_quorum_and_the_commit_decision() -> None:
     """``AlgorithmImpl.quiesce`` runs before the quorum is joined (which may reconfigure the group) and before
     ``should_commit``; its exception is reported as the step's failure, not raised."""
-    from bagua_core.fault_tolerance.runtime import FaultTolerantRuntime
 
     calls: list[str] = []
     failing = [False]
@@ -216,19 +235,10 @@ def test_runtime_quiesces_before_the_quorum_and_the_commit_decision() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     _as_wrapped(model, optimizer, types.SimpleNamespace(state_dict=lambda: {}, load_state_dict=lambda s: None,
                                                          quiesce=quiesce), 1)
-    runtime = FaultTolerantRuntime.__new__(FaultTolerantRuntime)
-    runtime.options = types.SimpleNamespace(replica_id="r", timeout_s=4.0)
-    runtime.ft_group = types.SimpleNamespace(quorum_id=7)
-    runtime.manager = types.SimpleNamespace(
+    runtime = _stub_runtime(model, "after_step", types.SimpleNamespace(
         start_quorum=lambda: calls.append("quorum"), errored=lambda: None,
         should_commit=lambda timeout=None: calls.append("commit") or "error" not in calls[-2],
-        report_error=lambda exc: calls.append(f"error {exc}"))
-    runtime.quorum_id, runtime.module, runtime.policy = 7, model, FaultTolerance(commit="after_step")
-    runtime.group = types.SimpleNamespace(managed_groups=[], world_size=1, managed=types.SimpleNamespace(size=lambda: 1))
-    runtime.stats = {"committed": 0, "discarded": 0, "first_commit_s": 1.0, "healed": 0, "heal_s": 0.0}
-    runtime.data_position, runtime.data_epoch, runtime._batch_samples, runtime.step_open = 0, 0, 0, False
-    runtime._readers, runtime.round_open, runtime._healed_round_start = (0, 1), False, None
-    runtime._held_quorum, runtime._joined_in_step, runtime._agreed_position = False, False, None
+        report_error=lambda exc: calls.append(f"error {exc}")), 0, (0, 1))
     for fail in (False, True):
         failing[0], calls[:] = fail, []
         runtime.begin_step(model)
@@ -245,7 +255,6 @@ def test_a_round_is_one_transaction(monkeypatch) -> None:
     after the step at which ``round_ends`` says the round ended; the other steps ask nothing (and say they stand);
     a round during which a step failed is restored on its last step to the copy taken before its first: weights,
     step counter and data position; the next round then joins a quorum at its first step."""
-    from bagua_core.fault_tolerance.runtime import FaultTolerantRuntime
 
     calls: list[str] = []
     errors: list[Exception] = []
@@ -270,18 +279,9 @@ def test_a_round_is_one_transaction(monkeypatch) -> None:
                                                          round_syncs=round_syncs), 0)
     capture = ft_state.capture
     monkeypatch.setattr(ft_state, "capture", lambda *a, **k: calls.append("copy") or capture(*a, **k))
-    runtime = FaultTolerantRuntime.__new__(FaultTolerantRuntime)
-    runtime.options = types.SimpleNamespace(replica_id="r", timeout_s=4.0)
-    runtime.ft_group = types.SimpleNamespace(quorum_id=7)
-    runtime.manager = types.SimpleNamespace(
+    runtime = _stub_runtime(model, "at_round", types.SimpleNamespace(
         start_quorum=lambda: calls.append("quorum"), errored=lambda: errors[0] if errors else None,
-        should_commit=lambda timeout=None: calls.append("commit") or not errors, report_error=errors.append)
-    runtime.quorum_id, runtime.module, runtime.policy = 7, model, FaultTolerance(commit="at_round")
-    runtime.group = types.SimpleNamespace(managed_groups=[], world_size=1, managed=types.SimpleNamespace(size=lambda: 1))
-    runtime.stats = {"committed": 0, "discarded": 0, "first_commit_s": 1.0, "healed": 0, "heal_s": 0.0}
-    runtime.data_position, runtime.data_epoch, runtime._batch_samples, runtime.step_open = 0, 0, 4, False
-    runtime._readers, runtime.round_open, runtime._healed_round_start = (0, 2), False, None
-    runtime._held_quorum, runtime._joined_in_step, runtime._agreed_position = False, False, None
+        should_commit=lambda timeout=None: calls.append("commit") or not errors, report_error=errors.append), 4, (0, 2))
     from bagua_core.lifecycle.module_state import state_of
 
     def step() -> tuple[bool, bool]:
@@ -324,7 +324,6 @@ def test_a_round_commits_the_quorums_furthest_position_and_a_quorum_for_a_step_n
     exchange); the round commits the furthest (epoch, position) of the quorum's readers (a MAX over its group), a
     peer's when it read further, this replica's own when it did."""
     import bagua_core.fault_tolerance.runtime as runtime_module
-    from bagua_core.fault_tolerance.runtime import FaultTolerantRuntime
 
     calls: list[str] = []
     model = torch.nn.Linear(3, 2)
@@ -351,17 +350,9 @@ def test_a_round_commits_the_quorums_furthest_position_and_a_quorum_for_a_step_n
         value.copy_(torch.maximum(value, torch.tensor([peer[0]])))
 
     monkeypatch.setattr(runtime_module.dist, "all_reduce", all_reduce)
-    runtime = FaultTolerantRuntime.__new__(FaultTolerantRuntime)
-    runtime.options = types.SimpleNamespace(replica_id="r", timeout_s=4.0)
-    runtime.ft_group = types.SimpleNamespace(quorum_id=7)
-    runtime.manager = types.SimpleNamespace(start_quorum=lambda: calls.append("quorum"), errored=lambda: None,
-                                            should_commit=lambda timeout=None: calls.append("commit") or True)
-    runtime.quorum_id, runtime.module, runtime.policy = 7, model, FaultTolerance(commit="at_round")
-    runtime.group = types.SimpleNamespace(managed_groups=[], world_size=2, managed=types.SimpleNamespace(size=lambda: 2))
-    runtime.stats = {"committed": 0, "discarded": 0, "first_commit_s": 1.0, "healed": 0, "heal_s": 0.0}
-    runtime.data_position, runtime.data_epoch, runtime._batch_samples, runtime.step_open = 0, 0, 4, False
-    runtime._readers, runtime.round_open, runtime._healed_round_start = (0, 2), False, None
-    runtime._held_quorum, runtime._joined_in_step, runtime._agreed_position = False, False, None
+    runtime = _stub_runtime(model, "at_round", types.SimpleNamespace(
+        start_quorum=lambda: calls.append("quorum"), errored=lambda: None,
+        should_commit=lambda timeout=None: calls.append("commit") or True), 4, (0, 2), replicas=2)
     from bagua_core.lifecycle.module_state import state_of
 
     def train() -> None:
