@@ -45,6 +45,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
+import torch.distributed as dist
 
 from bagua_algorithms.diloco.config import DiLoCoConfig
 from bagua_algorithms.diloco.courier import Courier
@@ -186,9 +187,9 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         self.exchanges = [self.new_exchange(f, s) for f, s in zip(self.fragments, self.starts)]
         self.outer = self.new_outer(self.starts)
         self.shard_peers = shard_group(bagua_module)
-        if self.fault_tolerant:  # a quorum's intra-node communicator is the replica's ranks
-            replica = self.process_group.get_intra_node_communicator()
-            self.replica_peers = replica.torch_group if replica.nranks() > 1 else None
+        self.replica_peers = self.shard_peers
+        if self.fault_tolerant and self.shard_peers is None and dist.get_world_size() > 1:
+            self.replica_peers = dist.group.WORLD  # (fault-tolerant mode: the default group is the replica's own)
 
     # --- the extension methods: what an algorithm built on this round (sparseloco) overrides ---------------------
     def new_exchange(self, fragment: list[torch.Tensor], start: torch.Tensor) -> FragmentExchange:
@@ -248,6 +249,7 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         courier (fault-tolerant mode) each replica ends its round at the step chosen before it ran, for which it
         joined the quorum (:meth:`round_syncs`), so the replicas meet there, and merges ``overlap_steps`` steps
         later, waiting there."""
+        device = self.starts[0].device
         if self.courier is None:  # fault-tolerant mode
             if self.pending and step >= self.pending[0]:
                 self._merge(0)
@@ -257,7 +259,6 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
                 if not self.schedule.overlap:
                     self._merge(0)
             return
-        device = self.starts[0].device
         if self.pending:  # merged once landed, on every rank of the replica
             due = step >= self.pending[0]
             if not agree_to_end(not (due and self._has_landed(0)), None, self.shard_peers, device):
