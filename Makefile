@@ -37,7 +37,7 @@ bench-smoke:  ## seconds, no root: checks that the benchmarks run (what CI runs)
 	$(PYTHON) -m pytest tests/test_benchmarks_smoke.py tests/test_bench_lm_smoke.py tests/test_bench_lm_field.py -q
 
 bench-overhead:  ## per-step overhead of plain / DDP / bagua / bagua_ring on the tiny model, side by side (2 local workers)
-	$(PYTHON) -m bagua_core.cli run --standalone --nproc_per_node=2 -m benchmarks.overhead $(BENCH_ARGS)
+	$(PYTHON) -m bagua_cli run --standalone --nproc_per_node=2 -m benchmarks.overhead $(BENCH_ARGS)
 
 BAGUA_HOSTS_LOCK ?= /tmp/bagua-emulated-hosts.lock
 

@@ -2,8 +2,8 @@
 # Set up bagua from a clone: torch first, the CPU build where there is no GPU (a plain install from PyPI
 # would pull the multi-GB CUDA build; tools/choose_torch.py decides and says why, BAGUA_TORCH_INDEX forces
 # an index), redis-server for the cache tests, then bagua with its test, lightning and ft (torchft, for
-# fault-tolerant mode) extras (this compiles native/), then the example third-party plugin package (a real,
-# non-editable install).
+# fault-tolerant mode) extras (this compiles native/), then the example third-party plugin packages (the
+# algorithm local_sgd and the feature gradient_clipping; real, non-editable installs).
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -24,4 +24,7 @@ fi
 "$PY" -m pip install -e ".[test,lightning,ft]"
 if [ -f plugins_example/pyproject.toml ]; then
   "$PY" -m pip install ./plugins_example
+fi
+if [ -f plugins_example/gradient_clipping/pyproject.toml ]; then
+  "$PY" -m pip install ./plugins_example/gradient_clipping
 fi

@@ -1,36 +1,45 @@
-"""The ``bagua`` console script. Its usage, and the refusal of an unknown command, come from
-``bagua_core/cli/usage.py``, loaded here by its path: importing the ``bagua_core`` package imports torch, which
-takes seconds, and ``bagua --help`` should answer at once. A command is run by :func:`bagua_core.cli.main`
-(``python -m bagua_core.cli`` is the same command)."""
+"""The ``bagua`` command (``bagua_cli.usage.USAGE``): the console script ``bagua`` and ``python -m bagua_cli``.
+
+Above every other package: it starts jobs (``run``, ``train``), lists what is installed (``plugins``) and checks
+config files (``check-config``). ``bagua --help`` and a misspelt command are answered from :mod:`.usage` alone,
+before anything imports torch (which takes seconds); each command imports what it needs when it runs.
+"""
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import sys
 
-__all__ = ["main"]
+from bagua_cli.usage import USAGE, answer_without_a_command
 
-
-def _usage_module():
-    package = importlib.util.find_spec("bagua_core")  # a top-level package is found without being imported
-    if package is None or not package.submodule_search_locations:
-        return None
-    path = os.path.join(list(package.submodule_search_locations)[0], "cli", "usage.py")
-    spec = importlib.util.spec_from_file_location("bagua_core_cli_usage", path)
-    if spec is None or spec.loader is None or not os.path.isfile(path):
-        return None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+__all__ = ["USAGE", "main"]
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    usage = _usage_module()
-    answered = usage.answer_without_a_command(argv) if usage is not None else None
+    answered = answer_without_a_command(argv)
     if answered is not None:
         return answered
-    from bagua_core.cli import main as run_command
+    command, rest = argv[0], argv[1:]
+    from bagua_core.runtime.exceptions import BaguaError
 
-    return run_command(argv)
+    try:
+        if command == "run":
+            from bagua_cli.launch import run_command
+
+            return run_command(rest)
+        if command == "train":
+            from bagua_cli.launch import train_command
+
+            return train_command(rest)
+        if command == "plugins":
+            from bagua_cli.plugins_command import plugins_command
+
+            return plugins_command(rest)
+        if command == "check-config":
+            from bagua_cli.plugins_command import check_config_command
+
+            return check_config_command(rest)
+    except (BaguaError, ValueError) as exc:
+        print(f"bagua {command}: error: {exc}", file=sys.stderr)
+        return 2
+    raise AssertionError(f"{command!r} is in usage.COMMANDS but has no branch here")

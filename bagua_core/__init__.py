@@ -19,6 +19,7 @@ from __future__ import annotations
 from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig, AlgorithmImpl
 from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance
+from bagua_core.lifecycle.feature import Feature, FeatureConfig
 from bagua_core.runtime.communication import (
     BaguaCommunicator,
     ReduceOp,
@@ -69,8 +70,6 @@ from bagua_core.runtime.native.checks import NonFiniteError
 from bagua_core.codecs import Codec, codec_names, get_codec
 from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp
 from bagua_core.plugins import hookimpl
-from bagua_core.checkpoints.checkpoint import load_checkpoint, save_checkpoint
-from bagua_core.fault_tolerance import FaultTolerantOptions, QuorumSampler, last_step_committed
 from bagua_core.module import BaguaModule, with_bagua
 from bagua_core.module.ddp import DistributedDataParallel
 from bagua_core.module.sharded import node_mesh
@@ -85,7 +84,18 @@ from bagua_core.bootstrap import init_process_group
 
 from bagua_core import moved as _moved
 
-_moved.install()  # bagua 0.9's flat module paths still import, with a DeprecationWarning
+_moved.install()  # the module paths that moved still import, with a DeprecationWarning
+
+
+def __getattr__(name: str) -> object:
+    """A name offered here by a package above the core (``save_checkpoint``, ``FaultTolerantOptions``, ...: entry
+    points of ``bagua.moved``, ``bagua_core.moved``), or a moved module."""
+    if f"{__name__}.{name}" in _moved.moved_modules():
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    return _moved.offered_name(__name__, name)
+
 
 __version__ = "0.10.0"  # above the original's last release, 0.9.2: docs/migrating.md#requirements-written-for-the-original
 
@@ -94,6 +104,13 @@ def algorithm_names() -> list[str]:
     from bagua_core.plugins import algorithm_registry
 
     return algorithm_registry.names()
+
+
+def feature_names() -> list[str]:
+    """The names of every installed feature (``with_bagua(..., features=[name])``), sorted."""
+    from bagua_core.plugins import feature_registry
+
+    return feature_registry.names()
 
 
 __all__ = [
@@ -105,15 +122,9 @@ __all__ = [
     "BaguaModule",
     "DistributedDataParallel",
     "algorithm_names",
+    "feature_names",
     "node_mesh",
-    # checkpoints
-    "save_checkpoint",
-    "load_checkpoint",
-    # fault-tolerant mode
-    "FaultTolerantOptions",
-    "QuorumSampler",
-    "last_step_committed",
-    # writing an algorithm
+    # writing an algorithm or a feature
     "Algorithm",
     "AlgorithmConfig",
     "AlgorithmImpl",
@@ -121,6 +132,8 @@ __all__ = [
     "CentralizedSynchronousOp",
     "Capabilities",
     "FaultTolerance",
+    "Feature",
+    "FeatureConfig",
     "Membership",
     "hookimpl",
     # codecs and the native kernels

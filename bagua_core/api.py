@@ -9,6 +9,10 @@ is listed in ``__all__`` is the contract (``docs/plugins.md`` documents it, ``te
   stepped), ``Capabilities``, ``FaultTolerance``, ``capabilities_of``; the plugin's
   ``hookimpl`` and ``hookspec`` markers, ``algorithm_registry`` and ``NamedRegistry`` (a registry of a
   contract of the plugin's own).
+- **Declaring a feature**: ``Feature`` (a name, a ``FeatureConfig`` and hooks the core calls at documented points:
+  ``bagua_core.lifecycle.feature``), ``FeatureConfig``, ``feature_registry``; the feature's side of the wrapped
+  module is ``WrappedModule`` (``features``, ``add_feature``, ``count_hook_seconds``, ``take_hook_seconds``,
+  ``features_state_dict``, ``load_features_state_dict``).
 - **Buckets and their operations**: ``BaguaBucket`` (``append_op``, ``ops``, ``flattened_view``, ...),
   ``group_tensors`` (the core's bucketing suggestion, for ``tensors_to_buckets``), the
   full-precision allreduce op ``CentralizedSynchronousOp`` with ``start_allreduce_in_pieces``, and ``hierarchy``:
@@ -35,7 +39,8 @@ is listed in ``__all__`` is the contract (``docs/plugins.md`` documents it, ``te
   ``agreement.agree_or_raise``, ``agreement.model_signature``).
 - **Settings and failures**: ``settings`` (``settings.default_bucket_size()``, ``settings.comm_timeout_s()``,
   ``settings.nonfinite_policy()``, ``settings.local_size()``), ``init_process_group`` (a wrapper that sets bagua
-  up when only ``torch.distributed`` is); one node or many (``on_one_node``, ``defaults_to_hierarchical``,
+  up when only ``torch.distributed`` is); ``format_validation_error`` (a pydantic error as a config error's message);
+  one node or many (``on_one_node``, ``defaults_to_hierarchical``,
   ``without_hierarchy``); ``first_failure``, ``failure_guard`` and ``translate_failure`` (a failure on a thread
   of the algorithm's own reaches every rank); the errors ``BaguaError``, ``BaguaConfigError``, ``RankMismatchError``, ``JobFailureError``.
 
@@ -64,6 +69,7 @@ from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp, start_allreduce_in_pieces
 from bagua_core.lifecycle.bucket_ops.hierarchy import hierarchy
 from bagua_core.lifecycle.capabilities import Capabilities, FaultTolerance, capabilities_of
+from bagua_core.lifecycle.feature import Feature, FeatureConfig
 from bagua_core.lifecycle.batch import samples_in
 from bagua_core.lifecycle.rounds import RoundCount
 from bagua_core.lifecycle.module_state import shard_group
@@ -71,7 +77,7 @@ from bagua_core.lifecycle import proxies as tensors
 from bagua_core.lifecycle.tensor import load_optimizer_state
 from bagua_core.module.wrapped_module import WrappedModule
 from bagua_core.module.nonfinite import has_nonfinite
-from bagua_core.plugins import NamedRegistry, algorithm_registry, hookimpl
+from bagua_core.plugins import NamedRegistry, algorithm_registry, feature_registry, hookimpl
 from bagua_core.plugins.hookspecs import hookspec
 from bagua_core.runtime.agreement import agreement
 from bagua_core.runtime.communication import (
@@ -87,7 +93,13 @@ from bagua_core.runtime.communication import (
 from bagua_core.runtime.communication.common import record as record_payload
 from bagua_core.runtime.communication.host_staging import irecv, isend
 from bagua_core.runtime.communication.torch_compat import all_gather_single
-from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError, JobFailureError, RankMismatchError
+from bagua_core.runtime.exceptions import (
+    BaguaConfigError,
+    BaguaError,
+    JobFailureError,
+    RankMismatchError,
+    format_validation_error,
+)
 from bagua_core.runtime.failure import first_failure
 from bagua_core.runtime.failure import guard as failure_guard
 from bagua_core.runtime.failure import translate as translate_failure
@@ -109,6 +121,10 @@ __all__ = [
     "hookspec",
     "algorithm_registry",
     "NamedRegistry",
+    # declaring a feature
+    "Feature",
+    "FeatureConfig",
+    "feature_registry",
     # buckets and their operations
     "BaguaBucket",
     "group_tensors",
@@ -154,4 +170,5 @@ __all__ = [
     "BaguaConfigError",
     "RankMismatchError",
     "JobFailureError",
+    "format_validation_error",
 ]

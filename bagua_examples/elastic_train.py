@@ -11,7 +11,7 @@ the last complete checkpoint::
 ``--kill-at-step S`` makes rank ``--kill-rank`` SIGKILL itself at step S of the first attempt
 (``TORCHELASTIC_RESTART_COUNT == 0``), to see the restart. Communicated: gradients, by the chosen
 algorithm (default gradient_allreduce); checkpoints are written by rank 0 (see
-:mod:`bagua_core.checkpoints.checkpoint`). Rank 0 appends a JSON line to ``--events`` when an attempt starts and when it finishes, and the
+:mod:`bagua_features.checkpoints.checkpoint`). Rank 0 appends a JSON line to ``--events`` when an attempt starts and when it finishes, and the
 final parameters go to ``--final-params`` (rank 0), so a test can check what happened.
 """
 
@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 import bagua_core as bagua
-from bagua_core.checkpoints.checkpoint import load_checkpoint, save_checkpoint
+from bagua_features.checkpoints.checkpoint import load_checkpoint, save_checkpoint
 
 __all__ = ["make_model", "make_optimizer", "batch", "main", "train"]
 

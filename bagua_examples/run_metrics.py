@@ -1,5 +1,5 @@
 """What the main job reports of its communication, from the wrapped module's metrics (``model.bagua_metrics()``,
-``bagua_core.metrics``): the summary's fields, its line, and the TensorBoard directory of ``--tensorboard``."""
+``bagua_features.metrics``): the summary's fields, its line, and the TensorBoard directory of ``--tensorboard``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from bagua_core.metrics import StepMetrics
+from bagua_features.metrics import StepMetrics
 
 __all__ = ["format_metrics", "metrics_summary", "start_metrics"]
 

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 import bagua_core as bagua
 from bagua_algorithms.auto.link import describe_bandwidth
-from bagua_core.checkpoints.files import atomic_write
+from bagua_features.checkpoints.files import atomic_write
 from bagua_core.runtime.communication import stats
 from bagua_core.selection.config import (
     algorithm_class_of,
@@ -46,7 +46,7 @@ from bagua_examples.training_config import TrainingConfig
 __all__ = ["train", "main", "parse_args", "CONFIG_TABLES", "single_node_choice"]
 
 # the tables of a config file this job reads besides the algorithm's: `bagua check-config` validates them
-# through the bagua.jobs entry point (bagua_core.cli.jobs.job_config_tables)
+# through the bagua.jobs entry point (bagua_cli.jobs.job_config_tables)
 CONFIG_TABLES = {"training": TrainingConfig}
 
 
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     bagua.init_process_group()  # a replica of a fault-tolerant job under `bagua train --fault-tolerant`
     rank = bagua.get_rank()
     try:
-        from bagua_core.fault_tolerance import current_runtime
+        from bagua_features.fault_tolerance import current_runtime
 
         if current_runtime() is not None:  # the shard follows each step's quorum
             from bagua_examples.train_digits_ft import train_fault_tolerant

@@ -17,7 +17,7 @@ import tqdm
 import bagua_core as bagua
 from bagua_core.runtime.communication import stats
 from bagua_core.selection.config import algorithm_class_of, algorithm_config_of
-from bagua_core.fault_tolerance import QuorumSampler, current_runtime
+from bagua_features.fault_tolerance import QuorumSampler, current_runtime
 from bagua_examples.digits import DigitsMLP, load_digits
 from bagua_examples.run_metrics import metrics_summary, start_metrics
 from bagua_examples.run_settings import make_optimizer, resolve_device

@@ -443,7 +443,7 @@ def run_once(args: argparse.Namespace, algorithm: str, mode: str, interval_s: fl
             else:
                 launcher = ["--nnodes", str(REPLICAS), "--nproc_per_node", "1", "--rdzv-backend", "c10d",
                             "--rdzv-endpoint", f"10.77.0.1:{RDZV_PORT}", "--rdzv-id", f"bench{os.getpid()}"]
-            command = [sys.executable, "-m", "bagua_core.cli", "run", *launcher, "--max-restarts",
+            command = [sys.executable, "-m", "bagua_cli", "run", *launcher, "--max-restarts",
                        str(args.max_restarts), "--monitor-interval", str(args.monitor_interval), *worker]
             out = open(work / f"h{index}.out", "w")
             logs.append(out)

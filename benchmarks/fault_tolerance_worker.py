@@ -82,7 +82,7 @@ def main() -> None:
     y = torch.randint(0, model[-1].out_features, (args.dataset,), generator=generator)
     start = 0
     if args.mode == "failfast":
-        from bagua_core.checkpoints.checkpoint import load_checkpoint
+        from bagua_features.checkpoints.checkpoint import load_checkpoint
 
         start = load_checkpoint(str(out / "checkpoints"), model, optimizer)
     model = model.with_bagua([optimizer], algorithm)
@@ -102,7 +102,7 @@ def main() -> None:
 
 def train_ft(args: argparse.Namespace, model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
              y: torch.Tensor, log, stop: Path) -> None:
-    from bagua_core.fault_tolerance import QuorumSampler, current_runtime
+    from bagua_features.fault_tolerance import QuorumSampler, current_runtime
 
     runtime = current_runtime()
     if runtime is None:
@@ -126,7 +126,7 @@ def train_ft(args: argparse.Namespace, model: torch.nn.Module, optimizer: torch.
 
 def train_failfast(args: argparse.Namespace, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                    x: torch.Tensor, y: torch.Tensor, log, stop: Path, start: int) -> None:
-    from bagua_core.checkpoints.checkpoint import save_checkpoint
+    from bagua_features.checkpoints.checkpoint import save_checkpoint
 
     rank, world = bagua.get_rank(), bagua.get_world_size()
     step = start

@@ -99,7 +99,7 @@ class TorchftDiLoCoOptions(BaseModel):
 
 def host_address(iface: str) -> str:
     """This host's address towards the job's master (its emulated host's eth0, or loopback)."""
-    from bagua_core.fault_tolerance.options import address_towards
+    from bagua_features.fault_tolerance.options import address_towards
 
     if iface == "lo":
         return "127.0.0.1"

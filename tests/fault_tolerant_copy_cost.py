@@ -4,7 +4,7 @@ waits for the exchange in flight (before) and the one that keeps it in flight an
 
 Two ranks over gloo on this host, an MLP of ``--layers`` Linear(``--width``, ``--width``) layers, streaming
 diloco with one fragment per layer pair synchronised every step (``inner_steps`` = fragments), each exchange
-overlapped with the next inner step; every step starts with ``bagua_core.fault_tolerance.state.capture`` of
+overlapped with the next inner step; every step starts with ``bagua_features.fault_tolerance.state.capture`` of
 weights, optimizer, algorithm state and step, as the runtime does. Prints per mode the median step time, the
 median copy time and what the copy spent waiting for the exchange.
 
@@ -22,7 +22,7 @@ import time
 def _measure(rank: int, width: int, layers: int, steps: int) -> dict:
     import torch
 
-    from bagua_core.fault_tolerance import state as ft_state
+    from bagua_features.fault_tolerance import state as ft_state
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])

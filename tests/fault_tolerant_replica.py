@@ -28,7 +28,7 @@ import threading  # noqa: E402
 import torch  # noqa: E402
 
 import bagua_core as bagua  # noqa: E402
-from bagua_core.fault_tolerance import QuorumSampler, current_runtime  # noqa: E402
+from bagua_features.fault_tolerance import QuorumSampler, current_runtime  # noqa: E402
 from bagua_core.lifecycle.tensor import local_shard  # noqa: E402
 
 
@@ -55,7 +55,7 @@ class ExchangeKiller:
     runs in. It prints a line naming the collective before it dies."""
 
     def __init__(self, step: int) -> None:
-        from bagua_core.fault_tolerance.managed_group import ManagedGroup
+        from bagua_features.fault_tolerance.managed_group import ManagedGroup
 
         self.at, self.step, self.calls, self.last_calls = step, 0, 0, 1
         if step <= 0:

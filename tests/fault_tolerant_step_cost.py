@@ -9,7 +9,7 @@ Linear(``--width``, ``--width``) layers with AdamW on random batches of 32 for `
 fault-tolerant mode with ``commit="at_round"`` it takes the round's quorum and copy); the others are inner steps.
 Per algorithm and mode it prints the median inner step, the median first step of a round, the mean step over the
 whole run (wall time, and the training thread's CPU time, which the machine's other load moves less), and in
-fault-tolerant mode the copies (``bagua_core.fault_tolerance.state.capture`` calls: the step's or
+fault-tolerant mode the copies (``bagua_features.fault_tolerance.state.capture`` calls: the step's or
 round's copy, and a heal's) and their bytes per inner step. The machine is shared: the figures move by several
 percent between runs, so it runs each mode ``--repeats`` times, alternating, and prints every run.
 
@@ -47,7 +47,7 @@ def _unique_bytes(tree, seen: set | None = None) -> int:
 def _train(rank: int, algorithm: dict, width: int, layers: int, steps: int) -> dict:
     import torch
 
-    from bagua_core.fault_tolerance import state as ft_state
+    from bagua_features.fault_tolerance import state as ft_state
 
     copies = {"count": 0, "bytes": 0}
     capture = ft_state.capture

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bagua_core.selection import autotune
+from bagua_features import autotune
 from bagua_core.runtime.exceptions import BaguaConfigError
 from tests.distributed import run_workers
 from tests.models import SmallNet, batch

@@ -134,7 +134,7 @@ def test_ratio_to_ddp_in_table(rows: list[dict], expected: str) -> None:
 def test_overhead_benchmark_runs_side_by_side(tmp_path: Path) -> None:
     out = tmp_path / "overhead.json"
     result = subprocess.run(
-        [sys.executable, "-m", "bagua_core.cli", "run", "--standalone", "--nproc_per_node=2", "-m",
+        [sys.executable, "-m", "bagua_cli", "run", "--standalone", "--nproc_per_node=2", "-m",
          "benchmarks.overhead", "--blocks", "2", "--steps", "3", "--json", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
     )

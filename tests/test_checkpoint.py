@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bagua_core.checkpoints.checkpoint import TRACKER_FILENAME, get_checkpoint_name, load_checkpoint, save_checkpoint
+from bagua_features.checkpoints.checkpoint import TRACKER_FILENAME, get_checkpoint_name, load_checkpoint, save_checkpoint
 from bagua_core.runtime.exceptions import BaguaError
 from tests.distributed import run_workers
 from tests.models import SmallNet, batch
@@ -68,7 +68,7 @@ def test_round_trip_and_resume(tmp_path) -> None:
 _KILLED_SAVER = """
 import os, sys, time, torch
 sys.path.insert(0, {root!r})
-import bagua_core.checkpoints.checkpoint as ckpt
+import bagua_features.checkpoints.checkpoint as ckpt
 from tests.models import SmallNet
 path, marker = sys.argv[1], sys.argv[2]
 model = SmallNet(seed=0)

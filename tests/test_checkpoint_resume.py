@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from bagua_core.checkpoints.checkpoint import TRACKER_FILENAME, load_checkpoint, save_checkpoint
+from bagua_features.checkpoints.checkpoint import TRACKER_FILENAME, load_checkpoint, save_checkpoint
 from bagua_core.lifecycle.module_state import state_of
 from bagua_core.runtime.exceptions import RankMismatchError
 from tests.distributed import run_workers
@@ -127,7 +127,7 @@ def test_ranks_that_resumed_from_different_checkpoints_raise(tmp_path) -> None:
 
 
 def _failing_write(rank: int, directory: str) -> list[str]:
-    import bagua_core.checkpoints.checkpoint as ckpt
+    import bagua_features.checkpoints.checkpoint as ckpt
 
     model = SmallNet()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

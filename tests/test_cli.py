@@ -11,11 +11,11 @@ import textwrap
 
 import pytest
 
-from bagua_core.cli import main
-from bagua_core.cli.launch import extract_config
+from bagua_cli import main
+from bagua_cli.launch import extract_config
 from bagua_core.runtime.exceptions import BaguaConfigError
 
-BAGUA = [sys.executable, "-m", "bagua_core.cli"]
+BAGUA = [sys.executable, "-m", "bagua_cli"]
 
 
 def _run(args: list[str], timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
@@ -122,7 +122,7 @@ def test_main_job_with_auto_prints_the_choice(tmp_path) -> None:
 
 
 def test_main_job_is_found_through_its_entry_point() -> None:
-    from bagua_core.cli.jobs import find_job
+    from bagua_cli.jobs import find_job
 
     module_name, module = find_job("train")
     assert module_name == "bagua_examples.train_digits" and callable(module.parse_args)

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from bagua_core.cli import fault_tolerant
+from bagua_cli import fault_tolerant
 
-BAGUA = [sys.executable, "-m", "bagua_core.cli"]
+BAGUA = [sys.executable, "-m", "bagua_cli"]
 
 
 def _help(*args: str) -> str:
@@ -60,7 +60,7 @@ def test_the_console_script_answers_without_importing_torch(args: list[str], sta
 
 
 def test_the_console_script_is_the_front_door() -> None:
-    """The installed ``bagua`` runs ``bagua_cli:main``, which hands a command to ``bagua_core.cli.main``."""
+    """The installed ``bagua`` runs ``bagua_cli:main``, which hands a command to ``bagua_cli.main``."""
     import pathlib
     import tomllib
 

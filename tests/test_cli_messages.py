@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bagua_core.cli import main
-from bagua_core.cli.jobs import job_config_tables
+from bagua_cli import main
+from bagua_cli.jobs import job_config_tables
 from bagua_core.selection.config import validate_config_file
 from bagua_core.runtime.exceptions import BaguaConfigError
 from bagua_examples.train_digits import CONFIG_TABLES, format_summary, parse_args

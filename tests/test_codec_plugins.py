@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from bagua_core.cli import main as bagua_main
+from bagua_cli import main as bagua_main
 from bagua_core.codecs import Codec, RowwiseCodec, codec_names, get_codec
 from bagua_core.runtime.exceptions import DuplicateNameError, PluginError, UnknownNameError
 from bagua_core.plugins import codec_registry, get_plugin_manager, hookimpl, reset_plugin_manager

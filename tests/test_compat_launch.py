@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bagua_core.cli.legacy_launch import translate
+from bagua_cli.legacy_launch import translate
 
 SCRIPT = Path(__file__).parent / "compat" / "train_original_style.py"
 ROOT = Path(__file__).parent.parent
@@ -47,7 +47,7 @@ def test_original_flags_are_mapped_or_noted():
     args, _, _ = translate(["--nnodes=2", "--node_rank=1", "--master_addr=10.0.0.1", "--master_port=1234",
                             "--set_additional_flag", "-m", "pkg.train"])
     assert "--standalone" not in args and "--node-rank=1" in args and "--master-addr=10.0.0.1" in args
-    assert args[-4:] == ["-m", "bagua_core.cli.local_rank_shim", "--module", "pkg.train"]
+    assert args[-4:] == ["-m", "bagua_cli.local_rank_shim", "--module", "pkg.train"]
     args, _, _ = translate(["--master_port=29999", "train.py"])
     assert args == ["--master-port=29999", "train.py"]  # torchrun's static rendezvous on 127.0.0.1:29999
 
@@ -56,6 +56,6 @@ def test_local_rank_shim_passes_local_rank_as_the_original(tmp_path):
     script = tmp_path / "show.py"
     script.write_text("import sys\nprint(sys.argv[1:])\n")
     env = dict(os.environ, LOCAL_RANK="3", PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-m", "bagua_core.cli.local_rank_shim", "--script", str(script), "--lr", "1"],
+    out = subprocess.run([sys.executable, "-m", "bagua_cli.local_rank_shim", "--script", str(script), "--lr", "1"],
                          env=env, capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "['--local_rank=3', '--lr', '1']", out.stderr

@@ -143,7 +143,7 @@ def test_equals_the_reference(case: str) -> None:
 def _resume(rank: int, directory: str, options: dict, held: tuple[str, ...] = ("pending",)) -> None:
     """Saved after step 7 (where the impl's ``held`` attributes are not empty: an exchange in flight), resumed,
     3 more steps: the weights of the run that did not stop. ``options`` may name another algorithm on the round."""
-    from bagua_core.checkpoints.checkpoint import load_checkpoint, save_checkpoint
+    from bagua_features.checkpoints.checkpoint import load_checkpoint, save_checkpoint
 
     def build():
         model = Net()
@@ -175,7 +175,7 @@ def _redo_in_flight(rank: int, options: dict) -> None:
     """Fault-tolerant mode's copy of the step (``state_of(wait=False)``) leaves the exchange in flight and keeps
     what this rank sent; restoring it sends that again, and the run goes on exactly as without the restore."""
     from bagua_algorithms.diloco.state import restore, state_of
-    from bagua_core.fault_tolerance.state import capture, copy_tree
+    from bagua_features.fault_tolerance.state import capture, copy_tree
 
     model = Net()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
@@ -193,7 +193,7 @@ def _redo_in_flight(rank: int, options: dict) -> None:
     for t in range(7, 11):
         _step(model, optimizer, rank, t, average_grads=False)
     expected = _params(model)
-    from bagua_core.fault_tolerance.state import restore as restore_module
+    from bagua_features.fault_tolerance.state import restore as restore_module
 
     restore_module(model, saved)
     restore(impl, saved_state)  # the exchange is sent again on the group (every rank does, in order)

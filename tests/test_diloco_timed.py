@@ -207,9 +207,9 @@ def _run_both(rank: int, options: dict, costs, sizes, rounds: int, heal=None, lo
 
 
 def _heal_from_rank_0(model, rank: int) -> None:
-    """Rank 2 takes what fault-tolerant mode's heal gives a joiner (``bagua_core.fault_tolerance.state``): rank 0's
+    """Rank 2 takes what fault-tolerant mode's heal gives a joiner (``bagua_features.fault_tolerance.state``): rank 0's
     weights, optimizer state and algorithm state less the per-replica keys."""
-    from bagua_core.fault_tolerance import state as ft_state
+    from bagua_features.fault_tolerance import state as ft_state
 
     policy = model.bagua_capabilities.fault_tolerance
     healing = [ft_state.capture(model, policy.heals, per_replica=policy.per_replica_state) if rank == 0 else None]

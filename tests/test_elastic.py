@@ -40,7 +40,7 @@ def _uninterrupted(rank: int, checkpoint_dir: str) -> list[torch.Tensor]:
 def test_killed_worker_is_restarted_and_resumes_from_the_last_checkpoint(tmp_path) -> None:
     events, final = tmp_path / "events.jsonl", tmp_path / "final.pt"
     command = [
-        sys.executable, "-m", "bagua_core.cli", "run",
+        sys.executable, "-m", "bagua_cli", "run",
         "--nnodes=1:1", "--nproc_per_node=2", "--max-restarts=1", "--monitor-interval=0.2",
         "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}",
         "-m", "bagua_examples.elastic_train",
@@ -69,7 +69,7 @@ def test_killed_worker_is_restarted_and_resumes_from_the_last_checkpoint(tmp_pat
 def test_bagua_run_rejects_a_bad_config_before_starting(tmp_path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text('[algorithm]\nname = "gradient_allreduce"\nhierarchicl = true\n')
-    proc = subprocess.run([sys.executable, "-m", "bagua_core.cli", "run", "--config", str(bad), "--standalone",
+    proc = subprocess.run([sys.executable, "-m", "bagua_cli", "run", "--config", str(bad), "--standalone",
                            "--nproc_per_node=2", "-m", "bagua_examples.elastic_train", "--checkpoint-dir",
                            str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "hierarchicl" in proc.stderr and "bad.toml" in proc.stderr, proc.stderr

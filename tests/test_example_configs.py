@@ -53,6 +53,6 @@ def test_a_typo_names_the_file_and_the_field(tmp_path) -> None:
 
 def test_check_config_command_on_a_shipped_config() -> None:
     path = CONFIG_DIR / "decentralized.json"
-    proc = subprocess.run([sys.executable, "-m", "bagua_core.cli", "check-config", str(path)],
+    proc = subprocess.run([sys.executable, "-m", "bagua_cli", "check-config", str(path)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "decentralized" in proc.stdout and "shift_one" in proc.stdout, proc.stderr

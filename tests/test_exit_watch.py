@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from bagua_core.cli.worker_logs import last_error
+from bagua_cli.worker_logs import last_error
 
 SCRIPT = """\
 import sys, threading, time
@@ -39,7 +39,7 @@ def _run(tmp_path, hang: str) -> subprocess.CompletedProcess:
     script = tmp_path / "job.py"
     script.write_text(SCRIPT)
     env = dict(os.environ, OMP_NUM_THREADS="1", BAGUA_EXIT_TIMEOUT_S=str(TIMEOUT_S))
-    return subprocess.run([sys.executable, "-m", "bagua_core.cli", "run", "--standalone", "--nproc_per_node=2",
+    return subprocess.run([sys.executable, "-m", "bagua_cli", "run", "--standalone", "--nproc_per_node=2",
                            str(script), hang], capture_output=True, text=True, timeout=90, env=env, cwd=tmp_path)
 
 

@@ -90,7 +90,7 @@ def test_bagua_run_names_the_first_failure(tmp_path) -> None:
     script = tmp_path / "boom.py"
     script.write_text(SCRIPT)
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "bagua_core.cli", "run", "--standalone", "--nproc_per_node=2",
+    proc = subprocess.run([sys.executable, "-m", "bagua_cli", "run", "--standalone", "--nproc_per_node=2",
                            f"--master-port={free_port()}", str(script)], capture_output=True, text=True, timeout=270,
                           env=dict(os.environ, OMP_NUM_THREADS="1", BAGUA_COMM_TIMEOUT_S="900"))
     output = proc.stdout + proc.stderr
@@ -190,7 +190,7 @@ def test_launcher_names_the_workers_errors_when_torchrun_cannot(monkeypatch, cap
 
     from torch.distributed import run as torchrun
 
-    from bagua_core.cli import launch, worker_logs
+    from bagua_cli import launch, worker_logs
 
     def failing_main(args):
         raise json.JSONDecodeError("Expecting value", "", 0)

@@ -12,8 +12,8 @@ import torch.distributed as dist
 
 from bagua_core.lifecycle.capabilities import FaultTolerance
 from bagua_core.runtime.exceptions import BaguaConfigError
-from bagua_core.fault_tolerance import FaultTolerantOptions, QuorumSampler, resolve_options
-from bagua_core.fault_tolerance import state as ft_state
+from bagua_features.fault_tolerance import FaultTolerantOptions, QuorumSampler, resolve_options
+from bagua_features.fault_tolerance import state as ft_state
 from bagua_core.plugins import algorithm_registry
 
 DECLARED = {"gradient_allreduce", "bytegrad", "powersgd", "qadam", "diloco", "sparseloco", "decentralized",
@@ -91,7 +91,7 @@ def _as_wrapped(model: torch.nn.Module, optimizer: torch.optim.Optimizer, impl: 
 
 
 def test_a_discarded_steps_cause_is_one_line_without_gloos_advice() -> None:
-    from bagua_core.fault_tolerance.runtime import _one_line
+    from bagua_features.fault_tolerance.runtime import _one_line
 
     crash = RuntimeError("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by "
                          "peer [127.0.0.1]:5545. This is typically caused by a remote worker crashing. Check the logs "
@@ -153,7 +153,7 @@ def test_quorum_sampler_follows_the_quorum(monkeypatch) -> None:
     runtime = types.SimpleNamespace(data_epoch=0, data_position=0, rank=0, size=3, ended=0)
     runtime.shard = lambda batch: (runtime.data_position, runtime.rank, runtime.size)
     runtime.end_without_step = lambda: setattr(runtime, "ended", runtime.ended + 1)
-    import bagua_core.fault_tolerance.current as current
+    import bagua_features.fault_tolerance.current as current
 
     monkeypatch.setattr(current, "_runtime", runtime)
     sampler = QuorumSampler(20, batch_size=2, seed=3)
@@ -203,7 +203,7 @@ def _stub_runtime(model: torch.nn.Module, commit: str, manager: types.SimpleName
                   readers: tuple[int, int], replicas: int = 1):
     """A ``FaultTolerantRuntime`` without torchft: ``manager`` stands for its ``Manager``, a quorum (id 7) of
     ``replicas`` is configured, and the transaction's fields are those of a fresh runtime."""
-    from bagua_core.fault_tolerance.runtime import FaultTolerantRuntime
+    from bagua_features.fault_tolerance.runtime import FaultTolerantRuntime
 
     runtime = FaultTolerantRuntime.__new__(FaultTolerantRuntime)
     runtime.options = types.SimpleNamespace(replica_id="r", timeout_s=4.0)
@@ -323,7 +323,7 @@ def test_a_round_commits_the_quorums_furthest_position_and_a_quorum_for_a_step_n
     for the next step, which neither asks ``round_syncs`` nor joins another (the other replicas are in that step's
     exchange); the round commits the furthest (epoch, position) of the quorum's readers (a MAX over its group), a
     peer's when it read further, this replica's own when it did."""
-    import bagua_core.fault_tolerance.runtime as runtime_module
+    import bagua_features.fault_tolerance.runtime as runtime_module
 
     calls: list[str] = []
     model = torch.nn.Linear(3, 2)
@@ -384,7 +384,7 @@ def test_a_joiner_healed_inside_a_round_takes_the_rounds_start() -> None:
     """``commit="at_round"``: a healer inside its round sends its copy of the round's start with the state (its
     per-replica state left out), and the joiner keeps it as its own copy, so that a failed round sends it back
     where the others go; a healer at a round's start sends none."""
-    from bagua_core.fault_tolerance.runtime import FaultTolerantRuntime
+    from bagua_features.fault_tolerance.runtime import FaultTolerantRuntime
 
     def replica(step: int) -> tuple[FaultTolerantRuntime, torch.nn.Module]:
         model = torch.nn.Linear(3, 2)
@@ -445,7 +445,7 @@ def test_async_round_that_fails_applies_nothing() -> None:
     """Fault-tolerant async: a round whose weights' allreduce fails mid-way is dropped (the weights keep their
     value), the failure is reported once, and the end-of-step stop raises it for the runtime."""
     from bagua_algorithms.async_model_average.averager import AsyncModelAverager
-    from bagua_core.fault_tolerance.managed_group import ManagedGroup
+    from bagua_features.fault_tolerance.managed_group import ManagedGroup
     from bagua_core.runtime.communication.communicator import BaguaCommunicator
 
     started = not dist.is_initialized()
@@ -480,7 +480,7 @@ class _FailingInner:
 
 
 def test_managed_group_reports_errors_instead_of_raising() -> None:
-    from bagua_core.fault_tolerance.managed_group import VIRTUAL_RANK_BASE, ManagedGroup
+    from bagua_features.fault_tolerance.managed_group import VIRTUAL_RANK_BASE, ManagedGroup
     from bagua_core.runtime.torch_groups import backend_of
 
     started = not dist.is_initialized()
@@ -504,7 +504,7 @@ def test_managed_group_reports_errors_instead_of_raising() -> None:
 
 
 def test_cli_splits_fault_tolerant_options() -> None:
-    from bagua_core.cli.fault_tolerant import split_fault_tolerant_args
+    from bagua_cli.fault_tolerant import split_fault_tolerant_args
 
     options, rest = split_fault_tolerant_args(["--fault-tolerant", "--replicas", "3", "--max-restarts=2",
                                                "--min-replicas=2", "train.py", "--replicas", "9"])
@@ -524,7 +524,7 @@ def test_cli_splits_fault_tolerant_options() -> None:
 def _attach_error(fault_tolerance: FaultTolerance | None, options: dict) -> str:
     """What ``FaultTolerantRuntime.attach`` raises for a module wrapped with an algorithm declaring
     ``fault_tolerance`` and given ``options`` (the check runs before anything needs a quorum)."""
-    from bagua_core.fault_tolerance.runtime import FaultTolerantRuntime
+    from bagua_features.fault_tolerance.runtime import FaultTolerantRuntime
     from bagua_core.lifecycle.capabilities import Capabilities
 
     runtime = FaultTolerantRuntime.__new__(FaultTolerantRuntime)  # no Manager: attach refuses first
@@ -571,7 +571,7 @@ def test_main_job_fault_tolerant(tmp_path) -> None:
 
     port = free_port()
     summary = tmp_path / "summary_{replica}.json"
-    command = [sys.executable, "-m", "bagua_core.cli", "train", "--fault-tolerant", "--replicas", "2",
+    command = [sys.executable, "-m", "bagua_cli", "train", "--fault-tolerant", "--replicas", "2",
                "--min-replicas", "2", "--lighthouse-port", str(port), "--ft-join-timeout-ms", "1500", "--epochs", "2",
                "--no-progress",
                "--algorithm", "gradient_allreduce", "--summary-json", str(summary)]

@@ -17,7 +17,7 @@ import math
 
 import pytest
 
-from bagua_core.fault_tolerance.hang import HUNG_EXIT_CODE
+from bagua_features.fault_tolerance.hang import HUNG_EXIT_CODE
 from tests.fault_tolerant_job import HANG_TIMEOUT_S, HEARTBEAT_TIMEOUT_MS, JOIN_TIMEOUT_MS, TIMEOUT_S, Job
 
 ALGORITHMS = {  # options, a different option for the refused joiner, the field it is named by
@@ -323,7 +323,7 @@ def test_bagua_run_restarts_only_the_failed_replica(tmp_path) -> None:
 
     port = free_port()
     log = tmp_path / "{replica}.log"
-    command = [sys.executable, "-m", "bagua_core.cli", "run", "--fault-tolerant", "--replicas", "2",
+    command = [sys.executable, "-m", "bagua_cli", "run", "--fault-tolerant", "--replicas", "2",
                "--lighthouse-port", str(port), "--ft-timeout", str(TIMEOUT_S), "--ft-join-timeout-ms", "1500",
                "--min-replicas", "2", "--max-restarts", "1", str(REPLICA), "--records", str(log), "--steps", "150", "--step-delay", "0.05",
                "--die-at", "10", "--only-replica", "replica_1"]

@@ -54,7 +54,7 @@ def _listening(pids: list[int]) -> dict[int, list[str]]:
 
 def _workers(pids: list[int]) -> list[int]:
     return sorted(p for p in pids if any(a.endswith("ft_train.py") for a in _cmdline(p))
-                  and not any("bagua_core.cli" in a or "torch.distributed.run" in a for a in _cmdline(p)))
+                  and not any("bagua_cli" in a or "torch.distributed.run" in a for a in _cmdline(p)))
 
 
 @pytest.mark.slow
@@ -66,7 +66,7 @@ def test_the_documented_example_under_three_kills_is_quiet_and_listens_on_loopba
     (tmp_path / "ft_train.py").write_text(script.replace("epochs, committed = 2, 0", "epochs, committed = 150, 0"))
     env = {k: v for k, v in os.environ.items() if k not in ("RUST_LOG", "BAGUA_VERBOSE")}
     env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])))
-    proc = subprocess.Popen([sys.executable, "-m", "bagua_core.cli", "run", "--fault-tolerant", "--replicas", "2",
+    proc = subprocess.Popen([sys.executable, "-m", "bagua_cli", "run", "--fault-tolerant", "--replicas", "2",
                              "--max-restarts", "3", "ft_train.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
@@ -76,7 +76,7 @@ def test_the_documented_example_under_three_kills_is_quiet_and_listens_on_loopba
         listening: dict[int, list[str]] = {}
         while time.monotonic() < deadline:  # both replicas' servers up (their imports take seconds under load)
             tree = _children(proc.pid)
-            ours = [p for p in tree if not any("bagua_core.cli" in a for a in _cmdline(p))]  # not the launchers
+            ours = [p for p in tree if not any("bagua_cli" in a for a in _cmdline(p))]  # not the launchers
             listening = _listening(ours)
             if sum(1 for p in _workers(tree) if listening.get(p)) == 2:
                 break

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from bagua_core.cli.fault_tolerant_report import JobReport
-from bagua_core.fault_tolerance import events
+from bagua_cli.fault_tolerant_report import JobReport
+from bagua_features.fault_tolerance import events
 
 
 def test_reports_are_appended_and_read_back_whole(tmp_path, monkeypatch) -> None:

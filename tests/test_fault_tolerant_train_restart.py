@@ -75,7 +75,7 @@ def _wait(what: str, condition, timeout_s: float, proc: subprocess.Popen, output
 
 def _run_with_one_kill(tmp_path: Path, mid_training: bool, epochs: int) -> tuple[int, list[str], list[dict]]:
     summary = tmp_path / "summary_{replica}.json"
-    command = [sys.executable, "-m", "bagua_core.cli", "train", "--fault-tolerant", "--replicas", "2",
+    command = [sys.executable, "-m", "bagua_cli", "train", "--fault-tolerant", "--replicas", "2",
                "--min-replicas", "2", "--max-restarts", "1", "--ft-join-timeout-ms", "1500", "--epochs", str(epochs),
                "--algorithm", "gradient_allreduce", "--summary-json", str(summary)]
     env = {k: v for k, v in os.environ.items() if k not in ("RUST_LOG", "BAGUA_VERBOSE")}

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 def test_train_on_cuda(nproc: int, tmp_path) -> None:
     summary = tmp_path / "summary.json"
     done = subprocess.run(
-        [sys.executable, "-m", "bagua_core.cli", "train", "--nproc", str(nproc), "--device", "cuda", "--epochs", "3",
+        [sys.executable, "-m", "bagua_cli", "train", "--nproc", str(nproc), "--device", "cuda", "--epochs", "3",
          "--no-progress", "--summary-json", str(summary)],
         capture_output=True, text=True, timeout=300,
     )
@@ -31,7 +31,7 @@ def test_auto_picks_cuda_only_with_a_gpu_per_rank(tmp_path) -> None:
     summary = tmp_path / "summary.json"
     nproc = torch.cuda.device_count() + 1
     done = subprocess.run(
-        [sys.executable, "-m", "bagua_core.cli", "train", "--nproc", str(nproc), "--epochs", "1", "--no-progress",
+        [sys.executable, "-m", "bagua_cli", "train", "--nproc", str(nproc), "--epochs", "1", "--no-progress",
          "--summary-json", str(summary)],
         capture_output=True, text=True, timeout=300,
     )

@@ -23,6 +23,7 @@ HOOK_TESTS = {
     "bagua_register_topologies": "tests/test_decentralized_dp_topologies.py::test_a_third_party_registers_a_topology",
     "bagua_register_cache_stores": "tests/test_contrib_cache.py::test_backend_is_a_plugin_and_values_are_not_pickled",
     "bagua_register_codecs": "tests/test_codec_plugins.py::test_a_third_party_registers_a_codec",
+    "bagua_register_features": "tests/test_features.py::test_a_third_party_registers_a_feature",
 }
 
 

@@ -1,5 +1,5 @@
 """The launcher's last lines say why a worker died, also when it died before bagua's failure handling
-could record it: an import error at the script's top, a missing script (bagua_core/cli/worker_logs.py)."""
+could record it: an import error at the script's top, a missing script (bagua_cli/worker_logs.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from bagua_core.cli.worker_logs import last_error
+from bagua_cli.worker_logs import last_error
 
-BAGUA = [sys.executable, "-m", "bagua_core.cli"]
+BAGUA = [sys.executable, "-m", "bagua_cli"]
 
 
 def _run(args: list[str], cwd, timeout: float = 120, text: bool = True) -> subprocess.CompletedProcess:

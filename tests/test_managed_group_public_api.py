@@ -29,7 +29,7 @@ FT_PACKAGE = ROOT / "bagua_core" / "fault_tolerance"
 def _collectives_on_a_managed_group(rank: int, port: int) -> dict:
     from torchft import ProcessGroupGloo
 
-    from bagua_core.fault_tolerance.managed_group import ManagedGroup
+    from bagua_features.fault_tolerance.managed_group import ManagedGroup
     from bagua_core.runtime import agreement
     from bagua_core.runtime.communication import (
         BaguaCommunicator, ReduceOp, allgather, allreduce_inplace, alltoall, barrier, broadcast, broadcast_object,
@@ -138,7 +138,7 @@ def test_every_core_collective_runs_on_a_managed_group_torch_never_registered() 
 
 
 def test_a_group_torch_made_names_its_backend_from_torch_a_managed_one_itself() -> None:
-    from bagua_core.fault_tolerance.managed_group import ManagedGroup
+    from bagua_features.fault_tolerance.managed_group import ManagedGroup
     from bagua_core.runtime.communication.communicator import BaguaCommunicator
     from bagua_core.runtime.torch_groups import backend_of, rank_in, size_of
 
@@ -181,7 +181,7 @@ def _ft_private_torch_names() -> list[str]:
 
 def test_the_fault_tolerance_package_uses_no_private_torch_table() -> None:
     found = _ft_private_torch_names()
-    assert not found, "bagua_core/fault_tolerance reaches torch's private names (use the public API):\n" + \
+    assert not found, "bagua_features/fault_tolerance reaches torch's private names (use the public API):\n" + \
         "\n".join(found)
     assert not [entry for entry in KNOWN_PRIVATE_TORCH if "fault_tolerance" in entry and "_world" in entry]
 

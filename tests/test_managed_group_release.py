@@ -23,7 +23,7 @@ def _managed_group(rank: int, port: int, world_size: int):  # noqa: ANN202
     timeout TIMEOUT_S), its errors collected in ``errors``."""
     import torch.distributed as dist
 
-    from bagua_core.fault_tolerance.managed_group import ManagedGroup
+    from bagua_features.fault_tolerance.managed_group import ManagedGroup
 
     store = dist.TCPStore("127.0.0.1", port, world_size, rank == 0, timeout=timedelta(seconds=60))
     dist.init_process_group("gloo", store=dist.PrefixStore("default", store), rank=rank, world_size=world_size)
@@ -89,7 +89,7 @@ def test_an_earlier_quorums_group_error_leaves_the_current_quorum_alone() -> Non
     must not (it would fail a healthy step and drop its connections)."""
     from types import SimpleNamespace
 
-    from bagua_core.fault_tolerance.runtime import FaultTolerantRuntime
+    from bagua_features.fault_tolerance.runtime import FaultTolerantRuntime
 
     reported, aborted, released = [], [], []
     runtime = FaultTolerantRuntime.__new__(FaultTolerantRuntime)

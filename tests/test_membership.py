@@ -25,7 +25,7 @@ def discoveries(source: str, filename: str) -> list[str]:
             modules = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module:
             modules = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-        if any(m == "bagua_core.fault_tolerance" or m.startswith("bagua_core.fault_tolerance.") for m in modules):
+        if any(m == "bagua_features.fault_tolerance" or m.startswith("bagua_features.fault_tolerance.") for m in modules):
             found.append(f"{filename}:{node.lineno}: imports the fault-tolerance package")
         name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
         if name in FORBIDDEN_NAMES:
@@ -41,18 +41,18 @@ def test_no_algorithm_discovers_fault_tolerance() -> None:
 
 
 @pytest.mark.parametrize("source", [
-    "from bagua_core.fault_tolerance.quorum_group import QuorumGroup",
+    "from bagua_features.fault_tolerance.quorum_group import QuorumGroup",
     "def f(g):\n    return isinstance(g, QuorumGroup)",
-    "import bagua_core.fault_tolerance",
-    "from bagua_core import fault_tolerance",
-    "def f():\n    from bagua_core.fault_tolerance.current import current_runtime\n    return current_runtime()",
+    "import bagua_features.fault_tolerance",
+    "from bagua_features import fault_tolerance",
+    "def f():\n    from bagua_features.fault_tolerance.current import current_runtime\n    return current_runtime()",
 ])
 def test_the_scan_finds(source: str) -> None:
     assert discoveries(source, "x.py")
 
 
 def test_importing_the_package_wires_nothing() -> None:
-    import bagua_core.fault_tolerance  # noqa: F401
+    import bagua_features.fault_tolerance  # noqa: F401
     import bagua_core.runtime.process_group as process_group
 
     assert not hasattr(process_group, "set_fault_tolerance")

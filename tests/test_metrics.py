@@ -1,4 +1,4 @@
-"""The metrics of a wrapped module (``model.bagua_metrics``, ``bagua_core/metrics/``): per step the training
+"""The metrics of a wrapped module (``model.bagua_metrics``, ``bagua_features/metrics/``): per step the training
 thread's seconds in bagua's hooks, the bytes handed to collectives and the loss, per round the compression ratio,
 checked against what the run counted and read back from the TensorBoard event file rank 0 wrote."""
 
@@ -110,17 +110,17 @@ def test_sparseloco_round_compresses_by_much_more_than_a_codec() -> None:
 
 
 def _measures_nothing_unless_asked(rank: int) -> tuple[int, int]:
-    import bagua_core.metrics.step_metrics as step_metrics
+    import bagua_core.lifecycle.hook_time as hook_time
     from bagua_core.lifecycle.module_state import state_of
 
     calls = [0]
-    real = step_metrics.time.perf_counter
+    real = hook_time.time.perf_counter
 
     def counting() -> float:
         calls[0] += 1
         return real()
 
-    step_metrics.time.perf_counter = counting
+    hook_time.time.perf_counter = counting
     try:
         model = _model()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -132,10 +132,10 @@ def _measures_nothing_unless_asked(rank: int) -> tuple[int, int]:
             optimizer.zero_grad()
             model(torch.randn(4, 8)).sum().backward()
             optimizer.step()
-        assert state_of(model).metrics is not None
+        assert [f.name for f in state_of(model).features] == ["metrics"]
         return before, calls[0]
     finally:
-        step_metrics.time.perf_counter = real
+        hook_time.time.perf_counter = real
 
 
 def test_the_hooks_measure_nothing_until_metrics_are_asked_for() -> None:
@@ -144,7 +144,7 @@ def test_the_hooks_measure_nothing_until_metrics_are_asked_for() -> None:
 
 
 def test_a_missing_tensorboard_is_named_with_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    from bagua_core.metrics import TensorBoardWriter, tensorboard
+    from bagua_features.metrics import TensorBoardWriter, tensorboard
     from bagua_core.runtime.exceptions import BaguaConfigError
 
     monkeypatch.setattr(tensorboard.importlib.util, "find_spec", lambda name: None)
@@ -153,7 +153,7 @@ def test_a_missing_tensorboard_is_named_with_what_to_install(monkeypatch: pytest
 
 
 def test_records_reach_a_sink_with_the_loss_noted_after_the_step() -> None:
-    from bagua_core.metrics import StepMetrics
+    from bagua_features.metrics import StepMetrics
 
     class Sink:
         def __init__(self) -> None:
@@ -171,22 +171,16 @@ def test_records_reach_a_sink_with_the_loss_noted_after_the_step() -> None:
         def close(self) -> None:
             self.closed = True
 
-    class State:  # what the hooks hand the metrics
-        train_step_counter = 1
-        buckets: list = []
-
-        class impl:  # noqa: N801
-            @staticmethod
-            def rounds_completed():
-                return None
+    class Impl:  # what the metrics feature hands the records
+        @staticmethod
+        def rounds_completed():
+            return None
 
     metrics, sink = StepMetrics(history=2), Sink()
     metrics.sinks.append(sink)
     for step in (1, 2, 3):
-        State.train_step_counter = step
-        metrics.begin_step(State, step)
-        metrics.add_exposed(0.5)
-        metrics.end_step(State)
+        metrics.begin_step(step)
+        metrics.end_step(step, 0.5, Impl, [])
         metrics.note_loss(torch.tensor([float(step), 3.0 * step]))
     assert [s.step for s in sink.steps] == [1, 2]  # the third reaches the sink at the next step, or flush
     metrics.close()

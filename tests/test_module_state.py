@@ -44,10 +44,10 @@ def _train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rank: int, 
 
 def _lifecycle(rank: int, directory: str) -> dict:
     from bagua_contrib.fuse import fuse_optimizer
-    from bagua_core.checkpoints.checkpoint import load_checkpoint, save_checkpoint
+    from bagua_features.checkpoints.checkpoint import load_checkpoint, save_checkpoint
     from bagua_core.lifecycle.module_state import state_of
     from bagua_core.module.ddp import DistributedDataParallel
-    from bagua_core.selection import autotune
+    from bagua_features import autotune
 
     seen: dict = {}
     model = WithUnused(seed=0)
@@ -61,7 +61,8 @@ def _lifecycle(rank: int, directory: str) -> dict:
     optimizer.fuse_step()
     state = state_of(model)
     seen["trained"] = _keys(model)
-    seen["tuned"] = type(state.tuning.tuner).__name__, getattr(model, "bagua_autotune_result", None) is not None
+    tuning = next(f for f in state.features if f.name == "autotune")
+    seen["tuned"] = type(tuning.tuner).__name__, getattr(model, "bagua_autotune_result", None) is not None
     seen["unused_left_out"] = state.unused.in_use is not None and "unused.weight" not in state.unused.in_use
     seen["tensors"] = sorted({key for p in model.parameters() for key in _keys(p)})
     seen["optimizer"] = _keys(optimizer)

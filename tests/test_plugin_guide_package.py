@@ -65,7 +65,7 @@ def test_the_guides_package_builds_installs_and_is_found_by_its_entry_point(tmp_
     assert list(site.glob("bagua_my_algorithm-0.1.0.dist-info/entry_points.txt")), sorted(p.name for p in site.iterdir())
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)]), "OMP_NUM_THREADS": "1"}
-    listed = subprocess.run([sys.executable, "-m", "bagua_core.cli", "plugins"], cwd=tmp_path, env=env,
+    listed = subprocess.run([sys.executable, "-m", "bagua_cli", "plugins"], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=300)
     assert listed.returncode == 0 and "my_algorithm" in listed.stdout, listed.stdout[-3000:] + listed.stderr[-3000:]
 

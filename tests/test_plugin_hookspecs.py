@@ -9,7 +9,7 @@ import json
 import pluggy
 import pytest
 
-from bagua_core.cli import main as bagua_main
+from bagua_cli import main as bagua_main
 from bagua_core.plugins import NamedRegistry, get_plugin_manager, hookimpl
 from tests.test_plugins import _fake_distribution, site  # noqa: F401  (site is a fixture)
 

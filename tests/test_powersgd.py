@@ -142,7 +142,7 @@ def test_first_start_iter_steps_are_plain_allreduce() -> None:
 
 
 def _resume(rank: int, directory: str) -> None:
-    from bagua_core.checkpoints.checkpoint import load_checkpoint, save_checkpoint
+    from bagua_features.checkpoints.checkpoint import load_checkpoint, save_checkpoint
 
     os.environ["BAGUA_DEFAULT_BUCKET_SIZE"] = "4096"
 

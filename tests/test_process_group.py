@@ -158,20 +158,22 @@ def test_torch_to_bagua_pg_map_empties_when_torch_destroys_its_groups() -> None:
         assert out["after_destroy"] == 0 and out["listed"] == []
 
 
-def test_fault_tolerant_options_agreed_by_every_rank_of_a_replica() -> None:
-    """A replica's ranks compare their fault-tolerant mode and options (gathered by init_process_group
-    with the other facts): a difference raises on every rank, naming the field and each rank's value."""
-    from bagua_core.fault_tolerance import FaultTolerantOptions
+def test_process_features_agreed_by_every_rank_of_a_group() -> None:
+    """A group's ranks compare the process features they start and their options (fault-tolerant mode among them,
+    gathered by init_process_group with the other facts): a difference raises on every rank, naming the feature,
+    the field and each rank's value."""
+    from bagua_features.fault_tolerance import FaultTolerantOptions
     from bagua_core.runtime.exceptions import BaguaError
-    from bagua_core.runtime.process_group import _agree_fault_tolerance
+    from bagua_core.runtime.process_group import _agree_process_features
 
-    same = dict(vars(FaultTolerantOptions(lighthouse="http://h:29510", min_replicas=2)))
-    _agree_fault_tolerance([same, dict(same)])
-    _agree_fault_tolerance([None, None])
-    with pytest.raises(BaguaError, match=r"'min_replicas' differs .* rank 0: 2, rank 1: 3"):
-        _agree_fault_tolerance([same, {**same, "min_replicas": 3}])
-    with pytest.raises(BaguaError, match=r"all be fault-tolerant or all fail-fast, got rank 0: fault-tolerant, rank 1: fail-fast"):
-        _agree_fault_tolerance([same, None])
+    same = {"fault_tolerant": FaultTolerantOptions(lighthouse="http://h:29510", min_replicas=2).model_dump()}
+    _agree_process_features([same, dict(same)])
+    _agree_process_features([{}, {}])
+    other = {"fault_tolerant": {**same["fault_tolerant"], "min_replicas": 3}}
+    with pytest.raises(BaguaError, match=r"'fault_tolerant' option 'min_replicas' differs .* rank 0: 2, rank 1: 3"):
+        _agree_process_features([same, other])
+    with pytest.raises(BaguaError, match=r"all run the same process features, got rank 0: fault_tolerant, rank 1: none"):
+        _agree_process_features([same, {}])
 
 
 def _gloo_threads_after_destroy(rank: int) -> dict:

@@ -1,5 +1,7 @@
 """The public API is pinned: ``bagua_core.__all__`` is exactly the first table of docs/api.md, every name
-in it exists, and the paths that moved in 0.10 still import (with a DeprecationWarning naming the new one)."""
+in it exists, the names ``bagua_core`` offers from the packages above it are the second table (entry points of
+``bagua.moved``, ``bagua_core/moved.py``), and the paths that moved still import (with a DeprecationWarning naming
+the new one)."""
 
 from __future__ import annotations
 
@@ -33,17 +35,36 @@ def test_the_documented_names_are_bagua_core_all() -> None:
     assert all(hasattr(bagua_core, name) for name in bagua_core.__all__)
 
 
+MOVED = moved.moved_modules()
+
+
+def test_the_offered_names_are_the_second_table_and_import() -> None:
+    rows = _table("Offered by `bagua_core`, living above it")
+    documented = {re.fullmatch(r"`([\w.]+)`", row[0]).group(1): re.fullmatch(r"`([\w.:]+)`", row[1]).group(1)
+                  for row in rows}
+    offered = {old.split(".", 1)[1]: f"{module}:{attr}" for old, (module, attr) in moved.moved_names().items()
+               if old.startswith("bagua_core.")}
+    assert documented == offered
+    for name, where in offered.items():
+        module, attr = where.split(":")
+        assert getattr(bagua_core, name) is getattr(importlib.import_module(module), attr)
+        exec(f"from bagua_core import {name}", {})  # noqa: S102 (the documented form of the import)
+    assert not set(offered) & set(bagua_core.__all__)
+    with pytest.raises(AttributeError, match="has no attribute 'not_offered'"):
+        bagua_core.not_offered  # noqa: B018
+
+
 def test_the_moved_table_is_the_finder_s() -> None:
     pairs = [(re.fullmatch(r"`([\w.]+)`", old), re.fullmatch(r"`([\w.]+)`", new))
-             for old, new in _table("Paths moved in 0.10")]
-    documented = {old.group(1): new.group(1) for old, new in pairs if old and new and old.group(1) in moved.MOVED}
-    assert len(documented) == len(moved.MOVED)
-    assert documented == moved.MOVED
+             for old, new in _table("Paths that moved")]
+    documented = {old.group(1): new.group(1) for old, new in pairs if old and new and old.group(1) in MOVED}
+    assert len(documented) == len(MOVED)
+    assert documented == MOVED
 
 
-@pytest.mark.parametrize("old", sorted(moved.MOVED))
+@pytest.mark.parametrize("old", sorted(MOVED))
 def test_a_moved_path_imports_its_new_home_and_warns(old: str) -> None:
-    new = moved.MOVED[old]
+    new = MOVED[old]
     for name in (old, *[n for n in list(sys.modules) if n.startswith(old + ".")]):
         sys.modules.pop(name, None)
     with warnings.catch_warnings(record=True) as caught:

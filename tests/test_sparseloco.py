@@ -181,7 +181,7 @@ SPEC = {"name": "sparseloco", "inner_steps": 3, "chunk_size": 100, "topk": 7}
 
 
 def _resume(rank: int, directory: str) -> None:
-    from bagua_core.checkpoints.checkpoint import load_checkpoint, save_checkpoint
+    from bagua_features.checkpoints.checkpoint import load_checkpoint, save_checkpoint
 
     def build():
         model = Net()
@@ -207,9 +207,9 @@ def test_checkpoint_resumes_exactly(tmp_path) -> None:
 
 
 def _heal(rank: int) -> None:
-    """What a joiner in fault-tolerant mode loads (the runtime's heal, ``bagua_core.fault_tolerance``): the live
+    """What a joiner in fault-tolerant mode loads (the runtime's heal, ``bagua_features.fault_tolerance``): the live
     replica's copy without the per-replica state, into a freshly wrapped module."""
-    from bagua_core.fault_tolerance import state as ft_state
+    from bagua_features.fault_tolerance import state as ft_state
 
     model = Net()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)

@@ -19,7 +19,7 @@ def test_train_writes_steps_and_rounds_that_add_up_to_the_summary(tmp_path) -> N
 
     log_dir, summary_path = tmp_path / "tb", tmp_path / "summary.json"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    result = subprocess.run([sys.executable, "-m", "bagua_core.cli", "train", "--nproc", "2", "--epochs", "1",
+    result = subprocess.run([sys.executable, "-m", "bagua_cli", "train", "--nproc", "2", "--epochs", "1",
                              "--no-progress", "--algorithm", "diloco", "--option", "inner_steps=4", "--tensorboard",
                              str(log_dir), "--summary-json", str(summary_path)],
                             capture_output=True, text=True, timeout=240, env=env)

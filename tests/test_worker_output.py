@@ -1,7 +1,7 @@
 """The workers' output through ``bagua run``: every line of a rank reaches the launcher's output whole, never
 cut by another rank's, even when a rank writes a line in pieces (``print`` with unbuffered output writes the
 text and its newline separately); a replica's lines say which replica they come from
-(bagua_core/cli/worker_logs.py)."""
+(bagua_cli/worker_logs.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import re
 import subprocess
 import sys
 
-from bagua_core.cli.worker_logs import _Pump, _whole_line_pieces
+from bagua_cli.worker_logs import _Pump, _whole_line_pieces
 
 PIECES = """\
 import os, sys, time
@@ -30,7 +30,7 @@ def test_lines_of_two_ranks_are_never_mixed(tmp_path) -> None:
     script = tmp_path / "pieces.py"
     script.write_text(PIECES)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    result = subprocess.run([sys.executable, "-m", "bagua_core.cli", "run", "--standalone", "--nproc_per_node=2",
+    result = subprocess.run([sys.executable, "-m", "bagua_cli", "run", "--standalone", "--nproc_per_node=2",
                              str(script)], capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     for stream, word in ((result.stdout, "line"), (result.stderr, "err")):

@@ -1,11 +1,11 @@
 """``python -m bagua.distributed.run [flags] script.py [args]``: the original's elastic launcher, starting
-workers through torchrun as ``bagua run`` does (flags mapped in ``bagua_core.cli.legacy_launch``)."""
+workers through torchrun as ``bagua run`` does (flags mapped in ``bagua_cli.legacy_launch``)."""
 
 from __future__ import annotations
 
 import sys
 
-from bagua_core.cli.legacy_launch import main
+from bagua_cli.legacy_launch import main
 
 __all__ = ["main"]
 

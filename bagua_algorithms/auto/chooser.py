@@ -38,7 +38,7 @@ class AutoImpl(AlgorithmImpl):
     fault-tolerant mode this impl stays and delegates to it, its state holding the choice."""
 
     hands_module_over = True
-    """Read by ``bagua_core.selection.autotune``: this impl hands the module to the chosen impl, which is tuned
+    """Read by ``bagua_features.autotune``: this impl hands the module to the chosen impl, which is tuned
     (if its capabilities allow) once it runs the module by itself; this one is never tuned."""
 
     def __init__(self, process_group: Any, config: Any, plan: Any, sharded_plan: Callable[[], Any] | None = None) -> None:

@@ -147,7 +147,7 @@ class DecentralizedDataParallel(torch.nn.Module):
         return [b.scheduler for b in self.engine.buckets or ()]
 
     def bagua_checkpoint_state(self) -> dict[str, Any]:
-        """What ``bagua_core.checkpoints.checkpoint.save_checkpoint`` keeps beyond the parameters: the engine's step and
+        """What ``bagua_features.checkpoints.checkpoint.save_checkpoint`` keeps beyond the parameters: the engine's step and
         per-bucket optimizer and LR scheduler states (the rounds in flight are mixed in first). Every
         rank keeps its own (the ranks' parameters differ)."""
         return {"algorithm": type(self).__name__, "per_rank": True, "exact": True, "train_step_counter": self.engine.step,

@@ -408,7 +408,7 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         if self.courier is not None:
             self.courier.close()
 
-    # --- checkpoints (bagua_core.checkpoints.checkpoint) ---------------------------------------------------------
+    # --- checkpoints (bagua_features.checkpoints.checkpoint) ---------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         # fault-tolerant mode takes it at every round's start: the exchanges in flight stay in flight (state.py)
         return state_of(self, wait=not self.fault_tolerant)

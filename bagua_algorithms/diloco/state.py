@@ -1,4 +1,4 @@
-"""What a diloco checkpoint holds on each rank, and how it is restored (``bagua_core.checkpoints.checkpoint`` calls
+"""What a diloco checkpoint holds on each rank, and how it is restored (``bagua_features.checkpoints.checkpoint`` calls
 ``state_dict``/``load_state_dict`` of the impl, which use these).
 
 Saved: the outer state (every fragment's start weights and the outer optimizer), the residuals of error

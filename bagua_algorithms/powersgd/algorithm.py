@@ -68,7 +68,7 @@ class PowerSGDAlgorithmImpl(AlgorithmImpl):
 
         return hook
 
-    # --- checkpoints (bagua_core.checkpoints.checkpoint) ---------------------------------------------------------
+    # --- checkpoints (bagua_features.checkpoints.checkpoint) ---------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The step counter, the RNG and every bucket's error and Q: resuming continues bit for bit."""
         kind, keys, pos, has_gauss, cached = self.rng.get_state()

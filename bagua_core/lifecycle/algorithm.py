@@ -508,7 +508,8 @@ def switch_algorithm(module: torch.nn.Module, *, impl: AlgorithmImpl | None = No
                      process_group: Any = None) -> None:
     """The one way the impl running a wrapped module, its declaration, its capabilities and its group change
     after the wrap: an algorithm that tries candidates or hands the module to the one it chose, a new quorum's
-    group in fault-tolerant mode. What is not given stays. The new impl runs the module from the next rebuild
+    group in fault-tolerant mode. What is not given stays; a new group is announced to the module's features
+    (``Feature.membership_changed``), before the buckets are rebuilt on it. The new impl runs the module from the next rebuild
     of its buckets (``module.bagua_reset()``, or its own ``need_reset``). ``impl`` must be an ``AlgorithmImpl``
     (else ``BaguaConfigError``).
 
@@ -529,3 +530,5 @@ def switch_algorithm(module: torch.nn.Module, *, impl: AlgorithmImpl | None = No
         state.capabilities = capabilities
     if process_group is not None:
         state.process_group = process_group
+        for feature in state.features:
+            feature.membership_changed(module)

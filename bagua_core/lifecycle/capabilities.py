@@ -38,7 +38,7 @@ COMMITS = ("before_optimizer_step", "after_step", "at_round")
 
 @dataclass(frozen=True)
 class FaultTolerance:
-    """How an algorithm survives a change of membership in fault-tolerant mode (``bagua_core.fault_tolerance``).
+    """How an algorithm survives a change of membership in fault-tolerant mode (``bagua_features.fault_tolerance``).
 
     ``heals``: what a joiner takes from a live peer (a subset of ``weights``, ``optimizer``,
     ``algorithm_state`` — the impl's ``state_dict`` — and ``step``). ``rederives``: what depends on the

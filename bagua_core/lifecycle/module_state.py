@@ -2,10 +2,10 @@
 attribute (``bagua_core.lifecycle.state``), written by the core only.
 
 ``with_bagua`` creates it (a re-wrap creates a new one, keeping what the user set: the module's name,
-``find_unused_parameters`` and the autotuner), the hooks and the wings that take part in training read it
+``find_unused_parameters`` and the features running), the hooks and the wings that take part in training read it
 through :func:`state_of`, and ``bagua_shutdown()`` removes it. The original's documented attributes
 (``bagua_algorithm``, ``bagua_optimizers``, ``bagua_buckets``, ``bagua_train_step_counter``,
-``process_group``, ``bagua_module_name``, ``bagua_capabilities``, and ``bagua_autotune_result``) are
+``process_group``, ``bagua_module_name`` and ``bagua_capabilities``) are
 read-only properties over it (``bagua_core.module.bagua_module``); the impl running the module changes
 through one call, ``bagua_core.lifecycle.algorithm.switch_algorithm`` (a new quorum in fault-tolerant mode, an algorithm that hands the
 module to another).
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch.utils.hooks import RemovableHandle
@@ -34,17 +34,8 @@ from bagua_core.lifecycle.scheduler import BucketScheduler
 from bagua_core.lifecycle.shard_layout import ShardLayout
 from bagua_core.lifecycle.state import get_state
 
-__all__ = ["ImplHooks", "Lending", "ModuleState", "Tuning", "UnusedParameters", "StepTuner", "build_params", "module_name", "named_buffers", "named_parameters",
+__all__ = ["ImplHooks", "Lending", "ModuleState", "UnusedParameters", "build_params", "module_name", "named_buffers", "named_parameters",
            "params_and_buffers_to_ignore", "shard_group", "state_of", "wait_for_communication"]
-
-
-class StepTuner(Protocol):
-    """What the forward pre-hook asks of an autotuner (``bagua_core.selection.autotune.Autotuner``)."""
-
-    impl: Any
-    """The impl it tunes: a tuner of an earlier wrap or impl is replaced."""
-
-    def on_step(self, module: torch.nn.Module) -> bool: ...
 
 
 @dataclass(slots=True)
@@ -86,16 +77,6 @@ class Lending:
     """Unit index (``shard.units``) -> the bucket of its gradients."""
     verified: bool = False
     """Whether FSDP2's gradients were found where the lent buckets laid them out (checked once per rebuild)."""
-
-
-@dataclass(slots=True, eq=False)
-class Tuning:
-    """Autotuning of one wrapped module (``bagua_core.selection.autotune``)."""
-
-    tuner: StepTuner | bool | None = None
-    """The autotuner; False: tuning is off; None: decided at the next step (``BAGUA_AUTOTUNE``)."""
-    result: dict[str, Any] | None = None
-    """``module.bagua_autotune_result``: what the autotuner chose, once it has."""
 
 
 @dataclass(slots=True, eq=False)
@@ -144,11 +125,11 @@ class ModuleState:
     last rebuild: ``bagua_core.lifecycle.warmup``) rather than the impl's own."""
     stepped: set[int] = field(default_factory=set)
     """The optimizers (``id``) that stepped in this training step; when every one has, the step ends."""
-    tuning: Tuning = field(default_factory=Tuning)
-    """The autotuner and what it chose."""
-    metrics: Any = None
-    """The ``bagua_core.metrics.StepMetrics`` the hooks record into once ``module.bagua_metrics()`` asked for it;
-    None: nothing is measured."""
+    features: tuple[Any, ...] = ()
+    """The features the module runs with (``bagua_core.lifecycle.feature``), in the order their hooks are called."""
+    hook_seconds: float | None = None
+    """Seconds the training thread spent in bagua's hooks since a feature last took them
+    (``WrappedModule.take_hook_seconds``); None: not counted (no feature asked)."""
 
 
     def mark_stepped(self, optimizer: torch.optim.Optimizer) -> bool:

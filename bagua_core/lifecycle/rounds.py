@@ -2,7 +2,7 @@
 
 An impl whose exchanges do not follow the training steps (a round every H inner steps, a background thread's
 rounds) returns one from ``AlgorithmImpl.rounds_completed()``; the core's metrics
-(``bagua_core.metrics``) turn the counts into per-round records: the round's compression is the round's
+(``bagua_features.metrics``) turn the counts into per-round records: the round's compression is the round's
 full-precision bytes over the bytes this process handed to collectives since the round before. An impl that
 returns None (the default) makes every step that hands bytes to a collective a round, whose full-precision
 bytes are its buckets'.

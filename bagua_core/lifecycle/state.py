@@ -2,7 +2,7 @@
 
 What it holds depends on the object: a ``ModuleState`` on a wrapped module
 (``bagua_core.lifecycle.module_state``); a ``ResumedState`` on a module a checkpoint was loaded into
-before wrapping (``bagua_core.checkpoints.resume``; ``with_bagua`` replaces it); a :class:`TensorState`
+before wrapping (``bagua_features.checkpoints.resume``; ``with_bagua`` replaces it); a :class:`TensorState`
 on a tensor proxy; the fused optimizer's state on an optimizer (``bagua_contrib.fuse``). Read it with
 :func:`get_state` and the kind expected, which returns None for any other kind or none at all.
 

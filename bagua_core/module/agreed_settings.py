@@ -3,8 +3,8 @@
 Everything that decides which collectives a rank issues, or what their results mean: the algorithm's
 name and canonical options (:meth:`~bagua_core.lifecycle.algorithm.Algorithm.canonical_options`, whatever the
 plugin), ``do_flatten``, the bucket size, the communicator and process-group backend, the non-finite
-policy, the autotune settings, the group's membership, the optimizers' types and the checkpoint the
-ranks resumed from. The model's tensors are compared beside them (``model_signature``). The native
+policy, the group's membership, the optimizers' types, and the features with their options and what each asks
+to agree on (:func:`feature_settings`). The model's tensors are compared beside them (``model_signature``). The native
 kernel policy (``BAGUA_NATIVE``) is not compared: both backends give the same bytes.
 
 Example::
@@ -24,9 +24,8 @@ import torch
 
 from bagua_core.runtime import env
 from bagua_core.lifecycle.algorithm import Algorithm
-from bagua_core.selection.autotune import AutotuneConfig
 
-__all__ = ["algorithm_source", "wrap_settings"]
+__all__ = ["algorithm_source", "feature_settings", "wrap_settings"]
 
 
 def algorithm_source(algorithm: Any) -> str:
@@ -40,7 +39,7 @@ def algorithm_source(algorithm: Any) -> str:
 
 
 def wrap_settings(declaration: Algorithm, group: Any, do_flatten: bool, optimizers: Sequence[torch.optim.Optimizer],
-                  source: str, resumed: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+                  source: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(fields, info)`` of this rank: the fields are compared, ``info`` is shown with a difference.
     Reading the environment may raise (a malformed variable): call it inside the agreement."""
     comm = group.get_global_communicator()
@@ -56,12 +55,21 @@ def wrap_settings(declaration: Algorithm, group: Any, do_flatten: bool, optimize
         "process group backend": comm.backend,
         "non-finite policy (BAGUA_NONFINITE)": env.get_nonfinite_policy(),
     })
-    autotune = AutotuneConfig.from_env().model_dump(mode="json")
-    fields.update({f"autotune option {key!r} (BAGUA_AUTOTUNE*)": value for key, value in autotune.items()})
     fields.update({
         "group ranks": list(group.ranks),
         "group nodes": [list(node) for node in group.node_ranks],
         "optimizers": ", ".join(f"{type(o).__module__}.{type(o).__qualname__}" for o in optimizers) or None,
-        "checkpoint resumed from": resumed,
     })
     return fields, {"algorithm from": source}
+
+
+def feature_settings(module: torch.nn.Module, features: Sequence[Any]) -> dict[str, Any]:
+    """The fields of the features a wrap runs with (``bagua_core.lifecycle.feature``): their names in order, each
+    one's options and what it asks to agree on besides (``Feature.agreed_fields``)."""
+    fields: dict[str, Any] = {"features": [feature.name for feature in features]}
+    for feature in features:
+        fields.update({f"feature {feature.name!r} option {key!r}": value
+                       for key, value in feature.canonical_options().items()})
+        fields.update({f"feature {feature.name!r}: {key}": value
+                       for key, value in feature.agreed_fields(module).items()})
+    return fields

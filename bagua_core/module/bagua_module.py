@@ -20,14 +20,12 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import os
 from typing import Any
 from collections.abc import Iterator, Sequence
 
 import torch
 
-from bagua_core.metrics import StepMetrics, TensorBoardWriter, require_tensorboard
-from bagua_core.runtime import env
+from bagua_core.bootstrap import running_features
 from bagua_core.runtime.agreement import Prepared
 from bagua_core.lifecycle.algorithm import checked_impl
 from bagua_core.lifecycle.capabilities import capabilities_of
@@ -42,16 +40,10 @@ from bagua_core.lifecycle.module_state import (
 )
 from bagua_core.lifecycle.state import set_state
 from bagua_core.selection.config import resolve_algorithm
-from bagua_core import fault_tolerance
+from bagua_core.selection.features import resolve_features
 from bagua_core.module import hooks
-from bagua_core.module.agreed_settings import algorithm_source, wrap_settings
+from bagua_core.module.agreed_settings import algorithm_source, feature_settings, wrap_settings
 from bagua_core.module.backend import ModuleBackend, register_module
-from bagua_core.checkpoints.resume import (
-    apply_resumed_state,
-    checkpoint_state,
-    load_checkpoint_state,
-    pending_resume,
-)
 from bagua_core.lifecycle.tensor import is_sharded, local_shard, register_shards
 from bagua_core.module import sharded
 from bagua_core.module.initial_sync import (
@@ -61,10 +53,11 @@ from bagua_core.module.initial_sync import (
     broadcast_tensors,
     model_signature,
 )
+from bagua_core.plugins import feature_registry
 from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError
 from bagua_core.runtime.process_group import get_default_group
 
-__all__ = ["BaguaModule", "build_params", "metrics", "module_name", "named_buffers", "named_parameters", "no_sync",
+__all__ = ["BaguaModule", "build_params", "module_name", "named_buffers", "named_parameters", "no_sync",
            "reset", "shutdown", "wait_for_communication", "with_bagua", "wrapped_class"]
 
 
@@ -72,9 +65,21 @@ class BaguaModule:
     """What a wrapped module is besides its own class (module doc). After ``with_bagua`` it has the original's attributes
     ``bagua_optimizers``, ``bagua_algorithm`` (the reified impl), ``bagua_capabilities`` (what the
     algorithm declares, ``bagua_core.lifecycle.capabilities``), ``process_group``, ``bagua_module_name``,
-    ``bagua_train_step_counter``, ``bagua_buckets`` and ``bagua_autotune_result``: read-only properties over
+    ``bagua_train_step_counter`` and ``bagua_buckets``: read-only properties over
     the one ``ModuleState`` bagua keeps on it (``bagua_core.lifecycle.module_state.state_of(module)``), which
-    only the core writes."""
+    only the core writes. An installed feature may add names of its own (``Feature.module_attributes``:
+    ``model.bagua_metrics()``)."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)  # (torch.nn.Module's: parameters, buffers, submodules)
+        except AttributeError:
+            if name.startswith("bagua_"):
+                for cls, _ in feature_registry.providers().values():
+                    found = cls.module_attributes.get(name)
+                    if found is not None:
+                        return found(self)
+            raise
 
     def with_bagua(
         self: torch.nn.Module,
@@ -82,17 +87,22 @@ class BaguaModule:
         algorithm: Any = None,
         process_group: Any = None,
         do_flatten: bool = True,
+        features: Any = None,
     ) -> torch.nn.Module:
         """Wrap this module for distributed training with ``algorithm`` and return it.
 
         ``algorithm`` may be an ``Algorithm``, a registered name (``"gradient_allreduce"``), a dict with
         ``name`` and options, a config model, or the path of a .toml/.yaml/.yml/.json file (its top level
         or its ``[algorithm]`` table). ``None`` uses ``BAGUA_CONFIG_FILE`` if set, else gradient_allreduce.
+        ``features``: the features to run (``bagua plugins`` lists them), a mapping of names to options
+        (``{"sync_batchnorm": {}}``) or a list of names, beside those of the config file's ``[features.<name>]``
+        tables (``features`` wins for a name in both), the process's (``init_process_group``) and those that turn
+        themselves on; a re-wrap keeps running the features of the wrap before.
         Every rank first compares with the others what decides its collectives (the algorithm's options,
-        ``do_flatten``, the environment, the model's tensors; ``bagua_core.module.agreed_settings``): a
-        difference raises on every rank. Wrapping then broadcasts parameters, buffers and optimizer state
-        from the group's first rank (not after ``load_checkpoint`` of a checkpoint holding each rank's
-        own weights for this algorithm); calling it again switches the algorithm.
+        ``do_flatten``, the features and their options, the environment, the model's tensors;
+        ``bagua_core.module.agreed_settings``): a difference raises on every rank. Wrapping then broadcasts parameters, buffers and optimizer state
+        from the group's first rank (unless a feature keeps each rank's own: a checkpoint holding each rank's
+        own weights for this algorithm, loaded before the wrap); calling it again switches the algorithm.
 
         A model sharded with FSDP2 on each node's ranks (``bagua.node_mesh()``, the root ``fully_shard``-ed
         too) runs the algorithm between the nodes on each rank's shards (``bagua_core.module.sharded``).
@@ -117,10 +127,13 @@ class BaguaModule:
             hooks.uninstall(self, previous)
         name = previous.module_name if previous is not None else module_name(self)
         named = named_parameters(self) + named_buffers(self)
-        resumed = pending_resume(self)
 
         def prepare() -> Prepared:
             declaration = resolve_algorithm(algorithm, optimizers)
+            chosen = resolve_features(features, algorithm, self, running_features(),
+                                      previous.features if previous is not None else ())
+            for feature in chosen:
+                feature.check(self, declaration)
             found = None
             if shards:
                 if process_group is not None:
@@ -133,18 +146,22 @@ class BaguaModule:
                         f"capabilities declare no supports_sharding); those that do: "
                         f"{', '.join(sharded.algorithms_supporting_sharding())}")
                 found = sharded.check_model(self)
-            fields, info = wrap_settings(declaration, group, do_flatten, optimizers, algorithm_source(algorithm),
-                                         resumed.key() if resumed is not None else None)
+            fields, info = wrap_settings(declaration, group, do_flatten, optimizers, algorithm_source(algorithm))
+            fields.update(feature_settings(self, chosen))
             if found is not None:
                 fields["sharded: ranks sharing the model on a node (FSDP2 mesh)"] = len(found[1])
-            return Prepared((declaration, found), fields, info)
+            return Prepared((declaration, found, chosen), fields, info)
 
-        declaration, found = agree_or_raise(group.get_global_communicator(), prepare, model_signature(named))
+        declaration, found, chosen = agree_or_raise(group.get_global_communicator(), prepare, model_signature(named))
+        for feature in chosen:
+            feature.setup(self, optimizers)
+        own_weights = [feature.keeps_own_weights(self, declaration) for feature in chosen]
         layout = None
         if found is not None:
             layout, group = sharded.make_layout(*found, job)  # collective
         comm = group.get_global_communicator()
-        if resumed is None or not resumed.keeps_own_weights(declaration.name):  # (else: each rank its own)
+        named = named_parameters(self) + named_buffers(self)  # (a feature's setup may have converted layers)
+        if not any(own_weights):  # (a feature may keep each rank's own: a per-rank checkpoint resumed)
             if layout is None:
                 broadcast_tensors([t for _, t in named], src=0, comm=comm)
                 for optimizer in optimizers:
@@ -156,26 +173,16 @@ class BaguaModule:
                     broadcast_sharded_optimizer_state(optimizer, src=0, comm=comm)
         impl = checked_impl(declaration.reify(group), f"{type(declaration).__name__}.reify() returned")
         state = ModuleState(declaration, impl, capabilities_of(declaration, impl), group, optimizers, name, do_flatten,
-                            shard=layout)
+                            shard=layout, features=tuple(chosen))
         if previous is not None:
-            state.unused.enabled, state.tuning.tuner = previous.unused.enabled, previous.tuning.tuner
-            state.metrics = previous.metrics
-        set_state(self, state)  # (replaces the checkpoint kept for this wrap, if any)
+            state.unused.enabled = previous.unused.enabled
+        set_state(self, state)  # (replaces what a feature kept there for this wrap: a checkpoint loaded before it)
         self.__class__ = wrapped_class(type(self))
         register_module(self, shutdown)
         hooks.install(self, state)
-        if resumed is not None:  # a checkpoint loaded before wrapping: counter and algorithm state
-            apply_resumed_state(self, resumed)
-        fault_tolerance.attach(self, reset)  # fault-tolerant mode: the step transaction (else nothing)
+        for feature in chosen:
+            feature.wrapped(self)
         return self
-
-    def bagua_checkpoint_state(self: torch.nn.Module) -> dict[str, Any] | None:
-        """What ``save_checkpoint`` keeps beyond the state dicts (``bagua_core.checkpoints.resume``)."""
-        return checkpoint_state(self)
-
-    def bagua_load_checkpoint_state(self: torch.nn.Module, iteration: int, saved: dict[str, Any]) -> None:
-        """Restore what :meth:`bagua_checkpoint_state` returned."""
-        load_checkpoint_state(self, iteration, saved)
 
     def bagua_named_parameters(self: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
         """:func:`named_parameters`."""
@@ -221,21 +228,6 @@ class BaguaModule:
         """:func:`wait_for_communication`."""
         wait_for_communication(self)
 
-    def bagua_metrics(self: torch.nn.Module, log_dir: str | os.PathLike[str] | None = None, *,
-                      history: int = 10_000, sink: Any = None) -> StepMetrics:
-        """:func:`metrics`.
-
-        Example::
-
-            >>> metrics = model.bagua_metrics(log_dir="runs/digits")
-            >>> for x, y in batches:
-            ...     loss = F.cross_entropy(model(x), y); loss.backward(); optimizer.step()
-            ...     metrics.note_loss(loss)
-            >>> metrics.close(); metrics.totals()["exposed_comm_s"]
-            0.42
-        """
-        return metrics(self, log_dir, history=history, sink=sink)
-
     def bagua_reset(self: torch.nn.Module) -> None:
         """:func:`reset`."""
         reset(self)
@@ -257,31 +249,6 @@ def no_sync(module: torch.nn.Module) -> Iterator[None]:
         yield
     finally:
         state.sync_enabled = previous
-
-
-def metrics(module: torch.nn.Module, log_dir: str | os.PathLike[str] | None = None, *,
-            history: int = 10_000, sink: Any = None) -> StepMetrics:
-    """Record, from now on, what each training step and each round of the wrapped ``module`` costs, and return the
-    records (``bagua_core.metrics.StepMetrics``): per step the training thread's seconds in bagua's hooks
-    (``exposed_comm_s``), the bytes handed to collectives and the loss noted with ``note_loss``; per round the
-    compression ratio and, in fault-tolerant mode, failures, restarts and heals. ``log_dir``: rank 0 also
-    writes them as TensorBoard scalars there (every rank checks that the ``tensorboard`` package is
-    installed, and raises ``BaguaConfigError`` naming it if not); ``sink``: any object with ``write_step``,
-    ``write_round``, ``flush`` and ``close`` (every rank's, as given). Called again, it returns the same
-    records, adding the writer or sink given. Until it is called the hooks measure nothing; it issues no
-    collective."""
-    state = state_of(module)
-    if state is None:
-        raise BaguaError(f"bagua_metrics: {type(module).__name__} is not wrapped (call with_bagua first)")
-    if log_dir is not None:
-        require_tensorboard()
-    if state.metrics is None:
-        state.metrics = StepMetrics(history)
-    if log_dir is not None and env.get_rank() == 0:
-        state.metrics.sinks.append(TensorBoardWriter(log_dir))
-    if sink is not None:
-        state.metrics.sinks.append(sink)
-    return state.metrics
 
 
 def reset(module: torch.nn.Module) -> None:
@@ -345,8 +312,6 @@ PROPERTIES = {
     "bagua_train_step_counter": _read_only("bagua_train_step_counter", "train_step_counter",
                                            "Training forwards since the wrap (or the resumed count)."),
     "bagua_buckets": _read_only("bagua_buckets", "buckets", "The buckets the impl made."),
-    "bagua_autotune_result": _read_only("bagua_autotune_result", "tuning.result",
-                                        "What the autotuner chose (None until it has)."),
     "bagua_module_name": property(module_name, doc="The module's name (bagua's backends find it by it)."),
     "process_group": property(_get_process_group, _set_process_group,
                               doc="The group the algorithm runs on (a wrapped module's is bagua's)."),
@@ -356,9 +321,9 @@ PROPERTIES = {
 
 
 def with_bagua(module: torch.nn.Module, optimizers: Any, algorithm: Any = None, process_group: Any = None,
-               do_flatten: bool = True) -> torch.nn.Module:
+               do_flatten: bool = True, features: Any = None) -> torch.nn.Module:
     """Function form of :meth:`BaguaModule.with_bagua`."""
-    return BaguaModule.with_bagua(module, optimizers, algorithm, process_group, do_flatten)
+    return BaguaModule.with_bagua(module, optimizers, algorithm, process_group, do_flatten, features)
 
 
 _WRAPPED: dict[type, type] = {}
@@ -375,9 +340,21 @@ def wrapped_class(cls: type) -> type:
         return cls
     made = _WRAPPED.get(cls)
     if made is None:
-        made = type(f"Bagua{cls.__name__}", (BaguaModule, cls), {"__module__": cls.__module__})
+        made = type(f"Bagua{cls.__name__}", (BaguaModule, cls), {"__module__": cls.__module__,
+                                                                 **_feature_attributes()})
         _WRAPPED[cls] = made
     return made
+
+
+def _feature_attributes() -> dict[str, property]:
+    """The names the installed features add to a wrapped module (``Feature.module_attributes``), as read-only
+    properties of ``Bagua<Class>`` (``dir`` and ``inspect`` see them); a feature registered later is found by
+    ``BaguaModule.__getattr__``."""
+    found: dict[str, property] = {}
+    for cls, _ in feature_registry.providers().values():
+        for name, function in cls.module_attributes.items():
+            found.setdefault(name, property(function, doc=f"Added by the feature {cls.name!r}."))
+    return found
 
 
 torch.nn.Module.with_bagua = BaguaModule.with_bagua

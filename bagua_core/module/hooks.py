@@ -16,13 +16,12 @@ from bagua_core.lifecycle.algorithm import group_tensors
 from bagua_core.lifecycle.module_state import ImplHooks, ModuleState, named_parameters
 from bagua_core.lifecycle.state import clear_state, tensor_state_of
 from bagua_core.lifecycle.tensor import register_shards
-from bagua_core.selection.autotune import on_train_step as _autotune_on_train_step
 from bagua_core.runtime.failure import Guard
 from bagua_core.runtime.failure.record import state as failure_state
 from bagua_core.module import sharded
 from bagua_core.module.nonfinite import agree_on_nonfinite_gradients
 from bagua_core.lifecycle.scheduler import BucketScheduler
-from bagua_core.metrics.step_metrics import exposed
+from bagua_core.lifecycle.hook_time import timed
 from bagua_core.module.unused_params import (
     agree_on_used_parameters,
     forget_unused_sharded_gradients,
@@ -37,6 +36,7 @@ _BACKWARD = Guard("the backward hook of a wrapped module")
 _END_OF_BACKWARD = Guard("the end of backward of a wrapped module")
 _OPTIMIZER_STEP = Guard("the optimizer step hook of a wrapped module")
 _STEP_END = Guard("the step-end hook of a wrapped module")
+_AFTER_STEP = Guard("a feature's after-step hook of a wrapped module")
 """Each hook's failure guard (``bagua_core.runtime.failure``): what it raises is translated, naming the hook."""
 
 
@@ -79,10 +79,7 @@ def _make_forward_pre_hook(state: ModuleState):
     def hook(module: torch.nn.Module, inputs: Any) -> None:
         if not module.training:
             return
-        metrics = state.metrics
-        if metrics is not None:
-            metrics.begin_step(state, state.train_step_counter + 1)
-        with exposed(metrics), _FORWARD:
+        with timed(state), _FORWARD:
             _before_forward(module, state, inputs)
 
     return hook
@@ -93,10 +90,10 @@ def _before_forward(module: torch.nn.Module, state: ModuleState, inputs: Any) ->
         register_shards(module)
     state.train_step_counter += 1
     state.stepped = set()
-    tuned = _autotune_on_train_step(module)  # off unless BAGUA_AUTOTUNE=1 / autotune.configure(module)
-    asked = state.impl.need_reset()  # (asked even when tuned: an impl may clear its flag as it answers)
+    featured = [feature.before_forward(module) for feature in state.features]  # (every one is asked)
+    asked = state.impl.need_reset()  # (asked even when a feature asked: an impl may clear its flag as it answers)
     switched = warmup.switches(module, state)  # the warmup begins or ends here (of the impl need_reset left)
-    if tuned or switched or asked:
+    if any(featured) or switched or asked:
         rebuild_buckets(module, state)
     if torch.is_grad_enabled():  # a forward that backward may follow (not an evaluation under no_grad)
         for bucket in state.buckets:
@@ -133,7 +130,7 @@ def _make_backward_hook(module: torch.nn.Module, state: ModuleState, name: str):
             _queue_end_of_backward(module, state)
         if state.unused.enabled:
             state.unused.seen.add(name)
-        with exposed(state.metrics), _BACKWARD:
+        with timed(state), _BACKWARD:
             state.hooks.backward(name, param)
 
     return hook
@@ -196,7 +193,7 @@ def _make_output_hook(module: torch.nn.Module, state: ModuleState):
 def _post_backward(module: torch.nn.Module, state: ModuleState) -> None:
     state.post_backward_queued = False
     state.scheduler.in_backward = False
-    with exposed(state.metrics), _END_OF_BACKWARD:
+    with timed(state), _END_OF_BACKWARD:
         _end_of_backward(module, state)
 
 
@@ -220,19 +217,22 @@ def _end_of_backward(module: torch.nn.Module, state: ModuleState) -> None:
     if state.capabilities.communicates_after_optimizer_step and \
             state.impl.communicates_after_optimizer_step(module):
         agree_on_nonfinite_gradients(module)  # every rank's GradScaler then skips the same steps
+    for feature in state.features:  # between the exchange and the optimizer step
+        feature.before_optimizer_step(module)
 
 
-def _post_step(state: ModuleState, optimizer: torch.optim.Optimizer) -> None:
-    metrics = state.metrics
-    with exposed(metrics), _OPTIMIZER_STEP:
+def _post_step(module: torch.nn.Module, state: ModuleState, optimizer: torch.optim.Optimizer) -> None:
+    with timed(state), _OPTIMIZER_STEP:
         state.hooks.post_optimizer_step(optimizer)
     if not state.mark_stepped(optimizer):
         return
     if state.hooks.step_end is not None:
-        with exposed(metrics), _STEP_END:
+        with timed(state), _STEP_END:
             state.hooks.step_end()
-    if metrics is not None:
-        metrics.end_step(state)
+    if state.features:
+        with _AFTER_STEP:
+            for feature in state.features:
+                feature.after_step(module)
 
 
 def install(module: torch.nn.Module, state: ModuleState) -> None:
@@ -249,7 +249,7 @@ def install(module: torch.nn.Module, state: ModuleState) -> None:
             handles.append(param.register_post_accumulate_grad_hook(_make_backward_hook(module, state, name)))
     for optimizer in state.optimizers:
         handles.append(
-            optimizer.register_step_post_hook(lambda opt, args, kwargs: _post_step(state, opt))
+            optimizer.register_step_post_hook(lambda opt, args, kwargs: _post_step(module, state, opt))
         )
     state.handles = handles
 
@@ -268,9 +268,11 @@ def uninstall(module: torch.nn.Module, state: ModuleState) -> None:
     state.scheduler = None
     for bucket in state.lending.buckets.values():
         bucket.lend(None)
-    if state.metrics is not None:  # the last step's record reaches the sinks
-        state.metrics.flush()
     try:
-        state.impl.shutdown(module)
+        for feature in state.features:
+            feature.unwrap(module)
     finally:
-        clear_state(module)
+        try:
+            state.impl.shutdown(module)
+        finally:
+            clear_state(module)

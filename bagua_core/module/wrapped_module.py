@@ -12,6 +12,8 @@ module, and the handle reads the state at each call (a module shut down since ra
   ``set_gradient_sync(enabled)`` (``module.no_sync()`` for a block), ``shutdown()``;
 - ``switch_algorithm(impl=..., declaration=..., capabilities=..., process_group=...)``: the one way to change the
   impl running the module, its declaration, capabilities or group;
+- for a feature: ``features``, ``add_feature(feature)`` (turned on after the wrap by its own API),
+  ``count_hook_seconds()`` and ``take_hook_seconds()`` (the seconds the training thread spent in bagua's hooks);
 - ``WrappedModule.is_wrapped(module)``: whether it is wrapped (and not shut down since).
 
 Example::
@@ -34,6 +36,7 @@ import torch
 from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmImpl, switch_algorithm
 from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.lifecycle.capabilities import Capabilities
+from bagua_core.lifecycle.feature import Feature
 from bagua_core.lifecycle.module_state import (
     ModuleState,
     build_params,
@@ -144,6 +147,45 @@ class WrappedModule:
         ``need_reset``). ``impl`` must be an ``AlgorithmImpl`` (else ``BaguaConfigError``)."""
         switch_algorithm(self.module, impl=impl, declaration=declaration, capabilities=capabilities,
                          process_group=process_group)
+
+    @property
+    def features(self) -> tuple[Feature, ...]:
+        """The features the module runs with, in the order their hooks are called."""
+        return self._state().features
+
+    def add_feature(self, feature: Feature) -> None:
+        """Run ``feature`` from now on, called by the feature's own API after the wrap (``module.bagua_metrics()``):
+        its :meth:`~Feature.wrapped` hook runs at once. Such a feature is not agreed across ranks, so it must
+        issue no collective and change nothing that decides one. A feature of the same name is replaced."""
+        state = self._state()
+        state.features = tuple(f for f in state.features if f.name != feature.name) + (feature,)
+        feature.wrapped(self.module)
+
+    def features_state_dict(self) -> dict[str, Any]:
+        """Every feature's ``state_dict``, by name (those that keep none are left out)."""
+        states = {f.name: f.state_dict(self.module) for f in self._state().features}
+        return {name: state for name, state in states.items() if state}
+
+    def load_features_state_dict(self, states: dict[str, Any]) -> None:
+        """Hand each running feature its part of :meth:`features_state_dict`'s result (a part for a feature not
+        running is left out)."""
+        for feature in self._state().features:
+            if feature.name in states:
+                feature.load_state_dict(self.module, states[feature.name])
+
+    def count_hook_seconds(self) -> None:
+        """Count from now on the seconds the training thread spends in bagua's hooks (``take_hook_seconds``)."""
+        state = self._state()
+        if state.hook_seconds is None:
+            state.hook_seconds = 0.0
+
+    def take_hook_seconds(self) -> float:
+        """The seconds counted since the last take (0.0 when nothing counts them); counting goes on from 0."""
+        state = self._state()
+        taken = state.hook_seconds or 0.0
+        if state.hook_seconds is not None:
+            state.hook_seconds = 0.0
+        return taken
 
     def set_gradient_sync(self, enabled: bool) -> None:
         """Whether the module's backward communicates: False accumulates gradients locally until it is True again

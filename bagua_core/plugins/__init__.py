@@ -40,6 +40,7 @@ from bagua_core.plugins.registry import (  # noqa: E402
     NamedRegistry,
     algorithm_registry,
     codec_registry,
+    feature_registry,
     registration_hooks,
 )
 
@@ -51,6 +52,7 @@ __all__ = [
     "NamedRegistry",
     "algorithm_registry",
     "codec_registry",
+    "feature_registry",
     "registration_hooks",
     "ENTRY_POINT_GROUP",
     "PROJECT_NAME",

@@ -10,7 +10,8 @@ Each registration hook returns a list of classes; every class declares its ``nam
 refuses a missing or duplicate name and names both providers of a duplicate.
 
 Only the hooks whose contract lives in the core are specified here: algorithms
-(:mod:`bagua_core.lifecycle.algorithm`) and codecs (:mod:`bagua_core.codecs`). Nothing is looked up by
+(:mod:`bagua_core.lifecycle.algorithm`), features (:mod:`bagua_core.lifecycle.feature`) and codecs
+(:mod:`bagua_core.codecs`). Nothing is looked up by
 name between an algorithm and its own code: an algorithm imports the op classes it appends to its
 buckets (its own, or another algorithm's). A plugin package whose contract
 lives in the package brings its own specs through :func:`bagua_add_hookspecs`, like pytest's
@@ -53,6 +54,17 @@ def bagua_register_algorithms() -> list[type]:
     Fires once, when the algorithm registry is first built (the first ``with_bagua``, ``bagua plugins``
     or config load). Each class sets ``name`` (the name users select it by) and ``Config`` (a pydantic
     model deriving from :class:`~bagua_core.lifecycle.algorithm.AlgorithmConfig` with ``name: Literal[...]``).
+    """
+
+
+@hookspec
+def bagua_register_features() -> list[type]:
+    """Return the :class:`~bagua_core.lifecycle.feature.Feature` subclasses this plugin provides.
+
+    Fires when the feature registry is built (a wrap, ``init_process_group``, ``bagua plugins`` or a config
+    file's ``[features.<name>]`` table). Each class sets ``name`` (what users select it by) and ``Config`` (a
+    pydantic model deriving from :class:`~bagua_core.lifecycle.feature.FeatureConfig` with
+    ``name: Literal[...]``).
     """
 
 

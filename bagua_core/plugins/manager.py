@@ -33,6 +33,10 @@ class BaguaPluginManager(pluggy.PluginManager):
     def __init__(self) -> None:
         super().__init__(hookspecs.PROJECT_NAME)
         self._spec_modules: list[object] = []
+        self.distributions: dict[str, str] = {}
+        """Plugin name (an entry point's) -> the distribution that provides it."""
+        self.packages: dict[str, str] = {}
+        """Plugin name (an entry point's) -> the module the entry point names (the package providing the plugin)."""
 
     def add_hookspecs(self, module_or_class: object) -> None:
         if any(added is module_or_class for added in self._spec_modules):
@@ -63,7 +67,7 @@ def _distribution_name(entry_point: importlib_metadata.EntryPoint) -> str:
     return dist.metadata["Name"] if dist is not None else "<unknown distribution>"
 
 
-def _load_entry_points(pm: pluggy.PluginManager) -> None:
+def _load_entry_points(pm: BaguaPluginManager) -> None:
     disabled = disabled_plugin_names()
     builtin_only = not autoload_enabled()
     seen: dict[str, str] = {}
@@ -93,6 +97,8 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
         if pm.is_registered(plugin):
             continue
         pm.register(plugin, name=entry_point.name)
+        pm.distributions[entry_point.name] = dist_name
+        pm.packages[entry_point.name] = entry_point.value
 
 
 def get_plugin_manager() -> BaguaPluginManager:

@@ -1,4 +1,4 @@
-"""Registries keyed by name, built from a registration hook (the core's: algorithms and codecs; a plugin
+"""Registries keyed by name, built from a registration hook (the core's: algorithms, features and codecs; a plugin
 package keeps its own next to the hook spec it adds, e.g. topologies and cache stores).
 
 Registries are rebuilt from the plugin manager on every lookup, so a plugin registered or unregistered
@@ -13,7 +13,7 @@ from typing import Generic, TypeVar
 from bagua_core.runtime.exceptions import DuplicateNameError, PluginError, UnknownNameError
 from bagua_core.plugins.manager import get_plugin_manager
 
-__all__ = ["NamedRegistry", "algorithm_registry", "codec_registry", "registration_hooks",
+__all__ = ["NamedRegistry", "algorithm_registry", "codec_registry", "feature_registry", "registration_hooks",
            "REGISTER_PREFIX"]
 
 REGISTER_PREFIX = "bagua_register_"
@@ -96,3 +96,4 @@ def registration_hooks() -> dict[str, NamedRegistry]:
 
 algorithm_registry: NamedRegistry = NamedRegistry("algorithm", "bagua_register_algorithms")
 codec_registry: NamedRegistry = NamedRegistry("codec", "bagua_register_codecs")
+feature_registry: NamedRegistry = NamedRegistry("feature", "bagua_register_features")

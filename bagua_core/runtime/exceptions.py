@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 
 from pydantic import ValidationError
@@ -108,7 +109,9 @@ def format_validation_error(error: ValidationError, what: str, prefix: str = "",
         location = prefix + ".".join(str(part) for part in item.get("loc", ())[drop:])
         message = item.get("msg", "invalid value")
         if item.get("type") == "extra_forbidden" and allowed:
-            message = f"{message} (unknown field; allowed: {', '.join(allowed)})"
+            close = difflib.get_close_matches(str(item.get("loc", ("",))[-1]), allowed, n=1)
+            guess = f"; did you mean {close[0]!r}?" if close else ""
+            message = f"{message} (unknown field; allowed: {', '.join(allowed)}{guess})"
         elif "input" in item and item.get("type") not in ("missing", "extra_forbidden") and \
                 not isinstance(item["input"], (dict, list)) and repr(item["input"]) not in message:
             message = f"{message}, got {_shown(item['input'])}"  # the value echoed back, unless it says it

@@ -240,19 +240,19 @@ def _elastic_attempt_store() -> dist.Store | None:
     return dist.PrefixStore(f"/bagua/attempt_{attempt}", store)
 
 
-def init_process_group(store: dist.Store | None = None, fault_tolerance: dict | None = None) -> BaguaProcessGroup:
+def init_process_group(store: dist.Store | None = None,
+                       process_features: dict[str, dict] | None = None) -> BaguaProcessGroup:
     """Start the default process group from the torchrun variables: gloo on CPU; with CUDA, NCCL for
     CUDA tensors and gloo for CPU tensors (see :func:`choose_backend`). The runtime's half of
-    ``bagua_core.init_process_group`` (:mod:`bagua_core.bootstrap`), which starts fault-tolerant mode on it.
+    ``bagua_core.init_process_group`` (:mod:`bagua_core.bootstrap`), which starts the process features on it.
 
     ``store`` replaces the ``MASTER_ADDR``/``MASTER_PORT`` rendezvous. If torch.distributed is already
     initialized (by Lightning, say) its default group is used. ``BAGUA_BACKEND`` overrides the backend;
     ``BAGUA_COMMUNICATOR=nccl`` runs the collectives on CUDA tensors through bagua's native NCCL
     communicator (an error here, on every rank, says why when it is unavailable).
 
-    ``fault_tolerance``: this process is a replica of a fault-tolerant job with these options (their
-    fields; None: fail-fast); every rank of the replica must say the same, which is checked here, before
-    the default group (then the replica's own) is built.
+    ``process_features``: the features this process runs for its whole life (name -> options); every rank
+    must run the same, which is checked here, before the default group is built.
 
     Example::
 
@@ -291,10 +291,10 @@ def init_process_group(store: dist.Store | None = None, fault_tolerance: dict | 
             dist.init_process_group(backend, init_method="env://", timeout=timeout)
     facts: list[tuple | None] = [None] * dist.get_world_size()
     dist.all_gather_object(facts, (env.get_node_key(), os.environ.get("BAGUA_SMALL_ALLREDUCE_BYTES", ""),
-                                   failure.record.this_process(), fault_tolerance))
+                                   failure.record.this_process(), process_features or {}))
     _node_keys = [str(fact[0]) for fact in facts]
     _agree_small_allreduce_bytes([fact[1] for fact in facts])
-    _agree_fault_tolerance([fact[3] for fact in facts])
+    _agree_process_features([fact[3] for fact in facts])
     _default_group = BaguaProcessGroup(list(range(dist.get_world_size())), None, "default", torch_group=dist.group.WORLD)
     failure.start(dist.get_rank(), dist.get_world_size(), [tuple(fact[2]) for fact in facts])
     atexit.register(_destroy_at_exit)
@@ -363,19 +363,22 @@ def _agree_small_allreduce_bytes(raws: list[str]) -> None:
     small_allreduce.threshold_bytes = env.get_small_allreduce_bytes(raws[0])
 
 
-def _agree_fault_tolerance(options: list[dict | None]) -> None:
-    """Every rank of a replica (the default group) must run in the same mode with the same fault-tolerant
-    options: a rank that joins the quorum while its peer does not would leave the other waiting. A
-    difference raises on every rank, naming the field and each rank's value."""
-    if all(o == options[0] for o in options):
+def _agree_process_features(features: list[dict[str, dict]]) -> None:
+    """Every rank of the group must run the same process features with the same options (a rank that joins a
+    quorum while its peer does not would leave the other waiting): a difference raises on every rank, naming
+    the feature, the option and each rank's value."""
+    if all(f == features[0] for f in features):
         return
-    if any(o is None for o in options):
-        modes = ", ".join(f"rank {r}: {'fault-tolerant' if o is not None else 'fail-fast'}" for r, o in enumerate(options))
-        raise BaguaError(f"the ranks of one replica must all be fault-tolerant or all fail-fast, got {modes} "
-                         "(BAGUA_FAULT_TOLERANT, or init_process_group(fault_tolerant=...))")
-    field = next(k for k in options[0] if any(o[k] != options[0][k] for o in options))
-    values = ", ".join(f"rank {r}: {o[field]!r}" for r, o in enumerate(options))
-    raise BaguaError(f"fault-tolerant option '{field}' differs between the ranks of one replica: {values}")
+    names = [sorted(f) for f in features]
+    if any(n != names[0] for n in names):
+        shown = ", ".join(f"rank {r}: {', '.join(n) or 'none'}" for r, n in enumerate(names))
+        raise BaguaError(f"the ranks of one group must all run the same process features, got {shown} (each is "
+                         f"turned on by its argument of init_process_group or its environment; bagua plugins lists "
+                         f"them)")
+    name = next(n for n in names[0] if any(f[n] != features[0][n] for f in features))
+    field = next(k for k in features[0][name] if any(f[name].get(k) != features[0][name][k] for f in features))
+    values = ", ".join(f"rank {r}: {f[name].get(field)!r}" for r, f in enumerate(features))
+    raise BaguaError(f"process feature {name!r} option {field!r} differs between the ranks of one group: {values}")
 
 
 def _destroy_at_exit() -> None:

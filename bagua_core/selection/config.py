@@ -26,9 +26,10 @@ import yaml
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from bagua_core.lifecycle.algorithm import Algorithm, AlgorithmConfig
+from bagua_core.lifecycle.feature import Feature, FeatureConfig
 from bagua_core.runtime.exceptions import format_validation_error
 from bagua_core.runtime.exceptions import BaguaConfigError, UnknownNameError
-from bagua_core.plugins import algorithm_registry
+from bagua_core.plugins import algorithm_registry, feature_registry
 
 try:
     import tomllib
@@ -46,6 +47,9 @@ __all__ = [
     "algorithm_config_of",
     "DEFAULT_ALGORITHM",
     "algorithm_class_of",
+    "build_feature",
+    "features_table",
+    "FEATURES_TABLE",
 ]
 
 CONFIG_SUFFIXES = (".toml", ".yaml", ".yml", ".json")
@@ -75,9 +79,11 @@ def load_config_file(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
+FEATURES_TABLE = "features"
+"""The table of a config file that holds the features, one ``[features.<name>]`` table each."""
 # tables of the main job's config files (bagua_examples' [training]), always left out of the algorithm's
-# options; a job contributes its tables' schemas through bagua_core.cli.jobs.job_config_tables
-OTHER_SECTIONS = ("training",)
+# options; a job contributes its tables' schemas through bagua_cli.jobs.job_config_tables
+OTHER_SECTIONS = ("training", FEATURES_TABLE)
 
 
 def algorithm_section(data: Mapping[str, Any], other_tables: Iterable[str] = ()) -> dict[str, Any]:
@@ -123,19 +129,53 @@ def validate_algorithm_config(data: Mapping[str, Any], source: str | None = None
                                                        allowed=cls.Config.model_fields)) from None
 
 
+def build_feature(name: str, options: Mapping[str, Any] | FeatureConfig | None = None, where: str = "") -> Feature:
+    """The installed feature ``name`` built with ``options`` (``where``, e.g. ``"job.toml: features."``, prefixes
+    an error). An unknown name raises ``UnknownNameError`` with a guess and the installed names."""
+    if not isinstance(name, str):
+        raise BaguaConfigError(f"{where}a feature is selected by its name (a str), got {name!r}")
+    try:
+        cls = feature_registry.get(name)
+    except UnknownNameError as exc:
+        raise UnknownNameError(f"{where}{exc}") from None
+    if isinstance(options, FeatureConfig):
+        options = options.model_dump(exclude={"name"})
+    if options is not None and not isinstance(options, Mapping):
+        raise BaguaConfigError(f"{where}{name}: a feature's options are a table/mapping, got {options!r}")
+    options = dict(options or {})
+    options.pop("name", None)
+    try:
+        return cls(**options)
+    except BaguaConfigError as exc:
+        raise BaguaConfigError(f"{where}{exc}" if where else str(exc)) from None
+
+
+def features_table(data: Mapping[str, Any], source: str | None = None) -> list[Feature]:
+    """The features of a config file's ``[features]`` table (``data`` is the whole file), validated; an error
+    names the file and ``features.<name>.<field>``."""
+    table = data.get(FEATURES_TABLE)
+    if table is None:
+        return []
+    where = f"{source}: " if source else ""
+    if not isinstance(table, Mapping):
+        raise BaguaConfigError(f"{where}{FEATURES_TABLE}: must be a table of feature tables ([features.<name>]), "
+                               f"got {table!r}")
+    return [build_feature(name, options, f"{where}{FEATURES_TABLE}.") for name, options in table.items()]
+
+
 def validate_config_file(
     path: str | os.PathLike, tables: Mapping[str, type[BaseModel]] | None = None
 ) -> tuple[AlgorithmConfig | None, dict[str, BaseModel]]:
     """Validate every table of a config file: the algorithm (its ``[algorithm]`` table, else the top
-    level) and each table of ``tables`` (name -> pydantic model; the CLI passes the tables the installed
-    jobs read, ``bagua_core.cli.jobs.job_config_tables``). Every problem is reported at once, in one
+    level), its ``[features.<name>]`` tables (:func:`features_table` returns them) and each table of ``tables`` (name -> pydantic model; the CLI passes the tables the installed
+    jobs read, ``bagua_cli.jobs.job_config_tables``). Every problem is reported at once, in one
     error naming the file and each ``table.field``. Without an ``[algorithm]`` table and without
     ``name`` at the top level the algorithm is ``None`` (the job's default)."""
     tables = dict(tables or {})
     data = load_config_file(path)
     problems: list[str] = []
     algorithm: AlgorithmConfig | None = None
-    known = ["algorithm", *tables]
+    known = ["algorithm", *tables, FEATURES_TABLE]
     if "algorithm" in data:
         for key in data:
             if key not in known:
@@ -150,6 +190,10 @@ def validate_config_file(
             except ValidationError as exc:
                 problems.append(format_validation_error(exc, f"{path}: [{name}] table", f"{name}.",
                                                         allowed=model.model_fields))
+    try:
+        features_table(data, str(path))
+    except BaguaConfigError as exc:
+        problems.append(str(exc))
     section = algorithm_section(data, other_tables=tables)
     if "algorithm" in data or "name" in section:
         try:

@@ -21,7 +21,7 @@ INSTALL_HINT = "install the example plugin first: pip install --no-deps --no-bui
 
 def _bagua(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "bagua_core.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "bagua_cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=env)
 
 

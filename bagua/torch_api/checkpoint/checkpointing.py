@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from bagua_core.checkpoints.checkpoint import load_checkpoint, save_checkpoint
+from bagua_features.checkpoints.checkpoint import load_checkpoint, save_checkpoint
 
 __all__ = ["load_checkpoint", "save_checkpoint"]

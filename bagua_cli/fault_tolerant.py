@@ -1,0 +1,217 @@
+"""``bagua run --fault-tolerant``: replicas that train on when one fails (``docs/fault_tolerance.md``).
+
+Each replica is its own torchrun (one rank, or ``--nproc_per_node`` ranks: a node's), so torchrun's
+``--max-restarts`` restarts only the failed replica's workers; the others never stop. The command starts a torchft
+lighthouse (or joins ``--lighthouse``), starts ``--replicas`` replicas on this host, hands them the options
+in the environment (``BAGUA_FAULT_TOLERANT=1``, ``TORCHFT_LIGHTHOUSE``, ``BAGUA_FT_*``), and returns 0 when
+every replica finished, else the first failing replica's exit status. It prints a line for each failure,
+restart and heal that the replicas report (``BAGUA_FT_EVENTS``, :mod:`bagua_features.fault_tolerance.events`) and,
+at the end, a summary that counts them (:mod:`bagua_cli.fault_tolerant_report`).
+
+What listens, and where: the lighthouse on ``--lighthouse-host`` (default loopback: a one-host job; give this
+host's address for replicas on other hosts), on a free port unless ``--lighthouse-port`` names one; the
+replicas' own servers on the same address (``BAGUA_FT_HOST``; a host that joins with ``--lighthouse`` uses
+its address on the route to the lighthouse). A replica heals over the replicas' process group, so no server
+hands out the model. torchft's logs (Rust and Python) are shown at warning level unless ``--verbose``
+(``BAGUA_VERBOSE=1``) or ``RUST_LOG`` says otherwise.
+
+Example (two replicas here; a third host joins with ``--lighthouse http://10.0.0.1:29510``)::
+
+    bagua run --fault-tolerant --replicas 2 --lighthouse-host 10.0.0.1 --lighthouse-port 29510 train.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from bagua_cli.fault_tolerant_report import JobReport
+from bagua_features.fault_tolerance import events
+from bagua_features.fault_tolerance.options import address_towards
+
+__all__ = ["add_fault_tolerant_arguments", "add_restart_argument", "split_fault_tolerant_args",
+           "parse_fault_tolerant_options", "run_fault_tolerant"]
+
+_FLAGS = ("--fault-tolerant", "--replicas", "--lighthouse", "--lighthouse-port", "--lighthouse-host", "--min-replicas",
+          "--ft-timeout",
+          "--ft-hang-timeout", "--ft-join-timeout-ms", "--ft-heartbeat-timeout-ms")
+
+
+def add_fault_tolerant_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """The options of fault-tolerant mode (``bagua run --help`` and ``bagua train --help`` list them)."""
+    parser.add_argument("--fault-tolerant", action="store_true",
+                        help="replicas that train on when one fails (docs/fault_tolerance.md): each replica is its "
+                             "own torchrun, a torchft lighthouse forms a quorum every step")
+    parser.add_argument("--replicas", type=int, default=1, help="replicas to start on this host (each its own torchrun)")
+    parser.add_argument("--lighthouse", default="", help="join this lighthouse (http://host:port) instead of starting one")
+    parser.add_argument("--lighthouse-port", type=int, default=0,
+                        help="port of the lighthouse started here (default: a free one)")
+    parser.add_argument("--lighthouse-host", default="127.0.0.1",
+                        help="the address the lighthouse started here, and this host's replicas' servers, listen on "
+                             "and are reached at (default 127.0.0.1: a one-host job; give this host's address for "
+                             "replicas on other hosts to join)")
+    parser.add_argument("--min-replicas", type=int, default=1, help="a step commits only with this many replicas")
+    parser.add_argument("--ft-timeout", type=float, default=None, metavar="SECONDS",
+                        help="a collective between replicas, a commit decision or a heal that takes longer fails the "
+                             "step (BAGUA_FT_TIMEOUT_S, default 30)")
+    parser.add_argument("--ft-hang-timeout", type=float, default=None, metavar="SECONDS",
+                        help="a replica whose step runs this long after its quorum formed leaves the job so the "
+                             "others go on (BAGUA_FT_HANG_TIMEOUT_S, default 300)")
+    # 1 s, not 5: after a kill the survivors wait this long for the dead replica (it still heartbeats until
+    # --ft-heartbeat-timeout-ms) before they form a quorum without it; benchmarks/fault_tolerance.py measured
+    # 5.1 s of stall per kill with 5000 and 1.1 s with 1000 (a live replica asking later than this after the
+    # first is left out of one step and heals at the next; synchronous replicas ask within milliseconds)
+    parser.add_argument("--ft-join-timeout-ms", type=int, default=1000,
+                        help="how long the lighthouse waits for heartbeating stragglers before forming a quorum")
+    parser.add_argument("--ft-heartbeat-timeout-ms", type=int, default=5000,
+                        help="the lighthouse drops a replica whose heartbeat stopped this long ago (torchft's default)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bagua run --fault-tolerant", add_help=False)
+    add_fault_tolerant_arguments(parser)
+    return parser
+
+
+def split_fault_tolerant_args(argv: list[str]) -> tuple[argparse.Namespace | None, list[str]]:
+    """The fault-tolerant options among the launcher options (before the script), and the rest for torchrun;
+    None when ``--fault-tolerant`` is absent."""
+    end = next((i for i, t in enumerate(argv) if t.endswith(".py") or t in ("-m", "--module", "--")), len(argv))
+    head, tail = argv[:end], argv[end:]
+    if "--fault-tolerant" not in head:
+        return None, argv
+    ours: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(head):
+        token = head[i]
+        name = token.split("=", 1)[0]
+        if name in _FLAGS:
+            ours.append(token)
+            if "=" not in token and name != "--fault-tolerant" and i + 1 < len(head):
+                ours.append(head[i + 1])
+                i += 1
+        else:
+            rest.append(token)
+        i += 1
+    options = _parser().parse_args(ours)
+    if options.replicas < 0 or options.min_replicas < 1:
+        raise ValueError(f"--replicas must be >= 0 and --min-replicas >= 1, got {options.replicas}, "
+                         f"{options.min_replicas}")
+    return options, rest + tail
+
+
+def add_restart_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``bagua train``'s ``--max-restarts`` (``bagua run`` passes torchrun's own to every replica)."""
+    parser.add_argument("--max-restarts", "--max_restarts", type=int, default=0, metavar="M",
+                        help="restart a failed replica up to M times (each replica's torchrun --max-restarts); "
+                             "a restarted replica heals from a live peer (default 0)")
+
+
+def parse_fault_tolerant_options(argv: list[str]) -> tuple[argparse.Namespace | None, list[str]]:
+    """``bagua train``'s form: the fault-tolerant options (and ``--max-restarts``) anywhere in ``argv`` (there
+    is no script), and the rest; None when ``--fault-tolerant`` is absent."""
+    if "--fault-tolerant" not in argv:
+        return None, argv
+    parser = _parser()
+    add_restart_argument(parser)
+    options, rest = parser.parse_known_args(argv)
+    if options.replicas < 0 or options.min_replicas < 1:
+        raise ValueError(f"--replicas must be >= 0 and --min-replicas >= 1, got {options.replicas}, "
+                         f"{options.min_replicas}")
+    if options.max_restarts < 0:
+        raise ValueError(f"--max-restarts must be a non-negative integer, got {options.max_restarts}")
+    return options, rest
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+def _quiet_env(env: dict[str, str]) -> dict[str, str]:
+    """torchft's Rust logs at warning level unless the user asked (``RUST_LOG``, ``--verbose``)."""
+    if "RUST_LOG" not in env and env.get("BAGUA_VERBOSE", "") not in ("1", "true", "yes", "on"):
+        env["RUST_LOG"] = "warn"
+    return env
+
+
+def _start_lighthouse(options: argparse.Namespace) -> tuple[subprocess.Popen, str]:
+    binary = shutil.which("torchft_lighthouse")
+    if binary is None:
+        raise ValueError("torchft_lighthouse was not found: install the fault-tolerant extra "
+                         "(pip install -e '.[ft]' or bash setup.sh)")
+    host = options.lighthouse_host
+    port = options.lighthouse_port or _free_port(host)
+    bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    proc = subprocess.Popen([binary, "--min_replicas", str(options.min_replicas), "--bind", bind,
+                             "--join_timeout_ms", str(options.ft_join_timeout_ms),
+                             "--heartbeat_timeout_ms", str(options.ft_heartbeat_timeout_ms)],
+                            env=_quiet_env(dict(os.environ)))
+    return proc, f"http://{bind}"
+
+
+def run_fault_tolerant(options: argparse.Namespace, torchrun_args: list[str]) -> int:
+    """Start (or join) the lighthouse and ``options.replicas`` replicas; wait for them (module doc)."""
+    lighthouse_proc = None
+    address = options.lighthouse
+    if not address:
+        lighthouse_proc, address = _start_lighthouse(options)
+        where = "this host only" if options.lighthouse_host in ("127.0.0.1", "::1", "localhost") else \
+            f"other hosts join with --lighthouse {address}"
+        print(f"bagua: lighthouse at {address} ({where})", flush=True)
+    host = options.lighthouse_host if not options.lighthouse else address_towards(address)
+    env = _quiet_env({**os.environ, "BAGUA_FAULT_TOLERANT": "1", "TORCHFT_LIGHTHOUSE": address,
+                      "BAGUA_FT_MIN_REPLICAS": str(options.min_replicas), "BAGUA_FT_HOST": host})
+    env.setdefault("OMP_NUM_THREADS", "1")
+    if options.ft_timeout is not None:
+        env["BAGUA_FT_TIMEOUT_S"] = str(options.ft_timeout)
+    if options.ft_hang_timeout is not None:
+        env["BAGUA_FT_HANG_TIMEOUT_S"] = str(options.ft_hang_timeout)
+    events_dir = tempfile.mkdtemp(prefix="bagua_ft_")
+    env[events.EVENTS_ENV] = events_path = os.path.join(events_dir, "events.jsonl")
+    report = JobReport(options.replicas)
+    replicas: dict[int, subprocess.Popen] = {}
+    offset = 0
+    try:
+        for index in range(options.replicas):
+            replica_env = {**env, "BAGUA_FT_REPLICA_ID": env.get("BAGUA_FT_REPLICA_ID_PREFIX", "replica_") + str(index),
+                           "BAGUA_FT_REPLICA_INDEX": str(index)}
+            per_replica = [] if any(t.split("=")[0] in ("--nproc_per_node", "--nproc-per-node") for t in torchrun_args) \
+                else ["--nproc_per_node=1"]  # a replica is one rank unless told otherwise
+            # each replica through bagua's own launcher: torchrun's logs quiet, one traceback per failure
+            command = [sys.executable, "-m", "bagua_cli", "run", "--standalone", *per_replica, *torchrun_args]
+            replicas[index] = subprocess.Popen(command, env=replica_env)
+        status = 0
+        while replicas:
+            ended = {index: code for index, proc in replicas.items() if (code := proc.poll()) is not None}
+            new, offset = events.read_new(events_path, offset)  # after the poll: an ended replica's last report
+            for event in new:
+                _say(report.on_event(event))
+            for index, code in ended.items():
+                del replicas[index]
+                _say(report.on_exit(index, code, others_running=bool(replicas)))
+                if code != 0 and status == 0:
+                    status = code
+            time.sleep(0.2)
+        _say(report.summary())
+        return status
+    finally:
+        for proc in replicas.values():
+            proc.kill()
+        if lighthouse_proc is not None:
+            lighthouse_proc.terminate()
+            lighthouse_proc.wait(timeout=10)
+        shutil.rmtree(events_dir, ignore_errors=True)
+
+
+def _say(line: str | None) -> None:
+    if line:
+        print(line, flush=True)
