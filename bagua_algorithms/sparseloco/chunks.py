@@ -49,6 +49,8 @@ class ChunkLayout:
             offset += numel
         self.chunk_count = len(lengths)
         self.chunk_lengths = lengths
+        self.chunk_starts = starts
+        """Each chunk's first element in the fragment."""
         self.entries_per_chunk = [min(topk, m) for m in lengths]
         self.entry_count = sum(self.entries_per_chunk)
         self.uniform = all(k == min(topk, chunk_size) for k in self.entries_per_chunk)
