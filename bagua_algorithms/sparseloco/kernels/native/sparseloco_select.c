@@ -5,11 +5,11 @@
  *
  * Exactly, whatever the values: a chunk's magnitudes are compared as integers (sl_magnitude). On a long chunk
  * sending few entries, a threshold below the k'-th largest is guessed from every (m / 256)-th magnitude (their
- * (expected + 2 sqrt(expected) + 2)-th largest); the candidates are the entries at least that large (AVX2 where
- * the CPU has it), and the k'-th largest is found among them (quickselect, the first pivot the sample's
- * (expected)-th largest). When fewer than k' are candidates (the guess was
- * above the k'-th largest), every entry is one. Candidates come in ascending index, so the ties taken are those
- * of lowest index.
+ * (expected + 2 sqrt(expected) + 2)-th largest, its bits below the exponent and 4 mantissa bits cleared); the
+ * candidates are the entries at least that large (AVX2 where the CPU has it, which also prefetches the chunks
+ * after this one), and the k'-th largest is found among them (quickselect with branchless partitions). When
+ * fewer than k' are candidates (the guess was above the k'-th largest), every entry is one. Candidates come in
+ * ascending index, so the ties taken are those of lowest index.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -19,6 +19,7 @@
 #include "sparseloco_plan.h"
 
 #define SAMPLED_CHUNK 1024 /* chunks at least this long that send at most 1/16 of their entries are sampled */
+#define SAMPLED_BITS 19    /* the sampled threshold keeps the exponent and 4 mantissa bits */
 
 int sl_select_scratch_new(sl_select_scratch *s, int64_t longest) {
     size_t n = (size_t)(longest > 0 ? longest : 1) + 1;
@@ -123,31 +124,34 @@ static uint32_t kth_largest(uint32_t *v, uint32_t *w, int64_t n, int64_t k, uint
     return v[k - 1];
 }
 
-/* The j-th largest (j from 1) magnitude of x[0], x[step], ..., x[(r - 1) * step], kept in top (descending). */
-static uint32_t sampled_threshold(const float *x, int64_t step, int64_t r, int64_t j, uint32_t *top) {
-    int64_t filled = 0;
-    for (int64_t t = 0; t < r; t++) {
-        uint32_t v = sl_magnitude(x[t * step]);
-        if (filled == j && v <= top[j - 1]) continue;
-        int64_t at = filled < j ? filled++ : j - 1;
-        while (at > 0 && top[at - 1] < v) {
-            top[at] = top[at - 1];
-            at--;
-        }
-        top[at] = v;
+/* At most the j-th largest (j from 1) of the magnitudes of x[0], x[step], ..., x[(r - 1) * step] (into sample):
+ * that value with its bits below SAMPLED_BITS cleared, found bit by bit (each bit one vectorised count). */
+static uint32_t sampled_threshold(const float *x, int64_t step, int64_t r, int64_t j, uint32_t *sample) {
+    for (int64_t t = 0; t < r; t++) sample[t] = sl_magnitude(x[t * step]);
+    uint32_t threshold = 0;
+    for (int b = 30; b >= SAMPLED_BITS; b--) {
+        uint32_t candidate = threshold | (1u << b);
+        if (count_at_least(sample, r, candidate) >= j) threshold = candidate;
     }
-    return top[j - 1];
+    return threshold;
 }
 
+#define PREFETCH_AHEAD 32768 /* bytes: the chunks are back to back in the fragment, read while this one is */
+
+/* The address PREFETCH_AHEAD bytes past p (a prefetch hint only, never read: it may lie past the fragment). */
+static inline const void *ahead(const float *p) { return (const void *)((uintptr_t)p + PREFETCH_AHEAD); }
+
 #ifdef BAGUA_AVX2_DISPATCH
-/* candidates() with AVX2: 64 magnitudes compared into one bit mask, its set bits read off. A NaN's |x| bits
- * exceed +inf's, so it is a candidate unclamped, as it is clamped (threshold <= +inf). */
+/* candidates() with AVX2: 64 magnitudes compared into one bit mask, its set bits read off, and the fragment
+ * PREFETCH_AHEAD bytes on asked for (the chunks after this one, in memory meanwhile). A NaN's |x| bits exceed
+ * +inf's, so it is a candidate unclamped, as it is clamped (threshold <= +inf). */
 __attribute__((target("avx2"))) static int64_t candidates_avx2(const float *x, int64_t m, uint32_t threshold,
                                                                int32_t *out) {
     const __m256i magnitude = _mm256_set1_epi32(0x7fffffff);
     const __m256i below = _mm256_set1_epi32((int)(threshold - 1)); /* threshold >= 1; magnitudes < 2^31 */
     int64_t n = 0, i = 0;
     for (; i + 64 <= m; i += 64) {
+        for (int line = 0; line < 4; line++) __builtin_prefetch(ahead(x + i + 16 * line));
         uint64_t word = 0;
         for (int g = 0; g < 8; g++) {
             __m256i u = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(x + i + 8 * g)), magnitude);
@@ -191,13 +195,11 @@ void sl_select_chunk(const float *x, int64_t m, int64_t k, sl_select_scratch *s,
     uint32_t *value = s->values;
     int32_t *candidate = s->candidates, *picked = s->picked;
     int64_t n = 0;
-    uint32_t guess = 0;
     if (k < m && m >= SAMPLED_CHUNK && 16 * k <= m) {
         int64_t step = m >> 8, r = m / step, expected = (k * r + m - 1) / m;
         int64_t j = expected + 2 * (int64_t)ceil(sqrt((double)expected)) + 2;
         uint32_t threshold = j < r ? sampled_threshold(x, step, r, j, s->top) : 0;
         if (threshold > 0) n = candidates(x, m, threshold, candidate);
-        guess = n >= k ? s->top[expected - 1] : 0; /* the sample's estimate of the k-th largest */
     }
     if (n >= k) {
         for (int64_t t = 0; t < n; t++) value[t] = sl_magnitude(x[candidate[t]]);
@@ -215,8 +217,7 @@ void sl_select_chunk(const float *x, int64_t m, int64_t k, sl_select_scratch *s,
         return;
     }
     memcpy(s->work, value, 4 * (size_t)n);
-    if (guess == 0) guess = median3(value[0], value[n / 2], value[n - 1]);
-    uint32_t threshold = kth_largest(s->work, s->top, n, k, guess);
+    uint32_t threshold = kth_largest(s->work, s->top, n, k, median3(value[0], value[n / 2], value[n - 1]));
     int64_t ties = k - count_at_least(value, n, threshold + 1), c = 0; /* (threshold < 2^31) */
     for (int64_t t = 0; t < n; t++) { /* ascending index: the ties taken are those of lowest index */
         uint32_t v = value[t];
