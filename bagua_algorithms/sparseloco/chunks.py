@@ -10,7 +10,9 @@ Selection (:meth:`ChunkLayout.select`): per chunk, the ``k'`` entries of largest
 ``+inf``; among entries whose ``|x|`` ties with the ``k'``-th largest value, those of lowest index within the
 chunk are taken. The ``k'``-th largest value is unique (``torch.topk``'s values, not its indices, which are
 not stable across devices), so the rule gives the same entries on every device. The selected entries come
-back chunk by chunk, each chunk's in ascending index. Nothing here is communicated.
+back chunk by chunk, each chunk's in ascending index. Nothing here is communicated. The native selection
+(``kernels/native/sparseloco_select.c``, :func:`bagua_algorithms.sparseloco.kernels.cpu.select`) applies the
+same rule to the magnitudes' bits and gives the same entries.
 
 Example::
 
