@@ -3,10 +3,11 @@
 :class:`~bagua_algorithms.sparseloco.codec.ChunkTopK` encodes and decodes through :class:`NativeMessages`: the
 C kernels (:mod:`.cpu`, ``native/sparseloco_*.c``) on contiguous fp32 / uint8 CPU tensors where the CPU library
 serves calls under the ``BAGUA_NATIVE`` policy (``bagua_core.kernels.cpu_kernels_take``), the CUDA kernels
-(:mod:`.cuda`, ``native/sparseloco_cuda.cu``) on contiguous CUDA tensors where they are loaded, and the torch
-path of :mod:`bagua_algorithms.sparseloco.codec` elsewhere. The C kernels give that torch path's bits on the
-CPU, every option and any bytes included; the CUDA kernels give the C kernels' bits (the torch path on CUDA
-multiplies by a reciprocal where it divides by a scalar, so its last bit may differ).
+(:mod:`.cuda`, ``native/sparseloco_cuda.cu``) on contiguous CUDA tensors where they are loaded (and the policy
+is not ``python``), and the torch path of :mod:`bagua_algorithms.sparseloco.codec` elsewhere. The C kernels
+give that torch path's bits on the CPU, every option and any bytes included; the CUDA kernels give the C
+kernels' bits (the torch path on CUDA multiplies by a reciprocal where it divides by a scalar, so its last bit
+may differ).
 
 Example::
 
@@ -23,7 +24,7 @@ import torch
 
 from bagua_algorithms.sparseloco.chunks import ChunkLayout
 from bagua_algorithms.sparseloco.kernels import cuda as _cuda
-from bagua_core.kernels import cpu_kernels_take
+from bagua_core.kernels import cpu_kernels_take, native_backend
 
 try:
     from bagua_algorithms.sparseloco.kernels import cpu as _cpu
@@ -64,8 +65,8 @@ class NativeMessages:
         if device.type == "cpu":
             if _cpu is None or not cpu_kernels_take(*tensors):
                 return None
-        elif device.type != "cuda" or not _cuda.available():
-            return None
+        elif device.type != "cuda" or native_backend() != "native" or not _cuda.available():
+            return None  # (BAGUA_NATIVE=python: the torch path on CUDA tensors too)
         if device not in self._built:
             self._built[device] = _cpu.CpuLayout(self.layout) if device.type == "cpu" else \
                 _cuda.CudaLayout(self.layout, device)
