@@ -10,7 +10,7 @@ Example::
     >>> native = CpuLayout(codec.layout)
     >>> message = torch.empty(codec.nbytes, dtype=torch.uint8)
     >>> encode(native, e, message, bits=2)                 # codec.encode(e)'s bytes
-    >>> decode(native, torch.cat([message, other]), 2, 2, out, average=True)   # codec.decode_average's bits
+    >>> decode(native, torch.cat([message, other]), codec.nbytes, 2, out, bits=2, average=True)  # decode_average
 """
 
 from __future__ import annotations
