@@ -136,7 +136,7 @@ static uint32_t sampled_threshold(const float *x, int64_t step, int64_t r, int64
     return threshold;
 }
 
-#define PREFETCH_AHEAD 32768 /* bytes: the chunks are back to back in the fragment, read while this one is */
+#define PREFETCH_AHEAD 32768 /* bytes: the next chunks (back to back in the fragment), into L2 meanwhile */
 
 /* The address PREFETCH_AHEAD bytes past p (a prefetch hint only, never read: it may lie past the fragment). */
 static inline const void *ahead(const float *p) { return (const void *)((uintptr_t)p + PREFETCH_AHEAD); }
@@ -151,7 +151,7 @@ __attribute__((target("avx2"))) static int64_t candidates_avx2(const float *x, i
     const __m256i below = _mm256_set1_epi32((int)(threshold - 1)); /* threshold >= 1; magnitudes < 2^31 */
     int64_t n = 0, i = 0;
     for (; i + 64 <= m; i += 64) {
-        for (int line = 0; line < 4; line++) __builtin_prefetch(ahead(x + i + 16 * line));
+        for (int line = 0; line < 4; line++) __builtin_prefetch(ahead(x + i + 16 * line), 0, 2);
         uint64_t word = 0;
         for (int g = 0; g < 8; g++) {
             __m256i u = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(x + i + 8 * g)), magnitude);
