@@ -5,8 +5,8 @@
  *
  * The message and its rules are bagua_algorithms/sparseloco/codec.py's (the byte layout), chunks.py's (the
  * selection: per chunk the k' = min(topk, m) entries of largest |x|, NaN as +inf, ties with the k'-th largest
- * to the lowest index) and quantiser.py's (fp32 arithmetic, rint = round half to even). Each function gives the
- * bits of the torch code it replaces:
+ * to the lowest index) and quantiser.py's (fp32 arithmetic, rint = round half to even). Each function gives
+ * the bits of the torch code it replaces:
  *
  * bagua_sparseloco_select:     with delta: e = e * beta (when beta != 1) + delta first (two fp32 roundings,
  *                              written into e); then each entry's column in its chunk (ascending within a
@@ -54,18 +54,19 @@ int64_t bagua_sparseloco_message_bytes(const bagua_sparseloco_layout *layout, in
 int bagua_sparseloco_select(float *e, const float *delta, float beta, const bagua_sparseloco_layout *layout,
                             int64_t *columns, float *largest, float *smallest);
 int bagua_sparseloco_quantise(const float *values, const float *largest, const float *smallest,
-                              const bagua_sparseloco_layout *layout, int bits, uint8_t *header, uint8_t *codes);
-int bagua_sparseloco_dequantise(const uint8_t *header, const uint8_t *codes, const bagua_sparseloco_layout *layout,
-                                int bits, float *values);
-int bagua_sparseloco_index_encode(const int64_t *columns, const bagua_sparseloco_layout *layout, uint8_t *field,
-                                  int64_t field_bytes);
-int bagua_sparseloco_index_decode(const uint8_t *field, int64_t field_bytes, const bagua_sparseloco_layout *layout,
-                                  int64_t *columns);
+                              const bagua_sparseloco_layout *layout, int bits, uint8_t *header,
+                              uint8_t *codes);
+int bagua_sparseloco_dequantise(const uint8_t *header, const uint8_t *codes,
+                                const bagua_sparseloco_layout *layout, int bits, float *values);
+int bagua_sparseloco_index_encode(const int64_t *columns, const bagua_sparseloco_layout *layout,
+                                  uint8_t *field, int64_t field_bytes);
+int bagua_sparseloco_index_decode(const uint8_t *field, int64_t field_bytes,
+                                  const bagua_sparseloco_layout *layout, int64_t *columns);
 int bagua_sparseloco_encode(float *e, const float *delta, float beta, int feedback,
                             const bagua_sparseloco_layout *layout, int bits, uint8_t *out, int64_t nbytes);
-int bagua_sparseloco_entries(const uint8_t *buf, int64_t nbytes, const bagua_sparseloco_layout *layout, int bits,
-                             int64_t *positions, float *values);
-int bagua_sparseloco_decode(const uint8_t *bufs, int64_t nbytes, int64_t n, const bagua_sparseloco_layout *layout,
-                            int bits, int average, float *out);
+int bagua_sparseloco_entries(const uint8_t *buf, int64_t nbytes, const bagua_sparseloco_layout *layout,
+                             int bits, int64_t *positions, float *values);
+int bagua_sparseloco_decode(const uint8_t *bufs, int64_t nbytes, int64_t n,
+                            const bagua_sparseloco_layout *layout, int bits, int average, float *out);
 
 #endif /* BAGUA_SPARSELOCO_H */

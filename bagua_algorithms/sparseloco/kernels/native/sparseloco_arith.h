@@ -1,8 +1,9 @@
 /*
  * sparseloco's per-value arithmetic, shared by the C kernels and the CUDA kernels (SL_FN is __host__
  * __device__ under nvcc): the magnitude order of the selection, the Elias-Fano parameter of a chunk and the
- * quantiser, each step one IEEE fp32 operation in the order of bagua_algorithms/sparseloco/quantiser.py (the C
- * library is built with -ffp-contract=off, the CUDA one with -fmad=false; no fast math). Not part of any cdef.
+ * quantiser, each step one IEEE fp32 operation in the order of bagua_algorithms/sparseloco/quantiser.py (the
+ * C library is built with -ffp-contract=off, the CUDA one with -fmad=false; no fast math). Not part of any
+ * cdef.
  */
 #ifndef BAGUA_SPARSELOCO_ARITH_H
 #define BAGUA_SPARSELOCO_ARITH_H
@@ -36,7 +37,9 @@ SL_FN float sl_float(uint32_t u) {
 }
 
 /* k' of a chunk of m elements. */
-SL_FN int64_t sl_sent(int64_t m, int64_t topk) { return topk < m ? topk : m; }
+SL_FN int64_t sl_sent(int64_t m, int64_t topk) {
+    return topk < m ? topk : m;
+}
 
 /* l = floor(log2(m / k')) of a chunk whose indices travel (k' < m). */
 SL_FN int sl_low_bits(int64_t m, int64_t k) {
@@ -55,7 +58,9 @@ SL_FN uint32_t sl_floor_q(float hi, float lo) {
 }
 
 /* lo' = hi * q / 65535, as every replica computes it. */
-SL_FN float sl_floor(float hi, uint32_t q) { return hi * (float)q / SL_FLOOR_LEVELS; }
+SL_FN float sl_floor(float hi, uint32_t q) {
+    return hi * (float)q / SL_FLOOR_LEVELS;
+}
 
 /* The code of v in a chunk of ceiling hi and floor lo' (levels = 2^(bits - 1)). */
 SL_FN uint8_t sl_code(float v, float hi, float floor_, int bits) {

@@ -1,10 +1,10 @@
 // sparseloco's message codec for CUDA tensors (declared in sparseloco_cuda.h). The C kernels' rules and bits
-// (sparseloco_select.c, sparseloco_index.c, sparseloco_quantise.c, sparseloco_message.c): the per-value arithmetic
-// is the shared sparseloco_arith.h (built with -fmad=false, no --use_fast_math: each step one IEEE fp32
-// operation, divisions true ones); the selection finds each chunk's k'-th largest magnitude by a radix select on
-// its bits (exact, whatever the values) and takes the entries above it and its ties of lowest index; decoding
-// writes or adds each chunk's entries in order on one thread, so equal positions (from any bytes) meet in the
-// C kernels' order.
+// (sparseloco_select.c, sparseloco_index.c, sparseloco_quantise.c, sparseloco_message.c): the per-value
+// arithmetic is the shared sparseloco_arith.h (built with -fmad=false, no --use_fast_math: each step one IEEE
+// fp32 operation, divisions true ones); the selection finds each chunk's k'-th largest magnitude by a radix
+// select on its bits (exact, whatever the values) and takes the entries above it and its ties of lowest
+// index; decoding writes or adds each chunk's entries in order on one thread, so equal positions (from any
+// bytes) meet in the C kernels' order.
 #include <cuda_runtime.h>
 
 #include "bagua_cuda.h"
@@ -22,7 +22,8 @@ struct Plan {
     int64_t index_at, values_at, nbytes;  // the message's fields (codec.py's layout)
 };
 
-Plan make_plan(const int64_t *plan, int64_t chunks, int64_t entries, int64_t topk, int64_t upper_end, int bits) {
+Plan make_plan(const int64_t *plan, int64_t chunks, int64_t entries, int64_t topk, int64_t upper_end,
+               int bits) {
     Plan p;
     p.start = plan;
     p.length = plan + chunks;
@@ -81,17 +82,19 @@ __device__ float load_float(const uint8_t *buf) {
 }
 
 __global__ void feed(float *e, const float *delta, float beta, int64_t numel) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < numel; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < numel;
+         i += (int64_t)gridDim.x * blockDim.x) {
         float v = e[i];
         if (beta != 1.0f) v = __fmul_rn(v, beta);
         e[i] = __fadd_rn(v, delta[i]);
     }
 }
 
-// One block per chunk: the k'-th largest magnitude T (radix select, 8 bits a round, from the top), the entries
-// above it and the first of its ties in index order (a scan of each thread's segment), then each entry's code
-// (or fp32 value) and the error feedback.
-__global__ void select_chunks(float *e, Plan p, int feedback, int32_t *columns, uint8_t *codes, uint8_t *out) {
+// One block per chunk: the k'-th largest magnitude T (radix select, 8 bits a round, from the top), the
+// entries above it and the first of its ties in index order (a scan of each thread's segment), then each
+// entry's code (or fp32 value) and the error feedback.
+__global__ void select_chunks(float *e, Plan p, int feedback, int32_t *columns, uint8_t *codes,
+                              uint8_t *out) {
     __shared__ unsigned int histogram[256];
     __shared__ unsigned int s_largest, s_prefix, s_remaining;
     __shared__ int s_above[THREADS], s_ties[THREADS];
@@ -205,16 +208,19 @@ __global__ void index_bits(const int32_t *columns, Plan p, uint32_t *words) {
 }
 
 __global__ void words_to_bytes(const uint32_t *words, int64_t n, uint8_t *field) {
-    for (int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; b < n; b += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; b < n;
+         b += (int64_t)gridDim.x * blockDim.x)
         field[b] = (uint8_t)(words[b >> 2] >> (8 * (b & 3)));
 }
 
 __global__ void pack(const uint8_t *codes, int64_t entries, int bits, uint8_t *out) {
     int per = 8 / bits;
     int64_t bytes = (entries * bits + 7) / 8;
-    for (int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; b < bytes; b += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; b < bytes;
+         b += (int64_t)gridDim.x * blockDim.x) {
         uint32_t byte = 0;
-        for (int i = 0; i < per && b * per + i < entries; i++) byte |= (uint32_t)codes[b * per + i] << (bits * i);
+        for (int i = 0; i < per && b * per + i < entries; i++)
+            byte |= (uint32_t)codes[b * per + i] << (bits * i);
         out[b] = (uint8_t)byte;
     }
 }
@@ -265,7 +271,8 @@ __global__ void read_entries(const uint8_t *bufs, int64_t n, Plan p, int64_t *po
                 values[base + j] = load_float(buf + 4 * (at + j));
             } else {
                 int64_t i = at + j;
-                uint32_t code = (buf[p.values_at + ((i * p.bits) >> 3)] >> ((i * p.bits) & 7)) & ((1u << p.bits) - 1);
+                uint32_t code =
+                    (buf[p.values_at + ((i * p.bits) >> 3)] >> ((i * p.bits) & 7)) & ((1u << p.bits) - 1);
                 values[base + j] = sl_value(code, hi, floor_, p.bits);
             }
         }
@@ -274,7 +281,8 @@ __global__ void read_entries(const uint8_t *bufs, int64_t n, Plan p, int64_t *po
 
 // One block per chunk: zeros, then (thread 0, in rank order and entry order) each message's values written or
 // added, then (average) divided by n.
-__global__ void scatter(const int64_t *positions, const float *values, int64_t n, Plan p, int average, float *out) {
+__global__ void scatter(const int64_t *positions, const float *values, int64_t n, Plan p, int average,
+                        float *out) {
     const int64_t c = blockIdx.x, m = p.length[c], k = sl_sent(m, p.topk), at = p.entry_at[c];
     float *x = out + p.start[c];
     for (int64_t i = threadIdx.x; i < m; i += blockDim.x) x[i] = 0.0f;
@@ -303,9 +311,9 @@ __global__ void scatter(const int64_t *positions, const float *values, int64_t n
 extern "C" {
 
 int bagua_cuda_sparseloco_encode(float *e, const float *delta, float beta, int feedback, const int64_t *plan,
-                                 int64_t chunks, int64_t entries, int64_t topk, int64_t numel, int64_t upper_end,
-                                 int bits, int32_t *columns, uint8_t *codes, uint32_t *words, uint8_t *out,
-                                 int64_t nbytes, void *stream) {
+                                 int64_t chunks, int64_t entries, int64_t topk, int64_t numel,
+                                 int64_t upper_end, int bits, int32_t *columns, uint8_t *codes,
+                                 uint32_t *words, uint8_t *out, int64_t nbytes, void *stream) {
     if (!valid(chunks, entries, topk, upper_end, bits) || numel < 0) return BAGUA_CUDA_ERR_ARGUMENT;
     Plan p = make_plan(plan, chunks, entries, topk, upper_end, bits);
     if (nbytes != p.nbytes) return BAGUA_CUDA_ERR_SIZE;
@@ -316,8 +324,10 @@ int bagua_cuda_sparseloco_encode(float *e, const float *delta, float beta, int f
     cudaError_t err = cudaMemsetAsync(words, 0, sizeof(uint32_t) * (size_t)(upper_end / 32 + 2), s);
     if (err != cudaSuccess) return (int)err;
     index_bits<<<grid_for(entries), THREADS, 0, s>>>(columns, p, words);
-    if (p.field_bytes > 0) words_to_bytes<<<grid_for(p.field_bytes), THREADS, 0, s>>>(words, p.field_bytes, out + p.index_at);
-    if (bits != 32) pack<<<grid_for(nbytes - p.values_at), THREADS, 0, s>>>(codes, entries, bits, out + p.values_at);
+    if (p.field_bytes > 0)
+        words_to_bytes<<<grid_for(p.field_bytes), THREADS, 0, s>>>(words, p.field_bytes, out + p.index_at);
+    if (bits != 32)
+        pack<<<grid_for(nbytes - p.values_at), THREADS, 0, s>>>(codes, entries, bits, out + p.values_at);
     return (int)cudaGetLastError();
 }
 
@@ -332,13 +342,14 @@ int bagua_cuda_sparseloco_entries(const uint8_t *bufs, int64_t nbytes, int64_t n
     return (int)cudaGetLastError();
 }
 
-int bagua_cuda_sparseloco_scatter(const int64_t *positions, const float *values, int64_t n, const int64_t *plan,
-                                  int64_t chunks, int64_t entries, int64_t topk, int average, float *out,
-                                  void *stream) {
+int bagua_cuda_sparseloco_scatter(const int64_t *positions, const float *values, int64_t n,
+                                  const int64_t *plan, int64_t chunks, int64_t entries, int64_t topk,
+                                  int average, float *out, void *stream) {
     if (!valid(chunks, entries, topk, 0, 2) || n < 1 || (!average && n != 1)) return BAGUA_CUDA_ERR_ARGUMENT;
     Plan p = make_plan(plan, chunks, entries, topk, 0, 2);
     if (chunks == 0) return 0;
-    scatter<<<(unsigned int)chunks, THREADS, 0, (cudaStream_t)stream>>>(positions, values, n, p, average, out);
+    scatter<<<(unsigned int)chunks, THREADS, 0, (cudaStream_t)stream>>>(positions, values, n, p, average,
+                                                                        out);
     return (int)cudaGetLastError();
 }
 

@@ -1,9 +1,9 @@
 /*
  * sparseloco's Elias-Fano index field (bagua_algorithms/sparseloco/codec.py's module doc): the low bits of
- * every coded chunk's entries, chunk after chunk, then their upper bits, each a bit string (bit j is bit j % 8
- * of byte j / 8). Reading follows codec.py's rule for any bytes: entry j of a chunk takes the j-th set upper
- * bit at or after the chunk's first (a later chunk's, or the field's end, where the chunk has fewer), and an
- * index past the chunk's end becomes its last.
+ * every coded chunk's entries, chunk after chunk, then their upper bits, each a bit string (bit j is bit j %
+ * 8 of byte j / 8). Reading follows codec.py's rule for any bytes: entry j of a chunk takes the j-th set
+ * upper bit at or after the chunk's first (a later chunk's, or the field's end, where the chunk has fewer),
+ * and an index past the chunk's end becomes its last.
  */
 #include <stdlib.h>
 
@@ -69,8 +69,8 @@ void sl_index_read_chunk(const sl_plan *p, const uint8_t *field, int64_t c, int3
     }
 }
 
-int bagua_sparseloco_index_encode(const int64_t *columns, const bagua_sparseloco_layout *layout, uint8_t *field,
-                                  int64_t field_bytes) {
+int bagua_sparseloco_index_encode(const int64_t *columns, const bagua_sparseloco_layout *layout,
+                                  uint8_t *field, int64_t field_bytes) {
     sl_plan plan;
     int rc = sl_plan_make(&plan, layout, 0);
     if (rc != BAGUA_NATIVE_OK) return rc;
@@ -101,8 +101,8 @@ int bagua_sparseloco_index_encode(const int64_t *columns, const bagua_sparseloco
     return rc;
 }
 
-int bagua_sparseloco_index_decode(const uint8_t *field, int64_t field_bytes, const bagua_sparseloco_layout *layout,
-                                  int64_t *columns) {
+int bagua_sparseloco_index_decode(const uint8_t *field, int64_t field_bytes,
+                                  const bagua_sparseloco_layout *layout, int64_t *columns) {
     sl_plan plan;
     int rc = sl_plan_make(&plan, layout, 0);
     if (rc != BAGUA_NATIVE_OK) return rc;

@@ -1,8 +1,8 @@
 /*
- * sparseloco's whole message (bagua_algorithms/sparseloco/codec.py's layout): encoding a fragment's accumulator,
- * with its update and the error feedback in the same pass over each chunk, and decoding one message or the
- * average of n. Chunks are independent until the index field and the codes are written (one serial pass over
- * the entries), so threads split the chunks.
+ * sparseloco's whole message (bagua_algorithms/sparseloco/codec.py's layout): encoding a fragment's
+ * accumulator, with its update and the error feedback in the same pass over each chunk, and decoding one
+ * message or the average of n. Chunks are independent until the index field and the codes are written (one
+ * serial pass over the entries), so threads split the chunks.
  */
 #include <stdlib.h>
 
@@ -48,7 +48,8 @@ static void encode_chunk(encode_job *j, int64_t c, sl_select_scratch *s) {
     j->out[4 * layout->chunks + 2 * c + 1] = (uint8_t)(q >> 8);
     float table[256]; /* each code's value, where the chunk has more entries than codes */
     int tabled = j->feedback && (1 << p->bits) <= k;
-    for (uint32_t code = 0; tabled && code < (1u << p->bits); code++) table[code] = sl_value(code, hi, floor_, p->bits);
+    for (uint32_t code = 0; tabled && code < (1u << p->bits); code++)
+        table[code] = sl_value(code, hi, floor_, p->bits);
     for (int64_t t = 0; t < k; t++) {
         float v = x[column[t]];
         uint8_t code = sl_code(v, hi, floor_, p->bits);
@@ -82,8 +83,8 @@ int bagua_sparseloco_encode(float *e, const float *delta, float beta, int feedba
         return BAGUA_NATIVE_ERR_SIZE;
     }
     size_t entries = (size_t)(plan.entries > 0 ? plan.entries : 1);
-    encode_job j = {&plan, e, delta, beta, feedback, out, (int32_t *)malloc(4 * entries), (uint8_t *)malloc(entries),
-                    0};
+    encode_job j = {
+        &plan, e, delta, beta, feedback, out, (int32_t *)malloc(4 * entries), (uint8_t *)malloc(entries), 0};
     if (j.columns == NULL || j.codes == NULL) {
         j.failed = 1;
     } else {
@@ -232,14 +233,14 @@ static int run_decode(const uint8_t *bufs, int64_t nbytes, int64_t n, const bagu
     return j.failed ? BAGUA_SPARSELOCO_ERR_MEMORY : BAGUA_NATIVE_OK;
 }
 
-int bagua_sparseloco_entries(const uint8_t *buf, int64_t nbytes, const bagua_sparseloco_layout *layout, int bits,
-                             int64_t *positions, float *values) {
+int bagua_sparseloco_entries(const uint8_t *buf, int64_t nbytes, const bagua_sparseloco_layout *layout,
+                             int bits, int64_t *positions, float *values) {
     if (positions == NULL || values == NULL) return BAGUA_NATIVE_ERR_ARGUMENT;
     return run_decode(buf, nbytes, 1, layout, bits, 0, positions, values, NULL);
 }
 
-int bagua_sparseloco_decode(const uint8_t *bufs, int64_t nbytes, int64_t n, const bagua_sparseloco_layout *layout,
-                            int bits, int average, float *out) {
+int bagua_sparseloco_decode(const uint8_t *bufs, int64_t nbytes, int64_t n,
+                            const bagua_sparseloco_layout *layout, int bits, int average, float *out) {
     if (out == NULL) return BAGUA_NATIVE_ERR_ARGUMENT;
     if (!average && n != 1) return BAGUA_NATIVE_ERR_ARGUMENT;
     return run_decode(bufs, nbytes, n, layout, bits, average, NULL, NULL, out);

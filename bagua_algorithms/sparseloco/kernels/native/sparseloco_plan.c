@@ -1,6 +1,6 @@
 /*
- * A layout's plan (sparseloco_plan.h): where each chunk's entries and index bits lie and the message's fields,
- * as bagua_algorithms/sparseloco/codec.py lays them out.
+ * A layout's plan (sparseloco_plan.h): where each chunk's entries and index bits lie and the message's
+ * fields, as bagua_algorithms/sparseloco/codec.py lays them out.
  */
 #include <stdlib.h>
 
@@ -9,7 +9,8 @@
 
 int sl_plan_make(sl_plan *p, const bagua_sparseloco_layout *layout, int bits) {
     memset(p, 0, sizeof *p);
-    if (layout == NULL || layout->chunks < 0 || layout->topk < 1 || layout->numel < 0) return BAGUA_SPARSELOCO_ERR_LAYOUT;
+    if (layout == NULL || layout->chunks < 0 || layout->topk < 1 || layout->numel < 0)
+        return BAGUA_SPARSELOCO_ERR_LAYOUT;
     if (bits != 0 && bits != 2 && bits != 4 && bits != 8 && bits != 32) return BAGUA_SPARSELOCO_ERR_LAYOUT;
     int64_t chunks = layout->chunks;
     if (chunks > 0 && (layout->start == NULL || layout->length == NULL)) return BAGUA_SPARSELOCO_ERR_LAYOUT;

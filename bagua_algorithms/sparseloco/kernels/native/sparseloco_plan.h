@@ -1,7 +1,7 @@
 /*
  * What the C kernels of sparseloco.h share (not part of the cdef; hidden inside the library): a layout's plan
- * (where each chunk's entries, low bits and upper bits lie, the message's fields), reading and writing the bit
- * string of the index field, and the per-chunk steps the message functions compose.
+ * (where each chunk's entries, low bits and upper bits lie, the message's fields), reading and writing the
+ * bit string of the index field, and the per-chunk steps the message functions compose.
  */
 #ifndef BAGUA_SPARSELOCO_PLAN_H
 #define BAGUA_SPARSELOCO_PLAN_H

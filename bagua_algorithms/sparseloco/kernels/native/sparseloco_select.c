@@ -1,15 +1,15 @@
 /*
- * sparseloco's per-chunk top-k (sparseloco.h's bagua_sparseloco_select; the message's encoder composes the same
- * steps): the k' entries of largest |x| of a chunk, NaN as +inf, the ties with the k'-th largest taken from the
- * lowest index, as bagua_algorithms/sparseloco/chunks.py selects them.
+ * sparseloco's per-chunk top-k (sparseloco.h's bagua_sparseloco_select; the message's encoder composes the
+ * same steps): the k' entries of largest |x| of a chunk, NaN as +inf, the ties with the k'-th largest taken
+ * from the lowest index, as bagua_algorithms/sparseloco/chunks.py selects them.
  *
  * Exactly, whatever the values: a chunk's magnitudes are compared as integers (sl_magnitude). On a long chunk
- * sending few entries, a threshold below the k'-th largest is guessed from every (m / 256)-th magnitude (their
- * (expected + 2 sqrt(expected) + 2)-th largest, its bits below the exponent and 4 mantissa bits cleared); the
- * candidates are the entries at least that large (AVX2 where the CPU has it, which also prefetches the chunks
- * after this one), and the k'-th largest is found among them (quickselect with branchless partitions). When
- * fewer than k' are candidates (the guess was above the k'-th largest), every entry is one. Candidates come in
- * ascending index, so the ties taken are those of lowest index.
+ * sending few entries, a threshold below the k'-th largest is guessed from every (m / 256)-th magnitude
+ * (their (expected + 2 sqrt(expected) + 2)-th largest, its bits below the exponent and 4 mantissa bits
+ * cleared); the candidates are the entries at least that large (AVX2 where the CPU has it, which also
+ * prefetches the chunks after this one), and the k'-th largest is found among them (quickselect with
+ * branchless partitions). When fewer than k' are candidates (the guess was above the k'-th largest), every
+ * entry is one. Candidates come in ascending index, so the ties taken are those of lowest index.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -18,7 +18,8 @@
 #include "parallel.h"
 #include "sparseloco_plan.h"
 
-#define SAMPLED_CHUNK 1024 /* chunks at least this long that send at most 1/16 of their entries are sampled */
+#define SAMPLED_CHUNK 1024 /* chunks at least this long that send at most 1/16 of their entries are sampled \
+                            */
 #define SAMPLED_BITS 19    /* the sampled threshold keeps the exponent and 4 mantissa bits */
 
 int sl_select_scratch_new(sl_select_scratch *s, int64_t longest) {
@@ -124,8 +125,9 @@ static uint32_t kth_largest(uint32_t *v, uint32_t *w, int64_t n, int64_t k, uint
     return v[k - 1];
 }
 
-/* At most the j-th largest (j from 1) of the magnitudes of x[0], x[step], ..., x[(r - 1) * step] (into sample):
- * that value with its bits below SAMPLED_BITS cleared, found bit by bit (each bit one vectorised count). */
+/* At most the j-th largest (j from 1) of the magnitudes of x[0], x[step], ..., x[(r - 1) * step] (into
+ * sample): that value with its bits below SAMPLED_BITS cleared, found bit by bit (each bit one vectorised
+ * count). */
 static uint32_t sampled_threshold(const float *x, int64_t step, int64_t r, int64_t j, uint32_t *sample) {
     for (int64_t t = 0; t < r; t++) sample[t] = sl_magnitude(x[t * step]);
     uint32_t threshold = 0;
@@ -138,8 +140,11 @@ static uint32_t sampled_threshold(const float *x, int64_t step, int64_t r, int64
 
 #define PREFETCH_AHEAD 32768 /* bytes: the next chunks (back to back in the fragment), into L2 meanwhile */
 
-/* The address PREFETCH_AHEAD bytes past p (a prefetch hint only, never read: it may lie past the fragment). */
-static inline const void *ahead(const float *p) { return (const void *)((uintptr_t)p + PREFETCH_AHEAD); }
+/* The address PREFETCH_AHEAD bytes past p (a prefetch hint only, never read: it may lie past the fragment).
+ */
+static inline const void *ahead(const float *p) {
+    return (const void *)((uintptr_t)p + PREFETCH_AHEAD);
+}
 
 #ifdef BAGUA_AVX2_DISPATCH
 /* candidates() with AVX2: 64 magnitudes compared into one bit mask, its set bits read off, and the fragment
@@ -154,7 +159,8 @@ __attribute__((target("avx2"))) static int64_t candidates_avx2(const float *x, i
         for (int line = 0; line < 4; line++) __builtin_prefetch(ahead(x + i + 16 * line), 0, 2);
         uint64_t word = 0;
         for (int g = 0; g < 8; g++) {
-            __m256i u = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(x + i + 8 * g)), magnitude);
+            __m256i u = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(x + i + 8 * g)),
+                                         magnitude);
             __m256i above = _mm256_cmpgt_epi32(u, below);
             word |= (uint64_t)(uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(above)) << (8 * g);
         }
