@@ -207,9 +207,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     set_threads(args.threads)
     numels = [int(n) for n in args.numels.split(",")] if args.numels else fragment_numels(args.model)
     what = f"numels {args.numels}" if args.numels else args.model
+    load = os.getloadavg()[0]
     rows, facts = run(numels, args.chunk_size, args.topk, args.bits, args.repeats)
     header = (f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {platform.machine()} ({_cpu_name()}, "
-              f"{os.cpu_count()} cores), torch {torch.__version__}, {args.threads} thread(s); {what}: "
+              f"{os.cpu_count()} cores; load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the "
+              f"end), torch {torch.__version__}, {args.threads} thread(s); {what}: "
               f"{facts['tensors']} tensors, {facts['values']:,} values, {facts['chunks']} chunks of "
               f"{args.chunk_size}, topk {args.topk}, bits {args.bits}: {facts['entries']:,} entries, "
               f"{facts['message_bytes']:,}-byte messages; {args.repeats} repeats (median, min-max); "
