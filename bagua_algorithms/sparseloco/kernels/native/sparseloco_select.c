@@ -90,7 +90,7 @@ static uint32_t median3(uint32_t x, uint32_t y, uint32_t z) {
  * partitions, around pivot first, down to a few values sorted (or what remains after 64 rounds, a bound on
  * unlucky pivots). */
 static uint32_t kth_largest(uint32_t *v, uint32_t *w, int64_t n, int64_t k, uint32_t pivot) {
-    for (int round = 0; n > 24 && round < 64; round++) {
+    for (int round = 0; n > 8 && round < 64; round++) {
         int64_t above = 0, below = 0;
         for (int64_t i = 0; i < n; i++) { /* v[0 .. above) > pivot, w[0 .. below) < pivot */
             uint32_t x = v[i];
@@ -224,13 +224,21 @@ void sl_select_chunk(const float *x, int64_t m, int64_t k, sl_select_scratch *s,
     }
     memcpy(s->work, value, 4 * (size_t)n);
     uint32_t threshold = kth_largest(s->work, s->top, n, k, median3(value[0], value[n / 2], value[n - 1]));
-    int64_t ties = k - count_at_least(value, n, threshold + 1), c = 0; /* (threshold < 2^31) */
-    for (int64_t t = 0; t < n; t++) { /* ascending index: the ties taken are those of lowest index */
-        uint32_t v = value[t];
-        int64_t tied = v == threshold, take = (v > threshold) | (tied & (ties > 0));
-        picked[c] = candidate[t];
-        c += take;
-        ties -= tied & take;
+    int64_t at_least = count_at_least(value, n, threshold), c = 0;
+    int64_t ties = k - count_at_least(value, n, threshold + 1); /* (threshold < 2^31) */
+    if (at_least == k) { /* every tie is sent (the common case: one entry is the k-th largest) */
+        for (int64_t t = 0; t < n; t++) {
+            picked[c] = candidate[t];
+            c += value[t] >= threshold;
+        }
+    } else {
+        for (int64_t t = 0; t < n; t++) { /* ascending index: the ties taken are those of lowest index */
+            uint32_t v = value[t];
+            int64_t tied = v == threshold, take = (v > threshold) | (tied & (ties > 0));
+            picked[c] = candidate[t];
+            c += take;
+            ties -= tied & take;
+        }
     }
     memcpy(columns, picked, 4 * (size_t)k);
     *smallest = threshold;
