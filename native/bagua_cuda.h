@@ -1,8 +1,8 @@
 /*
  * The shared part of the CUDA kernel library, bagua_core/_native_cuda.so, which setup.py builds with
  * nvcc from the *_cuda.cu files of this folder and bagua_core.runtime.native loads at run time (cffi ABI
- * mode; this header and the kernels' headers, minmax_uint8_cuda.h and
- * low_precision_decentralized_cuda.h, are the cdef). Return values of every function of the library are
+ * mode; this header and the kernels' headers, minmax_uint8_cuda.h,
+ * low_precision_decentralized_cuda.h and sparseloco_cuda.h, are the cdef). Return values of every function of the library are
  * cudaError_t codes (0 = success) or the BAGUA_CUDA_ERR_* codes below.
  */
 #ifndef BAGUA_CUDA_H

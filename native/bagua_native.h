@@ -2,7 +2,7 @@
  * The shared part of the CPU kernel library: status codes every kernel returns and the number of
  * worker threads the kernels may use. This header is part of the library's cffi cdef
  * (native/build_cpu.py); the kernels' own APIs are in minmax_uint8.h (the MinMaxUInt8 codec),
- * low_precision_decentralized.h and adam_update.h.
+ * low_precision_decentralized.h, adam_update.h and sparseloco.h.
  */
 #ifndef BAGUA_NATIVE_H
 #define BAGUA_NATIVE_H

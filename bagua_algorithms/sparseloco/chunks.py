@@ -10,7 +10,9 @@ Selection (:meth:`ChunkLayout.select`): per chunk, the ``k'`` entries of largest
 ``+inf``; among entries whose ``|x|`` ties with the ``k'``-th largest value, those of lowest index within the
 chunk are taken. The ``k'``-th largest value is unique (``torch.topk``'s values, not its indices, which are
 not stable across devices), so the rule gives the same entries on every device. The selected entries come
-back chunk by chunk, each chunk's in ascending index. Nothing here is communicated.
+back chunk by chunk, each chunk's in ascending index. Nothing here is communicated. The native selection
+(``kernels/native/sparseloco_select.c``, :func:`bagua_algorithms.sparseloco.kernels.cpu.select`) applies the
+same rule to the magnitudes' bits and gives the same entries.
 
 Example::
 
@@ -49,6 +51,8 @@ class ChunkLayout:
             offset += numel
         self.chunk_count = len(lengths)
         self.chunk_lengths = lengths
+        self.chunk_starts = starts
+        """Each chunk's first element in the fragment."""
         self.entries_per_chunk = [min(topk, m) for m in lengths]
         self.entry_count = sum(self.entries_per_chunk)
         self.uniform = all(k == min(topk, chunk_size) for k in self.entries_per_chunk)

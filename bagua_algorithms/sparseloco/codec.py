@@ -31,6 +31,13 @@ the field (from 0), ``b`` the set upper bits of the chunks before it (its own ch
 where that chunk has more than ``j`` set; else a later chunk's, or the field's end), ``i >> l`` is that bit's
 position less that of the chunk's first upper bit less ``j``, and an index past the chunk's end becomes its last.
 
+The native kernels (:mod:`.kernels`: C on contiguous fp32 / uint8 CPU tensors under the ``BAGUA_NATIVE``
+policy, CUDA on CUDA tensors where they are loaded) serve :meth:`~ChunkTopK.encode`, :meth:`~ChunkTopK.entries`,
+:meth:`~ChunkTopK.decode` and :meth:`~ChunkTopK.decode_average` when they take the tensors, and give the bits of
+the torch code below (the specification, and the fallback elsewhere), garbage bytes included.
+:meth:`~ChunkTopK.encode_residual` is a round's sender side in one call: the accumulator's update, its message
+and the error feedback (``e -= decode(message)``), one pass over each chunk natively.
+
 Not a registered ``Codec`` (``bagua_core.codecs``): that contract encodes dense chunk slots whose payload
 grows with the elements (a slot per chunk of equal elements, element ranges for pipelined exchanges), while
 this message holds a fixed number of entries per chunk of each tensor, so it needs the fragment's tensor
@@ -42,6 +49,7 @@ Example::
     >>> codec = ChunkTopK([4096, 64], chunk_size=4096, topk=64, bits=2)
     >>> message = codec.encode(e)                       # codec.nbytes bytes
     >>> sent = codec.decode(message, 1, torch.empty_like(e))   # e's top-k per chunk, quantised; zeros elsewhere
+    >>> message = codec.encode_residual(e, delta, 0.95)  # e = 0.95 e + delta, its message, e -= what it sends
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ from collections.abc import Sequence
 import torch
 
 from bagua_algorithms.sparseloco.chunks import ChunkLayout
+from bagua_algorithms.sparseloco.kernels import NativeLayout, NativeMessages
 from bagua_algorithms.sparseloco.quantiser import dequantise, pack, quantise, unpack
 
 __all__ = ["ChunkTopK", "message_bytes"]
@@ -189,7 +198,7 @@ class ChunkTopK:
     """Encodes a fragment's accumulator into sparseloco's message and decodes messages (module doc)."""
 
     def __init__(self, numels: Sequence[int], chunk_size: int, topk: int, bits: int,
-                 device: torch.device | str = "cpu") -> None:
+                 device: torch.device | str = "cpu", native: bool = True) -> None:
         if bits not in (2, 4, 8, 32):
             raise ValueError(f"bits must be 2, 4, 8 or 32, got {bits!r}")
         self.layout = ChunkLayout(numels, chunk_size, topk, device)
@@ -197,6 +206,9 @@ class ChunkTopK:
         self.nbytes = message_bytes(self.layout.chunk_lengths, self.layout.entries_per_chunk, bits)
         """The size of every message of this fragment."""
         self._index = _IndexField(self.layout, device)
+        self._native = NativeMessages(self.layout, enabled=native)
+        """The native kernels (module doc); ``native=False``: the torch path always (the tests and the benchmark
+        compare the kernels with it)."""
 
     def _fields(self) -> tuple[int, int, int]:
         """Byte offsets of the index field, the values/codes field and its end (module doc's layout)."""
@@ -209,6 +221,32 @@ class ChunkTopK:
         """The message of the flat fp32 ``x`` (``layout.numel`` elements): ``nbytes`` uint8."""
         if x.numel() != self.layout.numel:
             raise ValueError(f"sparseloco's message holds {self.layout.numel} elements, got {x.numel()}")
+        native = self._native.serving(x)
+        if native is not None:
+            return native.encode(x, torch.empty(self.nbytes, dtype=torch.uint8, device=x.device), self.bits)
+        return self._encode_torch(x)
+
+    def encode_residual(self, residual: torch.Tensor, delta: torch.Tensor, error_decay: float) -> torch.Tensor:
+        """A round's sender side: ``residual = error_decay * residual + delta`` (fp32: ``mul_`` rounded, then
+        ``add_``; no multiply at 1), the message of ``residual`` (returned), and ``residual -=`` what the message
+        decodes to (only the sent entries change). Bit for bit ``mul_``, ``add_``, :meth:`encode`, :meth:`decode`
+        and ``sub_`` (diloco's ``FragmentExchange.start``), which is the fallback."""
+        if residual.numel() != self.layout.numel or delta.numel() != self.layout.numel:
+            raise ValueError(f"sparseloco's message holds {self.layout.numel} elements, got a residual of "
+                             f"{residual.numel()} and a delta of {delta.numel()}")
+        native = self._native.serving(residual, delta) if residual.dtype == delta.dtype == torch.float32 else None
+        if native is not None:
+            out = torch.empty(self.nbytes, dtype=torch.uint8, device=residual.device)
+            return native.encode(residual, out, self.bits, delta, error_decay, feedback=True)
+        if error_decay != 1.0:
+            residual.mul_(error_decay)
+        residual.add_(delta)
+        message = self.encode(residual)
+        residual.sub_(self.decode(message, 1, torch.empty_like(residual)))
+        return message
+
+    def _encode_torch(self, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`encode` in torch ops (the specification; the native kernels give its bits)."""
         layout = self.layout
         columns, top = layout.select(x)
         values = x[layout.entry_base + columns].to(torch.float32)
@@ -230,9 +268,10 @@ class ChunkTopK:
         """``(positions, values)`` of a message: each entry's index in the fragment (int64) and its decoded value
         (fp32). Any bytes decode to positions inside the entry's chunk (an index past its end to its last)."""
         layout = self.layout
-        if buf.dtype != torch.uint8 or buf.numel() != self.nbytes:
-            raise ValueError(f"a sparseloco message of this fragment is {self.nbytes} uint8 bytes, got "
-                             f"{buf.numel()} of {buf.dtype}")
+        self._check_message(buf)
+        native = self._native.serving(buf)
+        if native is not None:
+            return native.entries(buf, self.bits)
         index_at, values_at, end = self._fields()
         # a message decodes inside the fragment whatever its bytes: the output of a collective that failed (a peer
         # died in it) is garbage, and decoding it must not raise before the step's transaction discards it
@@ -250,6 +289,10 @@ class ChunkTopK:
         must be 1 (one message)."""
         if n_chunks != 1:
             raise ValueError(f"a sparseloco message is decoded whole (n_chunks=1), got n_chunks={n_chunks}")
+        self._check_message(buf)
+        native = self._serving_decode(buf, out)
+        if native is not None:
+            return native.decode(buf, self.nbytes, 1, out, self.bits, average=False)
         positions, values = self.entries(buf)
         out.zero_()
         out.view(-1).index_put_((positions,), values)
@@ -259,9 +302,23 @@ class ChunkTopK:
         """``out`` = the mean of the ``n`` messages held back to back in ``bufs`` (fp32, summed in order)."""
         if bufs.numel() != n * self.nbytes:
             raise ValueError(f"expected {n} sparseloco messages of {self.nbytes} bytes, got {bufs.numel()} bytes")
+        native = self._serving_decode(bufs, out) if n >= 1 else None
+        if native is not None:
+            return native.decode(bufs, self.nbytes, n, out, self.bits, average=True)
         flat = out.view(-1)
         flat.zero_()
         for k in range(n):
             positions, values = self.entries(bufs[k * self.nbytes : (k + 1) * self.nbytes])
             flat.index_add_(0, positions, values)
         return out.div_(n)
+
+    def _check_message(self, buf: torch.Tensor) -> None:
+        if buf.dtype != torch.uint8 or buf.numel() != self.nbytes:
+            raise ValueError(f"a sparseloco message of this fragment is {self.nbytes} uint8 bytes, got "
+                             f"{buf.numel()} of {buf.dtype}")
+
+    def _serving_decode(self, bufs: torch.Tensor, out: torch.Tensor) -> NativeLayout | None:
+        """The native kernels that decode ``bufs`` (uint8, checked) into ``out``: fp32, the fragment's elements."""
+        if bufs.dtype != torch.uint8 or out.dtype != torch.float32 or out.numel() != self.layout.numel:
+            return None
+        return self._native.serving(bufs, out)

@@ -14,7 +14,8 @@ At b = 2 (L = 2) the levels are exactly ``lo'`` and ``hi``: a value goes to the 
 A chunk holding a NaN or an infinity decodes to NaN (hi = +inf, so lo' = NaN), as an allreduce carries it. The
 sender decodes its own codes with the same function as the receivers, so what it keeps (``e - sent``) is
 exactly what the others did not get. Codes are packed 8/b to a byte, the first in the lowest bits. Nothing
-here is communicated.
+here is communicated. The native kernels (``kernels/native/sparseloco_arith.h``, shared by C and CUDA) compute
+each step as the same single fp32 operation in this order, so they give these functions' bits.
 
 Example::
 
