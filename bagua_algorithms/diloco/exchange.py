@@ -41,7 +41,12 @@ __all__ = ["FragmentCodec", "FragmentExchange"]
 class FragmentCodec(Protocol):
     """What the exchange calls of a codec (``bagua_core.codecs.Codec`` has it): ``encode(x)`` gives a uint8 buffer
     whose size depends only on ``x.numel()``, ``decode(buf, 1, out)`` writes its values into the fp32 ``out``,
-    ``decode_average(bufs, n, out)`` writes the mean of the ``n`` buffers held back to back in ``bufs``."""
+    ``decode_average(bufs, n, out)`` writes the mean of the ``n`` buffers held back to back in ``bufs``.
+
+    A codec may also offer the sender's side of a round with error feedback in one call,
+    ``encode_residual(residual, delta, error_decay) -> message``: ``residual = error_decay * residual + delta``,
+    its message, and ``residual -= decode(message)``, bit for bit those steps (sparseloco's ``ChunkTopK`` does it in
+    one pass natively); the exchange then calls it instead of the four steps."""
 
     def encode(self, x: torch.Tensor) -> torch.Tensor: ...
 
@@ -95,6 +100,10 @@ class FragmentExchange:
         self.weights = list(weights) if weighted else None
         if weighted and own_weight == 0.0:
             self._launch(self.codec.encode(delta))
+            return
+        fused = getattr(self.codec, "encode_residual", None)
+        if fused is not None and self.residual is not None and not keep_contribution:
+            self._launch(fused(self.residual, delta, self.error_decay))
             return
         payload = delta
         if self.residual is not None:

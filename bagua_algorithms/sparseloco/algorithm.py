@@ -20,8 +20,9 @@ algorithm's own process group (creating it is collective), or on the quorum's gr
 replica and starts with ``e = 0``). The round is diloco's (:class:`bagua_algorithms.diloco.DiLoCoAlgorithmImpl`:
 events after every optimizer has stepped, sharded local shards, diloco's checkpoints, where ``e`` is the
 ``residuals``); sparseloco supplies, through the round's extension methods, its exchange (``new_exchange``:
-:class:`~.exchange.SparseLoCoExchange`, diloco's :class:`bagua_algorithms.diloco.FragmentExchange` with the decay
-and the :class:`~.codec.ChunkTopK` codec, whose sender side is one call of the codec: native kernels where built) and its outer step (``new_outer``: SGD, lr ``outer_lr``, no momentum).
+diloco's :class:`bagua_algorithms.diloco.FragmentExchange` with the decay and the :class:`~.codec.ChunkTopK` codec,
+whose sender side is one call of the codec, ``encode_residual``: native kernels where built) and its outer step
+(``new_outer``: SGD, lr ``outer_lr``, no momentum).
 
 Example::
 
@@ -35,7 +36,6 @@ import torch
 from bagua_algorithms.diloco import DiLoCoAlgorithmImpl, FragmentExchange
 from bagua_algorithms.sparseloco.codec import ChunkTopK
 from bagua_algorithms.sparseloco.config import SparseLoCoConfig
-from bagua_algorithms.sparseloco.exchange import SparseLoCoExchange
 from bagua_core.api import Algorithm, Capabilities, FaultTolerance
 
 __all__ = ["SparseLoCoAlgorithm", "SparseLoCoAlgorithmImpl"]
@@ -49,8 +49,8 @@ class SparseLoCoAlgorithmImpl(DiLoCoAlgorithmImpl):
     def new_exchange(self, fragment: list[torch.Tensor], start: torch.Tensor) -> FragmentExchange:
         codec = ChunkTopK([p.numel() for p in fragment], self.config.chunk_size, self.config.topk, self.config.bits,
                           start.device)
-        return SparseLoCoExchange(start.numel(), codec, True, self.group, self.nranks, start.device,
-                                  error_decay=self.config.error_decay)
+        return FragmentExchange(start.numel(), codec, True, self.group, self.nranks, start.device,
+                                error_decay=self.config.error_decay)
 
     def new_outer(self, starts: list[torch.Tensor]) -> torch.optim.Optimizer:
         return torch.optim.SGD(starts, lr=self.config.outer_lr)  # theta -= alpha * mean(sent)
