@@ -248,3 +248,69 @@ def test_every_process_feature_is_listed_for_init_process_group() -> None:
     registered = {name for name in feature_registry.names() if feature_registry.get(name).scope == "process"}
     assert {cls.name for cls in listed} == registered and "fault_tolerant" in registered
     assert all(feature_registry.get(cls.name) is cls for cls in listed)
+
+
+class _EveryOther(torch.utils.data.Sampler):
+    """A sampler of the even indices of this rank's half, in order (what the recorder's sampler gives)."""
+
+    def __init__(self, n: int, rank: int, replicas: int) -> None:
+        self.indices = [i for i in range(rank, n, replicas)][::2]
+
+    def __iter__(self):
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+class ShardingConfig(FeatureConfig):
+    name: Literal["sharding"] = "sharding"
+
+
+class ShardingFeature(Feature):
+    """Doubles every sample's input (``dataset``) and draws every other index of the rank's share (``sampler``)."""
+
+    name, Config = "sharding", ShardingConfig
+
+    def dataset(self, module, dataset):
+        return [(2 * x, y) for x, y in dataset]
+
+    def sampler(self, module, dataset, *, num_replicas, rank, shuffle, seed, drop_last):
+        return _EveryOther(len(dataset), rank, num_replicas)
+
+
+class ShardingPlugin:
+    @hookimpl
+    def bagua_register_features(self):
+        return [ShardingFeature]
+
+
+def _data(rank: int) -> dict[str, Any]:
+    from bagua_core.plugins import get_plugin_manager
+
+    manager = get_plugin_manager()
+    plugin = ShardingPlugin()
+    manager.register(plugin, name="test-sharding")
+    try:
+        dataset = torch.utils.data.TensorDataset(torch.arange(20.0).view(10, 2), torch.arange(10))
+        model, optimizer = _model()
+        model = torch.nn.Sequential(torch.nn.Linear(2, 2)).with_bagua([torch.optim.SGD(model.parameters(), lr=0.1)])
+        plain = model.bagua_data_loader(dataset, batch_size=2, seed=3)
+        sampler = torch.utils.data.DistributedSampler(dataset, seed=3)  # by hand
+        by_hand = [y.tolist() for _, y in torch.utils.data.DataLoader(dataset, batch_size=2, sampler=sampler)]
+        shaped = model.with_bagua([torch.optim.SGD(model.parameters(), lr=0.1)], features=["sharding"])
+        loader = shaped.bagua_data_loader(dataset, batch_size=2)
+        return {"plain": [y.tolist() for _, y in plain], "by_hand": by_hand,
+                "shaped": [(x[:, 0] / 2).tolist() for x, _ in loader], "type": type(plain.sampler).__name__}
+    finally:
+        manager.unregister(plugin)
+
+
+def test_the_data_loader_is_shaped_by_the_features() -> None:
+    """Without a data feature, ``bagua_data_loader`` is torch's DataLoader over a DistributedSampler (the same batches
+    as written by hand); a feature's ``dataset`` and ``sampler`` hooks shape it."""
+    for rank, seen in enumerate(run_workers(_data, 2, timeout=120)):
+        assert seen["type"] == "DistributedSampler" and seen["plain"] == seen["by_hand"]
+        indices = [i for i in range(rank, 10, 2)][::2]
+        # sample i's first input is 2i, doubled by the feature's dataset; the loader's batches give back x / 2 = 2i
+        assert sum(seen["shaped"], []) == [2.0 * i for i in indices]

@@ -17,7 +17,9 @@ What the core calls, in order, for every feature a wrap runs with (each hook has
    buckets), :meth:`~Feature.before_optimizer_step` between the exchange and the optimizer step (the end of
    backward, once the algorithm's exchange of the step is done), :meth:`~Feature.after_step` once every
    optimizer of the module stepped;
-5. :meth:`~Feature.state_dict` / :meth:`~Feature.load_state_dict` wherever the module's state is saved and
+5. :meth:`~Feature.dataset` and :meth:`~Feature.sampler` when a training loop asks the wrapped module for its data
+   (``model.bagua_data_loader(dataset, batch_size)``, ``bagua_core.module.data``);
+6. :meth:`~Feature.state_dict` / :meth:`~Feature.load_state_dict` wherever the module's state is saved and
    restored (checkpoints, a heal); :meth:`~Feature.membership_changed` when the module runs on a new group
    (a new quorum); :meth:`~Feature.unwrap` at ``bagua_shutdown()`` or a re-wrap.
 
@@ -40,6 +42,7 @@ from typing import Any, ClassVar, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
+from torch.utils.data import Dataset, Sampler
 
 from bagua_core.runtime.exceptions import BaguaConfigError, format_validation_error
 
@@ -145,6 +148,18 @@ class Feature:
 
     def after_step(self, module: torch.nn.Module) -> None:
         """Every optimizer of the module stepped in this training step (after the algorithm's step-end hook)."""
+        return None
+
+    # --- the data ---------------------------------------------------------------------------------------------------
+    def dataset(self, module: torch.nn.Module, dataset: Dataset) -> Dataset:
+        """``model.bagua_data_loader(dataset, ...)``: the dataset the loader reads (wrap it: a cache). Default: as is."""
+        return dataset
+
+    def sampler(self, module: torch.nn.Module, dataset: Dataset, *, num_replicas: int, rank: int, shuffle: bool,
+                seed: int, drop_last: bool) -> Sampler | None:
+        """``model.bagua_data_loader(dataset, ...)``: the sampler of this rank's share of ``dataset`` (``num_replicas``
+        ranks, this one ``rank``; ``shuffle`` by ``seed`` and the epoch; ``drop_last``), or None (the default: torch's
+        ``DistributedSampler`` with those arguments). At most one feature of a wrap gives one."""
         return None
 
     # --- state, membership, the end -------------------------------------------------------------------------------

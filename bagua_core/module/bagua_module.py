@@ -42,6 +42,7 @@ from bagua_core.lifecycle.state import set_state
 from bagua_core.selection.config import resolve_algorithm
 from bagua_core.selection.features import resolve_features
 from bagua_core.module import hooks
+from bagua_core.module.data import data_loader
 from bagua_core.module.agreed_settings import algorithm_source, feature_settings, wrap_settings
 from bagua_core.module.backend import ModuleBackend, register_module
 from bagua_core.lifecycle.tensor import is_sharded, local_shard, register_shards
@@ -227,6 +228,21 @@ class BaguaModule:
     def bagua_wait_for_communication(self: torch.nn.Module) -> None:
         """:func:`wait_for_communication`."""
         wait_for_communication(self)
+
+    def bagua_data_loader(self: torch.nn.Module, dataset: Any, batch_size: int = 1, *, shuffle: bool = True,
+                          seed: int = 0, drop_last: bool = False, **loader_options: Any) -> Any:
+        """The ``DataLoader`` of this rank's share of ``dataset``, as the module's features shape it (a cache, a
+        load-balancing sampler; else torch's ``DistributedSampler``): :func:`bagua_core.module.data.data_loader`.
+
+        Example::
+
+            >>> loader = model.bagua_data_loader(dataset, batch_size=32, seed=0, drop_last=True)
+            >>> for epoch in range(epochs):
+            ...     loader.sampler.set_epoch(epoch)
+            ...     for x, y in loader: ...
+        """
+        return data_loader(self, dataset, batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
+                           **loader_options)
 
     def bagua_reset(self: torch.nn.Module) -> None:
         """:func:`reset`."""
