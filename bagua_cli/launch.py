@@ -297,6 +297,8 @@ def train_command(argv: list[str]) -> int:
     if fault_tolerant is None and any(t.split("=")[0] in restarts for t in worker_args):
         raise ValueError("--max-restarts restarts a failed replica of a fault-tolerant job: add --fault-tolerant "
                          "(the fail-fast main job keeps no checkpoint, a restart would train from the start)")
+    # the workers' output is a pipe: they draw a progress bar only where this command's own output is a terminal
+    os.environ.setdefault("BAGUA_PROGRESS", "bar" if sys.stderr.isatty() else "lines")
     job_module, job = find_job("train")
     # the job's usage line says `bagua train` (a job written before the prog= keyword gets its own name)
     prog = {"prog": "bagua train [--nproc N]"} if "prog" in inspect.signature(job.parse_args).parameters else {}

@@ -19,9 +19,9 @@ commands:
                                       start the script's workers with torch's launcher (torchrun)
   bagua run --fault-tolerant [--replicas K] [--min-replicas N] ... script.py
                                       replicas that train on when one fails
-  bagua train [--nproc N] [--algorithm NAME] [--option KEY=VALUE] [--config FILE] ...
+  bagua train [--nproc N] [--algorithm NAME] [--option KEY=VALUE] [--feature NAME] [--config FILE] ...
                                       the main job: an MLP on the digits data on N local workers
-  bagua plugins [--json]              installed algorithms (options, defaults, capabilities) and codecs
+  bagua plugins [--json]              installed algorithms and features (options, defaults) and codecs
   bagua check-config FILE             validate a config file
 
 `bagua COMMAND --help` lists a command's options."""

@@ -1,48 +1,16 @@
-"""The API of a bagua plugin: everything an algorithm imports from bagua, in one module.
+"""The API of a bagua plugin: everything an algorithm or a feature imports from bagua, in one module.
 
-The built-in algorithms import from here and from nowhere else in ``bagua_core`` (codecs add
-``bagua_core.codecs``, packages with C or CUDA kernels ``bagua_core.kernels``), and so can a third party: what
-is listed in ``__all__`` is the contract (``docs/plugins.md`` documents it, ``tests/test_plugin_api.py`` pins it).
-
-- **Declaring an algorithm**: ``Algorithm``, ``AlgorithmConfig``, ``AlgorithmImpl`` (the lifecycle hooks,
-  ``init_step_end_hook`` among them: once per training step, after every optimizer of the module has
-  stepped), ``Capabilities``, ``FaultTolerance``, ``capabilities_of``; the plugin's
-  ``hookimpl`` and ``hookspec`` markers, ``algorithm_registry`` and ``NamedRegistry`` (a registry of a
-  contract of the plugin's own).
-- **Declaring a feature**: ``Feature`` (a name, a ``FeatureConfig`` and hooks the core calls at documented points:
-  ``bagua_core.lifecycle.feature``), ``FeatureConfig``, ``feature_registry``; the feature's side of the wrapped
-  module is ``WrappedModule`` (``features``, ``add_feature``, ``count_hook_seconds``, ``take_hook_seconds``,
-  ``features_state_dict``, ``load_features_state_dict``).
-- **Buckets and their operations**: ``BaguaBucket`` (``append_op``, ``ops``, ``flattened_view``, ...),
-  ``group_tensors`` (the core's bucketing suggestion, for ``tensors_to_buckets``), the
-  full-precision allreduce op ``CentralizedSynchronousOp`` with ``start_allreduce_in_pieces``, and ``hierarchy``:
-  the group an op runs on (``hierarchy.resolve_group``) and the hierarchical pattern around its exchange
-  (``hierarchy.reduce_to_leader``, ``hierarchy.broadcast_from_leader``).
-- **Collectives**: ``ReduceOp``, ``BaguaCommunicator``, ``allreduce_inplace``, ``allreduce_inplace_start``,
-  ``allgather``, ``all_gather_single``, ``alltoall``, ``broadcast``, ``reduce_inplace``, point-to-point
-  ``isend``/``irecv``, and ``record_payload`` for what an algorithm hands to ``torch.distributed`` itself.
-- **Groups and membership**: ``BaguaProcessGroup`` (``new_channel`` for a group of the algorithm's own,
-  ``BaguaProcessGroup.default_or_none()``, ``BaguaProcessGroup.new_torch_group(ranks)`` for a torch group over
-  other ranks), ``Membership`` (a fail-fast job's: ``Membership()``),
-  ``group_failure`` (whether a quorum's group failed in this step, in fault-tolerant mode).
-- **The wrapped module**: ``WrappedModule(module)``, the handle through which an algorithm reads and changes a
-  module wrapped with ``with_bagua`` (never through attributes of the module): ``train_step_counter``,
-  ``named_parameters()``, ``build_params()``, ``optimizers``, ``buckets``, ``module_name``, ``process_group``,
-  ``reset()``, ``wait_for_communication()``, ``switch_algorithm`` (the one way to change the impl, declaration or
-  capabilities), ``set_gradient_sync``, ``is_sharded`` (and ``WrappedModule.is_wrapped(module)``); a sharded
-  model's ``load_optimizer_state`` and its ranks: ``shard_group``; ``has_nonfinite``; ``samples_in`` (the samples
-  a forward's inputs hold).
-- **Tensor proxies**: ``tensors`` (``bagua_core.lifecycle.proxies``): ``tensors.mark(tensor, name, module_name,
-  getter=..., setter=...)`` makes a tensor one a bucket can hold, ``tensors.effective``, ``tensors.mark_ready``,
-  ``tensors.ensure_grad``, ``tensors.name_of``, ``tensors.local_shard`` (a ``DTensor``'s local tensor).
-- **Agreement before the first collective**: ``agreement`` (``agreement.Prepared``,
-  ``agreement.agree_or_raise``, ``agreement.model_signature``).
-- **Settings and failures**: ``settings`` (``settings.default_bucket_size()``, ``settings.comm_timeout_s()``,
-  ``settings.nonfinite_policy()``, ``settings.local_size()``), ``init_process_group`` (a wrapper that sets bagua
-  up when only ``torch.distributed`` is); ``format_validation_error`` (a pydantic error as a config error's message);
-  one node or many (``on_one_node``, ``defaults_to_hierarchical``,
-  ``without_hierarchy``); ``first_failure``, ``failure_guard`` and ``translate_failure`` (a failure on a thread
-  of the algorithm's own reaches every rank); the errors ``BaguaError``, ``BaguaConfigError``, ``RankMismatchError``, ``JobFailureError``.
+The built-in algorithms and features import from here and from nowhere else in ``bagua_core`` (codecs add
+``bagua_core.codecs``, packages with C or CUDA kernels ``bagua_core.kernels``), and so can a third party: what is
+listed in ``__all__`` is the contract, in groups (``docs/plugins.md`` documents each name, ``tests/test_plugin_api.py``
+pins them): declaring an algorithm (``Algorithm``, ``AlgorithmConfig``, ``AlgorithmImpl``, ``Capabilities``, ...) or
+a feature (``Feature``, ``FeatureConfig``); buckets and their operations (``BaguaBucket``, ``group_tensors``,
+``CentralizedSynchronousOp``, ``hierarchy``); collectives (``allreduce_inplace``, ``allgather``, ``alltoall``,
+``isend``/``irecv``, ``record_payload``, ...); groups and membership (``BaguaProcessGroup``, ``Membership``,
+``group_failure``); the wrapped module (``WrappedModule``: the one handle through which a plugin reads and changes
+a module wrapped with ``with_bagua``, never its attributes; ``tensors``, the tensor proxies); agreement before the
+first collective (``agreement``); settings and failures (``settings``, ``first_failure``, ``failure_guard``, the
+errors).
 
 Example::
 

@@ -19,9 +19,9 @@ import logging
 
 import torch
 import torch.nn.functional as F
-import tqdm
 import yaml
 from pydantic import ValidationError
+from torch.utils.data import DistributedSampler, TensorDataset
 
 import bagua_core as bagua
 from bagua_algorithms.auto.link import describe_bandwidth
@@ -31,6 +31,8 @@ from bagua_core.selection.config import (
     algorithm_class_of,
     algorithm_config_of,
     algorithm_section,
+    build_feature,
+    features_table,
     load_config_file,
     validate_algorithm_config,
     validate_config_file,
@@ -40,6 +42,7 @@ from bagua_core.plugins import algorithm_registry
 from bagua_core.selection.single_node import is_hierarchical, on_one_node, one_node_note, without_hierarchy
 from bagua_examples.digits import DigitsMLP, load_digits
 from bagua_examples.run_metrics import format_metrics, metrics_summary, start_metrics
+from bagua_examples.progress import Progress, progress_mode
 from bagua_examples.run_settings import make_optimizer, resolve_device
 from bagua_examples.training_config import TrainingConfig
 
@@ -93,9 +96,19 @@ def _never_synchronised(config: Any, steps: int) -> str:
             f"{why}; each rank trained alone")
 
 
-def train(cfg: TrainingConfig, algorithm: Any, tensorboard: str | None = None) -> dict[str, Any]:
+def _shaped_loader(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: TrainingConfig) -> Any:
+    """The model's data loader (``bagua_data_loader``) when one of its features shapes the data (a cache, a
+    sampler); None when it would be torch's DistributedSampler over the tensors as they are: the job then indexes
+    them itself, a batch at a time."""
+    dataset = TensorDataset(x, y)
+    loader = model.bagua_data_loader(dataset, batch_size=cfg.batch_size, shuffle=True, seed=cfg.seed, drop_last=True)
+    return None if type(loader.sampler) is DistributedSampler and loader.dataset is dataset else loader
+
+
+def train(cfg: TrainingConfig, algorithm: Any, tensorboard: str | None = None,
+          features: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Train on this worker's shard; every rank returns the same summary dict. ``tensorboard``: rank 0 writes
-    the run's metrics there."""
+    the run's metrics there; ``features``: the features to run (name -> options), beside a config file's."""
     rank, world = bagua.get_rank(), bagua.get_world_size()
     algorithm, note = single_node_choice(algorithm)
     # auto's choice is in the summary; its log line would land in the progress bar's line
@@ -109,28 +122,36 @@ def train(cfg: TrainingConfig, algorithm: Any, tensorboard: str | None = None) -
     shard = torch.arange(rank, len(train_y), world, device=device)  # disjoint shards of equal size (+-1)
     steps_per_epoch = len(train_y) // world // cfg.batch_size  # equal on every rank
     optimizer = make_optimizer(model, cfg, algorithm_class_of(name), steps_per_epoch)
-    model = model.with_bagua([optimizer], algorithm)
+    model = model.with_bagua([optimizer], algorithm, features=features or None)
+    loader = _shaped_loader(model, train_x, train_y, cfg)
+    if loader is not None:
+        steps_per_epoch = len(loader)
+    step_optimizer = getattr(optimizer, "fuse_step", optimizer.step)  # a fused optimizer steps on flat tensors
     stats.reset()
     metrics = start_metrics(model, tensorboard)
-    bar = tqdm.tqdm(total=cfg.epochs * steps_per_epoch, disable=rank != 0 or not cfg.progress,
-                    desc=f"{name} x{world}", unit="step")
+    progress = Progress(cfg.epochs, cfg.epochs * steps_per_epoch, f"{name} x{world}", shown=rank == 0 and cfg.progress)
     started = time.perf_counter()
     loss_value = float("nan")
     for epoch in range(cfg.epochs):
-        permutation = torch.randperm(len(shard), generator=torch.Generator().manual_seed(cfg.seed + epoch))
-        order = shard[permutation.to(device)]
-        for step in range(steps_per_epoch):
-            idx = order[step * cfg.batch_size : (step + 1) * cfg.batch_size]
+        if loader is not None:
+            loader.sampler.set_epoch(epoch)
+            batches = iter(loader)
+        else:
+            permutation = torch.randperm(len(shard), generator=torch.Generator().manual_seed(cfg.seed + epoch))
+            order = shard[permutation.to(device)]
+            batches = ((train_x[idx], train_y[idx]) for idx in (order[step * cfg.batch_size:(step + 1) * cfg.batch_size]
+                                                               for step in range(steps_per_epoch)))
+        for x, y in batches:
             optimizer.zero_grad()
-            loss = F.cross_entropy(model(train_x[idx]), train_y[idx])
+            loss = F.cross_entropy(model(x), y)
             loss.backward()
-            optimizer.step()
+            step_optimizer()
             loss_value = loss.item()
             metrics.note_loss(loss_value)
-            bar.update(1)
-            bar.set_postfix(epoch=epoch + 1, loss=f"{loss_value:.4f}")
+            progress.step(epoch, loss_value)
+        progress.epoch_done(epoch, loss_value, f"{steps_per_epoch} steps")
     elapsed = time.perf_counter() - started
-    bar.close()
+    progress.close()
     if model.bagua_capabilities.background_work:
         model.bagua_algorithm.abort(model)  # stop its background communication on every rank
     communicated = stats.total_bytes()
@@ -177,8 +198,12 @@ def parse_args(argv: list[str] | None, prog: str | None = None) -> tuple[Trainin
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="an option of the algorithm, written as in a config file (repeatable): --option "
                              "hierarchical=false --option compression=MinMaxUInt4; validated like a config file")
+    parser.add_argument("--feature", action="append", nargs="+", default=[], metavar=("NAME", "KEY=VALUE"),
+                        help="a feature to run beside the algorithm (bagua plugins lists them), with its options "
+                             "written as --option's (repeatable): --feature sync_batchnorm --feature "
+                             "gradient_clipping max_norm=1.0; validated like a config file's [features.NAME] table")
     parser.add_argument("--config", default=os.environ.get("BAGUA_CONFIG_FILE"),
-                        help="config file with [algorithm] and [training] tables")
+                        help="config file with [algorithm], [training] and [features.NAME] tables")
     parser.add_argument("--tensorboard", default=None, metavar="DIR",
                         help="write per-step and per-round metrics (exposed communication seconds, bytes, loss, "
                              "compression ratio) as TensorBoard scalars to DIR (rank 0; needs the tensorboard "
@@ -225,6 +250,7 @@ def parse_args(argv: list[str] | None, prog: str | None = None) -> tuple[Trainin
         algorithm = args.algorithm
     if args.option:
         algorithm = _with_options(algorithm, args.option)
+    args.features = _features(args.config, args.feature)
     try:
         return TrainingConfig(**options), algorithm, args
     except ValidationError as exc:  # only a flag can be wrong here: the file's table validated above
@@ -247,6 +273,26 @@ def _with_options(algorithm: str, pairs: list[str]) -> dict[str, Any]:
     except BaguaConfigError as exc:
         raise BaguaConfigError(f"{exc} (from --option {' --option '.join(pairs)})") from None
     return data
+
+
+def _features(config: str | None, given: list[list[str]]) -> dict[str, dict[str, Any]]:
+    """The features to run, name -> options: the config file's ``[features.NAME]`` tables, then each ``--feature
+    NAME KEY=VALUE ...`` (a name given again replaces its options), every one validated (an unknown name or option
+    is refused with a guess, before any worker starts)."""
+    features = {f.name: f.canonical_options() for f in features_table(load_config_file(config), config)} if config \
+        else {}
+    for name, *pairs in given:
+        options: dict[str, Any] = {}
+        for pair in pairs:
+            key, sep, raw = pair.partition("=")
+            if not sep or not key.strip():
+                raise BaguaConfigError(f"--feature {name} {pair!r}: write KEY=VALUE, e.g. --feature {name} key=value")
+            options[key.strip()] = yaml.safe_load(raw) if raw.strip() else raw
+        try:
+            features[name] = build_feature(name, options).canonical_options()
+        except (BaguaConfigError, UnknownNameError) as exc:
+            raise type(exc)(f"--feature {' '.join([name, *pairs])}: {exc}") from None
+    return features
 
 
 def _reports_fault_tolerant() -> bool:
@@ -289,14 +335,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if current_runtime() is not None:  # the shard follows each step's quorum
             from bagua_examples.train_digits_ft import train_fault_tolerant
 
-            summary = train_fault_tolerant(cfg, algorithm, args.tensorboard)
+            summary = train_fault_tolerant(cfg, algorithm, args.tensorboard, args.features)
         else:
-            summary = train(cfg, algorithm, args.tensorboard)
+            summary = train(cfg, algorithm, args.tensorboard, args.features)
     finally:
         bagua.destroy_process_group()
     fault_tolerant = summary.get("fault_tolerance") is not None
     if rank == 0 and (not fault_tolerant or _reports_fault_tolerant()):
-        if cfg.progress:  # below the progress bar
+        if cfg.progress and progress_mode() == "bar":  # below the progress bar
             print()
         print(format_summary(summary))
         if format_metrics(summary):

@@ -12,13 +12,13 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-import tqdm
 
 import bagua_core as bagua
 from bagua_core.runtime.communication import stats
 from bagua_core.selection.config import algorithm_class_of, algorithm_config_of
 from bagua_features.fault_tolerance import QuorumSampler, current_runtime
 from bagua_examples.digits import DigitsMLP, load_digits
+from bagua_examples.progress import Progress
 from bagua_examples.run_metrics import metrics_summary, start_metrics
 from bagua_examples.run_settings import make_optimizer, resolve_device
 from bagua_examples.training_config import TrainingConfig
@@ -46,9 +46,11 @@ def format_fault_tolerance(stats: dict[str, Any]) -> str:
     return f"steps (replica {replica}'s view): " + ", ".join(parts)
 
 
-def train_fault_tolerant(cfg: TrainingConfig, algorithm: Any, tensorboard: str | None = None) -> dict[str, Any]:
+def train_fault_tolerant(cfg: TrainingConfig, algorithm: Any, tensorboard: str | None = None,
+                         features: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Train this replica until the quorum's epoch reaches ``cfg.epochs``; return its summary. ``tensorboard``:
-    each replica's rank 0 writes its metrics to ``DIR/replica_i``."""
+    each replica's rank 0 writes its metrics to ``DIR/replica_i``; ``features``: the features to run (the data
+    follows each step's quorum, so a feature's data loader is not read)."""
     runtime = current_runtime()
     device = resolve_device(cfg.device)
     train_x, train_y, test_x, test_y = (t.to(device) for t in load_digits(seed=cfg.seed))
@@ -57,28 +59,33 @@ def train_fault_tolerant(cfg: TrainingConfig, algorithm: Any, tensorboard: str |
     name = algorithm_config_of(algorithm).name
     steps_per_epoch = len(train_y) // cfg.batch_size  # of one replica alone (qadam's warmup is set from it)
     optimizer = make_optimizer(model, cfg, algorithm_class_of(name), steps_per_epoch)
-    model = model.with_bagua([optimizer], algorithm)
+    model = model.with_bagua([optimizer], algorithm, features=features or None)
+    step_optimizer = getattr(optimizer, "fuse_step", optimizer.step)  # a fused optimizer steps on flat tensors
     sampler = QuorumSampler(len(train_y), cfg.batch_size, seed=cfg.seed)
     stats.reset()
     metrics = start_metrics(model, tensorboard, os.environ.get("BAGUA_FT_REPLICA_INDEX", "0"))
-    bar = tqdm.tqdm(disable=not reports() or not cfg.progress, desc=f"{name} (fault-tolerant)", unit="step")
+    progress = Progress(cfg.epochs, None, f"{name} (fault-tolerant)", shown=reports() and cfg.progress)
     started = time.perf_counter()
-    loss_value, samples = float("nan"), 0
+    loss_value, samples, epoch, steps = float("nan"), 0, 0, 0
     while sampler.epoch < cfg.epochs:
         idx = sampler.next_indices(model)
         if idx is None:
             continue
+        if sampler.epoch != epoch:  # the quorum's epoch moved on
+            progress.epoch_done(epoch, loss_value, f"{steps} steps")
+            epoch, steps = sampler.epoch, 0
         optimizer.zero_grad()
         loss = F.cross_entropy(model(train_x[idx.to(device)]), train_y[idx.to(device)])
         loss.backward()
-        optimizer.step()
+        step_optimizer()
         if runtime.decision:
             loss_value, samples = loss.item(), samples + len(idx)
             metrics.note_loss(loss_value)
-        bar.update(1)
-        bar.set_postfix(epoch=sampler.epoch + 1, loss=f"{loss_value:.4f}", replicas=runtime.group.num_nodes)
+        steps += 1
+        progress.step(sampler.epoch, loss_value, replicas=runtime.group.num_nodes)
+    progress.epoch_done(epoch, loss_value, f"{steps} steps")
     elapsed = time.perf_counter() - started
-    bar.close()
+    progress.close()
     model.eval()
     with torch.no_grad():
         accuracy = (model(test_x).argmax(1) == test_y).float().mean().item()

@@ -201,3 +201,43 @@ def test_a_candidates_warmup_is_the_cores() -> None:
     impl = object.__new__(AutoImpl)  # only the candidate matters here
     impl.current = types.SimpleNamespace(warming_up=lambda module: module == "warming")
     assert impl.warming_up("warming") and not impl.warming_up("trained")
+
+
+def test_auto_forwards_every_hook_of_the_contract_by_construction() -> None:
+    """Every public method of ``AlgorithmImpl`` (the contract) is forwarded to the current candidate, without one
+    written by hand: a hook added to the contract is forwarded too (planted here on a subclass's contract)."""
+    import inspect
+
+    from bagua_algorithms.auto.chooser import AutoImpl
+    from bagua_algorithms.auto.delegation import CONTRACT_HOOKS, DelegatingImpl, forwarded
+    from bagua_core.api import AlgorithmImpl
+
+    public = [n for n, v in vars(AlgorithmImpl).items() if inspect.isfunction(v) and not n.startswith("_")]
+    assert list(CONTRACT_HOOKS) == public and len(public) >= 22
+
+    class Recording:
+        def __getattr__(self, name):
+            return lambda *args, **kwargs: (name, args, kwargs)
+
+    impl = DelegatingImpl.__new__(DelegatingImpl)
+    impl.current = Recording()
+    for name in public:
+        assert getattr(impl, name)("m", key=1) == (name, ("m",), {"key": 1}), name
+        assert inspect.signature(getattr(DelegatingImpl, name)) == inspect.signature(getattr(AlgorithmImpl, name))
+    own = {"need_reset", "init_tensors", "state_dict", "load_state_dict"}  # what auto does itself
+    assert {n for n in public if n in vars(AutoImpl)} == own
+    assert issubclass(AutoImpl, DelegatingImpl) and forwarded("quiesce").__name__ == "quiesce"
+
+    import importlib
+
+    from bagua_algorithms.auto import delegation
+
+    AlgorithmImpl.a_new_hook = lambda self, bagua_module: "the contract's default"  # a hook added to the contract
+    try:
+        cls = importlib.reload(delegation).DelegatingImpl
+        grown = cls.__new__(cls)
+        grown.current = Recording()
+        assert grown.a_new_hook("m") == ("a_new_hook", ("m",), {})
+    finally:
+        del AlgorithmImpl.a_new_hook
+        importlib.reload(delegation)

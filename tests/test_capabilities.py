@@ -6,6 +6,8 @@ import dataclasses
 
 import pytest
 
+from bagua.torch_api.algorithms import Algorithm as OriginalAlgorithm
+from bagua.torch_api.algorithms import AlgorithmImpl as OriginalAlgorithmImpl
 from bagua_core import Algorithm, AlgorithmImpl, BaguaConfigError, Capabilities
 from bagua_algorithms.auto import auto_candidate
 from bagua_core.lifecycle.capabilities import capabilities_of
@@ -67,7 +69,16 @@ class _Background(_Plain):
     capabilities = Capabilities(background_work=True)
 
 
-class _LegacyImpl(AlgorithmImpl):
+class _OriginalPlain(OriginalAlgorithm):
+    """An algorithm written for the original (``bagua.torch_api.algorithms``), declaring no capabilities."""
+
+    name = "original_plain_for_capabilities"
+
+    def reify(self, process_group):
+        return OriginalAlgorithmImpl(process_group)
+
+
+class _LegacyImpl(OriginalAlgorithmImpl):
     weights_differ_across_ranks = True
     exact_resume = False
     supports_autotune = True
@@ -80,11 +91,19 @@ class _LegacyImpl(AlgorithmImpl):
         return False
 
 
-def test_impl_level_declarations_still_count() -> None:
-    caps = capabilities_of(_Plain(), _LegacyImpl(None))
+class _CoreImplWithTheOriginalsAttributes(AlgorithmImpl):
+    weights_differ_across_ranks = True
+    exact_resume = False
+
+
+def test_impl_level_declarations_still_count_for_the_originals_classes() -> None:
+    caps = capabilities_of(_OriginalPlain(), _LegacyImpl(None))
     assert caps == Capabilities(weights_differ_across_ranks=True, exact_resume=False, tunable_bucket_size=True,
                                 background_work=True, communicates_after_optimizer_step=True)
+    assert capabilities_of(_OriginalPlain(), OriginalAlgorithmImpl(None)) == Capabilities()
     assert capabilities_of(_Plain(), AlgorithmImpl(None)) == Capabilities()
+    # this project's classes have one form, the declaration's: the original's attributes mean nothing to the core
+    assert capabilities_of(_Plain(), _CoreImplWithTheOriginalsAttributes(None)) == Capabilities()
 
 
 def test_background_work_needs_abort_and_resume() -> None:

@@ -108,6 +108,27 @@ def test_main_job_end_to_end(tmp_path) -> None:
     assert result.stdout.splitlines()[0].startswith("gradient_allreduce on 2 workers (cpu), 3 epochs: ")  # no blank
 
 
+def test_main_job_runs_features_and_draws_no_bar_into_a_pipe(tmp_path) -> None:
+    """``--feature NAME KEY=VALUE`` and a config file's ``[features.NAME]`` tables reach the workers' wrap (here the
+    feature ``checkpoints`` saves every 20 steps: 22 a worker per epoch, so after steps 20 and 40); with its output
+    a pipe, the job prints a line an epoch instead of a progress bar's carriage returns."""
+    result = _run(["train", "--nproc", "2", "--epochs", "2", "--feature", "checkpoints", f"dir={tmp_path / 'flags'}",
+                   "every_steps=20"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "flags" / "latest_checkpointed_iteration.txt").read_text() == "40"
+    assert "\r" not in result.stdout + result.stderr
+    assert [line.split(":")[0] for line in result.stdout.splitlines() if line.startswith("epoch ")] == [
+        "epoch 1/2", "epoch 2/2"]
+    config = tmp_path / "job.toml"
+    config.write_text(f'[algorithm]\nname = "gradient_allreduce"\n\n[training]\nepochs = 1\n\n'
+                      f'[features.checkpoints]\ndir = "{tmp_path / "file"}"\nevery_steps = 11\n')
+    result = _run(["train", "--nproc", "2", "--config", str(config), "--no-progress"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "file" / "latest_checkpointed_iteration.txt").read_text() == "22"
+    refused = _run(["train", "--feature", "checkpoint", "dir=x"])
+    assert refused.returncode == 2 and "did you mean 'checkpoints'?" in refused.stderr, refused.stderr
+
+
 def test_main_job_with_auto_prints_the_choice(tmp_path) -> None:
     summary_path = tmp_path / "summary.json"
     result = _run(["train", "--nproc", "2", "--epochs", "1", "--no-progress", "--algorithm", "auto",

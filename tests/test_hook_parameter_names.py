@@ -1,6 +1,8 @@
 """The hooks' module parameter answers to ``bagua_module`` (the original's API, the name written here) and
-``bagua_ddp`` (the original's 0.9 API pages): on the base class, every installed algorithm's impl and a
-subclass written with either name; keyword calls with either name run the same hook."""
+``bagua_ddp`` (the original's 0.9 API pages) on the original's classes (``bagua.torch_api.algorithms``: its base
+class, its built-ins under their original names, a subclass written with either name): keyword calls with either
+name run the same hook. This project's own impls (the core's ``AlgorithmImpl`` and every installed algorithm's) are
+not adapted: ``inspect`` and a stack trace show their methods as written, with ``bagua_module``."""
 
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ import torch.nn.functional as F
 
 from bagua_core.lifecycle.proxies import name_of
 
+from bagua.torch_api.algorithms import AlgorithmImpl as OriginalAlgorithmImpl
+from bagua.torch_api.algorithms.base import OriginalImpl
+from bagua.torch_api.algorithms.hook_parameters import HOOKS_TAKING_THE_MODULE, MODULE_PARAMETER_NAMES
 from bagua_core.lifecycle.algorithm import AlgorithmImpl
-from bagua_core.lifecycle.hook_parameters import HOOKS_TAKING_THE_MODULE, MODULE_PARAMETER_NAMES
 from bagua_core.plugins import algorithm_registry
 from tests.distributed import run_workers
 from tests.models import SmallNet, batch
@@ -30,23 +34,30 @@ def _impl_classes() -> list[type]:
     return found
 
 
-def test_every_impl_hook_is_written_with_bagua_module_and_accepts_both() -> None:
-    checked = 0
+def test_this_projects_impls_are_written_with_bagua_module_and_the_originals_accept_both() -> None:
+    import bagua.torch_api.algorithms  # noqa: F401 (the original's classes, as subclasses to walk)
+
+    written = adapted = 0
     for cls in _impl_classes():
         for hook in HOOKS_TAKING_THE_MODULE:
             method = getattr(cls, hook, None)
             if method is None:
                 continue
             names = list(inspect.signature(method).parameters)
+            if issubclass(cls, OriginalImpl):
+                if names[1] in MODULE_PARAMETER_NAMES:
+                    assert set(method.bagua_module_parameter_names) == set(MODULE_PARAMETER_NAMES), (cls, hook)
+                    adapted += 1
+                continue
+            assert not hasattr(method, "bagua_module_parameter_names") and inspect.unwrap(method) is method, \
+                f"{cls.__qualname__}.{hook} is wrapped: this project's impls are what they write"
             if cls.__module__.startswith(("bagua_core", "bagua_algorithms", "bagua_contrib", "bagua_local_sgd")):
                 assert names[1] == "bagua_module", f"{cls.__qualname__}.{hook}({names[1]}, ...)"
-            if names[1] in MODULE_PARAMETER_NAMES:
-                assert set(method.bagua_module_parameter_names) == set(MODULE_PARAMETER_NAMES), (cls, hook)
-                checked += 1
-    assert checked > 40  # the base class's 9 hooks and every built-in's overrides
+                written += 1
+    assert written > 40 and adapted > 40  # the base class's hooks and every built-in's overrides, both ways
 
 
-class _WrittenFromThe09Pages(AlgorithmImpl):
+class _WrittenFromThe09Pages(OriginalAlgorithmImpl):
     def init_post_backward_hook(self, bagua_ddp):
         return lambda: ("0.9", bagua_ddp)
 
@@ -68,13 +79,22 @@ def test_a_subclass_with_either_name_takes_keyword_calls_with_either() -> None:
 
 
 def _keyword_calls(rank: int) -> dict:
+    from bagua.torch_api.algorithms.async_model_average import AsyncModelAverageAlgorithm
+    from bagua.torch_api.algorithms.bytegrad import ByteGradAlgorithm
+    from bagua.torch_api.algorithms.decentralized import DecentralizedAlgorithm, LowPrecisionDecentralizedAlgorithm
+    from bagua.torch_api.algorithms.gradient_allreduce import GradientAllReduceAlgorithm
+
     out = {}
-    for name in ("gradient_allreduce", "bytegrad", "decentralized", "low_precision_decentralized", "async"):
+    originals = {"gradient_allreduce": GradientAllReduceAlgorithm(), "bytegrad": ByteGradAlgorithm(),
+                 "decentralized": DecentralizedAlgorithm(),
+                 "low_precision_decentralized": LowPrecisionDecentralizedAlgorithm(),
+                 "async": AsyncModelAverageAlgorithm(sync_interval_ms=10)}
+    for name, algorithm in originals.items():
         model = SmallNet(seed=0)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        options = {"name": name, "sync_interval_ms": 10} if name == "async" else {"name": name}
-        model = model.with_bagua([optimizer], options)
+        model = model.with_bagua([optimizer], algorithm)
         impl = model.bagua_algorithm
+        assert isinstance(impl, OriginalImpl), type(impl)
         tensors = impl.init_tensors(bagua_ddp=model)
         again = impl.init_tensors(bagua_module=model)
         assert [name_of(t) for t in tensors] == [name_of(t) for t in again]
@@ -98,6 +118,6 @@ def _keyword_calls(rank: int) -> dict:
     return out
 
 
-def test_keyword_calls_with_either_name_on_built_ins() -> None:
+def test_keyword_calls_with_either_name_on_the_originals_built_ins() -> None:
     for out in run_workers(_keyword_calls, 2, timeout=180):
         assert out == {name: True for name in out} and len(out) == 5

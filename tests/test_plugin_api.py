@@ -266,21 +266,22 @@ def test_what_the_core_reads_of_an_impl_has_a_default() -> None:
 
     plain = AlgorithmImpl(None)
     assert plain.hierarchical is None and plain.bucket_size is None and plain.hands_module_over is False
-    assert plain.bucket_size_bytes() == settings.default_bucket_size() and plain.supports_autotune is None
+    assert plain.bucket_size_bytes() == settings.default_bucket_size()
     assert plain.init_bucket_ready_hook(None) is None and plain.init_step_end_hook(None) is None
     assert plain.abort(None) is None and plain.resume(None) is None and plain.rounds_completed() is None
     assert plain.need_reset() is False and plain.warming_up(None) is False  # no warmup: the impl's hooks from the wrap
-    assert plain._older_form_capabilities() == {} and not plain._has_background_controls()
+    assert not plain._has_background_controls()
+    assert not hasattr(plain, "supports_autotune")  # the original's impl-level form is bagua.torch_api's, not the core's
 
     impl = AlgorithmImpl(None, GradientAllReduceConfig(hierarchical=True))
     assert impl.hierarchical is True  # the config's option, until autotune (or the impl) sets it
     impl.hierarchical, impl.bucket_size = False, 1024
     assert impl.hierarchical is False and impl.config.hierarchical is True and impl.bucket_size_bytes() == 1024
 
-    class OnlyAborts(AlgorithmImpl):  # background work needs both: abort alone declares nothing
+    class OnlyAborts(AlgorithmImpl):  # background work needs both: abort alone is not the controls
         def abort(self, bagua_module) -> None: ...
 
-    assert OnlyAborts(None)._older_form_capabilities() == {}
+    assert not OnlyAborts(None)._has_background_controls()
 
 # --- one plugin package builds on another through what that package exports at its top level ----------------------
 # A plugin package: bagua_algorithms/<name>, bagua_codecs, plugins_example/<name> (plugins_example/tests tests

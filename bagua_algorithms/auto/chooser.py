@@ -12,11 +12,11 @@ from typing import Any
 
 import torch
 
+from bagua_algorithms.auto.delegation import DelegatingImpl
 from bagua_algorithms.auto.link import describe_bandwidth, measure_link
 from bagua_core.api import (
     Algorithm,
     AlgorithmImpl,
-    BaguaBucket,
     BaguaConfigError,
     Capabilities,
     ReduceOp,
@@ -32,9 +32,11 @@ __all__ = ["AutoImpl"]
 logger = logging.getLogger("bagua.auto")
 
 
-class AutoImpl(AlgorithmImpl):
-    """Delegates every hook to the current candidate's impl; its ``need_reset`` (asked before every
-    forward) drives the schedule. Once decided, ``WrappedModule(module).impl`` is the chosen impl; in
+class AutoImpl(DelegatingImpl):
+    """Delegates every hook of the contract to the current candidate's impl (by construction:
+    :class:`~bagua_algorithms.auto.delegation.DelegatingImpl`); its ``need_reset`` (asked before every
+    forward) drives the schedule, ``init_tensors`` takes the plan for a sharded model, and ``state_dict`` /
+    ``load_state_dict`` carry the choice in fault-tolerant mode. Once decided, ``WrappedModule(module).impl`` is the chosen impl; in
     fault-tolerant mode this impl stays and delegates to it, its state holding the choice."""
 
     hands_module_over = True
@@ -154,7 +156,7 @@ class AutoImpl(AlgorithmImpl):
                     result["relative_bytes"], result["options"] or "defaults")
         return True
 
-    # --- delegation ----------------------------------------------------------------------------
+    # --- what it does besides forwarding ---------------------------------------------------------
     def init_tensors(self, bagua_module: torch.nn.Module) -> list[torch.Tensor]:
         if self._module is None:
             self._module = bagua_module
@@ -168,40 +170,6 @@ class AutoImpl(AlgorithmImpl):
                 self.keeps_module = plan.fault_tolerance is not None
             wrapped.switch_algorithm(capabilities=self._capabilities(self.plan.declarations[self.index]))
         return self.current.init_tensors(bagua_module)
-
-    def warming_up(self, bagua_module: torch.nn.Module) -> bool:
-        """The current candidate's: a candidate with a warmup of its own trains it through the core's."""
-        return self.current.warming_up(bagua_module)
-
-    def bucket_size_bytes(self) -> int:
-        return self.current.bucket_size_bytes()
-
-    def tensors_to_buckets(self, tensors: list[list[torch.Tensor]], do_flatten: bool) -> list[BaguaBucket]:
-        return self.current.tensors_to_buckets(tensors, do_flatten)
-
-    def init_operations(self, bagua_module: torch.nn.Module, bucket: BaguaBucket) -> None:
-        self.current.init_operations(bagua_module, bucket)
-
-    def init_forward_pre_hook(self, bagua_module: torch.nn.Module) -> Callable[[Any], None]:
-        return self.current.init_forward_pre_hook(bagua_module)
-
-    def init_backward_hook(self, bagua_module: torch.nn.Module) -> Callable[[str, torch.nn.Parameter], None]:
-        return self.current.init_backward_hook(bagua_module)
-
-    def init_bucket_ready_hook(self, bagua_module: torch.nn.Module) -> Callable[[BaguaBucket], None] | None:
-        return self.current.init_bucket_ready_hook(bagua_module)
-
-    def init_post_backward_hook(self, bagua_module: torch.nn.Module) -> Callable[[], None]:
-        return self.current.init_post_backward_hook(bagua_module)
-
-    def init_post_optimizer_step_hook(self, bagua_module: torch.nn.Module) -> Callable[[torch.optim.Optimizer], None]:
-        return self.current.init_post_optimizer_step_hook(bagua_module)
-
-    def init_step_end_hook(self, bagua_module: torch.nn.Module) -> Callable[[], None] | None:
-        return self.current.init_step_end_hook(bagua_module)
-
-    def communicates_after_optimizer_step(self, bagua_module: torch.nn.Module) -> bool:
-        return self.current.communicates_after_optimizer_step(bagua_module)
 
     def state_dict(self) -> dict[str, Any]:
         """The running candidate's; in fault-tolerant mode with the choice (what a joiner is healed with)."""
@@ -232,9 +200,3 @@ class AutoImpl(AlgorithmImpl):
             self.current.load_state_dict(state["candidate"])
         if self.decided is not None:
             module.bagua_auto_result = dict(state["result"])
-
-    def quiesce(self, bagua_module: torch.nn.Module) -> None:
-        self.current.quiesce(bagua_module)
-
-    def shutdown(self, bagua_module: torch.nn.Module) -> None:
-        self.current.shutdown(bagua_module)

@@ -24,7 +24,6 @@ from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.lifecycle.capabilities import NOT_DECLARED, Capabilities
 from bagua_core.lifecycle.module_state import build_params, module_name, state_of, wait_for_communication
 from bagua_core.runtime.exceptions import format_validation_error
-from bagua_core.lifecycle.hook_parameters import adapt_hooks
 from bagua_core.lifecycle.state import tensor_state_of
 from bagua_core.lifecycle.rounds import RoundCount
 from bagua_core.lifecycle import proxies
@@ -86,14 +85,6 @@ class Algorithm:
         except ValidationError as exc:
             raise BaguaConfigError(format_validation_error(exc, f"options for algorithm {self.name!r}")) from None
 
-    def __getattr__(self, item: str) -> Any:
-        config = self.__dict__.get("config")
-        if config is not None and item in type(config).model_fields:
-            return getattr(config, item)
-        if item == "config":  # an algorithm written for the original sets plain attributes, no config
-            return AlgorithmConfig(name=self.name or type(self).__name__)
-        raise AttributeError(f"{type(self).__name__} has no attribute {item!r}")
-
     @classmethod
     def init(cls, name: str, **kwargs: Any) -> Algorithm:
         """The registered algorithm ``name`` built with ``kwargs`` (the original's helper).
@@ -125,6 +116,13 @@ class Algorithm:
             ...     optimizer = algorithm.build_optimizer(model.parameters(), lr=0.005, steps_per_epoch=100)
         """
         raise BaguaConfigError(f"algorithm {cls.name!r} builds no optimizer of its own: use any torch optimizer")
+
+    def capabilities_for(self, impl: AlgorithmImpl) -> Capabilities:
+        """What this algorithm declares, running ``impl`` (``bagua_core.lifecycle.capabilities.capabilities_of``
+        asks): its class's ``capabilities``, or the defaults when it declares none. (The original's algorithm
+        classes, ``bagua.torch_api.algorithms``, fold in what their impls say in the original's form.)"""
+        declared = type(self).capabilities
+        return Capabilities() if declared is NOT_DECLARED else declared
 
     def canonical_options(self) -> dict[str, Any]:
         """Every validated option in a canonical form (JSON types where possible), less ``name``: what
@@ -217,18 +215,10 @@ class AlgorithmImpl:
     Every hook receives ``bagua_module`` (the name the original's API documents): the wrapped module, which an
     algorithm reads and changes through ``bagua_core.api.WrappedModule(bagua_module)`` (``build_params()``,
     ``module_name``, ``buckets``, ``optimizers``, ``train_step_counter``, ``process_group``,
-    ``wait_for_communication()``, ...), not through attributes of the module. A keyword
-    call may also name it ``bagua_ddp`` (the original's 0.9 API pages), in this class and every subclass,
-    whichever name the subclass writes (:mod:`bagua_core.lifecycle.hook_parameters`)."""
+    ``wait_for_communication()``, ...), not through attributes of the module. (The original's impl classes,
+    ``bagua.torch_api.algorithms``, also take it as ``bagua_ddp=``, read their options as attributes and declare
+    capabilities in the original's impl-level form.)"""
 
-    weights_differ_across_ranks: ClassVar[bool] = False
-    """Older, impl-level form of ``Capabilities.weights_differ_across_ranks`` (declare it on the
-    ``Algorithm``); counts for an algorithm declaring no capabilities (``bagua_core.lifecycle.capabilities.capabilities_of``)."""
-    exact_resume: ClassVar[bool] = True
-    """Older, impl-level form of ``Capabilities.exact_resume`` (for an algorithm declaring no capabilities)."""
-    supports_autotune: ClassVar[bool | None] = None
-    """Older, impl-level form of ``Capabilities.tunable_bucket_size`` (for an algorithm declaring no
-    capabilities); None, the default: not said."""
     hands_module_over: ClassVar[bool] = False
     """True for an impl that hands the module over to another impl while training (``algorithm="auto"``
     hands it to its choice through ``switch_algorithm``): autotune leaves it alone and tunes the impl it hands
@@ -237,21 +227,10 @@ class AlgorithmImpl:
     """The size in bytes of the groups the core suggests to :meth:`tensors_to_buckets` (set by autotune, and by
     ``DistributedDataParallel(bucket_cap_mb=...)``); None, the default: ``BAGUA_DEFAULT_BUCKET_SIZE``."""
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        adapt_hooks(cls)
-
     def __init__(self, process_group: BaguaProcessGroup, config: AlgorithmConfig | None = None) -> None:
         self.process_group = process_group
         if config is not None:
             self.config = config  # the validated options (the algorithm's Config)
-
-    def __getattr__(self, item: str) -> Any:
-        # the original's impls kept their options as attributes (impl.hierarchical): read them from the config
-        config = self.__dict__.get("config")
-        if config is not None and item in type(config).model_fields:
-            return getattr(config, item)
-        raise AttributeError(f"{type(self).__name__} has no attribute {item!r}")
 
     @property
     def hierarchical(self) -> bool | None:
@@ -268,25 +247,6 @@ class AlgorithmImpl:
     @hierarchical.setter
     def hierarchical(self, value: bool | None) -> None:
         self.__dict__["hierarchical"] = value
-
-    def _older_form_capabilities(self) -> dict[str, bool]:
-        """What this impl declares in the older, impl-level form, as ``Capabilities`` fields: the class
-        attributes above where a subclass changes them (``supports_autotune`` where it is not None), an
-        overridden :meth:`communicates_after_optimizer_step`, and overridden :meth:`abort` and :meth:`resume`
-        (``bagua_core.lifecycle.capabilities.capabilities_of`` folds them in for an algorithm that declares no
-        capabilities)."""
-        cls, older = type(self), {}
-        if cls.weights_differ_across_ranks != AlgorithmImpl.weights_differ_across_ranks:
-            older["weights_differ_across_ranks"] = bool(cls.weights_differ_across_ranks)
-        if cls.exact_resume != AlgorithmImpl.exact_resume:
-            older["exact_resume"] = bool(cls.exact_resume)
-        if cls.supports_autotune is not None:
-            older["tunable_bucket_size"] = bool(cls.supports_autotune)
-        if cls.communicates_after_optimizer_step is not AlgorithmImpl.communicates_after_optimizer_step:
-            older["communicates_after_optimizer_step"] = True
-        if self._has_background_controls():
-            older["background_work"] = True
-        return older
 
     def _has_background_controls(self) -> bool:
         """Whether the impl's class overrides both :meth:`abort` and :meth:`resume` (what an algorithm declaring
@@ -479,9 +439,6 @@ class AlgorithmImpl:
         full-precision bytes (:class:`~bagua_core.lifecycle.rounds.RoundCount`), read by the module's metrics
         at the end of each step. Default None: every step that hands bytes to a collective is a round."""
         return None
-
-
-adapt_hooks(AlgorithmImpl)  # __init_subclass__ covers the subclasses
 
 
 def checked_impl(impl: object, source: str) -> AlgorithmImpl:

@@ -3,10 +3,9 @@ ask instead of knowing algorithms by name.
 
 Every :class:`~bagua_core.lifecycle.algorithm.Algorithm` class carries one ``capabilities`` (class level: readable
 without building or reifying the algorithm). Nothing here is communicated; :func:`capabilities_of`
-is what the core reads for a wrapped module: the declaration's; for an algorithm declaring none (one
-written for the original), what its impl declares in the older form: ``weights_differ_across_ranks``
-/ ``exact_resume`` / ``supports_autotune`` class attributes, an overridden ``abort``/``resume`` pair, an
-overridden ``communicates_after_optimizer_step``.
+is what the core reads for a wrapped module: what the declaration says of itself running its impl
+(``Algorithm.capabilities_for``: its class's ``capabilities``; the original's algorithm classes in
+``bagua.torch_api`` fold in what their impls declare in the original's impl-level form).
 
 Example::
 
@@ -21,7 +20,6 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -142,31 +140,25 @@ class _Declaration(Protocol):
     name: str
     capabilities: Capabilities
 
+    def capabilities_for(self, impl: Any) -> Capabilities: ...
+
 
 class _Impl(Protocol):
     """An ``AlgorithmImpl``, as far as this module reads it (the core installs nothing else: ``checked_impl``)."""
-
-    def _older_form_capabilities(self) -> dict[str, bool]: ...
 
     def _has_background_controls(self) -> bool: ...
 
 
 def capabilities_of(declaration: _Declaration, impl: _Impl | None = None) -> Capabilities:
-    """The capabilities of ``declaration`` (an ``Algorithm`` instance). For an algorithm class that
-    declares none of its own (written for the original, or before capabilities existed), what its
-    ``impl`` declares in the older impl-level form (``AlgorithmImpl._older_form_capabilities``) is
-    folded in. Raises ``BaguaConfigError`` when the algorithm declares background work but its impl does
-    not override ``abort``/``resume``."""
-    declared = type(declaration).capabilities
-    declared = None if declared is NOT_DECLARED else declared
-    caps: Capabilities = declared or Capabilities()
+    """The capabilities of ``declaration`` (an ``Algorithm``): its class's, the defaults where it declares none;
+    with the ``impl`` it runs, what the declaration says of itself running it (``Algorithm.capabilities_for``).
+    Raises ``BaguaConfigError`` when the algorithm declares background work but its impl does not override
+    ``abort``/``resume``."""
     if impl is None:
-        return caps
+        declared = type(declaration).capabilities
+        return Capabilities() if declared is NOT_DECLARED else declared
+    caps = declaration.capabilities_for(impl)
     if caps.background_work and not impl._has_background_controls():
         raise BaguaConfigError(f"algorithm {declaration.name!r} declares background_work, but its impl "
                                f"{type(impl).__name__} does not override abort(module) and resume(module)")
-    if declared is not None:
-        return caps  # the declaration is authoritative
-
-    legacy: dict[str, Any] = impl._older_form_capabilities()
-    return dataclasses.replace(caps, **legacy) if legacy else caps
+    return caps

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from bagua.torch_api.algorithms.base import LegacyBuckets
+from bagua.torch_api.algorithms.base import LegacyBuckets, OriginalAlgorithm, OriginalImpl
 from bagua_algorithms.decentralized import DecentralizedAlgorithm as _Decentralized
 from bagua_algorithms.decentralized import DecentralizedAlgorithmImpl as _DecentralizedImpl
 from bagua_algorithms.decentralized import DecentralizedConfig
@@ -17,7 +17,7 @@ __all__ = [
 ]
 
 
-class DecentralizedAlgorithmImpl(LegacyBuckets, _DecentralizedImpl):
+class DecentralizedAlgorithmImpl(LegacyBuckets, OriginalImpl, _DecentralizedImpl):
     def __init__(self, process_group, hierarchical: bool = True, peer_selection_mode: str = "all",
                  communication_interval: int = 1) -> None:
         super().__init__(process_group, DecentralizedConfig(
@@ -25,7 +25,7 @@ class DecentralizedAlgorithmImpl(LegacyBuckets, _DecentralizedImpl):
             communication_interval=communication_interval))
 
 
-class DecentralizedAlgorithm(_Decentralized):
+class DecentralizedAlgorithm(OriginalAlgorithm, _Decentralized):
     def __init__(self, hierarchical: bool = True, peer_selection_mode: str = "all",
                  communication_interval: int = 1) -> None:
         super().__init__(hierarchical=hierarchical, peer_selection_mode=peer_selection_mode,
@@ -35,14 +35,14 @@ class DecentralizedAlgorithm(_Decentralized):
         return DecentralizedAlgorithmImpl(process_group, **self.config.model_dump(exclude={"name"}))
 
 
-class LowPrecisionDecentralizedAlgorithmImpl(_LowPrecisionImpl):
+class LowPrecisionDecentralizedAlgorithmImpl(OriginalImpl, _LowPrecisionImpl):
     def __init__(self, process_group, hierarchical: bool = True, communication_interval: int = 1,
                  compression: str = "MinMaxUInt8") -> None:
         super().__init__(process_group, LowPrecisionDecentralizedConfig(
             hierarchical=hierarchical, communication_interval=communication_interval, compression=compression))
 
 
-class LowPrecisionDecentralizedAlgorithm(_LowPrecision):
+class LowPrecisionDecentralizedAlgorithm(OriginalAlgorithm, _LowPrecision):
     def __init__(self, hierarchical: bool = True, communication_interval: int = 1,
                  compression: str = "MinMaxUInt8") -> None:
         super().__init__(hierarchical=hierarchical, communication_interval=communication_interval,

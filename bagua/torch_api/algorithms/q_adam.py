@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from bagua.torch_api.algorithms.base import LegacyBuckets
+from bagua.torch_api.algorithms.base import LegacyBuckets, OriginalAlgorithm, OriginalImpl
 from bagua_algorithms.q_adam import QAdamAlgorithm as _Algorithm
 from bagua_algorithms.q_adam import QAdamAlgorithmImpl as _Impl
 from bagua_algorithms.q_adam import QAdamConfig, QAdamOptimizer
@@ -11,14 +11,14 @@ from bagua_algorithms.q_adam import QAdamConfig, QAdamOptimizer
 __all__ = ["QAdamAlgorithm", "QAdamAlgorithmImpl", "QAdamOptimizer"]
 
 
-class QAdamAlgorithmImpl(LegacyBuckets, _Impl):
+class QAdamAlgorithmImpl(LegacyBuckets, OriginalImpl, _Impl):
     def __init__(self, process_group, q_adam_optimizer: QAdamOptimizer, hierarchical: bool = True,
                  compression: str = "MinMaxUInt8") -> None:
         super().__init__(process_group, QAdamConfig(hierarchical=hierarchical, compression=compression),
                          q_adam_optimizer)
 
 
-class QAdamAlgorithm(_Algorithm):
+class QAdamAlgorithm(OriginalAlgorithm, _Algorithm):
     def __init__(self, q_adam_optimizer: QAdamOptimizer, hierarchical: bool = True,
                  compression: str = "MinMaxUInt8") -> None:
         super().__init__(q_adam_optimizer, hierarchical=hierarchical, compression=compression)

@@ -1,10 +1,12 @@
-"""The module parameter of the algorithm hooks answers to both names the original documented.
+"""The module parameter of the algorithm hooks answers to both names the original documented, on the original's
+classes (``bagua.torch_api.algorithms``).
 
 The original's API named it ``bagua_module`` (``init_tensors(self, bagua_module)``, ``abort(self,
-bagua_module)``, ..., the name used here) and its 0.9 API pages ``bagua_ddp``. An ``AlgorithmImpl``
-subclass may write either; a keyword call may use either: ``impl.init_operations(bagua_ddp=m, bucket=b)``
-reaches a hook written with ``bagua_module`` and the other way round. Positional calls (what the core
-makes) are untouched. The written signature stays what ``inspect.signature`` reports.
+bagua_module)``, ..., the name this project's impls write) and its 0.9 API pages ``bagua_ddp``. An impl of the
+original's classes may write either; a keyword call may use either: ``impl.init_operations(bagua_ddp=m,
+bucket=b)`` reaches a hook written with ``bagua_module`` and the other way round. Positional calls (what the core
+makes) are untouched. The written signature stays what ``inspect.signature`` reports. This project's own impls
+(``bagua_core.api.AlgorithmImpl`` and the built-ins) are not adapted: their methods are what they write.
 """
 
 from __future__ import annotations
@@ -54,9 +56,10 @@ def accept_either_module_name(function: Callable[..., Any]) -> Callable[..., Any
     return hook
 
 
-def adapt_hooks(cls: type) -> None:
-    """Apply :func:`accept_either_module_name` to the hooks ``cls`` defines itself."""
+def adapt_hooks(cls: type, inherited: bool = False) -> None:
+    """Apply :func:`accept_either_module_name` to the hooks ``cls`` defines itself (``inherited``: and to those it
+    inherits, as its own: a class of the original's API over a built-in impl)."""
     for name in HOOKS_TAKING_THE_MODULE:
-        raw = cls.__dict__.get(name)
-        if inspect.isfunction(raw):
+        raw = getattr(cls, name, None) if inherited else cls.__dict__.get(name)
+        if inspect.isfunction(raw) and not getattr(raw, "bagua_module_parameter_names", None):
             setattr(cls, name, accept_either_module_name(raw))
