@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from bagua_core.codecs import RowwiseCodec
+from bagua_codecs.rowwise import RowwiseCodec
 
 __all__ = ["Float16Codec", "BFloat16Codec"]
 

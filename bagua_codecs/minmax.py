@@ -21,7 +21,8 @@ import torch
 
 from bagua_codecs import minmax_kernels as kernels
 from bagua_codecs.minmax_kernels.layout import EPS
-from bagua_core.codecs import Codec, RowwiseCodec
+from bagua_codecs.rowwise import RowwiseCodec
+from bagua_core.codecs import Codec
 from bagua_core.kernels import native_backend
 
 __all__ = ["MinMaxUInt8Codec", "MinMaxUInt4Codec"]

@@ -68,7 +68,7 @@ opt = torch.optim.SGD(model.parameters(), lr=0.1)
 model = model.with_bagua([opt])          # algorithm from BAGUA_CONFIG_FILE
 model(torch.ones(1, 2)).sum().backward()
 with open(f"{sys.argv[1]}/rank{bagua.get_rank()}.txt", "w") as out:  # files: stdout of 2 ranks interleaves
-    print("ALGO", bagua.get_rank(), type(model.bagua_algorithm).__name__, model.bagua_algorithm.average, file=out)
+    print("ALGO", bagua.get_rank(), type(model.bagua_algorithm).__name__, model.bagua_algorithm.config.average, file=out)
     print("GRAD", bagua.get_rank(), model.weight.grad.tolist(), file=out)
 bagua.destroy_process_group()
 """

@@ -84,7 +84,7 @@ def _train(rank: int, spec: dict) -> None:
     else:
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     model = model.with_bagua([optimizer], dict(spec))
-    assert model.bagua_algorithm.compression == spec["compression"]
+    assert model.bagua_algorithm.config.compression == spec["compression"]
     gen = torch.Generator().manual_seed(rank)
     for _ in range(5):
         x = torch.randn(8, 16, generator=gen)

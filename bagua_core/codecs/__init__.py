@@ -1,6 +1,7 @@
 """Codecs: named compressors that algorithms select with ``compression="<name>"``.
 
-Codecs are plugins: a plugin returns :class:`Codec` subclasses from the hook
+Codecs are plugins: a plugin returns :class:`Codec` subclasses (or ``RowwiseCodec`` ones, written from three
+vectorised functions: ``bagua_codecs.rowwise``, still importable from here) from the hook
 ``bagua_register_codecs`` (the built-ins, in the ``bagua_codecs`` package, are registered the same
 way). ``bagua plugins`` lists what is installed; an unknown name lists the available ones. Each
 algorithm that compresses keeps its own documented default codec.
@@ -19,11 +20,16 @@ from __future__ import annotations
 
 import difflib
 
+from bagua_core import moved as _moved
 from bagua_core.codecs.base import Codec
-from bagua_core.codecs.rowwise import RowwiseCodec
 from bagua_core.runtime.exceptions import PluginError
 
-__all__ = ["Codec", "RowwiseCodec", "get_codec", "codec_names", "check_codec_name", "describe_codecs"]
+__all__ = ["Codec", "get_codec", "codec_names", "check_codec_name", "describe_codecs"]
+
+
+def __getattr__(name: str) -> object:
+    """A name offered here by a package above the core (``RowwiseCodec``, ``bagua_codecs.rowwise``'s)."""
+    return _moved.offered_name(__name__, name)
 
 
 def _registry():

@@ -2,7 +2,9 @@
 
 A subclass gives per-chunk statistics (:meth:`row_headers`), how values become payload bytes given
 those statistics (:meth:`quantise`) and back (:meth:`dequantise`); this class does the layout of
-:mod:`bagua_core.codecs.base` (slots, padding, ranges, the short last chunk). Statistics see each
+:mod:`bagua_core.codecs.base` (slots, padding, ranges, the short last chunk). The built-in codecs are written on it,
+and a third party's may be (``from bagua_codecs.rowwise import RowwiseCodec``; ``bagua_core.codecs`` still offers
+the name). Statistics see each
 chunk's own elements only; inside the payload the short last chunk is padded with its last element.
 
 Example::
@@ -24,8 +26,8 @@ import abc
 
 import torch
 
-from bagua_core.codecs.base import Codec
-from bagua_core.runtime.native.checks import NonFiniteError, check_input, check_output
+from bagua_core.codecs import Codec
+from bagua_core.kernels import NonFiniteError, check_input, check_output
 
 __all__ = ["RowwiseCodec"]
 
