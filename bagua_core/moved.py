@@ -1,14 +1,8 @@
-"""Import paths that moved, declared by the packages that hold them now: entry points of the group
-``bagua.moved``, each named by the old path.
-
-- ``"bagua_core.checkpoint" = "bagua_features.checkpoints.checkpoint"``: a module (or package: its submodules
-  follow it) that moved. ``import bagua_core.checkpoint`` imports the module's new home, under both names, and
-  warns once with a ``DeprecationWarning`` naming it.
-- ``"bagua_core.save_checkpoint" = "bagua_features.checkpoints:save_checkpoint"``: a name that ``bagua_core``
-  still offers (``bagua_core.save_checkpoint``, ``from bagua_core import save_checkpoint``) while the object
-  lives in a package above the core (``docs/api.md`` lists them); no warning.
-
-The core names none of them: what moved out of it is declared by where it went (``pyproject.toml``).
+"""Import paths that moved, declared by the packages that hold them now: entry points of ``bagua.moved``, each
+named by the old path: a module path (``"bagua_core.checkpoint" = "bagua_features.checkpoints.checkpoint"``: imported as its new home,
+under both names, with a ``DeprecationWarning``; a package's submodules follow it), or a name ``bagua_core`` still
+offers (``"bagua_core.save_checkpoint" = "bagua_features.checkpoints:save_checkpoint"``; no warning). The core
+names none of them: what moved out of it is declared by where it went.
 
 Example::
 

@@ -259,16 +259,11 @@ class AlgorithmImpl:
         return False
 
     def warming_up(self, bagua_module: torch.nn.Module) -> bool:
-        """Whether the module trains in the core's warmup now: asked when the buckets are built (at the wrap
-        and every rebuild) and before every training forward (after the step counter moved, where
-        :meth:`need_reset` is asked). While it returns True, the core trains the module with full-precision
-        bucketed gradient allreduce (the parameters' gradients, in this impl's :meth:`bucket_size_bytes`,
-        averaged by the core's ``CentralizedSynchronousOp``, not hierarchical) instead of this impl's tensors,
-        operations and hooks (``bagua_core.lifecycle.warmup``); at the first forward at which it returns False,
-        the core rebuilds the buckets with this impl's own (the switch), and the other way round. The impl stays the module's
-        (``module.bagua_algorithm``) throughout: its :meth:`state_dict`, :meth:`abort`, :meth:`quiesce`,
-        :meth:`round_syncs`, ... are asked as at any step. Every rank must answer alike at the same step.
-        Default: False (no warmup).
+        """Whether the module trains in the core's warmup now (asked when the buckets are built and before every
+        training forward, after :meth:`need_reset`): while True, the core runs full-precision bucketed gradient
+        allreduce instead of this impl's tensors, operations and hooks (``bagua_core.lifecycle.warmup``); a change of
+        answer rebuilds the buckets. The impl stays the module's throughout (its ``state_dict``, ``abort``, ...
+        are asked as at any step). Every rank must answer alike at the same step. Default: False.
 
         Example::
 
@@ -320,17 +315,12 @@ class AlgorithmImpl:
         return hook
 
     def init_bucket_ready_hook(self, bagua_module: torch.nn.Module) -> Callable[[BaguaBucket], None] | None:
-        """Return ``hook(bucket)`` to run when a bucket is launched, or None (the default: nothing).
-
-        The extension point for work that belongs inside backward, per bucket, on the training thread,
-        e.g. stepping a per-bucket optimizer as soon as the bucket's gradients are ready. The hook is
-        called once per bucket per backward, strictly in bucket order (bucket i after buckets 0..i-1), on
-        the thread that marked the bucket's last tensor ready (autograd's thread during backward; the
-        training thread for buckets launched at the end of backward by ``wait_for_communication``),
-        before the bucket's operations are handed to the communication thread, so its effects are what
-        the operations see. A bucket without operations only runs the hook. Keep collectives out of it
-        unless every rank issues them in the same order (buckets are launched in the same order on
-        every rank). Rebuilt with the buckets (``need_reset``).
+        """Return ``hook(bucket)`` to run when a bucket is launched, or None (the default). It runs once per bucket
+        per backward, strictly in bucket order, on the thread that marked the bucket's last tensor ready (autograd's
+        during backward, the training thread for buckets launched at the end of backward), before the bucket's
+        operations are handed to the communication thread: the place for work that belongs inside backward, per
+        bucket (stepping a per-bucket optimizer). Keep collectives out of it unless every rank issues them in the
+        same order. Rebuilt with the buckets.
 
         Example::
 

@@ -1,14 +1,10 @@
 """``ModuleState``: everything bagua keeps on a wrapped module, in one object at the module's one bagua
 attribute (``bagua_core.lifecycle.state``), written by the core only.
 
-``with_bagua`` creates it (a re-wrap creates a new one, keeping what the user set: the module's name,
-``find_unused_parameters`` and the features running), the hooks and the wings that take part in training read it
-through :func:`state_of`, and ``bagua_shutdown()`` removes it. The original's documented attributes
-(``bagua_algorithm``, ``bagua_optimizers``, ``bagua_buckets``, ``bagua_train_step_counter``,
-``process_group``, ``bagua_module_name`` and ``bagua_capabilities``) are
-read-only properties over it (``bagua_core.module.bagua_module``); the impl running the module changes
-through one call, ``bagua_core.lifecycle.algorithm.switch_algorithm`` (a new quorum in fault-tolerant mode, an algorithm that hands the
-module to another).
+``with_bagua`` creates it (a re-wrap creates a new one, keeping the module's name, ``find_unused_parameters`` and
+the features running), the hooks read it through :func:`state_of`, ``bagua_shutdown()`` removes it; the wrapped
+module's documented attributes are read-only properties over it, and the impl running the module changes through
+one call, ``bagua_core.lifecycle.algorithm.switch_algorithm``.
 
 Example::
 

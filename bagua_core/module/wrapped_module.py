@@ -1,20 +1,11 @@
 """``WrappedModule``: what a plugin reads, changes or asks of a module wrapped with ``with_bagua``, through one handle.
 
-The core owns the module's state (:mod:`bagua_core.lifecycle.module_state`; the wrapped module's documented
-attributes are read-only); an algorithm reaches it through a ``WrappedModule``, never through attributes of the
-module, and the handle reads the state at each call (a module shut down since raises there):
-
-- what the module is: ``module_name``, ``process_group``, ``optimizers``, ``buckets``, ``impl``, ``capabilities``,
-  ``train_step_counter`` (training forwards since the wrap), ``is_sharded``;
-- its tensors: ``named_parameters()`` (those bagua trains), ``build_params()`` (those to communicate now),
-  ``named_buffers()``;
-- what it does: ``reset()`` (rebuild tensors, buckets and operations), ``wait_for_communication()``,
-  ``set_gradient_sync(enabled)`` (``module.no_sync()`` for a block), ``shutdown()``;
-- ``switch_algorithm(impl=..., declaration=..., capabilities=..., process_group=...)``: the one way to change the
-  impl running the module, its declaration, capabilities or group;
-- for a feature: ``features``, ``add_feature(feature)`` (turned on after the wrap by its own API),
-  ``count_hook_seconds()`` and ``take_hook_seconds()`` (the seconds the training thread spent in bagua's hooks);
-- ``WrappedModule.is_wrapped(module)``: whether it is wrapped (and not shut down since).
+The core owns the module's state (:mod:`bagua_core.lifecycle.module_state`); an algorithm or a feature reaches
+it through a ``WrappedModule``, never through attributes of the module, and the handle reads the state at each call
+(a module shut down since raises there): what the module is (``impl``, ``process_group``, ``buckets``, ...), its
+tensors, what it does (``reset()``, ``wait_for_communication()``, ``switch_algorithm(...)``, the one way to change
+the impl, its declaration, capabilities or group), and a feature's side (``features``, ``add_feature``, the
+seconds in bagua's hooks, the features' state).
 
 Example::
 

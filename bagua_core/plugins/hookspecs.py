@@ -6,20 +6,11 @@ announced through an entry point in the group ``bagua``::
     [project.entry-points.bagua]
     my_algorithm = "my_package.my_algorithm"
 
-Each registration hook returns a list of classes; every class declares its ``name``. The registry
-refuses a missing or duplicate name and names both providers of a duplicate.
-
-Only the hooks whose contract lives in the core are specified here: algorithms
-(:mod:`bagua_core.lifecycle.algorithm`), features (:mod:`bagua_core.lifecycle.feature`) and codecs
-(:mod:`bagua_core.codecs`). Nothing is looked up by
-name between an algorithm and its own code: an algorithm imports the op classes it appends to its
-buckets (its own, or another algorithm's). A plugin package whose contract
-lives in the package brings its own specs through :func:`bagua_add_hookspecs`, like pytest's
-``pytest_addhooks`` (the communication topologies and the cache stores are specified this way, by
-their packages; docs/plugins.md lists every spec).
-
-The plugin machinery sits below the contracts it carries (``Algorithm.init`` and ``get_codec`` look
-names up in its registries), so a spec's return type names no class of theirs: ``list[type]``, the
+Each registration hook returns a list of classes, each declaring its ``name`` (a missing or duplicate one is
+refused, naming both providers). Only the hooks whose contract lives in the core are specified here: algorithms,
+features and codecs; a plugin package whose contract lives in the package brings its own specs through
+:func:`bagua_add_hookspecs`, like pytest's ``pytest_addhooks`` (topologies, cache stores; docs/plugins.md lists
+every spec). The machinery sits below the contracts it carries, so a spec's return type is ``list[type]``, the
 base class in its docstring, checked where the contract is used.
 """
 

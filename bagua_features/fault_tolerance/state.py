@@ -2,8 +2,8 @@
 
 :func:`capture` copies (tensors cloned once each: the copy must not move while the model trains on) the parts an
 algorithm declares in ``Capabilities.fault_tolerance.heals``: ``weights`` (the module's state dict),
-``optimizer`` (every optimizer's state dict), ``algorithm_state`` (the impl's ``state_dict``) and
-``step`` (the module's step counter). :func:`restore` puts them back. :func:`fingerprint` is what a
+``optimizer`` (every optimizer's state dict), ``algorithm_state`` (the impl's ``state_dict``, and with it every
+feature's, ``Feature.state_dict``) and ``step`` (the module's step counter). :func:`restore` puts them back. :func:`fingerprint` is what a
 joiner must share with the quorum (algorithm, options, model) and :func:`check_joiner` compares it,
 naming the first field that differs.
 
@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from bagua_core.api import WrappedModule
 from bagua_core.lifecycle.module_state import named_buffers, named_parameters, state_of
 from bagua_core.lifecycle.tensor import is_sharded, load_optimizer_state, local_shard
 from bagua_core.runtime.exceptions import BaguaConfigError
@@ -78,6 +79,7 @@ def capture(module: torch.nn.Module, parts: Iterable[str], per_replica: Iterable
     if "algorithm_state" in parts:
         state = state_of(module).impl.state_dict()
         saved["algorithm_state"] = copy_tree({k: v for k, v in state.items() if k not in per_replica}, memo)
+        saved["feature_state"] = copy_tree(WrappedModule(module).features_state_dict(), memo)
     if "step" in parts:
         saved["step"] = int(state_of(module).train_step_counter)
     return saved
@@ -103,6 +105,8 @@ def restore(module: torch.nn.Module, saved: dict[str, Any], algorithm: bool = Tr
     if "optimizer" in saved:
         for opt, state in zip(state_of(module).optimizers, saved["optimizer"]):
             load_optimizer_state(opt, copy_tree(state))
+    if "feature_state" in saved:
+        WrappedModule(module).load_features_state_dict(copy_tree(saved["feature_state"]))
     if algorithm and "algorithm_state" in saved:
         state_of(module).impl.load_state_dict(copy_tree(saved["algorithm_state"]))
 
