@@ -1,4 +1,7 @@
-"""Contributed features built on bagua_core: cached datasets, samplers, fused optimizer, SyncBatchNorm, MoE.
+"""Contributed features built on bagua_core, each a package with its feature plugin: ``fused_optimizer``,
+``sync_batchnorm``, ``load_balancing_sampler``, ``cached_dataset`` and ``moe`` (selected by name:
+``with_bagua(..., features={"sync_batchnorm": {}})``); and the Lightning strategy
+(:mod:`bagua_contrib.lightning`).
 
 Names are imported on first use (``import bagua_contrib`` stays cheap and does not need redis)::
 
@@ -6,8 +9,10 @@ Names are imported on first use (``import bagua_contrib`` stays cheap and does n
     from bagua_contrib.moe import MoE
     from bagua_contrib.utils.redis_store import RedisStore
 
-Cache store backends are plugins (hook ``bagua_register_cache_stores``); ``backend="redis"`` is the
-built-in one, registered by :mod:`bagua_contrib.stores_plugin`.
+Cache store backends are plugins (hook ``bagua_register_cache_stores``); ``backend="redis"`` is the built-in
+one, registered by :mod:`bagua_contrib.stores_plugin`. The former modules ``bagua_contrib.fuse``,
+``bagua_contrib.load_balancing_data_loader`` and ``bagua_contrib.cache_loader`` re-export their names from the
+packages.
 """
 
 from __future__ import annotations
@@ -17,12 +22,12 @@ from typing import Any
 
 _EXPORTS = {
     "CachedDataset": "bagua_contrib.cached_dataset",
-    "CacheLoader": "bagua_contrib.cache_loader",
-    "LoadBalancingDistributedSampler": "bagua_contrib.load_balancing_data_loader",
-    "LoadBalancingDistributedBatchSampler": "bagua_contrib.load_balancing_data_loader",
-    "fuse_optimizer": "bagua_contrib.fuse.optimizer",
-    "fuse_step": "bagua_contrib.fuse.optimizer",
-    "is_fused_optimizer": "bagua_contrib.fuse.optimizer",
+    "CacheLoader": "bagua_contrib.cached_dataset",
+    "LoadBalancingDistributedSampler": "bagua_contrib.load_balancing_sampler",
+    "LoadBalancingDistributedBatchSampler": "bagua_contrib.load_balancing_sampler",
+    "fuse_optimizer": "bagua_contrib.fused_optimizer",
+    "fuse_step": "bagua_contrib.fused_optimizer",
+    "is_fused_optimizer": "bagua_contrib.fused_optimizer",
     "SyncBatchNorm": "bagua_contrib.sync_batchnorm",
     "MoE": "bagua_contrib.moe",
     "is_moe_param": "bagua_contrib.moe",

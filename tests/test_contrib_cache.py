@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from bagua_contrib.cache_loader import CacheLoader
+from bagua_contrib.cached_dataset import CacheLoader
 from bagua_contrib.cached_dataset import CachedDataset
 from bagua_contrib.utils import serialization
 from bagua_contrib.utils.redis_server import acquire_local_server

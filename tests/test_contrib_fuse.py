@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bagua_contrib.fuse import fuse_optimizer, fuse_state_of, fuse_step, is_fused_optimizer
+from bagua_contrib.fused_optimizer import fuse_optimizer, fuse_state_of, fuse_step, is_fused_optimizer
 from tests.distributed import run_workers
 from tests.models import SmallNet, batch
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from bagua_contrib.fuse import fuse_optimizer, fuse_state_of
+from bagua_contrib.fused_optimizer import fuse_optimizer, fuse_state_of
 from tests.distributed import run_workers
 
 STEPS = 7  # fused on steps 0, 2, 4, 6: four fused steps

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bagua_contrib.load_balancing_data_loader import (
+from bagua_contrib.load_balancing_sampler import (
     LoadBalancingDistributedBatchSampler,
     LoadBalancingDistributedSampler,
 )

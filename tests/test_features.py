@@ -232,10 +232,14 @@ def test_bagua_plugins_lists_the_features_with_their_options() -> None:
                           timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     features = {row["name"]: row for row in json.loads(done.stdout)["features"]}
-    assert {"autotune", "checkpoints", "fault_tolerant", "metrics"} <= set(features)
+    assert {"autotune", "checkpoints", "fault_tolerant", "metrics", "fused_optimizer", "sync_batchnorm",
+            "load_balancing_sampler", "cached_dataset", "moe"} <= set(features)
     assert features["metrics"]["package"] == "bagua_features.metrics" and features["metrics"]["scope"] == "module"
     assert features["fault_tolerant"]["scope"] == "process"
     assert "min_replicas" in [option["name"] for option in features["fault_tolerant"]["options"]]
+    assert features["fused_optimizer"]["package"] == "bagua_contrib.fused_optimizer"
+    assert [option["name"] for option in features["load_balancing_sampler"]["options"]] == ["complexity",
+                                                                                           "random_level"]
 
 
 def test_every_process_feature_is_listed_for_init_process_group() -> None:

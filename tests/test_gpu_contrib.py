@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bagua_contrib.fuse import fuse_optimizer
+from bagua_contrib.fused_optimizer import fuse_optimizer
 from bagua_contrib.moe import MoE
 from bagua_contrib.sync_batchnorm import SyncBatchNorm
 from tests.distributed import run_workers

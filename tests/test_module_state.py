@@ -43,7 +43,7 @@ def _train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rank: int, 
 
 
 def _lifecycle(rank: int, directory: str) -> dict:
-    from bagua_contrib.fuse import fuse_optimizer
+    from bagua_contrib.fused_optimizer import fuse_optimizer
     from bagua_features.checkpoints.checkpoint import load_checkpoint, save_checkpoint
     from bagua_core.lifecycle.module_state import state_of
     from bagua_core.module.ddp import DistributedDataParallel

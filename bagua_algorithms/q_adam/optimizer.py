@@ -46,8 +46,8 @@ class QAdamOptimizer(torch.optim.Optimizer):
     """Adam with a frozen second moment after warmup (the optimizer of the ``qadam`` algorithm)."""
 
     bagua_elementwise_step = True
-    """Every update is element-wise, so ``bagua_contrib.fuse`` may step flat tensors standing for several
-    parameters (their ``bagua_fused_params``); see :meth:`_finish_external`."""
+    """Every update is element-wise, so ``bagua_contrib.fused_optimizer`` may step flat tensors standing for
+    several parameters (their ``bagua_fused_params``); see :meth:`_finish_external`."""
 
     _step_supports_amp_scaling = True
     """``GradScaler.step`` hands this optimizer the loss scale and its overflow check instead of

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from bagua_contrib.cache_loader import CacheLoader
-from bagua_contrib.cached_dataset import CachedDataset
-from bagua_contrib.load_balancing_data_loader import (
+from bagua_contrib.cached_dataset import CacheLoader, CachedDataset
+from bagua_contrib.load_balancing_sampler import (
     LoadBalancingDistributedBatchSampler,
     LoadBalancingDistributedSampler,
 )
@@ -20,6 +19,6 @@ from bagua.torch_api.contrib import (  # noqa: E402
 
 __all__ = [
     "CacheLoader", "CachedDataset", "LoadBalancingDistributedBatchSampler", "LoadBalancingDistributedSampler",
-    "cache_loader", "cached_dataset", "fuse", "fuse_optimizer", "load_balancing_data_loader", "sync_batchnorm",
-    "utils",
+    "cache_loader", "cached_dataset", "fuse", "fuse_optimizer", "load_balancing_data_loader",
+    "sync_batchnorm", "utils",
 ]

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from bagua_contrib.cache_loader import CacheLoader
+from bagua_contrib.cached_dataset import CacheLoader
 
 __all__ = ["CacheLoader"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bagua_contrib.load_balancing_data_loader import (
+from bagua_contrib.load_balancing_sampler import (
     LoadBalancingDistributedBatchSampler,
     LoadBalancingDistributedSampler,
 )

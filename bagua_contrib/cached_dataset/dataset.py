@@ -13,7 +13,7 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from bagua_contrib.cache_loader import CacheLoader
+from bagua_contrib.cached_dataset.cache_loader import CacheLoader
 
 __all__ = ["CachedDataset"]
 
