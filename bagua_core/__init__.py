@@ -71,7 +71,6 @@ from bagua_core.codecs import Codec, codec_names, get_codec
 from bagua_core.lifecycle.bucket_ops.centralized import CentralizedSynchronousOp
 from bagua_core.plugins import hookimpl
 from bagua_core.module import BaguaModule, with_bagua
-from bagua_core.module.ddp import DistributedDataParallel
 from bagua_core.module.sharded import node_mesh
 from bagua_core.runtime.process_group import (
     BaguaProcessGroup,
@@ -120,7 +119,6 @@ __all__ = [
     "destroy_process_group",
     "with_bagua",
     "BaguaModule",
-    "DistributedDataParallel",
     "algorithm_names",
     "feature_names",
     "node_mesh",

@@ -1,15 +1,11 @@
 """``init_process_group``: the one call that starts a process of a bagua job.
 
-It starts the runtime's default group (:func:`bagua_core.runtime.process_group.init_process_group`) and the
-features that run for the whole process (``Feature.scope == "process"``) in this one place: each is turned on
-by its keyword argument of ``init_process_group`` (``Feature.init_argument``) or by its environment
-(``Feature.requested(None)``), its options are checked before any rendezvous and compared by every rank in it,
-and it is started once the group is up (``Feature.process_started``). Every module wrapped in the process then
-runs it. Nothing is wired at import time.
-
-A process feature is registered as every feature is (``bagua_register_features``) and also listed in the entry
-point group ``bagua.process_features`` (name -> ``module:Class``): the process imports just those classes before
-its rendezvous, not every plugin (those load at the first wrap), so it starts as fast as it did without them.
+It starts the runtime's default group and, in this one place, the features that run for the whole process
+(``Feature.scope == "process"``): each is turned on by its keyword argument (``Feature.init_argument``) or its
+environment (``Feature.requested(None)``), checked before any rendezvous, compared by every rank, started once the
+group is up (``Feature.process_started``), and run by every module wrapped in the process. A process feature is
+also listed in the entry points of ``bagua.process_features`` (name -> ``module:Class``): the process imports just
+those before its rendezvous, not every plugin.
 """
 
 from __future__ import annotations

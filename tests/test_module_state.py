@@ -46,7 +46,7 @@ def _lifecycle(rank: int, directory: str) -> dict:
     from bagua_contrib.fused_optimizer import fuse_optimizer
     from bagua_features.checkpoints.checkpoint import load_checkpoint, save_checkpoint
     from bagua_core.lifecycle.module_state import state_of
-    from bagua_core.module.ddp import DistributedDataParallel
+    from bagua_contrib.ddp import DistributedDataParallel
     from bagua_features import autotune
 
     seen: dict = {}

@@ -1,13 +1,10 @@
 """``Algorithm`` (a declaration: its validated config) and ``AlgorithmImpl`` (the lifecycle hooks).
 
-What the core calls, in order, when a module is wrapped (see DESIGN.md):
-broadcast from rank 0 -> ``init_tensors`` -> ``tensors_to_buckets`` -> ``init_operations`` per bucket;
-per-parameter ``init_backward_hook``; ``init_bucket_ready_hook`` as each bucket is launched (in
-bucket order, on the training thread); ``init_post_backward_hook`` at the end of backward;
-``init_post_optimizer_step_hook`` after ``optimizer.step``; before every forward the step counter
-is increased, ``need_reset`` and ``warming_up`` asked (True from the first, or a change of the second, redoes
-tensors/buckets/operations: during warmup the core's gradient allreduce builds them,
-``bagua_core.lifecycle.warmup``), then ``init_forward_pre_hook``.
+What the core calls, in order (docs/design.md): broadcast from rank 0 -> ``init_tensors`` -> ``tensors_to_buckets``
+-> ``init_operations`` per bucket; ``init_backward_hook`` per parameter, ``init_bucket_ready_hook`` as each bucket
+is launched, ``init_post_backward_hook`` at the end of backward, ``init_post_optimizer_step_hook`` after
+``optimizer.step``; before every forward ``need_reset`` and ``warming_up`` (a rebuild), then
+``init_forward_pre_hook``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """What an algorithm declares about itself, so the core, the CLI, Lightning, autotune and other plugins
 ask instead of knowing algorithms by name.
 
-Every :class:`~bagua_core.lifecycle.algorithm.Algorithm` class carries one ``capabilities`` (class level: readable
-without building or reifying the algorithm). Nothing here is communicated; :func:`capabilities_of`
-is what the core reads for a wrapped module: what the declaration says of itself running its impl
-(``Algorithm.capabilities_for``: its class's ``capabilities``; the original's algorithm classes in
-``bagua.torch_api`` fold in what their impls declare in the original's impl-level form).
+Every :class:`~bagua_core.lifecycle.algorithm.Algorithm` class carries one ``capabilities`` (class level). Nothing
+here is communicated; :func:`capabilities_of` is what the core reads for a wrapped module: what the declaration
+says of itself running its impl (``Algorithm.capabilities_for``).
 
 Example::
 
@@ -43,15 +41,11 @@ class FaultTolerance:
     participants and is derived again from each step's quorum (free text for the docs and ``bagua
     plugins``, e.g. ``"chunking by world size"``, ``"averaging denominator"``): the runtime re-reifies
     the algorithm on each new quorum's group, so whatever its impl derives from the group is re-derived.
-    ``commit``: where a step's transaction is decided: ``before_optimizer_step`` (nothing the step
-    changes outside the gradients before that point, so a failed step is discarded by not stepping),
-    ``after_step`` (the step changes state while it communicates: the runtime keeps a copy of
-    weights, optimizer and algorithm state and restores it on every survivor when the step fails) or
-    ``at_round`` (an algorithm whose steps communicate in rounds of several steps: a transaction spans a
-    round, from the copy taken before its first step to the commit decision after the step at which the
-    impl's ``round_ends(module)`` says it ended; the quorum is joined before the step at which its
-    ``round_syncs(module)`` says the round's exchange starts; the other steps take neither, and a failed round
-    is restored on every survivor from the copy taken at its start).
+    ``commit``: where a step's transaction is decided: ``before_optimizer_step`` (a failed step is discarded by
+    not stepping), ``after_step`` (a copy of weights, optimizer and algorithm state is restored on every survivor
+    when the step fails) or ``at_round`` (a transaction spans a round of steps, from the copy taken before its
+    first step to the decision after the step at which the impl's ``round_ends(module)`` says it ended; the quorum
+    is joined before the step at which ``round_syncs(module)`` says the round's exchange starts).
     ``unsupported``: option values refused in that mode (below). ``per_replica_state``: what of the healed
     ``algorithm_state`` stays with its replica (below)."""
 

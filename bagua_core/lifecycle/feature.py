@@ -1,27 +1,16 @@
 """``Feature``: the second kind of plugin beside an algorithm. A name, a validated config, and hooks of the
 lifecycle that the core calls at documented points; the core never special-cases one.
 
-A user selects features by name, as an algorithm: ``model.with_bagua(optimizers, "bytegrad",
-features={"sync_batchnorm": {}})``, a config file's ``[features.<name>]`` tables, ``bagua train --feature NAME``.
-A feature may also turn itself on (:meth:`Feature.requested`: the environment asks for it, or the module carries
-its request) or, for the whole process, from an argument of ``init_process_group`` (``scope = "process"``).
-
-What the core calls, in order, for every feature a wrap runs with (each hook has a default that does nothing):
-
-1. :meth:`~Feature.check` and :meth:`~Feature.agreed_fields` while the ranks agree before the first collective
-   (a feature refuses an algorithm it cannot run with there; its name and options are compared anyway);
-2. :meth:`~Feature.setup` once they agreed, before the broadcast and the buckets (convert layers, fuse the
-   optimizers); :meth:`~Feature.keeps_own_weights` right after (True: the wrap broadcasts no weights);
-3. :meth:`~Feature.wrapped` once the module trains with its algorithm;
-4. every training step: :meth:`~Feature.before_forward` after the step counter moved (True rebuilds the
-   buckets), :meth:`~Feature.before_optimizer_step` between the exchange and the optimizer step (the end of
-   backward, once the algorithm's exchange of the step is done), :meth:`~Feature.after_step` once every
-   optimizer of the module stepped;
-5. :meth:`~Feature.dataset` and :meth:`~Feature.sampler` when a training loop asks the wrapped module for its data
-   (``model.bagua_data_loader(dataset, batch_size)``, ``bagua_core.module.data``);
-6. :meth:`~Feature.state_dict` / :meth:`~Feature.load_state_dict` wherever the module's state is saved and
-   restored (checkpoints, a heal); :meth:`~Feature.membership_changed` when the module runs on a new group
-   (a new quorum); :meth:`~Feature.unwrap` at ``bagua_shutdown()`` or a re-wrap.
+A user selects features by name (``with_bagua(optimizers, "bytegrad", features={"sync_batchnorm": {}})``, a config
+file's ``[features.<name>]`` tables, ``bagua train --feature NAME``); a feature may also turn itself on
+(:meth:`Feature.requested`) or run for the whole process (``scope = "process"``, from ``init_process_group``). The
+core calls, in order (each hook's default does nothing): :meth:`~Feature.check` and :meth:`~Feature.agreed_fields`
+inside the agreement before the first collective; :meth:`~Feature.setup` and :meth:`~Feature.keeps_own_weights`
+before the broadcast and the buckets; :meth:`~Feature.wrapped`; every training step :meth:`~Feature.before_forward`,
+:meth:`~Feature.before_optimizer_step` (between the exchange and the optimizer step) and :meth:`~Feature.after_step`;
+:meth:`~Feature.dataset` and :meth:`~Feature.sampler` for ``model.bagua_data_loader``; :meth:`~Feature.state_dict`
+and :meth:`~Feature.load_state_dict` wherever the module's state is saved and restored (checkpoints, a heal);
+:meth:`~Feature.membership_changed` on a new group; :meth:`~Feature.unwrap` at the end.
 
 Example::
 

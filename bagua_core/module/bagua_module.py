@@ -1,13 +1,9 @@
 """``model.with_bagua(optimizers, algorithm)``, and what a wrapped module can do.
 
-``import bagua_core`` adds one name to ``torch.nn.Module``: ``with_bagua``. Wrapping gives the module the
-methods and read-only attributes of :class:`BaguaModule` the way FSDP2's ``fully_shard`` gives a module
-``FSDPModule``'s: its class becomes ``Bagua<Class>``, a subclass of ``BaguaModule`` and of its own class, made
-once per class (:func:`wrapped_class`), and stays so after ``bagua_shutdown()`` (as ``fully_shard``'s
-does): a module shut down answers ``bagua_shutdown()`` again with nothing to do, and its attributes read from the
-state raise "not wrapped". Each method is a
-function of this module taking the module (``named_parameters(module)``, ``reset(module)``, ...), which the
-core calls and a plugin reaches through ``bagua_core.api.WrappedModule``.
+``import bagua_core`` adds one name to ``torch.nn.Module``: ``with_bagua``. Wrapping makes the module's class
+``Bagua<Class>`` (a subclass of :class:`BaguaModule` and of its own class, made once per class, as FSDP2's
+``fully_shard`` makes ``FSDP<Class>``), which it stays after ``bagua_shutdown()``. Each method is a function of this
+module taking the module, which the core calls and a plugin reaches through ``bagua_core.api.WrappedModule``.
 
 Example::
 
@@ -95,18 +91,13 @@ class BaguaModule:
         ``algorithm`` may be an ``Algorithm``, a registered name (``"gradient_allreduce"``), a dict with
         ``name`` and options, a config model, or the path of a .toml/.yaml/.yml/.json file (its top level
         or its ``[algorithm]`` table). ``None`` uses ``BAGUA_CONFIG_FILE`` if set, else gradient_allreduce.
-        ``features``: the features to run (``bagua plugins`` lists them), a mapping of names to options
-        (``{"sync_batchnorm": {}}``) or a list of names, beside those of the config file's ``[features.<name>]``
-        tables (``features`` wins for a name in both), the process's (``init_process_group``) and those that turn
-        themselves on; a re-wrap keeps running the features of the wrap before.
-        Every rank first compares with the others what decides its collectives (the algorithm's options,
-        ``do_flatten``, the features and their options, the environment, the model's tensors;
-        ``bagua_core.module.agreed_settings``): a difference raises on every rank. Wrapping then broadcasts parameters, buffers and optimizer state
-        from the group's first rank (unless a feature keeps each rank's own: a checkpoint holding each rank's
-        own weights for this algorithm, loaded before the wrap); calling it again switches the algorithm.
-
-        A model sharded with FSDP2 on each node's ranks (``bagua.node_mesh()``, the root ``fully_shard``-ed
-        too) runs the algorithm between the nodes on each rank's shards (``bagua_core.module.sharded``).
+        ``features``: the features to run, names to options (``{"sync_batchnorm": {}}``) or a list of names, beside
+        the config file's ``[features.<name>]`` tables (``features`` wins), the process's and those that turn
+        themselves on; a re-wrap keeps those of the wrap before. Every rank first compares what decides its
+        collectives (``bagua_core.module.agreed_settings``): a difference raises on every rank. Wrapping then
+        broadcasts parameters, buffers and optimizer state from the group's first rank (unless a feature keeps each
+        rank's own); calling it again switches the algorithm. A model sharded with FSDP2 on each node's ranks runs
+        the algorithm between the nodes on each rank's shards (``bagua_core.module.sharded``).
 
         Example::
 

@@ -6,11 +6,7 @@ job's ranks. The loader is torch's ``DataLoader``: call ``loader.sampler.set_epo
 
 Example::
 
-    >>> model = model.with_bagua([optimizer], "gradient_allreduce", features={"load_balancing_sampler": {}})
-    >>> loader = model.bagua_data_loader(dataset, batch_size=32, seed=0)
-    >>> for epoch in range(3):
-    ...     loader.sampler.set_epoch(epoch)
-    ...     for x, y in loader: ...
+    >>> loader = model.bagua_data_loader(dataset, batch_size=32, seed=0)   # features={"load_balancing_sampler": {}}
 """
 
 from __future__ import annotations

@@ -8,16 +8,11 @@ each rank's value::
 
     algorithm option 'average' differs: rank 0 True, rank 1 False
 
-``prepare`` returns a :class:`Prepared` (its result and the fields to compare) or a plain result (no
-fields). Errors raised here are marked ``bagua_coordinated``: every rank raises them, so none of them
-poisons the group (see :mod:`bagua_core.runtime.failure`). An error raised the same way on several ranks (a
-misspelt algorithm name in a script every rank runs) is one failure: the lowest of those ranks shows it,
-the others are marked ``bagua_same_failure_as`` that rank and say so in one line; so is a disagreement
-(rank 0 of the group shows it). A rank that raises because another one failed is marked
-``bagua_failed_elsewhere`` (that rank) and ``bagua_failed_kind`` (its exception's type).
-
-A plugin reaches these as one object, ``agreement`` (``bagua_core.api``): ``agreement.Prepared``,
-``agreement.agree_or_raise``, ``agreement.model_signature``.
+``prepare`` returns a :class:`Prepared` (its result and the fields to compare) or a plain result. Errors raised
+here are marked ``bagua_coordinated`` (every rank raises them, so none poisons the group); one raised the same way
+on several ranks is one failure, shown by the lowest of them (``bagua_same_failure_as`` on the others), and a rank
+that raises because another failed is marked ``bagua_failed_elsewhere`` and ``bagua_failed_kind``. A plugin reaches
+these as ``bagua_core.api.agreement``.
 
 Example::
 

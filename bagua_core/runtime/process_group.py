@@ -242,24 +242,10 @@ def _elastic_attempt_store() -> dist.Store | None:
 
 def init_process_group(store: dist.Store | None = None,
                        process_features: dict[str, dict] | None = None) -> BaguaProcessGroup:
-    """Start the default process group from the torchrun variables: gloo on CPU; with CUDA, NCCL for
-    CUDA tensors and gloo for CPU tensors (see :func:`choose_backend`). The runtime's half of
-    ``bagua_core.init_process_group`` (:mod:`bagua_core.bootstrap`), which starts the process features on it.
-
-    ``store`` replaces the ``MASTER_ADDR``/``MASTER_PORT`` rendezvous. If torch.distributed is already
-    initialized (by Lightning, say) its default group is used. ``BAGUA_BACKEND`` overrides the backend;
-    ``BAGUA_COMMUNICATOR=nccl`` runs the collectives on CUDA tensors through bagua's native NCCL
-    communicator (an error here, on every rank, says why when it is unavailable).
-
-    ``process_features``: the features this process runs for its whole life (name -> options); every rank
-    must run the same, which is checked here, before the default group is built.
-
-    Example::
-
-        >>> import bagua_core as bagua
-        >>> bagua.init_process_group()      # in a script started by `bagua run --nproc_per_node 2 ...`
-        >>> bagua.get_rank(), bagua.get_world_size()
-    """
+    """The runtime's half of ``bagua_core.init_process_group`` (:mod:`bagua_core.bootstrap`, which documents the
+    rest): the default group from the torchrun variables or ``store`` (:func:`choose_backend`). ``process_features``:
+    what this process runs for its whole life (name -> options); every rank must run the same, which is checked
+    here, before the default group is built."""
     global _default_group, _node_keys
     if _default_group is not None:
         raise RepeatedInitializationError(

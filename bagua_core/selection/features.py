@@ -2,14 +2,7 @@
 tables, or by the feature itself (``Feature.requested``); every name and option validated against the installed
 features before the first collective.
 
-A config file holds its features beside its ``[algorithm]``::
-
-    [algorithm]
-    name = "bytegrad"
-
-    [features.sync_batchnorm]
-
-    [features.fused_optimizer]
+A config file holds its features beside its ``[algorithm]``, one ``[features.<name>]`` table each.
 
 Example::
 

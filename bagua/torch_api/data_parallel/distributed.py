@@ -1,7 +1,7 @@
 """``DistributedDataParallel(module, ..., optimizers=[], algorithm=GradientAllReduceAlgorithm())``.
 
 A thin adapter: the documented default algorithm (the core names no algorithm); the wrapper is
-``bagua_core.module.ddp.DistributedDataParallel``. ``DistributedDataParallel_V1_9_0`` is the class the
+``bagua_contrib.ddp.DistributedDataParallel``. ``DistributedDataParallel_V1_9_0`` is the class the
 original's function returns (torch 1.9's DDP interface), which its own tests construct directly."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 import torch
 
 from bagua.torch_api.algorithms.gradient_allreduce import GradientAllReduceAlgorithm
-from bagua_core.module.ddp import DistributedDataParallel as _DistributedDataParallel
-from bagua_core.module.ddp import to_bagua_process_group
+from bagua_contrib.ddp import DistributedDataParallel as _DistributedDataParallel
+from bagua_contrib.ddp import to_bagua_process_group
 
 __all__ = ["DistributedDataParallel", "DistributedDataParallel_V1_9_0", "to_bagua_process_group"]
 
@@ -32,7 +32,7 @@ def DistributedDataParallel(  # noqa: N802 (the documented name)
     algorithm: Any = GradientAllReduceAlgorithm(),  # noqa: B008 (the documented default; never mutated)
 ) -> _DistributedDataParallel:
     """Wrap ``module`` like torch's DDP, communicating with ``algorithm``. See
-    ``bagua_core.module.ddp.DistributedDataParallel``."""
+    ``bagua_contrib.ddp.DistributedDataParallel``."""
     return DistributedDataParallel_V1_9_0(
         module, device_ids, output_device, dim, broadcast_buffers, process_group, bucket_cap_mb,
         find_unused_parameters, check_reduction, gradient_as_bucket_view, list(optimizers), algorithm,

@@ -1,19 +1,11 @@
 """When a rank fails while training, every rank stops within seconds and says which rank failed and why.
 
-The pieces (each its own module):
-
-- :mod:`~bagua_core.runtime.failure.record`: the job's first failure, kept in torch's store (the first writer
-  wins), and this process's view of it; once a process failed or learned of a failure, bagua issues
-  no further collective there (:func:`raise_if_aborted`), so a failing rank never goes on issuing a
-  shifted sequence of collectives;
-- :mod:`~bagua_core.runtime.failure.translate`: what a rank raises: its own error (reported), or a
-  ``PeerFailureError`` naming the rank that failed first, a ``CommunicationTimeoutError`` after
-  ``BAGUA_COMM_TIMEOUT_S``, a ``CommunicationError`` naming the ranks whose process is gone;
-- :mod:`~bagua_core.runtime.failure.abort`: NCCL process groups are aborted so their collectives in flight
-  return; on gloo the peers' collectives fail when the failing process exits (its connections close);
-- :mod:`~bagua_core.runtime.failure.watchdog`: a thread that learns of a peer's failure from the store and
-  interrupts a main thread that is not in a collective;
-- :mod:`~bagua_core.runtime.failure.uncaught`: uncaught exceptions are reported before the process exits.
+The pieces: :mod:`.record` (the job's first failure, kept in torch's store, the first writer winning; once a
+process failed or learned of one, bagua issues no further collective there), :mod:`.translate` (what a rank raises:
+its own error, or a ``PeerFailureError`` naming the rank that failed first, a ``CommunicationTimeoutError``, a
+``CommunicationError``), :mod:`.abort` (the groups aborted so collectives in flight return), :mod:`.watchdog` (a
+thread that learns of a peer's failure and interrupts a main thread outside a collective), :mod:`.uncaught`
+(uncaught exceptions reported before the process exits).
 
 ``init_process_group`` calls :func:`start`, ``destroy_process_group`` :func:`stop`.
 

@@ -1,8 +1,7 @@
 """The Python side of ``native/``: which compiled kernels serve this process, and the NCCL communicator.
 
-``native/`` builds every C kernel into one CPU library and every CUDA kernel into one CUDA library; the
-packages that own kernels (the codecs', the algorithms') wrap them and fall back to torch where they do
-not serve. This package only loads the libraries (:mod:`.library`, :mod:`.cuda`, :mod:`.ffi_loader`),
+``native/`` builds every C kernel into one CPU library and every CUDA kernel into one CUDA library; the packages
+that own kernels wrap them and fall back to torch where they do not serve. This package loads the libraries,
 applies the policy (:mod:`.policy`) and reports:
 
 * ``backend``: ``"native"`` when the CPU library serves calls, else ``"python"`` (policy
