@@ -80,7 +80,9 @@ def _run_with_one_kill(tmp_path: Path, mid_training: bool, epochs: int) -> tuple
                "--algorithm", "gradient_allreduce", "--summary-json", str(summary)]
     env = {k: v for k, v in os.environ.items() if k not in ("RUST_LOG", "BAGUA_VERBOSE")}
     # the survivor waits for the restarted replica (--min-replicas 2): give a loaded machine time to restart it
-    env.update(OMP_NUM_THREADS="1", BAGUA_FT_QUORUM_TIMEOUT_S="400")
+    # and draw the progress bar into the pipe (BAGUA_PROGRESS=bar; a pipe gets a few lines otherwise): the test
+    # counts the steps on it to kill mid-training
+    env.update(OMP_NUM_THREADS="1", BAGUA_FT_QUORUM_TIMEOUT_S="400", BAGUA_PROGRESS="bar")
     proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
     output = _Output(proc)

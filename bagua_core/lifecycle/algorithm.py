@@ -82,6 +82,12 @@ class Algorithm:
         except ValidationError as exc:
             raise BaguaConfigError(format_validation_error(exc, f"options for algorithm {self.name!r}")) from None
 
+    def __getattr__(self, item: str) -> Any:  # an option reads as an attribute: algorithm.hierarchical
+        config = self.__dict__.get("config")
+        if config is not None and item in type(config).model_fields:
+            return getattr(config, item)
+        raise AttributeError(f"{type(self).__name__} has no attribute {item!r}")
+
     @classmethod
     def init(cls, name: str, **kwargs: Any) -> Algorithm:
         """The registered algorithm ``name`` built with ``kwargs`` (the original's helper).

@@ -97,12 +97,9 @@ class OriginalAlgorithm:
     class sets none, and capabilities from its impl's impl-level form when it declares none."""
 
     def __getattr__(self, item: str) -> Any:
-        config = self.__dict__.get("config")
-        if config is not None and item in type(config).model_fields:
-            return getattr(config, item)
         if item == "config":  # an algorithm written for the original sets plain attributes, no config
             return AlgorithmConfig(name=self.name or type(self).__name__)
-        raise AttributeError(f"{type(self).__name__} has no attribute {item!r}")
+        return super().__getattr__(item)  # its options, as the core's Algorithm reads them
 
     def capabilities_for(self, impl: Any) -> Capabilities:
         declared = type(self).capabilities
