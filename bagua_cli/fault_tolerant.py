@@ -130,9 +130,14 @@ def parse_fault_tolerant_options(argv: list[str]) -> tuple[argparse.Namespace | 
     return options, rest
 
 
-def _free_port(host: str) -> int:
+def _free_port(host: str, port: int = 0) -> int:
+    """``port`` on ``host`` if it is free (0: a free one); a port in use is a ``ValueError``."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
-        probe.bind((host, 0))
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise ValueError(f"--lighthouse-port {port}: {host}:{port} is not free ({exc.strerror}); "
+                             "pick another or leave it out (a free one)") from None
         return probe.getsockname()[1]
 
 
@@ -149,13 +154,37 @@ def _start_lighthouse(options: argparse.Namespace) -> tuple[subprocess.Popen, st
         raise ValueError("torchft_lighthouse was not found: install the fault-tolerant extra "
                          "(pip install -e '.[ft]' or bash setup.sh)")
     host = options.lighthouse_host
-    port = options.lighthouse_port or _free_port(host)
+    port = _free_port(host, options.lighthouse_port or 0)
     bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     proc = subprocess.Popen([binary, "--min_replicas", str(options.min_replicas), "--bind", bind,
                              "--join_timeout_ms", str(options.ft_join_timeout_ms),
                              "--heartbeat_timeout_ms", str(options.ft_heartbeat_timeout_ms)],
                             env=_quiet_env(dict(os.environ)))
+    _wait_listening(proc, host, port, LIGHTHOUSE_START_S)
     return proc, f"http://{bind}"
+
+
+LIGHTHOUSE_START_S = 120.0
+"""How long the lighthouse may take to listen: its script imports torchft (and torch) first, seconds on a loaded
+host, and a replica asking for a quorum before it listens would fail."""
+
+
+def _wait_listening(proc: subprocess.Popen, host: str, port: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=1.0).close()
+            if proc.poll() is None:
+                return
+        except OSError:
+            pass
+        if proc.poll() is not None:  # (another program may be listening there)
+            raise ValueError(f"the lighthouse exited (status {proc.returncode}) before it listened on {host}:{port}; "
+                               "its output above says why (a port in use: pass another --lighthouse-port)")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise ValueError(f"the lighthouse did not listen on {host}:{port} within {timeout_s:g} s")
+        time.sleep(0.1)
 
 
 def run_fault_tolerant(options: argparse.Namespace, torchrun_args: list[str]) -> int:

@@ -131,6 +131,19 @@ def test_max_restarts_belongs_to_fault_tolerant_mode(capsys) -> None:
     assert "--max-restarts must be a non-negative integer, got -1" in capsys.readouterr().err
 
 
+def test_a_lighthouse_port_in_use_is_one_line_before_any_replica_starts(capsys) -> None:
+    pytest.importorskip("torchft")
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["train", "--fault-tolerant", "--replicas", "2", "--lighthouse-port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert f"--lighthouse-port {port}: 127.0.0.1:{port} is not free" in err and "Traceback" not in err, err
+
+
 def test_run_checks_every_table_before_starting_workers(tmp_path, capsys) -> None:
     bad = tmp_path / "run.toml"
     bad.write_text('[algorithm]\nname = "gradient_allreduce"\n[training]\nlr = -1\n')

@@ -1,10 +1,6 @@
 """``Algorithm`` (a declaration: its validated config) and ``AlgorithmImpl`` (the lifecycle hooks).
 
-What the core calls, in order (docs/design.md): broadcast from rank 0 -> ``init_tensors`` -> ``tensors_to_buckets``
--> ``init_operations`` per bucket; ``init_backward_hook`` per parameter, ``init_bucket_ready_hook`` as each bucket
-is launched, ``init_post_backward_hook`` at the end of backward, ``init_post_optimizer_step_hook`` after
-``optimizer.step``; before every forward ``need_reset`` and ``warming_up`` (a rebuild), then
-``init_forward_pre_hook``.
+What the core calls, in order: docs/design.md ("The lifecycle").
 """
 
 from __future__ import annotations
@@ -20,12 +16,11 @@ from bagua_core.runtime import env
 from bagua_core.lifecycle.bucket import BaguaBucket
 from bagua_core.lifecycle.capabilities import NOT_DECLARED, Capabilities
 from bagua_core.lifecycle.module_state import build_params, module_name, state_of, wait_for_communication
-from bagua_core.runtime.exceptions import format_validation_error
 from bagua_core.lifecycle.state import tensor_state_of
 from bagua_core.lifecycle.rounds import RoundCount
 from bagua_core.lifecycle import proxies
 from bagua_core.lifecycle.tensor import local_shard
-from bagua_core.runtime.exceptions import BaguaConfigError
+from bagua_core.runtime.exceptions import BaguaConfigError, format_validation_error
 from bagua_core.plugins import algorithm_registry
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -1,14 +1,9 @@
 """``BaguaBucket``: tensors communicated together, optionally flattened into one buffer.
 
-A bucket runs its operations, in the order they were appended, once every one of its tensors is
-marked ready; the module launches buckets strictly in registration order on the process group's
-communication thread, so communication overlaps the rest of backward.
-
-The values of a bucket over a model sharded with FSDP2 live in a buffer FSDP2 allocates each step (its
-reduce-scatter output, every shard padded): the core lends it to the bucket (:meth:`BaguaBucket.lend`)
-as soon as FSDP2 hands it over, and the bucket's operations work on it in place; the bucket's layout
-(:attr:`BaguaBucket.offsets`) is FSDP2's, whether a buffer was lent or the values are gathered from the
-tensors.
+A bucket runs its operations, in order, once all its tensors are ready; buckets launch in registration order
+on the communication thread, overlapping the rest of backward. Over an FSDP2-sharded model the values live in
+the buffer FSDP2 allocates each step (its padded reduce-scatter output), lent to the bucket
+(:meth:`BaguaBucket.lend`) and worked on in place; :attr:`BaguaBucket.offsets` is FSDP2's layout either way.
 """
 
 from __future__ import annotations

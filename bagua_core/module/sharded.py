@@ -1,14 +1,10 @@
 """Models sharded with FSDP2 inside a node: bagua runs between the nodes, through FSDP2's public API.
 
-A model too large to replicate is sharded with torch's own FSDP2 (``fully_shard``) over the ranks of one
-node: a 1-D ``DeviceMesh`` (:func:`node_mesh`). FSDP2 gathers, shards and reduce-scatters inside the node
-and issues nothing between the nodes; the algorithm runs there, on each rank's local shards, with the ranks
-of the other nodes that hold the same shard (the layout: ``bagua_core.lifecycle.shard_layout``, kept in the
-module's state). Gradients reach bagua through ``FSDPModule.set_all_reduce_hook``: FSDP2 hands each unit's
-reduce-scatter output (its shards of the unit's gradients, one flat buffer, each shard padded) to the hook
-as soon as the unit's reduce-scatter is done, and the core lends that buffer to the bucket holding the
-unit's gradients, which starts its exchange at once, overlapping the rest of backward as HSDP's own
-all-reduce does (:class:`UnitHandoff`).
+FSDP2 (``fully_shard`` over a 1-D node ``DeviceMesh``, :func:`node_mesh`) gathers, shards and reduce-scatters
+inside the node; the algorithm runs between nodes on each rank's local shards, with the ranks holding the same
+shard (``bagua_core.lifecycle.shard_layout``). Gradients arrive through ``FSDPModule.set_all_reduce_hook``: each
+unit's padded reduce-scatter output is lent to its bucket, whose exchange starts at once, overlapping the rest
+of backward as HSDP's all-reduce does (:class:`UnitHandoff`).
 
 A 2-D ("replicate", "shard") mesh is refused: FSDP2 would all-reduce over its replicate dimension itself
 (its hook sees the all-reduced gradients) and its public API cannot hand that dimension over.
