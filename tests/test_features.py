@@ -67,6 +67,9 @@ class RecorderFeature(Feature):
     def load_state_dict(self, module, state):
         CALLS.append(f"load_state_dict:{state['tag']}")
 
+    def membership_changed(self, module):
+        CALLS.append(f"membership_changed:{module.process_group.name}")
+
     def unwrap(self, module):
         CALLS.append("unwrap")
 
@@ -119,7 +122,14 @@ def _lifecycle(rank: int, directory: str) -> dict[str, Any]:
     with model.no_sync():  # no exchange, so no "between the exchange and the optimizer step"
         model(torch.randn(3, 4)).sum().backward()
     stepped = list(CALLS)
-    bagua_core.save_checkpoint(2, directory, model, optimizer)  # (the counter is 3: no_sync's forward counted)
+    # a new group (a new quorum's, in fault-tolerant mode) is announced to the features before the next step
+    from bagua_core.lifecycle.algorithm import switch_algorithm
+
+    group = bagua_core.new_group()
+    switch_algorithm(model, process_group=group)
+    changed = CALLS[len(stepped):], group.name
+    _step(model, optimizer, rank)
+    bagua_core.save_checkpoint(2, directory, model, optimizer)  # (the counter is 4: no_sync's forward counted)
     recorded = model.bagua_recorded
     model.bagua_shutdown()
     fresh, fresh_optimizer = _model()
@@ -128,7 +138,7 @@ def _lifecycle(rank: int, directory: str) -> dict[str, Any]:
     fresh = fresh.with_bagua([fresh_optimizer], "gradient_allreduce", features=["recorder"])
     resumed = list(CALLS), fresh.bagua_train_step_counter
     fresh.bagua_shutdown()
-    return {"wrapped": wrapped, "stepped": stepped, "recorded": recorded, "resumed": resumed}
+    return {"wrapped": wrapped, "stepped": stepped, "changed": changed, "recorded": recorded, "resumed": resumed}
 
 
 def test_a_third_party_registers_a_feature(tmp_path: Path) -> None:
@@ -136,10 +146,12 @@ def test_a_third_party_registers_a_feature(tmp_path: Path) -> None:
         assert seen["wrapped"] == ["agreed_fields", "setup:1", "keeps_own_weights:gradient_allreduce", "wrapped"]
         step = ["before_forward", "before_optimizer_step:True", "after_step"]
         assert seen["stepped"] == seen["wrapped"] + step + step + ["before_forward"]
+        calls, name = seen["changed"]
+        assert calls == [f"membership_changed:{name}"]  # once, with the module's group already the new one
         assert seen["recorded"][-1] == "state_dict"  # save_checkpoint kept the feature's state
         # the resumed wrap runs the recorder selected by name and hands it its saved state once it is wrapped
         calls, counter = seen["resumed"]
-        assert counter == 3 and calls[-2:] == ["wrapped", "load_state_dict:x"], calls
+        assert counter == 4 and calls[-2:] == ["wrapped", "load_state_dict:x"], calls
 
 
 def _refused(rank: int, features: Any) -> str:
