@@ -23,6 +23,8 @@ MODEL_LAYERS: dict[str, tuple[int, ...]] = {
     "mlp2m": (256, 1024, 1024, 10),
     # the scaling benchmark's model: 5.3M parameters (21 MB of fp32), ~1.7 s per ring allreduce at 100 Mbit/s
     "mlp5m": (1024, 2048, 1536, 10),
+    # sparseloco's round-cost benchmark: 10.5M parameters
+    "mlp10m": (1024, 2048, 4096, 10),
     "tiny": (32, 32, 10),
 }
 

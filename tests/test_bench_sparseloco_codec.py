@@ -27,3 +27,16 @@ def test_the_benchmark_times_every_kernel_on_both_paths(tmp_path: Path) -> None:
     assert all(row[f"{side}_{kind}_ms"]["median"] > 0 for row in saved["rows"] for side in ("torch", "native")
                for kind in ("cpu", "wall"))
     assert table.read_text().count("\n| ") == len(rows) + 2  # the header, its rule, a line a row
+
+
+@pytest.mark.skipif(native_backend() != "native", reason="the C kernels are not built")
+def test_the_round_cost_benchmark_runs_every_arm_in_a_job_of_its_own(tmp_path: Path) -> None:
+    from benchmarks.sparseloco_round_cost import main
+
+    table = tmp_path / "round.md"
+    result = main(["--model", "tiny", "--steps", "2", "--repeats", "1", "--markdown", str(table)])
+    assert list(result["times_ms"]) == ["native/rounds", "python/rounds", "none/none"]
+    assert result["parameters"] == 32 * 32 + 32 + 32 * 10 + 10
+    assert all(len(values) == 1 and values[0] > 0 for values in result["times_ms"].values())
+    text = table.read_text()
+    assert "a round every step, native codec" in text and "| no round (inner_steps past the run) |" in text
