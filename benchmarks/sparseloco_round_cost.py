@@ -2,7 +2,8 @@
 with ``sparseloco`` at ``inner_steps=1`` (a round every step: encode, the collective, decode and average, the
 outer step) and at ``inner_steps`` past the run (the same steps, no round), side by side in one run.
 
-    python -m benchmarks.sparseloco_round_cost [--model mlp10m] [--steps 12] [--repeats 5] [--paths native,python]
+    python -m benchmarks.sparseloco_round_cost [--model mlp10m] [--steps 12] [--repeats 5] [--batch-size 256]
+                                               [--paths native,python]
                                                [--markdown FILE] [--json FILE]
 
 Each repeat runs every arm in turn, each a job of its own (the codec's path is chosen per process), the order
@@ -32,7 +33,7 @@ NO_ROUND_STEPS = 1_000_000
 """``inner_steps`` of the arm without rounds: none falls in the run."""
 
 
-def _worker(model_name: str, steps: int, arm: str, out: str) -> None:
+def _worker(model_name: str, steps: int, batch_size: int, arm: str, out: str) -> None:
     import torch
     import torch.nn.functional as F
 
@@ -46,7 +47,8 @@ def _worker(model_name: str, steps: int, arm: str, out: str) -> None:
     generator = torch.Generator().manual_seed(rank)
     model = build_model(model_name)
     width = next(model.parameters()).shape[1]
-    data = [(torch.randn(32, width, generator=generator), torch.randint(0, 10, (32,), generator=generator))
+    data = [(torch.randn(batch_size, width, generator=generator),
+             torch.randint(0, 10, (batch_size,), generator=generator))
             for _ in range(4)]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     inner_steps = 1 if arm.endswith("/rounds") else NO_ROUND_STEPS
@@ -67,7 +69,7 @@ def _worker(model_name: str, steps: int, arm: str, out: str) -> None:
     bagua_core.destroy_process_group()
 
 
-def _run_arm(model: str, steps: int, arm: str) -> dict:
+def _run_arm(model: str, steps: int, batch_size: int, arm: str) -> dict:
     """One arm in a job of its own (the codec's path is chosen per process: ``BAGUA_NATIVE``)."""
     from benchmarks.launch import launch
 
@@ -76,8 +78,8 @@ def _run_arm(model: str, steps: int, arm: str) -> dict:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "result.json")
-            launch("benchmarks.sparseloco_round_cost", ["--model", model, "--steps", str(steps), "--worker", out,
-                                                        "--arm", arm], 2, timeout=900)
+            launch("benchmarks.sparseloco_round_cost", ["--model", model, "--steps", str(steps), "--batch-size",
+                                                        str(batch_size), "--worker", out, "--arm", arm], 2, timeout=900)
             return json.loads(Path(out).read_text())
     finally:
         if saved is None:
@@ -90,7 +92,8 @@ def markdown(result: dict) -> str:
     """The results as the markdown ``results/sparseloco_round_cost.md`` holds."""
     times, base = result["times_ms"], statistics.median(result["times_ms"]["none/none"])
     lines = [f"Measured {result['when']} on {result['machine']}, torch {result['torch']}, 1 thread a rank; "
-             f"{result['model']} ({result['parameters']:,} parameters), 2 ranks over loopback (gloo), "
+             f"{result['model']} ({result['parameters']:,} parameters), batches of {result['batch_size']}, 2 ranks over "
+             f"loopback (gloo), "
              f"{result['steps']} timed steps an arm, {result['repeats']} repeats (median, min-max); "
              f"`{result['command']}`.", "",
              "| arm | step ms | over the step without rounds |", "| --- | ---: | ---: |"]
@@ -106,6 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--model", default="mlp10m")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=256, help="samples a rank's step (256: a ~0.3 s step here)")
     parser.add_argument("--paths", default="native,python", help="codec paths with rounds: native, python")
     parser.add_argument("--markdown", default="")
     parser.add_argument("--json", default="")
@@ -113,7 +117,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--arm", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        _worker(args.model, args.steps, args.arm, args.worker)
+        _worker(args.model, args.steps, args.batch_size, args.arm, args.worker)
         return {}
     import torch
 
@@ -123,14 +127,14 @@ def main(argv: list[str] | None = None) -> dict:
     for repeat in range(args.repeats):
         shift = repeat % len(arms)
         for arm in arms[shift:] + arms[:shift]:
-            measured = _run_arm(args.model, args.steps, arm)
+            measured = _run_arm(args.model, args.steps, args.batch_size, arm)
             if arm.startswith("native/") and measured["backend"] != "native":
                 raise SystemExit("the native kernels are not built (pip install -e . builds them): no native arm")
             times[arm].append(measured["step_ms"])
             parameters = measured["parameters"]
             print(f"repeat {repeat + 1}/{args.repeats} {arm}: {measured['step_ms']:.1f} ms a step", flush=True)
     result = {"times_ms": times, "parameters": parameters}
-    result.update(model=args.model, steps=args.steps, repeats=args.repeats, torch=torch.__version__,
+    result.update(model=args.model, steps=args.steps, batch_size=args.batch_size, repeats=args.repeats, torch=torch.__version__,
                   when=time.strftime("%Y-%m-%d %H:%M"), machine=f"{platform.machine()}, {os.cpu_count()} cores",
                   command="python -m benchmarks.sparseloco_round_cost " + " ".join(argv or sys.argv[1:]))
     text = markdown(result)

@@ -51,7 +51,7 @@ from bagua_algorithms.diloco.config import DiLoCoConfig
 from bagua_algorithms.diloco.courier import Courier
 from bagua_algorithms.diloco.eager import others_of, proxy_gradient, proxy_step
 from bagua_algorithms.diloco.exchange import FragmentExchange
-from bagua_algorithms.diloco.fragments import Schedule, gather_flat, scatter_flat, split_fragments
+from bagua_algorithms.diloco.fragments import Schedule, gather_flat, scatter_flat, split_fragments, subtract_flat
 from bagua_algorithms.diloco.state import restore, state_of
 from bagua_algorithms.diloco.timed import RoundProgress, agree_to_end, replica_samples, replica_weights
 from bagua_core.api import (
@@ -113,6 +113,7 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         """Added to the module's step counter (a resumed run continues the saved schedule)."""
         self.fragments: list[list[torch.Tensor]] = []
         self.starts: list[torch.Tensor] = []
+        self.deltas: list[torch.Tensor] = []
         self.exchanges: list[FragmentExchange] = []
         self.outer: torch.optim.Optimizer | None = None
         self.done_through = 0
@@ -185,6 +186,9 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         self.starts = [gather_flat(f, torch.empty(sum(p.numel() for p in f), device=f[0].device))
                        for f in self.fragments]  # fp32, on the parameters' device
         self.exchanges = [self.new_exchange(f, s) for f, s in zip(self.fragments, self.starts)]
+        # each fragment's outer gradient is built in the same buffer every round (a new one would be page-faulted
+        # in each round: a third of a round's copies); an exchange is done with it when the fragment merges
+        self.deltas = [torch.empty_like(start) for start in self.starts]
         self.outer = self.new_outer(self.starts)
         self.shard_peers = shard_group(bagua_module)
         self.replica_peers = self.shard_peers
@@ -297,9 +301,12 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
               weigh: Callable[[], tuple[list[float], float, bool]] | None = None) -> None:
         """Start the fragment's exchange (``weigh``: the timed round's weights, agreed where the exchange runs)."""
         start, params = self.starts[fragment], self.fragments[fragment]
-        sent = gather_flat(params, torch.empty_like(start))
         keeps_progress = self.config.keeps_progress and (self.schedule.overlap > 0 or self.courier is not None)
-        delta = torch.sub(start, sent) if keeps_progress else torch.sub(start, sent, out=sent)
+        if keeps_progress:  # what was sent is the anchor of what is trained on meanwhile
+            sent = gather_flat(params, torch.empty_like(start))
+            delta = torch.sub(start, sent)
+        else:
+            delta = subtract_flat(start, params, self.deltas[fragment])
         exchange, eager = self.exchanges[fragment], self.config.eager
 
         def launch() -> tuple[list[float], float, bool] | None:

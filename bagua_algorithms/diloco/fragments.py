@@ -82,6 +82,14 @@ def gather_flat(params: Sequence[torch.Tensor], out: torch.Tensor) -> torch.Tens
     return out
 
 
+def subtract_flat(flat: torch.Tensor, params: Sequence[torch.Tensor], out: torch.Tensor) -> torch.Tensor:
+    """``flat - params`` into the flat fp32 ``out`` in one pass (no copy of ``params`` first; the same bits as
+    ``flat - gather_flat(params, ...)``: the copy to fp32 is exact)."""
+    for start, param, place in zip(_places(flat, params), params, _places(out, params)):
+        torch.sub(start, param.detach(), out=place)
+    return out
+
+
 def scatter_flat(flat: torch.Tensor, params: Sequence[torch.Tensor]) -> None:
     """Copy the flat ``flat`` back into ``params`` (rounded to their dtype; one ``_foreach`` copy)."""
     with torch.no_grad():
