@@ -83,6 +83,48 @@ class ExchangeKiller:
         self.step, self.calls = step, 0
 
 
+class HandedBytes:
+    """What this process hands to torch.distributed's collectives, on any thread (each function wrapped, as
+    ``stats`` names them; the input's bytes, what ``bagua_core.runtime.communication.stats`` counts) until
+    :meth:`restore`."""
+
+    NAMES = {"all_reduce": "allreduce", "all_gather_into_tensor": "allgather", "all_gather_single": "allgather",
+             "all_gather": "allgather", "broadcast": "broadcast", "reduce_scatter_tensor": "reduce_scatter",
+             "all_to_all_single": "alltoall", "reduce": "reduce", "send": "send", "isend": "send"}
+    INPUT_SECOND = {"all_gather_into_tensor", "all_gather_single", "all_gather", "reduce_scatter_tensor",
+                    "all_to_all_single"}
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int, str]] = []
+        """(collective, bytes, thread name) of every call, in order."""
+        self._originals = {name: getattr(torch.distributed, name) for name in self.NAMES
+                           if hasattr(torch.distributed, name)}
+        for name, original in self._originals.items():
+            setattr(torch.distributed, name, self._wrapper(name, original))
+
+    def _wrapper(self, name: str, original):
+        def wrapper(*args, **kwargs):
+            handed = args[1] if name in self.INPUT_SECOND else args[0]
+            self.calls.append((self.NAMES[name], handed.numel() * handed.element_size(),
+                               threading.current_thread().name))
+            return original(*args, **kwargs)
+
+        return wrapper
+
+    def by_collective(self) -> dict[str, dict[str, int]]:
+        """``{collective: {"calls": n, "bytes": b}}``, as ``stats.snapshot()`` gives it."""
+        out: dict[str, dict[str, int]] = {}
+        for collective, nbytes, _ in list(self.calls):
+            seen = out.setdefault(collective, {"calls": 0, "bytes": 0})
+            seen["calls"] += 1
+            seen["bytes"] += nbytes
+        return dict(sorted(out.items()))
+
+    def restore(self) -> None:
+        for name, original in self._originals.items():
+            setattr(torch.distributed, name, original)
+
+
 def _stop_agreed(path: str) -> bool:
     """Whether ``path`` exists, agreed by the replica's ranks (a MAX over its fixed group): a rank that stopped
     alone would leave the replica's other ranks waiting for it in the next step's quorum."""
