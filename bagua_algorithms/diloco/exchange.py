@@ -92,8 +92,10 @@ class FragmentExchange:
         return "allgather", self.codec.encoded_size(self.numel, 1)
 
     def record(self) -> None:
-        """Count the next exchange's message now (module doc): its :meth:`start` then takes ``counted=True``."""
-        record_payload(*self.payload())
+        """Count the next exchange's message now (module doc): its :meth:`start` then takes ``counted=True``. Alone
+        (one rank) no collective is handed anything: nothing is counted."""
+        if self.nranks > 1:
+            record_payload(*self.payload())
 
     def start(self, delta: torch.Tensor, weights: Sequence[float] | None = None, own_weight: float = 1.0,
               keep_contribution: bool = False, counted: bool = False) -> None:
