@@ -7,7 +7,9 @@ replica's rank in it, a hash of the weights after the step, the pid (and with di
 the rounds merged, the last merge's weights and whether this replica's samples count in the round; with diloco's
 rounds a hash of the outer weights, ``outer``; the data position, ``position``). ``--die-at`` / ``--hang-at`` make
 it fail in the middle of that step (after forward, before backward: its peers are in the exchange);
-``--die-in-exchange`` kills it from inside a collective between replicas (:class:`ExchangeKiller`).
+``--die-in-exchange`` kills it from inside a collective between replicas (:class:`ExchangeKiller`);
+``--count-bytes`` adds ``bytes``: what the communication stats counted so far and what torch.distributed's
+collectives were handed (:class:`HandedBytes`), per collective.
 It stops after ``--steps`` committed steps or when the file ``--stop`` exists. Under ``bagua run
 --fault-tolerant`` ``{replica}`` in ``--records`` is the replica's id and ``--only-replica`` picks the one to fail.
 """
@@ -30,6 +32,7 @@ import torch  # noqa: E402
 import bagua_core as bagua  # noqa: E402
 from bagua_features.fault_tolerance import QuorumSampler, current_runtime  # noqa: E402
 from bagua_core.lifecycle.tensor import local_shard  # noqa: E402
+from bagua_core.runtime.communication import stats  # noqa: E402
 
 
 def weights_hash(model: torch.nn.Module) -> str:
@@ -83,6 +86,48 @@ class ExchangeKiller:
         self.step, self.calls = step, 0
 
 
+class HandedBytes:
+    """What this process hands to torch.distributed's collectives, on any thread (each function wrapped, as
+    ``stats`` names them; the input's bytes, what ``bagua_core.runtime.communication.stats`` counts) until
+    :meth:`restore`."""
+
+    NAMES = {"all_reduce": "allreduce", "all_gather_into_tensor": "allgather", "all_gather_single": "allgather",
+             "all_gather": "allgather", "broadcast": "broadcast", "reduce_scatter_tensor": "reduce_scatter",
+             "all_to_all_single": "alltoall", "reduce": "reduce", "send": "send", "isend": "send"}
+    INPUT_SECOND = {"all_gather_into_tensor", "all_gather_single", "all_gather", "reduce_scatter_tensor",
+                    "all_to_all_single"}
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int, str]] = []
+        """(collective, bytes, thread name) of every call, in order."""
+        self._originals = {name: getattr(torch.distributed, name) for name in self.NAMES
+                           if hasattr(torch.distributed, name)}
+        for name, original in self._originals.items():
+            setattr(torch.distributed, name, self._wrapper(name, original))
+
+    def _wrapper(self, name: str, original):
+        def wrapper(*args, **kwargs):
+            handed = args[1] if name in self.INPUT_SECOND else args[0]
+            self.calls.append((self.NAMES[name], handed.numel() * handed.element_size(),
+                               threading.current_thread().name))
+            return original(*args, **kwargs)
+
+        return wrapper
+
+    def by_collective(self) -> dict[str, dict[str, int]]:
+        """``{collective: {"calls": n, "bytes": b}}``, as ``stats.snapshot()`` gives it."""
+        out: dict[str, dict[str, int]] = {}
+        for collective, nbytes, _ in list(self.calls):
+            seen = out.setdefault(collective, {"calls": 0, "bytes": 0})
+            seen["calls"] += 1
+            seen["bytes"] += nbytes
+        return dict(sorted(out.items()))
+
+    def restore(self) -> None:
+        for name, original in self._originals.items():
+            setattr(torch.distributed, name, original)
+
+
 def _stop_agreed(path: str) -> bool:
     """Whether ``path`` exists, agreed by the replica's ranks (a MAX over its fixed group): a rank that stopped
     alone would leave the replica's other ranks waiting for it in the next step's quorum."""
@@ -113,7 +158,10 @@ def main() -> None:
     parser.add_argument("--only-replica", default="", help="--die-at/--hang-at apply only to this BAGUA_FT_REPLICA_ID, "
                         "and only to its first attempt under torchrun")
     parser.add_argument("--only-rank", type=int, default=-1, help="--die-at/--hang-at/--late-at apply only to this RANK")
+    parser.add_argument("--count-bytes", action="store_true",
+                        help="record the bytes counted and those handed to the collectives (HandedBytes)")
     args = parser.parse_args()
+    handed = HandedBytes() if args.count_bytes else None
     replica = os.environ.get("BAGUA_FT_REPLICA_ID", "")
     args.records = args.records.replace("{replica}", replica)
     if args.only_replica and (replica != args.only_replica or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0"):
@@ -187,6 +235,7 @@ def main() -> None:
                 "closed": runtime.closed_transaction,
                 "position": [runtime.data_epoch, runtime.data_position],
                 "outer": tensors_hash(starts) if starts else None,
+                "bytes": None if handed is None else {"counted": stats.snapshot(), "handed": handed.by_collective()},
             }) + "\n")
             log.flush()
             if args.step_delay:

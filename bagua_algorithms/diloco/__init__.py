@@ -17,7 +17,7 @@ Extension points, for an algorithm built on diloco's round (``sparseloco`` is on
 - ``FragmentExchange``: the exchange ``new_exchange`` returns: the averaging of a fragment's outer gradient,
   through a codec with error feedback (``error_decay``) or in fp32, left in flight.
 - ``FragmentCodec``: what ``FragmentExchange`` calls of a codec that is no registered ``Codec`` (``encode``,
-  ``decode``, ``decode_average``; sparseloco's ``ChunkTopK``).
+  ``encoded_size``, ``decode``, ``decode_average``; sparseloco's ``ChunkTopK``).
 - ``check_round_seconds(config, streaming=False)``: the check a config with ``round_seconds`` runs (rounds bounded
   in time read no ``inner_steps``); ``check_overlap(overlap_steps, inner_steps)`` and
   ``check_eager(overlap_steps, streaming=False)``: the checks of ``overlap_steps`` and ``eager``.

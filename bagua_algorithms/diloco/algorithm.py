@@ -53,7 +53,8 @@ from bagua_algorithms.diloco.eager import others_of, proxy_gradient, proxy_step
 from bagua_algorithms.diloco.exchange import FragmentExchange
 from bagua_algorithms.diloco.fragments import Schedule, gather_flat, scatter_flat, split_fragments, subtract_flat
 from bagua_algorithms.diloco.state import restore, state_of
-from bagua_algorithms.diloco.timed import RoundProgress, agree_to_end, replica_samples, replica_weights
+from bagua_algorithms.diloco.timed import (RoundProgress, agree_to_end, record_weights, replica_samples,
+                                          replica_weights)
 from bagua_core.api import (
     Algorithm,
     AlgorithmImpl,
@@ -277,7 +278,11 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         here), the weights agreed with the other replicas and ``done`` where the exchange runs."""
         device = self.starts[0].device
         samples = replica_samples(self.timed.contribution(), self.shard_peers, device)
-        self._send(0, merge_step, functools.partial(replica_weights, samples, done, self.group, self.nranks, device))
+        counted = self.courier is not None  # (the courier's job counts nothing: its allgather is counted now)
+        if counted:
+            record_weights(self.nranks)
+        self._send(0, merge_step, functools.partial(replica_weights, samples, done, self.group, self.nranks, device,
+                                                    counted=counted))
         self.timed.restart()
 
     def _has_landed(self, fragment: int) -> bool:
@@ -299,7 +304,8 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
 
     def _send(self, fragment: int, merge_step: int,
               weigh: Callable[[], tuple[list[float], float, bool]] | None = None) -> None:
-        """Start the fragment's exchange (``weigh``: the timed round's weights, agreed where the exchange runs)."""
+        """Start the fragment's exchange (``weigh``: the timed round's weights, agreed where the exchange runs). Its
+        bytes are counted here, in the step that sends it, also when it runs on the courier (which counts nothing)."""
         start, params = self.starts[fragment], self.fragments[fragment]
         keeps_progress = self.config.keeps_progress and (self.schedule.overlap > 0 or self.courier is not None)
         if keeps_progress:  # what was sent is the anchor of what is trained on meanwhile
@@ -308,11 +314,14 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         else:
             delta = subtract_flat(start, params, self.deltas[fragment])
         exchange, eager = self.exchanges[fragment], self.config.eager
+        counted = self.courier is not None
+        if counted:
+            exchange.record()
 
         def launch() -> tuple[list[float], float, bool] | None:
             weighed = weigh() if weigh is not None else None
             weights, own = (weighed[0], weighed[1]) if weighed is not None else (None, 1.0)
-            exchange.start(delta, weights, own, keep_contribution=eager)
+            exchange.start(delta, weights, own, keep_contribution=eager, counted=counted)
             return weighed
 
         if self.courier is not None:

@@ -3,9 +3,10 @@ leave the training thread free while a round's exchange travels (``overlap_steps
 
 One daemon thread per impl takes the jobs in the order they were handed over, one after another, so every rank
 issues the algorithm group's collectives in the same order (the training thread issues none on that group while
-the courier has work). A job's result, or its exception, is its ``Future``'s: the training thread reads it when it
-merges, and an exception is raised there, where the core reports it as the step's failure. The thread is a daemon:
-an exchange stuck on a dead peer never keeps the process from exiting.
+the courier has work); their bytes are counted by the training thread as it hands a job over, in the step that
+sends it (``FragmentExchange.record``), never here. A job's result, or its exception, is its ``Future``'s: the
+training thread reads it when it merges, and an exception is raised there, where the core reports it as the step's
+failure. The thread is a daemon: an exchange stuck on a dead peer never keeps the process from exiting.
 
 Example::
 

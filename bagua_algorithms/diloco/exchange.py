@@ -14,8 +14,11 @@ message decoded). Uncompressed, each rank multiplies its delta by its own weight
 codec, every rank decodes the n messages and adds each times its weight in rank order into zeros (fp32), then
 divides by n. A rank whose weight is 0 sends zeros and leaves its residual as it was. When every weight is 1 the
 exchange is the unweighted one, bit for bit.
-Messages go over a torch process group of the algorithm's own, issued by the training thread in the same
-order on every rank, so they never interleave with other collectives.
+Messages go over a torch process group of the algorithm's own, issued by the training thread (or the courier's,
+``bagua_algorithms.diloco.courier``) in the same order on every rank, so they never interleave with other
+collectives. Each is counted (``record_payload``) once:
+where :meth:`~FragmentExchange.start` runs, or, for an exchange started on another thread (the courier), by
+:meth:`~FragmentExchange.record` on the training thread in the step that sends it, the start then counting nothing.
 
 Example::
 
@@ -40,7 +43,7 @@ __all__ = ["FragmentCodec", "FragmentExchange"]
 
 class FragmentCodec(Protocol):
     """What the exchange calls of a codec (``bagua_core.codecs.Codec`` has it): ``encode(x)`` gives a uint8 buffer
-    whose size depends only on ``x.numel()``, ``decode(buf, 1, out)`` writes its values into the fp32 ``out``,
+    of ``encoded_size(x.numel())`` bytes, ``decode(buf, 1, out)`` writes its values into the fp32 ``out``,
     ``decode_average(bufs, n, out)`` writes the mean of the ``n`` buffers held back to back in ``bufs``.
 
     A codec may also offer the sender's side of a round with error feedback in one call,
@@ -49,6 +52,10 @@ class FragmentCodec(Protocol):
     one pass natively); the exchange then calls it instead of the four steps."""
 
     def encode(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    def encoded_size(self, numel: int, n_chunks: int = 1) -> int:
+        """The bytes of ``encode(x)`` for ``x`` of ``numel`` elements (``n_chunks`` 1)."""
+        ...
 
     def decode(self, buf: torch.Tensor, n_chunks: int, out: torch.Tensor) -> torch.Tensor: ...
 
@@ -78,11 +85,24 @@ class FragmentExchange:
         (its fp32 delta uncompressed; its message decoded with a codec): ``n * average - contribution`` is what the
         others sent (eager updates, ``bagua_algorithms.diloco.eager``)."""
 
+    def payload(self) -> tuple[str, int]:
+        """The collective each exchange hands this rank's message to, and the message's bytes (the same every round)."""
+        if self.codec is None:
+            return "allreduce", self.numel * self.average.element_size()
+        return "allgather", self.codec.encoded_size(self.numel, 1)
+
+    def record(self) -> None:
+        """Count the next exchange's message now (module doc): its :meth:`start` then takes ``counted=True``. Alone
+        (one rank) no collective is handed anything: nothing is counted."""
+        if self.nranks > 1:
+            record_payload(*self.payload())
+
     def start(self, delta: torch.Tensor, weights: Sequence[float] | None = None, own_weight: float = 1.0,
-              keep_contribution: bool = False) -> None:
+              keep_contribution: bool = False, counted: bool = False) -> None:
         """Launch the averaging of the fp32 ``delta`` (``numel`` elements); ``delta`` may be reused after.
         ``weights``: every rank's weight in group order (module doc), ``own_weight`` this rank's among them;
-        ``keep_contribution``: keep what this rank's part decodes to in :attr:`contribution` (unweighted only)."""
+        ``keep_contribution``: keep what this rank's part decodes to in :attr:`contribution` (unweighted only);
+        ``counted``: its message was counted already (:meth:`record`)."""
         if keep_contribution and weights is not None:
             raise ValueError("keep_contribution is for unweighted exchanges")
         if self.in_flight:
@@ -95,15 +115,15 @@ class FragmentExchange:
             if weighted and own_weight not in (0.0, 1.0):
                 payload.mul_(own_weight)
             self.contribution = payload if keep_contribution else None
-            self._launch(payload)
+            self._launch(payload, counted)
             return
         self.weights = list(weights) if weighted else None
         if weighted and own_weight == 0.0:
-            self._launch(self.codec.encode(delta))
+            self._launch(self.codec.encode(delta), counted)
             return
         fused = getattr(self.codec, "encode_residual", None)
         if fused is not None and self.residual is not None and not keep_contribution:
-            self._launch(fused(self.residual, delta, self.error_decay))
+            self._launch(fused(self.residual, delta, self.error_decay), counted)
             return
         payload = delta
         if self.residual is not None:
@@ -115,7 +135,7 @@ class FragmentExchange:
         if self.residual is not None:  # keep what the codec dropped for the next round
             self.residual.sub_(sent)
         self.contribution = sent if keep_contribution else None
-        self._launch(encoded)
+        self._launch(encoded, counted)
 
     def resend(self, sent: torch.Tensor) -> None:
         """Launch again an exchange whose result was lost (:attr:`sent` of an exchange on a group that failed or
@@ -129,16 +149,19 @@ class FragmentExchange:
             self.average = torch.zeros_like(self.average)
         self._work, self._gathered, self.sent, self.in_flight, self.weights = None, None, None, False, None
 
-    def _launch(self, sent: torch.Tensor) -> None:
+    def _launch(self, sent: torch.Tensor, counted: bool = False) -> None:
+        nbytes = self.payload()[1]
+        if sent.numel() * sent.element_size() != nbytes:  # (what record() counted is what is handed over)
+            raise RuntimeError(f"the fragment's message is {sent.numel() * sent.element_size()} bytes, not {nbytes}")
+        if not counted:
+            self.record()
         self.in_flight, self.sent = True, sent
         if self.codec is None:
             self.average.copy_(sent)
-            record_payload("allreduce", self.average)
             if self.nranks > 1:
                 self._work = dist.all_reduce(self.average, group=self.group, async_op=True)
             return
         self._gathered = torch.empty(self.nranks * sent.numel(), dtype=torch.uint8, device=sent.device)
-        record_payload("allgather", sent)
         if self.nranks > 1:
             self._work = all_gather_single(self._gathered, sent, group=self.group, async_op=True)
         else:

@@ -44,7 +44,7 @@ import torch.distributed as dist
 
 from bagua_core.api import all_gather_single, record_payload, samples_in
 
-__all__ = ["clock", "RoundProgress", "agree_to_end", "replica_samples", "replica_weights"]
+__all__ = ["clock", "RoundProgress", "agree_to_end", "record_weights", "replica_samples", "replica_weights"]
 
 clock: Callable[[], float] = time.monotonic
 """The seconds the rounds read (module doc); a test replaces it (``timed.clock = fake``)."""
@@ -152,17 +152,26 @@ def replica_samples(samples: int, shard_peers: Any, device: torch.device) -> flo
     return float(mine)
 
 
-def replica_weights(samples: float, done: bool, group: Any, nranks: int,
-                    device: torch.device) -> tuple[list[float], float, bool]:
+def record_weights(nranks: int) -> None:
+    """Count :func:`replica_weights`' allgather (its 16 bytes) now: a call on the courier's thread is counted by the
+    training thread in the step that sends the round, and takes ``counted=True``."""
+    if nranks > 1:
+        record_payload("allgather", 16)  # (n_r, done_r), float64
+
+
+def replica_weights(samples: float, done: bool, group: Any, nranks: int, device: torch.device,
+                    counted: bool = False) -> tuple[list[float], float, bool]:
     """Every replica's ``w_r = R * n_r / N`` in the group's rank order (module doc), this replica's, and whether
     every replica is done (:meth:`~bagua_algorithms.diloco.DiLoCoAlgorithmImpl.shutdown`'s join), from this
-    replica's ``n_r`` (``samples``) and ``done``: one allgather of ``(n_r, done_r)`` over ``group`` (float64).
+    replica's ``n_r`` (``samples``) and ``done``: one allgather of ``(n_r, done_r)`` over ``group`` (float64; counted
+    unless ``counted``, :func:`record_weights`).
     This replica's weight is computed from its own ``n_r`` by the same expression: the same float as its entry
     in the list."""
     mine = torch.tensor([float(samples), 1.0 if done else 0.0], dtype=torch.float64, device=device)
     everyone = torch.zeros(2 * nranks, dtype=torch.float64, device=device)
     if nranks > 1:
-        record_payload("allgather", mine)
+        if not counted:
+            record_weights(nranks)
         all_gather_single(everyone, mine, group=group)
     else:
         everyone.copy_(mine)

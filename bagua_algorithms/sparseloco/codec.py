@@ -217,6 +217,13 @@ class ChunkTopK:
             return 4 * entries, 0, 4 * entries
         return 6 * chunks, 6 * chunks + self._index.nbytes, self.nbytes
 
+    def encoded_size(self, numel: int, n_chunks: int = 1) -> int:
+        """``nbytes``, the size of the message of ``layout.numel`` elements (``FragmentCodec``'s call)."""
+        if numel != self.layout.numel or n_chunks != 1:
+            raise ValueError(f"sparseloco's message holds {self.layout.numel} elements in one chunk, got {numel} in "
+                             f"{n_chunks}")
+        return self.nbytes
+
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """The message of the flat fp32 ``x`` (``layout.numel`` elements): ``nbytes`` uint8."""
         if x.numel() != self.layout.numel:

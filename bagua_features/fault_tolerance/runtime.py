@@ -49,6 +49,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from bagua_core.api import record_payload
 from bagua_core.lifecycle.algorithm import switch_algorithm
 from bagua_core.lifecycle.module_state import state_of
 from bagua_core.lifecycle.tensor import register_shards
@@ -433,6 +434,7 @@ class FaultTolerantRuntime:
         position = self.data_epoch * _EPOCH_STRIDE + self.data_position + self._batch_samples * self._readers[1]
         value = torch.tensor([position], dtype=torch.int64)
         if self.group is not None and self.group.managed.size() > 1:
+            record_payload("allreduce", value)  # counted as every collective is (the step's step/bytes)
             dist.all_reduce(value, op=dist.ReduceOp.MAX, group=self.group.managed)
         agreed = max(int(value), position)  # (a failed collective leaves the buffer as it was)
         return agreed // _EPOCH_STRIDE, agreed % _EPOCH_STRIDE

@@ -1,11 +1,10 @@
 """Counts of what the collectives moved: calls and payload bytes per collective, per process.
 
-"Payload bytes" are the bytes of the tensors this process handed to each collective (what it
-contributes to the exchange), not the wire traffic of the backend's algorithm (a ring allreduce
-sends about twice that). Point-to-point exchanges count as ``send`` (what this process sends; what it
-receives is its peer's send), and an algorithm that calls ``torch.distributed`` itself records its
-collectives here too, so every byte handed to a collective is counted. ``bagua train`` reports them in
-its summary.
+"Payload bytes" are the bytes of the tensors this process handed to each collective (its part of the exchange),
+not the wire traffic of the backend's algorithm (a ring allreduce sends about twice that). Point-to-point exchanges
+count as ``send`` (what this process sends; what it receives is its peer's send). An algorithm that calls
+``torch.distributed`` itself records its collectives here too, each once, as it sends it (one that a thread of
+its own issues later: on the training thread, so the step's count holds it). ``bagua train`` reports them.
 """
 
 from __future__ import annotations
