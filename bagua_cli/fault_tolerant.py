@@ -180,7 +180,7 @@ def _wait_listening(proc: subprocess.Popen, host: str, port: int, timeout_s: flo
             pass
         if proc.poll() is not None:  # (another program may be listening there)
             raise ValueError(f"the lighthouse exited (status {proc.returncode}) before it listened on {host}:{port}; "
-                               "its output above says why (a port in use: pass another --lighthouse-port)")
+                             "its output above says why")
         if time.monotonic() > deadline:
             proc.kill()
             raise ValueError(f"the lighthouse did not listen on {host}:{port} within {timeout_s:g} s")
