@@ -37,6 +37,8 @@ SLOW = (
     "tests/test_bench_lm_smoke.py::test_sharded_lm_benchmark_runs_against_hsdp_and_the_zero_communication_limit",
     "tests/test_bench_lm_smoke.py::test_lm_benchmark_runs_and_writes_results",
     "tests/test_bench_message_count.py::*",
+    "tests/test_bench_eager_updates.py::*",
+    "tests/test_bench_sparseloco_codec.py::test_the_round_cost_benchmark_runs_every_arm_in_a_job_of_its_own",
     "tests/test_plugin_guide_package.py::*",
     "tests/test_requirements_compat.py::test_pip_resolver_installs_nothing_for_the_originals_requirements",
     "tests/test_native_policy.py::test_python_policy_end_to_end_gives_the_same_bytes",
