@@ -216,6 +216,7 @@ def _stub_runtime(model: torch.nn.Module, commit: str, manager: types.SimpleName
     runtime.data_position, runtime.data_epoch, runtime._batch_samples, runtime.step_open = 0, 0, batch_samples, False
     runtime._readers, runtime.round_open, runtime._healed_round_start = readers, False, None
     runtime._held_quorum, runtime._joined_in_step, runtime._agreed_position = False, False, None
+    runtime.faults, runtime._fault, runtime._last_commit = [], None, None
     return runtime
 
 
@@ -620,3 +621,26 @@ def test_replicas_of_two_ranks_started_together_train_together(tmp_path) -> None
         assert common and all(mine[s] == theirs[s] for s in common), (mine, theirs)
     finally:
         job.close()
+
+
+def test_a_fault_is_named_by_its_cause_and_its_stall_measured_at_the_next_commit() -> None:
+    """The faults a replica records (``ft/stall_s/<kind>`` in TensorBoard): a lost replica names the fault over the
+    step it failed, that over a new quorum of as many replicas; the stall runs from the commit before to the next."""
+    import time
+
+    model = torch.nn.Linear(3, 2)
+    runtime = _stub_runtime(model, "before_optimizer_step", types.SimpleNamespace(current_step=lambda: 12), 4, (0, 1))
+    runtime.decision = True
+    runtime._close(model)  # a commit: nothing went wrong since the one before (there was none)
+    assert runtime.faults == []
+    runtime._last_commit -= 2.0  # two seconds ago
+    for kind in ("quorum_changed", "replica_lost", "step_failed"):
+        runtime._note_fault(kind)
+    runtime.decision = True
+    runtime._close(model)
+    (fault,) = runtime.faults
+    assert fault["kind"] == "replica_lost" and fault["step"] == 12 and 2.0 <= fault["stall_s"] < 60, fault
+    runtime._note_fault("quorum_changed")
+    runtime.decision = True
+    runtime._close(model)
+    assert [f["kind"] for f in runtime.faults] == ["replica_lost", "quorum_changed"]

@@ -11,6 +11,7 @@ replicas start at step 0 with the first one's weights, torchft's initial sync: n
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -73,11 +74,12 @@ def _wait(what: str, condition, timeout_s: float, proc: subprocess.Popen, output
     return found
 
 
-def _run_with_one_kill(tmp_path: Path, mid_training: bool, epochs: int) -> tuple[int, list[str], list[dict]]:
+def _run_with_one_kill(tmp_path: Path, mid_training: bool, epochs: int,
+                       more: tuple[str, ...] = ()) -> tuple[int, list[str], list[dict]]:
     summary = tmp_path / "summary_{replica}.json"
     command = [sys.executable, "-m", "bagua_cli", "train", "--fault-tolerant", "--replicas", "2",
                "--min-replicas", "2", "--max-restarts", "1", "--ft-join-timeout-ms", "1500", "--epochs", str(epochs),
-               "--algorithm", "gradient_allreduce", "--summary-json", str(summary)]
+               "--algorithm", "gradient_allreduce", "--summary-json", str(summary), *more]
     env = {k: v for k, v in os.environ.items() if k not in ("RUST_LOG", "BAGUA_VERBOSE")}
     # the survivor waits for the restarted replica (--min-replicas 2): give a loaded machine time to restart it
     # and draw the progress bar into the pipe (BAGUA_PROGRESS=bar; a pipe gets a few lines otherwise): the test
@@ -108,7 +110,9 @@ def _run_with_one_kill(tmp_path: Path, mid_training: bool, epochs: int) -> tuple
 @pytest.mark.slow
 @pytest.mark.timeout(1000, func_only=True)
 def test_a_kill_mid_training_is_counted_restarted_and_healed(tmp_path: Path) -> None:
-    status, lines, results = _run_with_one_kill(tmp_path, mid_training=True, epochs=100)
+    board = tmp_path / "board"
+    more = ("--tensorboard", str(board)) if importlib.util.find_spec("tensorboard") is not None else ()
+    status, lines, results = _run_with_one_kill(tmp_path, mid_training=True, epochs=100, more=more)
     text = "\n".join(lines[-40:])
     assert status == 0, text
     # the launcher's lines (one may follow a progress bar's last update on its line)
@@ -120,6 +124,21 @@ def test_a_kill_mid_training_is_counted_restarted_and_healed(tmp_path: Path) -> 
         KILL_AFTER_STEPS, text
     assert lines[-1] == "bagua: fault tolerance: 1 replica failure, 1 restart, 1 heal; 2 of 2 replicas finished", text
     assert len(results) == 2, text
+    if more:  # the metrics a user watches: the stall the kill cost the survivor, the time the restarted one healed in
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        survivor, restarted = (EventAccumulator(str(board / f"replica_{k}")) for k in (0, 1))
+        survivor.Reload()
+        restarted.Reload()
+        stalls = [tag for tag in survivor.Tags()["scalars"] if tag.startswith("ft/stall_s/")]
+        # (min-replicas 2: no quorum forms alone, so the survivor never sees fewer replicas; it waits in its next
+        # quorum, which the restarted replica joins: a new quorum of as many; or a step of its fails first)
+        assert len(stalls) == 1 and stalls[0] in ("ft/stall_s/quorum_changed", "ft/stall_s/step_failed"), stalls
+        stall = survivor.Scalars(stalls[0])
+        assert len(stall) == 1 and stall[0].value > 0.5, stall  # the restart's seconds, at least
+        heal = restarted.Scalars("ft/heal_s")
+        assert len(heal) == 1 and 0 < heal[0].value < stall[0].value, (heal, stall)
+        assert "ft/heal_s" not in survivor.Tags()["scalars"]
     assert results[0]["test_accuracy"] == results[1]["test_accuracy"], results  # healed: the same weights
     assert results[1]["fault_tolerance"]["healed"] == 1, results[1]
 

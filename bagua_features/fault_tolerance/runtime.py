@@ -68,6 +68,8 @@ _EPOCH_STRIDE = 1 << 40
 """A data position as one int64 for the quorum's MAX: ``epoch * _EPOCH_STRIDE + position`` (positions < 2**40)."""
 
 logger = logging.getLogger("bagua.fault_tolerance")
+_FAULT_RANK = {"quorum_changed": 0, "step_failed": 1, "replica_lost": 2}
+"""A fault's kinds, by how near its cause they are (``FaultTolerantRuntime._note_fault``)."""
 
 
 class _TransactionStep:
@@ -192,6 +194,13 @@ class FaultTolerantRuntime:
         """``healed_bytes``/``heal_s``: the tensor bytes of the states this replica was healed with and the
         seconds its heals took (all heals); ``replicas_lost``/``replicas_joined``: how many replicas left or
         joined the quorum as this replica saw it (a failure it survived, a replica that came back)."""
+        self.faults: list[dict[str, Any]] = []
+        """What this replica went through, in order: ``{"kind", "step", ...}``; kinds ``replica_lost`` (a replica
+        left the quorum), ``step_failed`` (a step or round discarded), ``quorum_changed`` (a new quorum of as many
+        replicas: one replaced, one joined) with ``stall_s``, the seconds from the commit before it to the first
+        commit after; ``healed`` (this replica healed from a live peer) with ``heal_s``."""
+        self._fault: str | None = None  # the fault since the last commit (_note_fault)
+        self._last_commit: float | None = None
         self._replicas: int | None = None
         self._started = time.monotonic()
         self._hook_handle = None
@@ -304,12 +313,21 @@ class FaultTolerantRuntime:
         self.manager.start_quorum()
         if self.stats["healed"] != healed:  # this quorum healed us: the state came with it
             self.stats["heal_s"] += time.monotonic() - started
+            if self.manager.current_step():  # (at step 0 replicas starting together take the first's weights)
+                self.faults.append({"kind": "healed", "step": self.manager.current_step(),
+                                    "heal_s": time.monotonic() - started})
             if dist.get_rank() == 0:  # one report per replica, to bagua run --fault-tolerant
                 events.report("healed", step=self.manager.current_step(), seconds=time.monotonic() - started,
                               bytes=self.stats["healed_bytes"] - healed_bytes)
         if self.ft_group.quorum_id != self.quorum_id:
             self._on_new_quorum(module)
         return self.stats["healed"] != healed
+
+    def _note_fault(self, kind: str) -> None:
+        """Name the fault since the last commit by its cause: a lost replica over the step it failed, and that over
+        a new quorum of as many replicas (a replaced one, a joiner)."""
+        if _FAULT_RANK[kind] > _FAULT_RANK.get(self._fault, -1):
+            self._fault = kind
 
     def _on_new_quorum(self, module: torch.nn.Module) -> None:
         self.quorum_id = self.ft_group.quorum_id
@@ -318,6 +336,7 @@ class FaultTolerantRuntime:
         per_replica, local = dist.get_world_size(), dist.get_rank()
         replica, replicas = (rank if rank is not None else 0), max(size, 1)
         if self._replicas is not None:
+            self._note_fault("replica_lost" if replicas < self._replicas else "quorum_changed")
             self.stats["replicas_lost"] += max(0, self._replicas - replicas)
             self.stats["replicas_joined"] += max(0, replicas - self._replicas)
         self._replicas = replicas
@@ -484,6 +503,11 @@ class FaultTolerantRuntime:
         self.round_open, self.closed_transaction = False, True
         if self.decision:
             self.stats["committed"] += 1
+            now = time.monotonic()
+            if self._fault is not None and self._last_commit is not None:  # the stall the fault cost this replica
+                self.faults.append({"kind": self._fault, "step": self.manager.current_step(),
+                                    "stall_s": now - self._last_commit})
+            self._fault, self._last_commit = None, now
             if self._agreed_position is not None:  # commit="at_round": the quorum's furthest
                 self.data_epoch, self.data_position = self._agreed_position
             else:
@@ -493,6 +517,7 @@ class FaultTolerantRuntime:
                 self.stats["first_commit_s"] = time.monotonic() - self._started
             return
         self.stats["discarded"] += 1
+        self._note_fault("step_failed")
         self._agreed_position = None
         ft_state.restore(module, self._saved)
         self.data_position, self.data_epoch = self._saved["data_position"], self._saved["data_epoch"]

@@ -95,6 +95,11 @@ class StepMetrics:
         self.steps: deque[StepRecord] = deque(maxlen=history)
         self.rounds: deque[RoundRecord] = deque(maxlen=history)
         self.sinks: list[Any] = []
+        self.faults: list[dict[str, Any]] = []
+        """Fault-tolerant mode: the faults this replica went through, as it records them (``kind``: ``replica_lost``,
+        ``step_failed`` or ``quorum_changed`` with the ``stall_s`` it cost, ``healed`` with ``heal_s``), handed to the sinks with the
+        step at whose end they were seen."""
+        self._faults_seen = 0  # (every fault of this replica's process, also one before collecting began)
         self._bytes_mark = stats.total_bytes()
         self._round_bytes = 0
         self._step: int | None = None  # the open step
@@ -167,8 +172,14 @@ class StepMetrics:
         self._totals["exposed_comm_s"] += record.exposed_comm_s
         self._totals["bytes"] += record.bytes
         self.steps.append(record)
+        runtime = current_runtime()
+        faults = runtime.faults[self._faults_seen:] if runtime is not None else []
+        self._faults_seen += len(faults)
+        self.faults.extend(faults)
         for sink in self.sinks:
             sink.write_step(record)
+            if faults and hasattr(sink, "write_faults"):
+                sink.write_faults(record.step, faults)
 
     # --- what a script calls ------------------------------------------------------------------------
     def note_loss(self, loss: float | torch.Tensor) -> None:

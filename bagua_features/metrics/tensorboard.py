@@ -9,7 +9,9 @@ Tags (the x axis of every one is the module's training step, ``bagua_train_step_
 - ``round/compression_ratio``: full-precision bytes of the round over the bytes handed to collectives for it;
 - ``round/bytes``: bytes handed to collectives since the round before;
 - ``ft/steps_discarded``, ``ft/replicas_lost``, ``ft/replicas_joined``, ``ft/heals`` (fault-tolerant mode, at each
-  round: this replica's counts so far).
+  round: this replica's counts so far);
+- ``ft/stall_s/replica_lost``, ``ft/stall_s/step_failed``, ``ft/stall_s/quorum_changed`` (a fault this replica
+  survived, by its cause: the seconds from the commit before it to the first after) and ``ft/heal_s`` (a heal of this replica), at the step they were seen.
 
 Example::
 
@@ -65,6 +67,13 @@ class TensorBoardWriter:
         for key, tag in FT_TAGS.items():
             if record.fault_tolerance is not None:
                 self._writer.add_scalar(tag, record.fault_tolerance[key], record.step)
+
+    def write_faults(self, step: int, faults: list[dict]) -> None:
+        for fault in faults:
+            if "stall_s" in fault:
+                self._writer.add_scalar(f"ft/stall_s/{fault['kind']}", fault["stall_s"], step)
+            if "heal_s" in fault:
+                self._writer.add_scalar("ft/heal_s", fault["heal_s"], step)
 
     def flush(self) -> None:
         self._writer.flush()
