@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import statistics
 import sys
 import tempfile
@@ -118,16 +119,20 @@ def _rank(rank: int, variant: str, H: int, tau: int, seed: int, steps: int, oute
     dist.destroy_process_group()
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def _run(variant: str, H: int, tau: int, seed: int, steps: int, outer_lr: float, momentum: float) -> float:
     import torch.multiprocessing as mp
-
-    from tests.distributed import free_port
 
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "loss")
         for attempt in range(2):
             try:
-                mp.start_processes(_rank, args=(variant, H, tau, seed, steps, outer_lr, momentum, free_port(), out),
+                mp.start_processes(_rank, args=(variant, H, tau, seed, steps, outer_lr, momentum, _free_port(), out),
                                    nprocs=2, start_method="spawn")
             except mp.ProcessExitedException:
                 # gloo's teardown aborts a spawned rank now and then ("terminate called without an active exception")
@@ -136,7 +141,7 @@ def _run(variant: str, H: int, tau: int, seed: int, steps: int, outer_lr: float,
                     raise
             if os.path.exists(out):
                 return float(Path(out).read_text())
-        raise RuntimeError("unreachable")
+        raise RuntimeError(f"{variant}, seed {seed}: no loss written")
 
 
 def main(argv: list[str] | None = None) -> list[dict]:

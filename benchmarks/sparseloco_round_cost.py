@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--model", default="mlp10m")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--batch-size", type=int, default=256, help="samples a rank's step (256: a ~0.3 s step here)")
+    parser.add_argument("--batch-size", type=int, default=256, help="samples a rank's step (256: a ~0.17 s step here)")
     parser.add_argument("--paths", default="native,python", help="codec paths with rounds: native, python")
     parser.add_argument("--markdown", default="")
     parser.add_argument("--json", default="")
@@ -121,7 +121,10 @@ def main(argv: list[str] | None = None) -> dict:
         return {}
     import torch
 
-    arms = [f"{path}/rounds" for path in args.paths.split(",") if path] + ["none/none"]
+    paths = [path for path in args.paths.split(",") if path]
+    if unknown := sorted(set(paths) - {"native", "python"}):
+        parser.error(f"--paths: unknown codec path(s) {', '.join(unknown)}; the paths are native and python")
+    arms = [f"{path}/rounds" for path in paths] + ["none/none"]
     times: dict[str, list[float]] = {arm: [] for arm in arms}
     parameters = 0
     for repeat in range(args.repeats):

@@ -312,13 +312,12 @@ class FaultTolerantRuntime:
         healed, healed_bytes = self.stats["healed"], self.stats.get("healed_bytes", 0)
         self.manager.start_quorum()
         if self.stats["healed"] != healed:  # this quorum healed us: the state came with it
-            self.stats["heal_s"] += time.monotonic() - started
-            if self.manager.current_step():  # (at step 0 replicas starting together take the first's weights)
-                self.faults.append({"kind": "healed", "step": self.manager.current_step(),
-                                    "heal_s": time.monotonic() - started})
+            seconds, step = time.monotonic() - started, self.manager.current_step()
+            self.stats["heal_s"] += seconds
+            if step:  # (at step 0 replicas starting together take the first's weights: not a heal)
+                self.faults.append({"kind": "healed", "step": step, "heal_s": seconds})
             if dist.get_rank() == 0:  # one report per replica, to bagua run --fault-tolerant
-                events.report("healed", step=self.manager.current_step(), seconds=time.monotonic() - started,
-                              bytes=self.stats["healed_bytes"] - healed_bytes)
+                events.report("healed", step=step, seconds=seconds, bytes=self.stats["healed_bytes"] - healed_bytes)
         if self.ft_group.quorum_id != self.quorum_id:
             self._on_new_quorum(module)
         return self.stats["healed"] != healed

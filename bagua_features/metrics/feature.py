@@ -87,7 +87,7 @@ def metrics(module: torch.nn.Module, log_dir: str | os.PathLike[str] | None = No
     ``note_loss``; per round the compression ratio and, in fault-tolerant mode, failures, restarts and heals.
     ``log_dir``: rank 0 also writes them as TensorBoard scalars there (every rank checks that the ``tensorboard``
     package is installed, and raises ``BaguaConfigError`` naming it if not); ``sink``: any object with
-    ``write_step``, ``write_round``, ``flush`` and ``close`` (every rank's, as given). Called again, it returns the
+    ``write_step``, ``write_round``, ``flush`` and ``close``, optionally ``write_faults`` (every rank's, as given). Called again, it returns the
     same records, adding the writer or sink given. Until it is called (or the feature selected) the hooks measure
     nothing; it issues no collective.
 

@@ -95,11 +95,7 @@ class StepMetrics:
         self.steps: deque[StepRecord] = deque(maxlen=history)
         self.rounds: deque[RoundRecord] = deque(maxlen=history)
         self.sinks: list[Any] = []
-        self.faults: list[dict[str, Any]] = []
-        """Fault-tolerant mode: the faults this replica went through, as it records them (``kind``: ``replica_lost``,
-        ``step_failed`` or ``quorum_changed`` with the ``stall_s`` it cost, ``healed`` with ``heal_s``), handed to the sinks with the
-        step at whose end they were seen."""
-        self._faults_seen = 0  # (every fault of this replica's process, also one before collecting began)
+        self._faults_seen = 0  # of the runtime's faults, those handed to the sinks (every one of the process's)
         self._bytes_mark = stats.total_bytes()
         self._round_bytes = 0
         self._step: int | None = None  # the open step
@@ -175,11 +171,18 @@ class StepMetrics:
         runtime = current_runtime()
         faults = runtime.faults[self._faults_seen:] if runtime is not None else []
         self._faults_seen += len(faults)
-        self.faults.extend(faults)
         for sink in self.sinks:
             sink.write_step(record)
             if faults and hasattr(sink, "write_faults"):
                 sink.write_faults(record.step, faults)
+
+    @property
+    def faults(self) -> list[dict[str, Any]]:
+        """Fault-tolerant mode: the faults this replica went through, handed to the sinks (``write_faults``) with
+        the step at whose end they were seen (``kind``: ``replica_lost``, ``step_failed`` or ``quorum_changed``
+        with the ``stall_s`` it cost, ``healed`` with ``heal_s``: ``FaultTolerantRuntime.faults``); [] outside it."""
+        runtime = current_runtime()
+        return list(runtime.faults[:self._faults_seen]) if runtime is not None else []
 
     # --- what a script calls ------------------------------------------------------------------------
     def note_loss(self, loss: float | torch.Tensor) -> None:
