@@ -93,7 +93,7 @@ def train_fault_tolerant(cfg: TrainingConfig, algorithm: Any, tensorboard: str |
         "algorithm": name, "auto": None, "world_size": runtime.group.world_size, "device": device.type,
         "epochs": cfg.epochs, "final_loss": loss_value, "test_accuracy": accuracy,
         "samples_per_s": samples / max(elapsed, 1e-9), "bytes_communicated_per_rank": stats.total_bytes(),
-        "seconds": elapsed, "fault_tolerance": dict(runtime.stats),
+        "seconds": elapsed, "fault_tolerance": {**runtime.stats, "faults": list(runtime.faults)},
         **metrics_summary(metrics, elapsed, lambda value: value),  # this rank's: replicas come and go
     }
     model.bagua_shutdown()

@@ -1,11 +1,17 @@
-"""Training on while replicas die: 3 replicas on emulated hosts at 1 Gbit/s, one killed (SIGKILL, the
-training process, not its launcher) every K seconds for D seconds and restarted by its launcher, in
-fault-tolerant mode (``bagua run --fault-tolerant --max-restarts``) and, as the baseline, in fail-fast mode
-(``bagua run --nnodes 3 --max-restarts``, a checkpoint every M steps).
+"""Training on while replicas fail: 3 replicas on emulated hosts at 1 Gbit/s (the lighthouse on a fourth), a
+fault every K seconds for D seconds, in fault-tolerant mode (``bagua run --fault-tolerant --max-restarts``)
+and, as the baseline, in fail-fast mode (``bagua run --nnodes 3 --max-restarts``, a checkpoint every M steps).
+A fault is one of ``--faults`` (drawn at random with ``--seed``, else in turn), on a replica drawn the same way:
 
-    sudo python -m benchmarks.fault_tolerance                      # make bench-ft: K = 60 and 15 s, D = 300 s
+* ``kill``: SIGKILL of the replica's training process (not its launcher), which its launcher restarts;
+* ``stop``: SIGSTOP of it, SIGCONT ``--stop-seconds`` later (a hung replica);
+* ``partition``: its host's link down for ``--partition-seconds``, then up again.
+
+    sudo python -m benchmarks.fault_tolerance                      # make bench-ft: kills, K = 60 and 15 s, D = 300 s
     python -m benchmarks.fault_tolerance --algorithms gradient_allreduce --intervals 15 --duration 60 \\
         --fault-free-duration 30 --baseline none                   # a short dev run (still root)
+    python -m benchmarks.fault_tolerance --faults kill,stop,partition --seed 0 --intervals 15 --duration 600 \\
+        --baseline none --modes ft                                 # chaos: 40 faults of the three kinds
 
 Per algorithm and kill interval it measures:
 
@@ -19,6 +25,8 @@ Per algorithm and kill interval it measures:
   restarted process's start (before its imports) to that step, split into launcher restart, imports,
   process group, wrapping and joining (quorum and heal);
 * **bytes healed**: the tensor bytes of the state a restarted replica was healed with, per heal;
+* **stall per fault kind**: the stalls (gaps between committed steps, :func:`stall_figures`) that begin
+  after a fault and before the next, per kind of fault (median and total seconds);
 * the **baseline**: the same schedule in fail-fast mode; its committed steps are the steps of progress
   kept (the step the training is at, and after a kill the last checkpoint's: steps redone after a restart
   count once), over the fail-fast fault-free rate.
@@ -45,7 +53,9 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-__all__ = ["ALGORITHMS", "kill_schedule", "read_records", "ft_progress", "failfast_progress", "window_start",
+from benchmarks.launch import NETNS_PREFIX, netns_link
+
+__all__ = ["ALGORITHMS", "FAULT_KINDS", "kill_schedule", "fault_schedule", "stalls_by_fault", "read_records", "ft_progress", "failfast_progress", "window_start",
            "analyse_run", "fault_free_rate", "markdown_table", "write_report", "main"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -64,6 +74,9 @@ ALGORITHMS: dict[str, dict[str, Any]] = {
     "sparseloco_overlap": {"name": "sparseloco", "inner_steps": 20, "overlap_steps": 4},
 }
 REPLICAS = 3
+LIGHTHOUSE_HOST = REPLICAS + 1
+"""The lighthouse's emulated host: one of its own (a partition of a replica's host leaves it reachable)."""
+FAULT_KINDS = ("kill", "stop", "partition")
 LIGHTHOUSE_PORT = 29510
 RDZV_PORT = 29400
 
@@ -87,6 +100,19 @@ def kill_schedule(interval_s: float, duration_s: float, replicas: int = REPLICAS
         kills.append((round(at, 6), victim))
         previous, at, index = victim, at + interval_s, index + 1
     return kills
+
+
+def fault_schedule(interval_s: float, duration_s: float, kinds: Sequence[str] = ("kill",), replicas: int = REPLICAS,
+                   seed: int | None = None) -> list[tuple[float, int, str]]:
+    """``(seconds after the start, replica index, kind)`` of each fault: the times and victims of
+    :func:`kill_schedule`, the kind drawn from ``kinds`` at random with ``seed`` (its own stream: the same
+    seed gives the same victims whatever the kinds), else in turn."""
+    unknown = [k for k in kinds if k not in FAULT_KINDS]
+    if unknown or not kinds:
+        raise ValueError(f"fault kinds must be some of {', '.join(FAULT_KINDS)}, got {list(kinds)}")
+    rng = random.Random(None if seed is None else seed + 1)
+    return [(at, victim, rng.choice(list(kinds)) if seed is not None else kinds[i % len(kinds)])
+            for i, (at, victim) in enumerate(kill_schedule(interval_s, duration_s, replicas, seed))]
 
 
 def read_records(path: Path) -> tuple[list[dict], list[dict]]:
@@ -190,6 +216,21 @@ def stall_figures(records: dict[str, list[dict]], t0: float, duration_s: float) 
     steps: a failed step, the wait for a quorum, a collective waiting for its timeout), ``quorum_share``, the
     mean quorum size over the replicas, and ``load_free_efficiency = (1 - stall_s / D) x quorum_share``: the
     sample efficiency if a step took as long with 2 replicas as with 3 and the load never changed."""
+    step, found, quorum = _stalls_in(records, t0, duration_s)
+    if step is None:
+        return {}
+    stalls = [length for _, length in found]
+    share = sum(quorum.values()) / (REPLICAS * len(quorum))
+    stall = sum(stalls)
+    return {"median_step_s": round(step, 4), "stalls": len(stalls), "stall_s": round(stall, 2),
+            "max_stall_s": round(max(stalls), 2) if stalls else 0.0, "quorum_share": round(share, 4),
+            "load_free_efficiency": round((1 - stall / duration_s) * share, 4)}
+
+
+def _stalls_in(records: dict[str, list[dict]], t0: float,
+               duration_s: float) -> tuple[float | None, list[tuple[float, float]], dict[int, int]]:
+    """The median step, the stalls ``(start, seconds beyond the median step)`` and each step's quorum size, from
+    the first commit of each step in the window (:func:`stall_figures`)."""
     first: dict[int, float] = {}
     quorum: dict[int, int] = {}
     for rs in records.values():
@@ -198,16 +239,28 @@ def stall_figures(records: dict[str, list[dict]], t0: float, duration_s: float) 
                 first[r["step"]] = min(first.get(r["step"], r["t"]), r["t"])
                 quorum[r["step"]] = max(quorum.get(r["step"], 0), r.get("quorum", 0))
     times = sorted(first.values())
-    gaps = [b - a for a, b in zip(times, times[1:])]
+    gaps = [(a, b - a) for a, b in zip(times, times[1:])]
     if not gaps:
-        return {}
-    step = median(gaps)
-    stalls = [g - step for g in gaps if g > max(0.5, 5 * step)]
-    share = sum(quorum.values()) / (REPLICAS * len(quorum))
-    stall = sum(stalls)
-    return {"median_step_s": round(step, 4), "stalls": len(stalls), "stall_s": round(stall, 2),
-            "max_stall_s": round(max(stalls), 2) if stalls else 0.0, "quorum_share": round(share, 4),
-            "load_free_efficiency": round((1 - stall / duration_s) * share, 4)}
+        return None, [], quorum
+    step = median(g for _, g in gaps)
+    return step, [(a, g - step) for a, g in gaps if g > max(0.5, 5 * step)], quorum
+
+
+def stalls_by_fault(records: dict[str, list[dict]], faults: Sequence[dict], t0: float,
+                    duration_s: float) -> dict[str, dict[str, Any]]:
+    """Per kind of fault (``faults`` as the injector logged them: ``t``, ``kind``, ``done``): how many were
+    injected, the stall each cost (the stalls that begin after it, from half a second before it, and before
+    the next fault) as ``median_s``/``max_s``, and their ``total_s``. A fault whose replica was not up (a
+    restart still under way) is not injected and not counted."""
+    _, found, _ = _stalls_in(records, t0, duration_s)
+    done = sorted((f for f in faults if f.get("done", f.get("killed"))), key=lambda f: f["t"])
+    per_kind: dict[str, list[float]] = {}
+    for i, fault in enumerate(done):
+        until = done[i + 1]["t"] - 0.5 if i + 1 < len(done) else float("inf")
+        cost = sum(length for start, length in found if fault["t"] - 0.5 <= start < until)
+        per_kind.setdefault(fault.get("kind", "kill"), []).append(cost)
+    return {kind: {"faults": len(costs), "median_s": round(median(costs), 2), "max_s": round(max(costs), 2),
+                   "total_s": round(sum(costs), 2)} for kind, costs in sorted(per_kind.items())}
 
 
 def _restart_of(kill: dict, records: dict[str, list[dict]], starts: dict[str, list[dict]]) -> dict | None:
@@ -227,6 +280,8 @@ def analyse_run(records: dict[str, list[dict]], starts: dict[str, list[dict]], k
     """The figures of one run (module doc): ``records``/``starts`` by host name, ``kills`` as the killer
     logged them (``t``, ``host``, ``pid``, ``killed``), the window ``[t0, t0 + duration_s]``, the fault-free
     committed-step ``rate`` of the same mode."""
+    faults = kills
+    kills = [k for k in faults if k.get("kind", "kill") == "kill"]
     curve = ft_progress(records) if mode == "ft" else failfast_progress(records, kills)
     end = t0 + duration_s
     committed = value_at(curve, end) - value_at(curve, t0)
@@ -237,6 +292,10 @@ def analyse_run(records: dict[str, list[dict]], starts: dict[str, list[dict]], k
         "kills": sum(1 for k in kills if k.get("killed")),
         "kills_missed": sum(1 for k in kills if not k.get("killed")),
     }
+    if len(faults) > len(kills):  # other kinds than kills: how many of each were injected, how many skipped
+        kinds = sorted({f["kind"] for f in faults})
+        result["faults"] = {kind: sum(1 for f in faults if f["kind"] == kind and f.get("done")) for kind in kinds}
+        result["faults_missed"] = sum(1 for f in faults if not f.get("done"))
     if mode == "ft":
         quorum_of: dict[int, int] = {}
         for rs in records.values():
@@ -247,6 +306,7 @@ def analyse_run(records: dict[str, list[dict]], starts: dict[str, list[dict]], k
         result["discarded_steps"] = sum(1 for rs in records.values() for r in rs
                                         if not r.get("committed") and t0 < r["t"] <= end)
         result.update(stall_figures(records, t0, duration_s))
+        result["stalls_by_fault"] = stalls_by_fault(records, faults, t0, duration_s)
     to_commit, from_start, heal_bytes, parts = [], [], [], []
     for kill in kills:
         if not kill.get("killed"):
@@ -273,6 +333,8 @@ def analyse_run(records: dict[str, list[dict]], starts: dict[str, list[dict]], k
         result["bytes_per_heal"] = int(median(heal_bytes))
     result["curve"] = thin_curve([(round(t - t0, 3), v - value_at(curve, t0)) for t, v in curve if t0 - 1 <= t <= end + 1])
     result["kill_times"] = [round(k["t"] - t0, 3) for k in kills if k.get("killed")]
+    if "faults" in result:
+        result["fault_times"] = [[round(f["t"] - t0, 3), f["kind"]] for f in faults if f.get("done")]
     return result
 
 
@@ -282,6 +344,11 @@ def _fmt_s(pair: dict | None) -> str:
 
 def _stalls(run: dict) -> str:
     return f"{run['stalls']}, {run['stall_s']:.1f} ({run['max_stall_s']:.1f})" if "stalls" in run else "—"
+
+
+def _by_fault(run: dict) -> str:
+    by = run.get("stalls_by_fault")
+    return "; ".join(f"{k} {v['faults']} {v['median_s']:.1f} / {v['max_s']:.1f}" for k, v in by.items()) if by else "—"
 
 
 def _pct(value: float | None) -> str:
@@ -300,9 +367,9 @@ def markdown_table(results: dict[str, Any]) -> str:
     lines = ["| algorithm | kill every | efficiency (steps) | by samples | kill → first commit, median / max (s) | "
              "stalls: count, total (max) s | load-free estimate | "
              "process start → first commit, median / max (s) | where the restart goes (median s: launcher, imports, "
-             "process group, wrap, join) | bytes per heal | kills | baseline efficiency (fail-fast + checkpoints) | "
-             "baseline kill → first step, median / max (s) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "process group, wrap, join) | bytes per heal | kills | stall per fault: kind n median / max s | "
+             "baseline efficiency (fail-fast + checkpoints) | baseline kill → first step, median / max (s) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for key in sorted(results.get("cells", {}), key=_cell_order):
         cell = results["cells"][key]
         algorithm, interval = key.split("@")
@@ -314,7 +381,7 @@ def markdown_table(results: dict[str, Any]) -> str:
             f"| {algorithm} | {interval} | {_pct(ft.get('efficiency'))} | {_pct(ft.get('sample_efficiency'))} | "
             f"{_fmt_s(ft.get('kill_to_first_commit_s'))} | {_stalls(ft)} | {_pct(ft.get('load_free_efficiency'))} | "
             f"{_fmt_s(ft.get('start_to_first_commit_s'))} | {breakdown} | "
-            f"{heal} | {ft.get('kills', 0)} | {_pct(base.get('efficiency')) if base else 'not run'} | "
+            f"{heal} | {ft.get('kills', 0)} | {_by_fault(ft)} | {_pct(base.get('efficiency')) if base else 'not run'} | "
             f"{_fmt_s(base.get('kill_to_first_commit_s')) if base else '—'} |")
     return "\n".join(lines) + "\n"
 
@@ -325,12 +392,14 @@ def write_report(results: dict[str, Any], out_dir: Path) -> list[str]:
     notes = []
     (out_dir / "fault_tolerance.json").write_text(json.dumps(results, indent=1) + "\n")
     setup = results.get("setup", {})
-    md = [f"# Fault tolerance under kills ({results.get('date', '')})", "",
+    md = [f"# Fault tolerance under faults ({results.get('date', '')})", "",
           f"{setup.get('description', '')}", "", markdown_table(results)]
     rates = results.get("fault_free", {})
     if rates:
-        md += ["Fault-free committed steps per second (the run right before each cell's; load average after it): "
-               + ", ".join(f"{k}: {v['rate']:.2f} ({v.get('load_after', '?').split()[0]})"
+        md += ["Fault-free committed steps per second (the run right before each cell's; load average after it; "
+               "stalls without a fault, where counted): "
+               + ", ".join(f"{k}: {v['rate']:.2f} ({v.get('load_after', '?').split()[0]}"
+                           + (f"; {v['stalls']} stalls" if v.get("stalls") is not None else "") + ")"
                            for k, v in sorted(rates.items())), ""]
     if results.get("load"):
         md += ["Load average (1, 5, 15 min) after each run: " + "; ".join(results["load"]), ""]
@@ -360,9 +429,12 @@ def write_report(results: dict[str, Any], out_dir: Path) -> list[str]:
                     if run and run.get("fault_free_rate"):
                         ax.plot([0, duration], [0, run["fault_free_rate"] * duration], ":", color=color,
                                 label="fault-free rate" + ("" if run is cell.get("ft") else " (fail-fast)"))
-                for t in (cell.get("ft") or {}).get("kill_times", []):
-                    ax.axvline(t, color="red", alpha=0.3, linewidth=0.8)
-                ax.set_title(f"{algorithm}, a kill every {key.split('@')[1]}")
+                ft_run = cell.get("ft") or {}
+                colors = {"kill": "red", "stop": "purple", "partition": "orange"}
+                for t, kind in ft_run.get("fault_times") or [(t, "kill") for t in ft_run.get("kill_times", [])]:
+                    ax.axvline(t, color=colors.get(kind, "red"), alpha=0.3, linewidth=0.8)
+                ax.set_title(f"{algorithm}, a {'fault' if ft_run.get('fault_times') else 'kill'} every "
+                             f"{key.split('@')[1]}")
                 ax.set_xlabel("seconds")
                 ax.set_ylabel("committed steps")
                 if ax.get_legend_handles_labels()[0]:
@@ -411,6 +483,61 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _link(host: str, state: str) -> None:
+    """Host ``h<i>``'s link (its veth on the bridge) ``up`` or ``down``."""
+    subprocess.run(["ip", "link", "set", f"{NETNS_PREFIX}v{host[1:]}", state], check=True)
+
+
+def inject_faults(schedule: Sequence[tuple[float, int, str]], t0: float, names: Sequence[str], work: Path,
+                  args: argparse.Namespace) -> list[dict]:
+    """Inject ``schedule`` (:func:`fault_schedule`) from ``t0``; a stop or a partition ends ``--stop-seconds`` or
+    ``--partition-seconds`` after it begins (every one has ended when this returns). A fault on a replica that is
+    not up (its restart still under way) is skipped. Returns what was done: ``t``, ``host``, ``pid``, ``kind``,
+    ``done`` (and ``killed``, for a kill)."""
+    faults: list[dict] = []
+    ends: list[tuple[float, str, str, int]] = []  # (when, kind, host, pid) of the stops and partitions in course
+
+    def end_due(until: float) -> None:
+        while ends and ends[0][0] <= until:
+            when, kind, host, pid = ends.pop(0)
+            while time.time() < when:
+                time.sleep(0.02)
+            if kind == "stop":
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+            else:
+                _link(host, "up")
+            print(f"  {time.time() - t0:6.1f} s: {kind} of {host} ended", flush=True)
+
+    try:
+        for offset, victim, kind in schedule:
+            end_due(t0 + offset)
+            while time.time() < t0 + offset:
+                time.sleep(0.02)
+            host = names[victim]
+            pid = int((work / f"{host}.pid").read_text())
+            busy = any(h == host for _, _, h, _ in ends)
+            done = (_alive(pid) or kind == "partition") and not busy
+            if done and kind == "kill":
+                os.kill(pid, signal.SIGKILL)
+            elif done and kind == "stop":
+                os.kill(pid, signal.SIGSTOP)
+                ends.append((time.time() + args.stop_seconds, kind, host, pid))
+            elif done:
+                _link(host, "down")
+                ends.append((time.time() + args.partition_seconds, kind, host, pid))
+            ends.sort()
+            faults.append({"t": time.time(), "host": host, "pid": pid, "kind": kind, "done": done,
+                           "killed": done and kind == "kill"})
+            print(f"  {time.time() - t0:6.1f} s: {kind} {host} pid {pid}" + ("" if done else " (not up: still "
+                  "restarting, or a fault in course; skipped)"), flush=True)
+    finally:
+        end_due(float("inf"))
+    return faults
+
+
 def run_once(args: argparse.Namespace, algorithm: str, mode: str, interval_s: float, duration_s: float,
              work: Path) -> dict[str, Any]:
     """One run on the hosts already up: start the job, wait for its first 3-replica step, kill on schedule
@@ -433,12 +560,12 @@ def run_once(args: argparse.Namespace, algorithm: str, mode: str, interval_s: fl
             out = open(work / "lighthouse.out", "w")
             logs.append(out)
             lighthouse = subprocess.Popen(
-                ["ip", "netns", "exec", "bgh1", binary, "--min_replicas", "1", "--bind", f"[::]:{LIGHTHOUSE_PORT}",
+                ["ip", "netns", "exec", f"{NETNS_PREFIX}h{LIGHTHOUSE_HOST}", binary, "--min_replicas", "1", "--bind", f"[::]:{LIGHTHOUSE_PORT}",
                  "--join_timeout_ms", str(args.join_timeout_ms), "--heartbeat_timeout_ms",
                  str(args.heartbeat_timeout_ms)], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         for index in range(1, REPLICAS + 1):
             if mode == "ft":
-                launcher = ["--fault-tolerant", "--lighthouse", f"http://10.77.0.1:{LIGHTHOUSE_PORT}",
+                launcher = ["--fault-tolerant", "--lighthouse", f"http://10.77.0.{LIGHTHOUSE_HOST}:{LIGHTHOUSE_PORT}",
                             "--ft-timeout", str(args.ft_timeout)]
             else:
                 launcher = ["--nnodes", str(REPLICAS), "--nproc_per_node", "1", "--rdzv-backend", "c10d",
@@ -462,18 +589,8 @@ def run_once(args: argparse.Namespace, algorithm: str, mode: str, interval_s: fl
             records = {n: read_records(work / f"{n}.jsonl")[0] for n in names}
             t0 = window_start(records) if mode == "ft" else \
                 min((r["t"] for rs in records.values() for r in rs), default=None)
-        kills = []
-        for offset, victim in kill_schedule(interval_s, duration_s, seed=args.seed):
-            while time.time() < t0 + offset:
-                time.sleep(0.05)
-            host = names[victim]
-            pid = int((work / f"{host}.pid").read_text())
-            alive = _alive(pid)
-            if alive:
-                os.kill(pid, signal.SIGKILL)
-            kills.append({"t": time.time(), "host": host, "pid": pid, "killed": alive})
-            print(f"  {time.time() - t0:6.1f} s: kill {host} pid {pid}" + ("" if alive else " (not running: "
-                  "still restarting; skipped)"), flush=True)
+        faults = inject_faults(fault_schedule(interval_s, duration_s, args.fault_kinds, seed=args.seed), t0, names,
+                               work, args)
         while time.time() < t0 + duration_s + args.tail:
             time.sleep(0.2)
         (work / "stop").write_text("stop")
@@ -496,7 +613,7 @@ def run_once(args: argparse.Namespace, algorithm: str, mode: str, interval_s: fl
     records, starts = {}, {}
     for name in names:
         records[name], starts[name] = read_records(work / f"{name}.jsonl")
-    return {"records": records, "starts": starts, "kills": kills, "t0": t0}
+    return {"records": records, "starts": starts, "kills": faults, "t0": t0}
 
 
 def _load_results(path: Path) -> dict[str, Any]:
@@ -535,6 +652,12 @@ def reanalyse(out_dir: Path, work: Path) -> int:
     return 0
 
 
+def _fault_words(args: argparse.Namespace) -> str:
+    words = {"kill": "SIGKILL of its training process, restarted by its launcher",
+             "stop": f"SIGSTOP for {args.stop_seconds:g} s", "partition": f"its link down for {args.partition_seconds:g} s"}
+    return ", ".join(words[k] for k in args.fault_kinds)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -551,9 +674,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", default="mlp2m")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--checkpoint-every", type=int, default=50, help="fail-fast baseline: steps between checkpoints")
-    parser.add_argument("--seed", type=int, default=None, help="pick the victim at random (default: round-robin)")
-    parser.add_argument("--heartbeat-timeout-ms", type=int, default=5000,
-                        help="the lighthouse's: a replica silent this long is dropped (torchft's default 5000)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="pick the victim and the fault's kind at random (default: round-robin, kinds in turn)")
+    parser.add_argument("--faults", default="kill",
+                        help=f"the kinds of fault, comma-separated, of {', '.join(FAULT_KINDS)} (module doc)")
+    parser.add_argument("--stop-seconds", type=float, default=3.0, help="how long a stopped replica stays stopped")
+    parser.add_argument("--partition-seconds", type=float, default=3.0, help="how long a partitioned host stays cut off")
+    parser.add_argument("--heartbeat-timeout-ms", type=int, default=500,
+                        help="the lighthouse's: a replica silent this long is dropped (bagua run --fault-tolerant's "
+                             "default, 500; torchft's 5000)")
     parser.add_argument("--join-timeout-ms", type=int, default=1000,
                         help="the lighthouse's wait for stragglers (bagua run --fault-tolerant's default, 1000)")
     parser.add_argument("--ft-timeout", type=float, default=10.0, help="BAGUA_FT_TIMEOUT_S of the replicas")
@@ -572,6 +701,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [a for a in algorithms if a not in ALGORITHMS]
     if unknown:
         parser.error(f"--algorithms: unknown {unknown}; known: {', '.join(ALGORITHMS)}")
+    args.fault_kinds = [k for k in args.faults.split(",") if k]
+    try:
+        fault_schedule(1, 2, args.fault_kinds)
+    except ValueError as exc:
+        parser.error(f"--faults: {exc}")
     intervals = [float(v) for v in args.intervals.split(",") if v]
     baseline = [] if args.baseline in ("", "none") else args.baseline.split(",")
     out_dir = Path(args.out)
@@ -579,22 +713,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     results.setdefault("cells", {})
     results.setdefault("fault_free", {})
     results.setdefault("load", [])
-    from benchmarks.launch import netns_link
 
     work = Path(args.work)
     print(f"load before: {_load()}", flush=True)
-    with netns_link(REPLICAS, args.rate, "0ms") as hosts:
+    with netns_link(LIGHTHOUSE_HOST, args.rate, "0ms") as hosts:
         results["setup"] = {
             "description": (f"{REPLICAS} replicas of one rank on emulated hosts ({hosts.link}), {args.model} "
-                            f"(batch {args.batch_size} per replica), a replica's training process SIGKILLed every K s "
-                            f"(round-robin{'' if args.seed is None else f', random seed {args.seed}'}) for "
-                            f"{args.duration:g} s and restarted by its launcher; lighthouse in host 1 (heartbeat "
+                            f"(batch {args.batch_size} per replica), a fault every K s on a replica ({_fault_words(args)}; "
+                            f"{'round-robin' if args.seed is None else f'random, seed {args.seed}'}) for "
+                            f"{args.duration:g} s; lighthouse on a host of its own (heartbeat "
                             f"timeout {args.heartbeat_timeout_ms} ms, join timeout {args.join_timeout_ms} ms); "
                             f"fault-free rate from a {args.fault_free_duration:g} s run; baseline fail-fast with a "
                             f"checkpoint every {args.checkpoint_every} steps; torchrun monitor interval "
                             f"{args.monitor_interval:g} s; {platform.node()} ({os.cpu_count()} cores, shared)"),
             "duration_s": args.duration, "heartbeat_timeout_ms": args.heartbeat_timeout_ms,
-            "join_timeout_ms": args.join_timeout_ms, "model": args.model, "link": hosts.link}
+            "join_timeout_ms": args.join_timeout_ms, "model": args.model, "link": hosts.link,
+            "faults": args.fault_kinds}
         results["date"] = time.strftime("%Y-%m-%d %H:%M")
         for algorithm in algorithms:
             modes = [m for m in ("ft", "failfast") if m in args.modes.split(",")
@@ -610,11 +744,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    work / f"{algorithm}_{mode}_free")
                     curve = ft_progress(raw["records"]) if mode == "ft" else failfast_progress(raw["records"], [])
                     rate = fault_free_rate(curve, raw["t0"], args.fault_free_duration)
-                    results["fault_free"][f"{label}@{interval:g}s"] = {"rate": round(rate, 4),
-                                                                        "seconds": args.fault_free_duration,
-                                                                        "load_after": _load()}
+                    results["fault_free"][f"{label}@{interval:g}s"] = {
+                        "rate": round(rate, 4), "seconds": args.fault_free_duration, "load_after": _load(),
+                        # a stall with no fault: a live replica left out (a heartbeat late past its timeout)
+                        "stalls": stall_figures(raw["records"], raw["t0"], args.fault_free_duration).get("stalls")}
                     print(f"  {rate:.2f} committed steps/s", flush=True)
-                    print(f"{label}: a kill every {interval:g} s for {args.duration:g} s (load {_load()})", flush=True)
+                    print(f"{label}: a fault ({args.faults}) every {interval:g} s for {args.duration:g} s (load {_load()})",
+                          flush=True)
                     raw = run_once(args, algorithm, mode, interval, args.duration, work / f"{algorithm}_{mode}_{interval:g}")
                     cell = analyse_run(raw["records"], raw["starts"], raw["kills"], raw["t0"], args.duration, rate, mode)
                     cell["fault_free_rate"] = round(rate, 4)

@@ -1,5 +1,5 @@
-"""The pure parts of benchmarks/fault_tolerance.py: the kill schedule, the analysis of synthetic records
-(efficiency, kill to first commit, bytes healed, the fail-fast baseline's kept progress) and the report
+"""The pure parts of benchmarks/fault_tolerance.py: the kill and fault schedules, the analysis of synthetic records
+(efficiency, kill to first commit, bytes healed, the stall per fault kind, the fail-fast baseline's kept progress) and the report
 writer. The benchmark itself needs root and minutes; nothing here is timed."""
 
 from __future__ import annotations
@@ -25,6 +25,43 @@ def test_kill_schedule_seeded_is_reproducible_and_never_repeats_a_victim() -> No
     victims = [v for _, v in a]
     assert all(x != y for x, y in zip(victims, victims[1:]))
     assert set(victims) <= {0, 1, 2}
+
+
+def test_fault_schedule_keeps_the_kill_schedule_and_draws_the_kinds() -> None:
+    kinds = ("kill", "stop", "partition")
+    assert ft.fault_schedule(15, 100, kinds) == [(15, 0, "kill"), (30, 1, "stop"), (45, 2, "partition"),
+                                                 (60, 0, "kill"), (75, 1, "stop"), (90, 2, "partition")]
+    seeded = ft.fault_schedule(15, 600, kinds, seed=0)
+    assert seeded == ft.fault_schedule(15, 600, kinds, seed=0)
+    assert [(t, v) for t, v, _ in seeded] == ft.kill_schedule(15, 600, seed=0)  # the same victims, whatever the kinds
+    assert len(seeded) == 39 and {k for _, _, k in seeded} == set(kinds)
+    assert {k for _, _, k in ft.fault_schedule(15, 600, ("stop",), seed=0)} == {"stop"}
+    with pytest.raises(ValueError, match="fault kinds must be some of kill, stop, partition"):
+        ft.fault_schedule(15, 100, ("kill", "reboot"))
+
+
+def test_stalls_are_charged_to_the_fault_before_them_by_kind() -> None:
+    records = _ft_records(10, 100, stall=(20, 21.2))  # a kill's 1.2 s
+    for start, end in ((40, 43), (60, 70)):  # a stop's 3 s, a partition's 10 s (a collective's timeout)
+        for rs in records.values():
+            rs[:] = [r for r in rs if not start <= r["t"] - 1000 < end]
+    faults = [{"t": 1020.0, "host": "h2", "pid": 1, "kind": "kill", "done": True, "killed": True},
+              {"t": 1039.9, "kind": "stop", "done": True},
+              {"t": 1050.0, "kind": "stop", "done": True},  # it cost nothing
+              {"t": 1059.95, "kind": "partition", "done": True},
+              {"t": 1080.0, "host": "h3", "pid": 1, "kind": "kill", "done": False, "killed": False}]  # not injected: not counted
+    by = ft.stalls_by_fault(records, faults, 1000.0, 100)
+    assert set(by) == {"kill", "stop", "partition"}
+    assert by["kill"]["faults"] == 1 and by["kill"]["median_s"] == pytest.approx(1.2, abs=0.15)
+    assert by["stop"]["faults"] == 2 and by["stop"]["max_s"] == pytest.approx(3.0, abs=0.15)
+    assert by["stop"]["median_s"] == pytest.approx(1.5, abs=0.1) and by["stop"]["total_s"] == pytest.approx(3.0, abs=0.15)
+    assert by["partition"]["median_s"] == pytest.approx(10.0, abs=0.15)
+    result = ft.analyse_run(records, {}, faults, 1000.0, 100, 10.0)
+    assert result["kills"] == 1 and result["kills_missed"] == 1  # the kills alone
+    assert result["faults"] == {"kill": 1, "partition": 1, "stop": 2} and result["faults_missed"] == 1
+    assert result["stalls_by_fault"] == by
+    assert [kind for _, kind in result["fault_times"]] == ["kill", "stop", "stop", "partition"]
+    assert "stop 2 1.5 / 3.0" in ft.markdown_table({"cells": {"gradient_allreduce@15s": {"ft": result}}})
 
 
 def _ft_records(rate: float, seconds: float, stall: tuple[float, float] | None = None, t0: float = 1000.0):

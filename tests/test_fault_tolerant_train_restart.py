@@ -74,12 +74,16 @@ def _wait(what: str, condition, timeout_s: float, proc: subprocess.Popen, output
     return found
 
 
-def _run_with_one_kill(tmp_path: Path, mid_training: bool, epochs: int,
-                       more: tuple[str, ...] = ()) -> tuple[int, list[str], list[dict]]:
+KILL = ("--min-replicas", "2", "--max-restarts", "1", "--ft-join-timeout-ms", "1500")
+
+
+def _run_with_one_kill(tmp_path: Path, mid_training: bool, epochs: int, more: tuple[str, ...] = (),
+                       fault=lambda pid: os.kill(pid, signal.SIGKILL),
+                       options: tuple[str, ...] = KILL) -> tuple[int, list[str], list[dict]]:
+    """Run the job, apply ``fault`` to replica 1's worker (a SIGKILL unless told), wait for the job's end."""
     summary = tmp_path / "summary_{replica}.json"
-    command = [sys.executable, "-m", "bagua_cli", "train", "--fault-tolerant", "--replicas", "2",
-               "--min-replicas", "2", "--max-restarts", "1", "--ft-join-timeout-ms", "1500", "--epochs", str(epochs),
-               "--algorithm", "gradient_allreduce", "--summary-json", str(summary), *more]
+    command = [sys.executable, "-m", "bagua_cli", "train", "--fault-tolerant", "--replicas", "2", *options,
+               "--epochs", str(epochs), "--algorithm", "gradient_allreduce", "--summary-json", str(summary), *more]
     env = {k: v for k, v in os.environ.items() if k not in ("RUST_LOG", "BAGUA_VERBOSE")}
     # the survivor waits for the restarted replica (--min-replicas 2): give a loaded machine time to restart it
     # and draw the progress bar into the pipe (BAGUA_PROGRESS=bar; a pipe gets a few lines otherwise): the test
@@ -92,7 +96,7 @@ def _run_with_one_kill(tmp_path: Path, mid_training: bool, epochs: int,
         worker = _wait("replica 1's worker started", lambda: _worker_of_replica(proc.pid, "1"), START_S, proc, output)
         if mid_training:
             _wait(f"{KILL_AFTER_STEPS} steps trained", lambda: output.steps() >= KILL_AFTER_STEPS, START_S, proc, output)
-        os.kill(worker, signal.SIGKILL)
+        fault(worker)
         try:
             proc.wait(timeout=END_S)
         except subprocess.TimeoutExpired:
@@ -153,3 +157,45 @@ def test_a_kill_before_the_first_step_is_counted(tmp_path: Path) -> None:
     assert lines[-1] == "bagua: fault tolerance: 1 replica failure, 1 restart, 0 heals; 2 of 2 replicas finished", text
     assert [line for line in lines if "bagua: replica 1 failed: " in line], text
     assert [line for line in lines if "bagua: replica 1 restarted (restart 1 of 1)" in line], text
+
+
+STOP_S = 8.0
+"""How long the stopped replica stays stopped: well past ``--ft-timeout`` (2 s), and well short of the time the
+survivor takes to train the epochs left alone (a replica trains ~400 steps of digits a second here)."""
+
+
+def _stop(pid: int) -> None:
+    os.kill(pid, signal.SIGSTOP)
+    threading.Timer(STOP_S, os.kill, (pid, signal.SIGCONT)).start()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1000, func_only=True)
+def test_a_hung_replica_costs_the_timeout_not_its_hang_and_heals(tmp_path: Path) -> None:
+    # replica 1's worker stopped (SIGSTOP) for 8 s mid-training, then continued: the survivor goes on alone
+    # (min-replicas 1) once its collective failed (--ft-timeout 2) and the lighthouse has dropped the silent
+    # replica (--ft-heartbeat-timeout-ms), and the stopped one, back, rejoins and heals to the same weights
+    status, lines, results = _run_with_one_kill(
+        tmp_path, mid_training=True, epochs=400, fault=_stop,
+        options=("--min-replicas", "1", "--ft-timeout", "2"))
+    text = "\n".join(lines[-40:])
+    assert status == 0, text
+    assert lines[-1] == "bagua: fault tolerance: 0 replica failures, 0 restarts, 1 heal; 2 of 2 replicas finished", text
+    assert len(results) == 2, text
+    survivor, stopped = (r["fault_tolerance"] for r in results)
+    stalls = [f for f in survivor["faults"] if "stall_s" in f]
+    # the loss, then its return (a new quorum of as many replicas as before the loss; not recorded when it
+    # came back for the survivor's last step, with no commit after it to end that stall). The loss costs the
+    # survivor --ft-timeout where the stop caught both in a collective, the lighthouse's heartbeat timeout (0.5 s)
+    # where it caught the survivor between steps, asking for its next quorum: well short of the hang, either way
+    assert [f["kind"] for f in stalls] in (["replica_lost"], ["replica_lost", "quorum_changed"]), survivor["faults"]
+    assert 0.4 <= stalls[0]["stall_s"] < STOP_S - 3, stalls
+    assert survivor["replicas_lost"] == 1 and survivor["replicas_joined"] == 1 and survivor["healed"] == 0, survivor
+    # back, it healed once (its stats count the initial sync at step 0 as a heal too; its faults do not): the step
+    # it was in failed and was never committed, or (stopped after its exchange, before its commit) it commits that
+    # step, the quorum's as well, and heals at its next quorum
+    healed, *rest = stopped["faults"]
+    assert healed["kind"] == "healed" and len(rest) == 1, stopped
+    assert rest[0]["kind"] in ("step_failed", "quorum_changed"), stopped
+    assert stopped["discarded"] >= (rest[0]["kind"] == "step_failed"), stopped
+    assert results[0]["test_accuracy"] == results[1]["test_accuracy"], results  # healed: the same weights
