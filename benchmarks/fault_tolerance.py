@@ -364,7 +364,7 @@ def _cell_order(key: str) -> tuple[int, str, float]:
 
 def markdown_table(results: dict[str, Any]) -> str:
     """The table of ``results`` (``cells`` keyed ``<algorithm>@<interval>s``)."""
-    lines = ["| algorithm | kill every | efficiency (steps) | by samples | kill → first commit, median / max (s) | "
+    lines = ["| algorithm | fault every | efficiency (steps) | by samples | kill → first commit, median / max (s) | "
              "stalls: count, total (max) s | load-free estimate | "
              "process start → first commit, median / max (s) | where the restart goes (median s: launcher, imports, "
              "process group, wrap, join) | bytes per heal | kills | stall per fault: kind n median / max s | "
