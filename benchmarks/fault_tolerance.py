@@ -55,7 +55,8 @@ from typing import Any
 
 from benchmarks.launch import NETNS_PREFIX, netns_link
 
-__all__ = ["ALGORITHMS", "FAULT_KINDS", "kill_schedule", "fault_schedule", "stalls_by_fault", "read_records", "ft_progress", "failfast_progress", "window_start",
+__all__ = ["ALGORITHMS", "FAULT_KINDS", "kill_schedule", "fault_schedule", "stalls_by_fault", "inject_faults",
+           "read_records", "ft_progress", "failfast_progress", "window_start",
            "analyse_run", "fault_free_rate", "markdown_table", "write_report", "main"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -348,7 +349,9 @@ def _stalls(run: dict) -> str:
 
 def _by_fault(run: dict) -> str:
     by = run.get("stalls_by_fault")
-    return "; ".join(f"{k} {v['faults']} {v['median_s']:.1f} / {v['max_s']:.1f}" for k, v in by.items()) if by else "—"
+    if not by:
+        return "—"
+    return "; ".join(f"{k} {v['faults']} {v['median_s']:.1f} / {v['max_s']:.1f}" for k, v in by.items())
 
 
 def _pct(value: float | None) -> str:
@@ -381,7 +384,8 @@ def markdown_table(results: dict[str, Any]) -> str:
             f"| {algorithm} | {interval} | {_pct(ft.get('efficiency'))} | {_pct(ft.get('sample_efficiency'))} | "
             f"{_fmt_s(ft.get('kill_to_first_commit_s'))} | {_stalls(ft)} | {_pct(ft.get('load_free_efficiency'))} | "
             f"{_fmt_s(ft.get('start_to_first_commit_s'))} | {breakdown} | "
-            f"{heal} | {ft.get('kills', 0)} | {_by_fault(ft)} | {_pct(base.get('efficiency')) if base else 'not run'} | "
+            f"{heal} | {ft.get('kills', 0)} | {_by_fault(ft)} | "
+            f"{_pct(base.get('efficiency')) if base else 'not run'} | "
             f"{_fmt_s(base.get('kill_to_first_commit_s')) if base else '—'} |")
     return "\n".join(lines) + "\n"
 
@@ -560,7 +564,8 @@ def run_once(args: argparse.Namespace, algorithm: str, mode: str, interval_s: fl
             out = open(work / "lighthouse.out", "w")
             logs.append(out)
             lighthouse = subprocess.Popen(
-                ["ip", "netns", "exec", f"{NETNS_PREFIX}h{LIGHTHOUSE_HOST}", binary, "--min_replicas", "1", "--bind", f"[::]:{LIGHTHOUSE_PORT}",
+                ["ip", "netns", "exec", f"{NETNS_PREFIX}h{LIGHTHOUSE_HOST}", binary, "--min_replicas", "1",
+                 "--bind", f"[::]:{LIGHTHOUSE_PORT}",
                  "--join_timeout_ms", str(args.join_timeout_ms), "--heartbeat_timeout_ms",
                  str(args.heartbeat_timeout_ms)], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         for index in range(1, REPLICAS + 1):
@@ -654,7 +659,8 @@ def reanalyse(out_dir: Path, work: Path) -> int:
 
 def _fault_words(args: argparse.Namespace) -> str:
     words = {"kill": "SIGKILL of its training process, restarted by its launcher",
-             "stop": f"SIGSTOP for {args.stop_seconds:g} s", "partition": f"its link down for {args.partition_seconds:g} s"}
+             "stop": f"SIGSTOP for {args.stop_seconds:g} s",
+             "partition": f"its link down for {args.partition_seconds:g} s"}
     return ", ".join(words[k] for k in args.fault_kinds)
 
 
@@ -679,7 +685,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--faults", default="kill",
                         help=f"the kinds of fault, comma-separated, of {', '.join(FAULT_KINDS)} (module doc)")
     parser.add_argument("--stop-seconds", type=float, default=3.0, help="how long a stopped replica stays stopped")
-    parser.add_argument("--partition-seconds", type=float, default=3.0, help="how long a partitioned host stays cut off")
+    parser.add_argument("--partition-seconds", type=float, default=3.0,
+                        help="how long a partitioned host stays cut off")
     parser.add_argument("--heartbeat-timeout-ms", type=int, default=500,
                         help="the lighthouse's: a replica silent this long is dropped (bagua run --fault-tolerant's "
                              "default, 500; torchft's 5000)")
