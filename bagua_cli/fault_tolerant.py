@@ -67,13 +67,12 @@ def add_fault_tolerant_arguments(parser: argparse.ArgumentParser | argparse._Arg
     # until its heartbeat is --ft-heartbeat-timeout-ms old, or for the join timeout, whichever ends first.
     # The join timeout is 1 s, not torchft's 60 (benchmarks/fault_tolerance.py: 5.1 s of stall per kill with
     # 5000, 1.1 s with 1000; a live replica asking later than this after the first is left out of one step and
-    # heals at the next; synchronous replicas ask within milliseconds), and the heartbeat timeout 500 ms, not
-    # torchft's 5000: a replica's manager heartbeats every 100 ms from a thread of its own, so 500 ms is five
-    # missed heartbeats (0.49 s of stall per kill against 1.12 s; no stall without a fault over 2 minutes of 3
-    # replicas at a load of 8 on 2 cores)
+    # heals at the next; synchronous replicas ask within milliseconds). The heartbeat timeout stays torchft's
+    # 5000: at 500 a kill cost 0.49 s instead of 1.12, but the full test suite's load (about 17 on 2 cores)
+    # dropped live replicas (a two-replica job healed 5 times without a fault)
     parser.add_argument("--ft-join-timeout-ms", type=int, default=1000,
                         help="how long the lighthouse waits for heartbeating stragglers before forming a quorum")
-    parser.add_argument("--ft-heartbeat-timeout-ms", type=int, default=500,
+    parser.add_argument("--ft-heartbeat-timeout-ms", type=int, default=5000,
                         help="the lighthouse drops a replica whose heartbeat stopped this long ago (a killed, stopped "
                              "or cut-off replica; its manager heartbeats every 100 ms)")
 

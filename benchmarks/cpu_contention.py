@@ -57,10 +57,12 @@ def _worker(index: int, model_name: str, batch_size: int, commands: mp.Queue, re
     while (window := commands.get()) is not None:
         start, stop = window
         ends: list[tuple[float, float]] = []  # (wall, this process's CPU) at the end of each step
-        while (now := time.monotonic()) < stop:
+        # (past the window's end until two steps have ended in it: on a loaded machine a short window may hold
+        # fewer, and a window of no step has no time per step)
+        while (now := time.monotonic()) < stop or len(ends) < 2:
             step()
             now = time.monotonic()
-            if start <= now <= stop:
+            if now >= start and (now <= stop or len(ends) < 2):
                 ends.append((now, time.process_time()))
         steps = len(ends) - 1
         per_step = (ends[-1][0] - ends[0][0]) / steps if steps > 0 else float("nan")

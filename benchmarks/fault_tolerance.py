@@ -689,7 +689,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="how long a partitioned host stays cut off")
     parser.add_argument("--heartbeat-timeout-ms", type=int, default=500,
                         help="the lighthouse's: a replica silent this long is dropped (bagua run --fault-tolerant's "
-                             "default, 500; torchft's 5000)")
+                             "default and torchft's are 5000; 500 on this benchmark's quiet hosts)")
     parser.add_argument("--join-timeout-ms", type=int, default=1000,
                         help="the lighthouse's wait for stragglers (bagua run --fault-tolerant's default, 1000)")
     parser.add_argument("--ft-timeout", type=float, default=10.0, help="BAGUA_FT_TIMEOUT_S of the replicas")
