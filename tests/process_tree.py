@@ -1,12 +1,16 @@
 """What the tests see of a launcher's processes from outside: its live descendants, their command lines and
-environments (``/proc``), to kill a chosen worker as a user would with ``kill -9``."""
+environments (``/proc``), to kill a chosen worker as a user would with ``kill -9``; and a job's output as it comes
+(:class:`JobOutput`)."""
 
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import threading
 from pathlib import Path
 
-__all__ = ["cmdline", "children", "environ"]
+__all__ = ["JobOutput", "cmdline", "children", "environ"]
 
 
 def cmdline(pid: int) -> list[str]:
@@ -42,3 +46,23 @@ def children(root: int) -> list[int]:
             found.append(child)
             todo.append(child)
     return found
+
+
+class JobOutput:
+    """The job's output, read as it comes (by a thread), so the test can wait for the progress bar."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.text = ""
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self.thread.start()
+
+    def _read(self, proc: subprocess.Popen) -> None:
+        while chunk := proc.stdout.read1(4096):
+            with self.lock:
+                self.text += chunk.decode(errors="replace")
+
+    def steps(self) -> int:
+        with self.lock:
+            counts = re.findall(r"\(fault-tolerant\): +(\d+) ?step", self.text)
+        return int(counts[-1]) if counts else 0

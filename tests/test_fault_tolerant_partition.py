@@ -23,7 +23,7 @@ import pytest
 
 from benchmarks.launch import NETNS_SCRIPT, REPO_ROOT
 from tests.test_netns_hosts import _can_make_namespaces
-from tests.test_fault_tolerant_train_restart import _Output
+from tests.process_tree import JobOutput
 
 pytest.importorskip("torchft")
 
@@ -56,7 +56,7 @@ def _job(prefix: str, index: int, out: Path) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _steps_with_both(output: _Output) -> int:
+def _steps_with_both(output: JobOutput) -> int:
     with output.lock:
         counts = re.findall(r"(\d+) ?step[^\n\r]*replicas=2", output.text)
     return int(counts[-1]) if counts else 0
@@ -73,13 +73,13 @@ def test_a_partitioned_replica_never_merges_alone_and_heals(tmp_path: Path) -> N
     jobs: list[subprocess.Popen] = []
     try:
         jobs = [_job(prefix, 1, tmp_path)]
-        outputs = [_Output(jobs[0])]
+        outputs = [JobOutput(jobs[0])]
         deadline = time.monotonic() + START_S
         while "bagua: lighthouse at" not in outputs[0].text:  # the second host joins the first's lighthouse
             assert jobs[0].poll() is None and time.monotonic() < deadline, outputs[0].text[-3000:]
             time.sleep(0.1)
         jobs.append(_job(prefix, 2, tmp_path))
-        outputs.append(_Output(jobs[1]))
+        outputs.append(JobOutput(jobs[1]))
         while _steps_with_both(outputs[1]) < 20:  # both train together
             assert all(j.poll() is None for j in jobs) and time.monotonic() < deadline, \
                 "\n".join(o.text[-2000:] for o in outputs)
@@ -105,8 +105,9 @@ def test_a_partitioned_replica_never_merges_alone_and_heals(tmp_path: Path) -> N
     first, second = (json.loads((tmp_path / f"summary_h{i}.json").read_text()) for i in (1, 2))
     survivor, cut = first["fault_tolerance"], second["fault_tolerance"]
     stalls = [f for f in survivor["faults"] if "stall_s" in f]
-    # the loss cost the survivor its collective's timeout and the lighthouse's heartbeat timeout, not the partition; the rest are new quorums of more replicas: the second host's first join (the first trains
-    # alone until it comes) and its return (unrecorded when it came back for the last step)
+    # the loss cost the survivor its collective's timeout and the lighthouse's heartbeat timeout, not the
+    # partition; the rest are new quorums of more replicas: the second host's first join (the first trains alone
+    # until it comes) and its return (unrecorded when it came back for the last step)
     losses = [f for f in stalls if f["kind"] == "replica_lost"]
     assert len(losses) == 1 and losses[0]["stall_s"] < CUT_S - 3, survivor["faults"]
     assert all(f["kind"] == "quorum_changed" for f in stalls if f is not losses[0]), survivor["faults"]

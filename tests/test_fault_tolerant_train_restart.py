@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.process_tree import children, cmdline, environ
+from tests.process_tree import JobOutput, children, cmdline, environ
 
 pytest.importorskip("torchft")
 
@@ -35,26 +35,6 @@ END_S = 600.0
 """How long it may take, after the kill, to restart the replica and train the rest of its epochs."""
 
 
-class _Output:
-    """The job's output, read as it comes (by a thread), so the test can wait for the progress bar."""
-
-    def __init__(self, proc: subprocess.Popen) -> None:
-        self.text = ""
-        self.lock = threading.Lock()
-        self.thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
-        self.thread.start()
-
-    def _read(self, proc: subprocess.Popen) -> None:
-        while chunk := proc.stdout.read1(4096):
-            with self.lock:
-                self.text += chunk.decode(errors="replace")
-
-    def steps(self) -> int:
-        with self.lock:
-            counts = re.findall(r"\(fault-tolerant\): +(\d+) ?step", self.text)
-        return int(counts[-1]) if counts else 0
-
-
 def _worker_of_replica(root: int, replica: str) -> int | None:
     for pid in children(root):
         args = cmdline(pid)
@@ -63,7 +43,7 @@ def _worker_of_replica(root: int, replica: str) -> int | None:
     return None
 
 
-def _wait(what: str, condition, timeout_s: float, proc: subprocess.Popen, output: _Output):
+def _wait(what: str, condition, timeout_s: float, proc: subprocess.Popen, output: JobOutput):
     deadline = time.monotonic() + timeout_s
     while (found := condition()) in (None, False):
         if proc.poll() is not None:
@@ -91,7 +71,7 @@ def _run_with_one_kill(tmp_path: Path, mid_training: bool, epochs: int, more: tu
     env.update(OMP_NUM_THREADS="1", BAGUA_FT_QUORUM_TIMEOUT_S="400", BAGUA_PROGRESS="bar")
     proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
-    output = _Output(proc)
+    output = JobOutput(proc)
     try:
         worker = _wait("replica 1's worker started", lambda: _worker_of_replica(proc.pid, "1"), START_S, proc, output)
         if mid_training:
@@ -160,9 +140,8 @@ def test_a_kill_before_the_first_step_is_counted(tmp_path: Path) -> None:
 
 
 STOP_S = 12.0
-"""How long the stopped replica stays stopped: well past ``--ft-timeout`` (2 s) and the lighthouse's heartbeat timeout
-(5 s), and well short of the time the
-survivor takes to train the epochs left alone (a replica trains ~400 steps of digits a second here)."""
+"""How long the stopped replica stays stopped: well past ``--ft-timeout`` (2 s) and the lighthouse's heartbeat
+timeout (5 s), and well short of the time the survivor takes to train the epochs left alone."""
 
 
 def _stop(pid: int) -> None:
