@@ -160,22 +160,24 @@ def test_a_hung_replica_costs_the_timeout_not_its_hang_and_heals(tmp_path: Path)
         options=("--min-replicas", "1", "--ft-timeout", "2"))
     text = "\n".join(lines[-40:])
     assert status == 0, text
-    assert lines[-1] == "bagua: fault tolerance: 0 replica failures, 0 restarts, 1 heal; 2 of 2 replicas finished", text
+    # (with min-replicas 1 the replica that starts first trains alone until the other joins and heals: on a loaded
+    # machine that is one more heal, at start)
+    assert re.fullmatch(r"bagua: fault tolerance: 0 replica failures, 0 restarts, [12] heals?; 2 of 2 replicas "
+                        r"finished", lines[-1]), text
     assert len(results) == 2, text
     survivor, stopped = (r["fault_tolerance"] for r in results)
     stalls = [f for f in survivor["faults"] if "stall_s" in f]
-    # the loss, then its return (a new quorum of as many replicas as before the loss; not recorded when it
-    # came back for the survivor's last step, with no commit after it to end that stall). The loss costs the
-    # survivor --ft-timeout, and until the lighthouse has dropped the silent replica (its heartbeat timeout, 5 s: a
-    # quorum of one of two live replicas is refused): well short of the hang
-    assert [f["kind"] for f in stalls] in (["replica_lost"], ["replica_lost", "quorum_changed"]), survivor["faults"]
-    assert 0.4 <= stalls[0]["stall_s"] < STOP_S - 3, stalls
-    assert survivor["replicas_lost"] == 1 and survivor["replicas_joined"] == 1 and survivor["healed"] == 0, survivor
-    # back, it healed once (its stats count the initial sync at step 0 as a heal too; its faults do not): the step
-    # it was in failed and was never committed, or (stopped after its exchange, before its commit) it commits that
-    # step, the quorum's as well, and heals at its next quorum
-    healed, *rest = stopped["faults"]
-    assert healed["kind"] == "healed" and len(rest) == 1, stopped
-    assert rest[0]["kind"] in ("step_failed", "quorum_changed"), stopped
-    assert stopped["discarded"] >= (rest[0]["kind"] == "step_failed"), stopped
+    # one loss, the rest new quorums of more replicas (a late start's join, the stopped one's return; that is not
+    # recorded when it came back for the survivor's last step, with no commit after it to end that stall). The
+    # loss costs the survivor --ft-timeout, and until the lighthouse has dropped the silent replica (its heartbeat
+    # timeout, 5 s: a quorum of one of two live replicas is refused): well short of the hang
+    losses = [f for f in stalls if f["kind"] == "replica_lost"]
+    assert len(losses) == 1 and 0.4 <= losses[0]["stall_s"] < STOP_S - 3, survivor["faults"]
+    assert all(f["kind"] == "quorum_changed" for f in stalls if f is not losses[0]), survivor["faults"]
+    assert survivor["replicas_lost"] == 1, survivor
+    # back, it healed from the survivor, which had trained on: the step it was in failed and was never committed,
+    # or (stopped after its exchange, before its commit) it commits that step, the quorum's as well, and heals at
+    # its next quorum
+    after_loss = [f for f in stopped["faults"] if f["step"] >= losses[0]["step"]]
+    assert [f["kind"] for f in after_loss].count("healed") == 1, stopped
     assert results[0]["test_accuracy"] == results[1]["test_accuracy"], results  # healed: the same weights
