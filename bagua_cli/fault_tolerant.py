@@ -1,7 +1,8 @@
 """``bagua run --fault-tolerant``: replicas that train on when one fails (``docs/fault_tolerance.md``).
 
 Each replica is its own torchrun (one rank, or ``--nproc_per_node`` ranks: a node's), so torchrun's
-``--max-restarts`` restarts only the failed replica's workers; the others never stop. The command starts a torchft
+``--max-restarts`` restarts only the failed replica's workers; the others never stop. With ``--standby N`` the
+command keeps N warm standbys and replaces a failed replica by one at once (:mod:`bagua_cli.fault_tolerant_replicas`). The command starts a torchft
 lighthouse (or joins ``--lighthouse``), starts ``--replicas`` replicas on this host, hands them the options
 in the environment (``BAGUA_FAULT_TOLERANT=1``, ``TORCHFT_LIGHTHOUSE``, ``BAGUA_FT_*``), and returns 0 when
 every replica finished, else the first failing replica's exit status. It prints a line for each failure,
@@ -31,6 +32,7 @@ import sys
 import tempfile
 import time
 
+from bagua_cli.fault_tolerant_replicas import ReplicaPool, restart_budget
 from bagua_cli.fault_tolerant_report import JobReport
 from bagua_features.fault_tolerance import events
 from bagua_features.fault_tolerance.options import address_towards
@@ -40,7 +42,7 @@ __all__ = ["add_fault_tolerant_arguments", "add_restart_argument", "split_fault_
 
 _FLAGS = ("--fault-tolerant", "--replicas", "--lighthouse", "--lighthouse-port", "--lighthouse-host", "--min-replicas",
           "--ft-timeout",
-          "--ft-hang-timeout", "--ft-join-timeout-ms", "--ft-heartbeat-timeout-ms")
+          "--ft-hang-timeout", "--ft-join-timeout-ms", "--ft-heartbeat-timeout-ms", "--standby")
 
 
 def add_fault_tolerant_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -57,6 +59,11 @@ def add_fault_tolerant_arguments(parser: argparse.ArgumentParser | argparse._Arg
                              "and are reached at (default 127.0.0.1: a one-host job; give this host's address for "
                              "replicas on other hosts to join)")
     parser.add_argument("--min-replicas", type=int, default=1, help="a step commits only with this many replicas")
+    parser.add_argument("--standby", type=int, default=0, metavar="N",
+                        help="keep N warm standbys on this host: replicas started ahead of need, which wait built and "
+                             "wrapped before their first step; a failed replica with restarts left (--max-restarts) is "
+                             "replaced by one at once (it joins the next quorum and heals; no imports, no model "
+                             "building) and another standby is started (default 0: torchrun restarts the replica)")
     parser.add_argument("--ft-timeout", type=float, default=None, metavar="SECONDS",
                         help="a collective between replicas, a commit decision or a heal that takes longer fails the "
                              "step (BAGUA_FT_TIMEOUT_S, default 30)")
@@ -105,10 +112,16 @@ def split_fault_tolerant_args(argv: list[str]) -> tuple[argparse.Namespace | Non
             rest.append(token)
         i += 1
     options = _parser().parse_args(ours)
+    _check(options)
+    return options, rest + tail
+
+
+def _check(options: argparse.Namespace) -> None:
     if options.replicas < 0 or options.min_replicas < 1:
         raise ValueError(f"--replicas must be >= 0 and --min-replicas >= 1, got {options.replicas}, "
                          f"{options.min_replicas}")
-    return options, rest + tail
+    if options.standby < 0:
+        raise ValueError(f"--standby must be a non-negative integer, got {options.standby}")
 
 
 def add_restart_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -126,9 +139,7 @@ def parse_fault_tolerant_options(argv: list[str]) -> tuple[argparse.Namespace | 
     parser = _parser()
     add_restart_argument(parser)
     options, rest = parser.parse_known_args(argv)
-    if options.replicas < 0 or options.min_replicas < 1:
-        raise ValueError(f"--replicas must be >= 0 and --min-replicas >= 1, got {options.replicas}, "
-                         f"{options.min_replicas}")
+    _check(options)
     if options.max_restarts < 0:
         raise ValueError(f"--max-restarts must be a non-negative integer, got {options.max_restarts}")
     return options, rest
@@ -193,6 +204,12 @@ def _wait_listening(proc: subprocess.Popen, host: str, port: int, timeout_s: flo
 
 def run_fault_tolerant(options: argparse.Namespace, torchrun_args: list[str]) -> int:
     """Start (or join) the lighthouse and ``options.replicas`` replicas; wait for them (module doc)."""
+    max_restarts = 0
+    if options.standby:  # the restarts are this launcher's (a standby takes a failed replica's place)
+        max_restarts, torchrun_args = restart_budget(torchrun_args)
+        if max_restarts < 1:
+            raise ValueError(f"--standby {options.standby} replaces a failed replica, which is a restart: give "
+                             "--max-restarts M (M >= 1, per replica)")
     lighthouse_proc = None
     address = options.lighthouse
     if not address:
@@ -210,35 +227,29 @@ def run_fault_tolerant(options: argparse.Namespace, torchrun_args: list[str]) ->
         env["BAGUA_FT_HANG_TIMEOUT_S"] = str(options.ft_hang_timeout)
     events_dir = tempfile.mkdtemp(prefix="bagua_ft_")
     env[events.EVENTS_ENV] = events_path = os.path.join(events_dir, "events.jsonl")
+    per_replica = [] if any(t.split("=")[0] in ("--nproc_per_node", "--nproc-per-node") for t in torchrun_args) \
+        else ["--nproc_per_node=1"]  # a replica is one rank unless told otherwise
+    # each replica through bagua's own launcher: torchrun's logs quiet, one traceback per failure
+    command = [sys.executable, "-m", "bagua_cli", "run", "--standalone", *per_replica, *torchrun_args]
     report = JobReport(options.replicas)
-    replicas: dict[int, subprocess.Popen] = {}
+    pool = ReplicaPool(command, env, report, options.replicas, options.standby, max_restarts, events_dir, _say)
     offset = 0
+
+    def read_events() -> list[dict]:
+        nonlocal offset
+        new, offset = events.read_new(events_path, offset)
+        return new
+
     try:
-        for index in range(options.replicas):
-            replica_env = {**env, "BAGUA_FT_REPLICA_ID": env.get("BAGUA_FT_REPLICA_ID_PREFIX", "replica_") + str(index),
-                           "BAGUA_FT_REPLICA_INDEX": str(index)}
-            per_replica = [] if any(t.split("=")[0] in ("--nproc_per_node", "--nproc-per-node") for t in torchrun_args) \
-                else ["--nproc_per_node=1"]  # a replica is one rank unless told otherwise
-            # each replica through bagua's own launcher: torchrun's logs quiet, one traceback per failure
-            command = [sys.executable, "-m", "bagua_cli", "run", "--standalone", *per_replica, *torchrun_args]
-            replicas[index] = subprocess.Popen(command, env=replica_env)
-        status = 0
-        while replicas:
-            ended = {index: code for index, proc in replicas.items() if (code := proc.poll()) is not None}
-            new, offset = events.read_new(events_path, offset)  # after the poll: an ended replica's last report
-            for event in new:
-                _say(report.on_event(event))
-            for index, code in ended.items():
-                del replicas[index]
-                _say(report.on_exit(index, code, others_running=bool(replicas)))
-                if code != 0 and status == 0:
-                    status = code
-            time.sleep(0.2)
+        pool.start()
+        period = 0.05 if options.standby else 0.2  # a standby is activated as soon as a failure is seen
+        while pool.running:
+            pool.poll(read_events)
+            time.sleep(period)
         _say(report.summary())
-        return status
+        return pool.status
     finally:
-        for proc in replicas.values():
-            proc.kill()
+        pool.close()
         if lighthouse_proc is not None:
             lighthouse_proc.terminate()
             lighthouse_proc.wait(timeout=10)

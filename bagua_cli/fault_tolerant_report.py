@@ -49,6 +49,8 @@ class JobReport:
     def on_event(self, event: dict[str, Any]) -> str | None:
         """Count ``event``; the line to print for it (None: its launcher printed it already)."""
         kind, replica = event.get("event"), event.get("replica")
+        if replica is None:  # a standby not yet needed: the job's launcher says what becomes of it
+            return None
         if kind == "failed":
             self.failures += 1
             if event.get("final"):  # the replica's launcher printed the failure with its exit code
@@ -57,8 +59,9 @@ class JobReport:
             return f"bagua: replica {replica} failed: {event.get('cause', 'no cause recorded')}"
         if kind == "restarted":
             self.restarts += 1
+            how = ", by a warm standby" if event.get("standby") else ""
             return (f"bagua: replica {replica} restarted "
-                    f"(restart {event.get('restart')} of {event.get('max_restarts')})")
+                    f"(restart {event.get('restart')} of {event.get('max_restarts')}{how})")
         if kind == "healed":
             if not event.get("step"):  # replicas starting together take the first one's weights: not a heal
                 return None
@@ -66,6 +69,15 @@ class JobReport:
             return (f"bagua: replica {replica} healed from a live peer at step {event.get('step')} "
                     f"({_size(event.get('bytes', 0))} in {_duration(event.get('seconds', 0.0))})")
         return None
+
+    def reported_final(self, replica: int) -> bool:
+        """Whether replica ``replica``'s launcher reported its failure (and printed it) before it exited."""
+        return replica in self._final_reported
+
+    def on_replaced(self, replica: int) -> None:
+        """Replica ``replica`` failed and was started again (``bagua run --fault-tolerant --standby``): the
+        failure its launcher reported is the old process's."""
+        self._final_reported.discard(replica)
 
     def on_exit(self, replica: int, status: int, others_running: bool) -> str | None:
         """Count replica ``replica``'s end with exit ``status``; the line to print for it, if any."""

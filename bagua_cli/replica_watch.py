@@ -23,7 +23,7 @@ import os
 from torch.distributed.elastic import metrics
 
 from bagua_cli import worker_logs
-from bagua_features.fault_tolerance import events
+from bagua_features.fault_tolerance import events, standby
 
 __all__ = ["watch_replica", "replica_index", "failure_cause", "report_final_failure"]
 
@@ -31,9 +31,9 @@ _watching: list[bool] = []
 
 
 def replica_index() -> int | None:
-    """This launcher's replica under ``bagua run --fault-tolerant`` (``BAGUA_FT_REPLICA_INDEX``), else None."""
-    index = os.environ.get("BAGUA_FT_REPLICA_INDEX")
-    return int(index) if index not in (None, "") else None
+    """This launcher's replica under ``bagua run --fault-tolerant`` (``BAGUA_FT_REPLICA_INDEX``, or the replica
+    an activated standby stands for), else None."""
+    return standby.replica_index()
 
 
 def failure_cause() -> str:

@@ -46,6 +46,8 @@ ENTRY_POINT_NAME = "bagua"
 TAIL_BYTES = 64 * 1024
 PARTIAL_LINE_S = 0.1
 """How long a line without its end waits for the rest before it is written as it is."""
+_IDLE_POLL_S = 0.05
+"""How often an idle pump looks whether it is asked to finish (:func:`drain`)."""
 _ATOMIC_BYTES = 4096
 """A write of at most this many bytes to a pipe is never split by another process's (POSIX PIPE_BUF)."""
 _LINE_END = re.compile(rb"(?<=[\r\n])")
@@ -70,6 +72,9 @@ class _Pump(threading.Thread):
         self.at_line_start = True
         self.tail = bytearray()
         self.lock = threading.Lock()
+        self.draining = threading.Event()
+        """Set by :func:`drain`: the worker has exited, so an empty pipe is its end (torchrun's agent holds the
+        pipe's write end open until it closes the workers' handles, later: no end of file comes before)."""
 
     def run(self) -> None:
         with open(self.path, "rb", buffering=0) as fifo:
@@ -77,9 +82,12 @@ class _Pump(threading.Thread):
             fd = fifo.fileno()
             pending = b""
             while True:
-                if pending and not select.select([fd], [], [], PARTIAL_LINE_S)[0]:
-                    self._emit(pending)  # the rest of the line is not coming soon
-                    pending = b""
+                if not select.select([fd], [], [], PARTIAL_LINE_S if pending else _IDLE_POLL_S)[0]:
+                    if pending:
+                        self._emit(pending)  # the rest of the line is not coming soon
+                        pending = b""
+                    elif self.draining.is_set():  # the worker has exited: what it wrote has been read
+                        break
                     continue
                 chunk = os.read(fd, TAIL_BYTES)
                 if not chunk:
@@ -215,6 +223,8 @@ def drain(timeout_s: float = 5.0) -> None:
     workers have exited, before this process prints after them or exits."""
     deadline = time.monotonic() + timeout_s
     for pump in list(_pumps):
+        pump.draining.set()
+    for pump in list(_pumps):
         pump.join(max(0.0, deadline - time.monotonic()))
 
 
@@ -223,10 +233,11 @@ atexit.register(drain, 2.0)  # also under plain `torchrun --logs-specs bagua`, w
 
 def stderr_tail(local_rank: int, wait_s: float = 2.0) -> str:
     """The last bytes local rank ``local_rank`` of the latest attempt wrote to stderr ('' if unknown).
-    Waits up to ``wait_s`` for the rest of its output (a failed worker's pipe closes when it exits)."""
+    Waits up to ``wait_s`` for the rest of its output (call it once the worker has exited)."""
     pump = _latest.get(local_rank)
     if pump is None:
         return ""
+    pump.draining.set()
     pump.join(wait_s)
     with pump.lock:
         return bytes(pump.tail).decode(errors="replace")

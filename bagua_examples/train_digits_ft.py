@@ -16,7 +16,7 @@ import torch.nn.functional as F
 import bagua_core as bagua
 from bagua_core.runtime.communication import stats
 from bagua_core.selection.config import algorithm_class_of, algorithm_config_of
-from bagua_features.fault_tolerance import QuorumSampler, current_runtime
+from bagua_features.fault_tolerance import QuorumSampler, current_runtime, wait_for_activation
 from bagua_examples.digits import DigitsMLP, load_digits
 from bagua_examples.progress import Progress
 from bagua_examples.run_metrics import metrics_summary, start_metrics
@@ -60,6 +60,9 @@ def train_fault_tolerant(cfg: TrainingConfig, algorithm: Any, tensorboard: str |
     steps_per_epoch = len(train_y) // cfg.batch_size  # of one replica alone (qadam's warmup is set from it)
     optimizer = make_optimizer(model, cfg, algorithm_class_of(name), steps_per_epoch)
     model = model.with_bagua([optimizer], algorithm, features=features or None)
+    # a warm standby (bagua run --fault-tolerant --standby N) waits here, built and wrapped, until it replaces a
+    # failed replica; then it knows which (BAGUA_FT_REPLICA_INDEX, read below). Nothing for a replica
+    wait_for_activation()
     step_optimizer = getattr(optimizer, "fuse_step", optimizer.step)  # a fused optimizer steps on flat tensors
     sampler = QuorumSampler(len(train_y), cfg.batch_size, seed=cfg.seed)
     stats.reset()

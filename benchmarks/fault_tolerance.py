@@ -23,7 +23,8 @@ Per algorithm and kill interval it measures:
   2/3 of the samples);
 * **kill to first commit**: from a kill to the restarted replica's first committed step, and from the
   restarted process's start (before its imports) to that step, split into launcher restart, imports,
-  process group, wrapping and joining (quorum and heal);
+  process group, wrapping and joining (quorum and heal); with ``--standby N`` the replacement is a warm standby
+  (built before the kill), and its start is its activation;
 * **bytes healed**: the tensor bytes of the state a restarted replica was healed with, per heal;
 * **stall per fault kind**: the stalls (gaps between committed steps, :func:`stall_figures`) that begin
   after a fault and before the next, per kind of fault (median and total seconds);
@@ -264,13 +265,18 @@ def stalls_by_fault(records: dict[str, list[dict]], faults: Sequence[dict], t0: 
                    "total_s": round(sum(costs), 2)} for kind, costs in sorted(per_kind.items())}
 
 
+def _serving_from(start: dict) -> float:
+    """When a process began to stand for its replica: its start, or a warm standby's activation."""
+    return start.get("activated") or start["started"]
+
+
 def _restart_of(kill: dict, records: dict[str, list[dict]], starts: dict[str, list[dict]]) -> dict | None:
     """What the killed replica's next process did: its start event and its first committed step."""
     name = kill["host"]
-    later = [s for s in starts.get(name, []) if s["pid"] != kill["pid"] and s["started"] >= kill["t"] - 1.0]
+    later = [s for s in starts.get(name, []) if s["pid"] != kill["pid"] and _serving_from(s) >= kill["t"] - 1.0]
     if not later:
         return None
-    start = min(later, key=lambda s: s["started"])
+    start = min(later, key=_serving_from)
     first = next((r for r in sorted(records.get(name, []), key=lambda r: r["t"])
                   if r["pid"] == start["pid"] and r.get("committed", True)), None)
     return {"start": start, "first": first}
@@ -319,10 +325,14 @@ def analyse_run(records: dict[str, list[dict]], starts: dict[str, list[dict]], k
         if mode == "ft" and first["t"] > end + 60:
             continue
         to_commit.append(first["t"] - kill["t"])
-        from_start.append(first["t"] - start["started"])
-        parts.append({"launcher": start["started"] - kill["t"], "imports": start["imported"] - start["started"],
-                      "process_group": start["initialized"] - start["imported"],
-                      "wrap": start["wrapped"] - start["initialized"], "join": first["t"] - start["wrapped"]})
+        from_start.append(first["t"] - _serving_from(start))
+        if start.get("activated"):  # a warm standby: built before the kill; the launcher's part is its activation
+            parts.append({"launcher": start["activated"] - kill["t"], "imports": 0.0, "process_group": 0.0,
+                          "wrap": 0.0, "join": first["t"] - start["activated"]})
+        else:
+            parts.append({"launcher": start["started"] - kill["t"], "imports": start["imported"] - start["started"],
+                          "process_group": start["initialized"] - start["imported"],
+                          "wrap": start["wrapped"] - start["initialized"], "join": first["t"] - start["wrapped"]})
         if first.get("healed"):
             heal_bytes.append(first.get("healed_bytes", 0) / first["healed"])
     result["restarts_measured"] = len(to_commit)
@@ -571,7 +581,7 @@ def run_once(args: argparse.Namespace, algorithm: str, mode: str, interval_s: fl
         for index in range(1, REPLICAS + 1):
             if mode == "ft":
                 launcher = ["--fault-tolerant", "--lighthouse", f"http://10.77.0.{LIGHTHOUSE_HOST}:{LIGHTHOUSE_PORT}",
-                            "--ft-timeout", str(args.ft_timeout)]
+                            "--ft-timeout", str(args.ft_timeout), "--standby", str(args.standby)]
             else:
                 launcher = ["--nnodes", str(REPLICAS), "--nproc_per_node", "1", "--rdzv-backend", "c10d",
                             "--rdzv-endpoint", f"10.77.0.1:{RDZV_PORT}", "--rdzv-id", f"bench{os.getpid()}"]
@@ -694,6 +704,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the lighthouse's wait for stragglers (bagua run --fault-tolerant's default, 1000)")
     parser.add_argument("--ft-timeout", type=float, default=10.0, help="BAGUA_FT_TIMEOUT_S of the replicas")
     parser.add_argument("--max-restarts", type=int, default=1000)
+    parser.add_argument("--standby", type=int, default=0,
+                        help="warm standbys per host (bagua run --fault-tolerant --standby): a killed replica is "
+                             "replaced by one, built and wrapped already")
     parser.add_argument("--monitor-interval", type=float, default=0.1, help="torchrun's, seconds")
     parser.add_argument("--start-timeout", type=float, default=240.0)
     parser.add_argument("--tail", type=float, default=1.0, help="seconds run past the window before stopping")
@@ -731,11 +744,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                             f"{args.duration:g} s; lighthouse on a host of its own (heartbeat "
                             f"timeout {args.heartbeat_timeout_ms} ms, join timeout {args.join_timeout_ms} ms); "
                             f"fault-free rate from a {args.fault_free_duration:g} s run; baseline fail-fast with a "
-                            f"checkpoint every {args.checkpoint_every} steps; torchrun monitor interval "
+                            f"checkpoint every {args.checkpoint_every} steps; "
+                            f"{f'{args.standby} warm standby per host; ' if args.standby else ''}torchrun monitor interval "
                             f"{args.monitor_interval:g} s; {platform.node()} ({os.cpu_count()} cores, shared)"),
             "duration_s": args.duration, "heartbeat_timeout_ms": args.heartbeat_timeout_ms,
             "join_timeout_ms": args.join_timeout_ms, "model": args.model, "link": hosts.link,
-            "faults": args.fault_kinds}
+            "faults": args.fault_kinds, "standby": args.standby}
         results["date"] = time.strftime("%Y-%m-%d %H:%M")
         for algorithm in algorithms:
             modes = [m for m in ("ft", "failfast") if m in args.modes.split(",")

@@ -7,8 +7,8 @@ It writes its pid to ``<out>/<name>.pid`` first (the benchmark's killer reads it
 killed, not its launcher), then one JSON line per step to ``<out>/<name>.jsonl``: the time, the pid, the
 step (the quorum's committed step, or the fail-fast step number), whether it committed, the quorum's size,
 the heals so far and their bytes; and once an ``event: start`` line with when the process started, when its
-imports were done, when the process group was up and when the model was wrapped. It stops when
-``<out>/stop`` exists.
+imports were done, when the process group was up, when the model was wrapped and, for a warm standby
+(``--standby``), when it was activated (it writes its pid file then). It stops when ``<out>/stop`` exists.
 
     bagua run --fault-tolerant --lighthouse http://10.77.0.1:29510 --max-restarts 1000 \\
         benchmarks/fault_tolerance_worker.py --mode ft --out /tmp/ft --algorithm '{"name": "bytegrad"}'
@@ -67,7 +67,10 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(args.out)
     name = process_name(args.mode)
-    (out / f"{name}.pid").write_text(str(os.getpid()))
+    from bagua_features.fault_tolerance import standby
+
+    if not standby.is_standby():  # (a warm standby writes it once it replaces a replica)
+        (out / f"{name}.pid").write_text(str(os.getpid()))
     stop = out / "stop"
     if stop.exists():  # restarted after the end: nothing to do
         return
@@ -87,9 +90,13 @@ def main() -> None:
         start = load_checkpoint(str(out / "checkpoints"), model, optimizer)
     model = model.with_bagua([optimizer], algorithm)
     wrapped = time.time()
+    activated = standby.wait_for_activation()  # a warm standby waits here until it replaces a killed replica
+    if activated is not None:
+        (out / f"{name}.pid").write_text(str(os.getpid()))
     with open(out / f"{name}.jsonl", "a") as log:
         log.write(json.dumps({"event": "start", "pid": os.getpid(), "name": name, "started": STARTED,
                               "imported": IMPORTED, "initialized": initialized, "wrapped": wrapped,
+                              "activated": activated,
                               "resumed_from": start, "params": parameter_count(model),
                               "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))}) + "\n")
         log.flush()

@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,8 +60,10 @@ KILL = ("--min-replicas", "2", "--max-restarts", "1", "--ft-join-timeout-ms", "1
 
 def _run_with_one_kill(tmp_path: Path, mid_training: bool, epochs: int, more: tuple[str, ...] = (),
                        fault=lambda pid: os.kill(pid, signal.SIGKILL),
-                       options: tuple[str, ...] = KILL) -> tuple[int, list[str], list[dict]]:
-    """Run the job, apply ``fault`` to replica 1's worker (a SIGKILL unless told), wait for the job's end."""
+                       options: tuple[str, ...] = KILL,
+                       ready: tuple[str, Any] | None = None) -> tuple[int, list[str], list[dict]]:
+    """Run the job, apply ``fault`` to replica 1's worker (a SIGKILL unless told) once ``ready`` (what, and a
+    condition on the job's pid) holds, wait for the job's end."""
     summary = tmp_path / "summary_{replica}.json"
     command = [sys.executable, "-m", "bagua_cli", "train", "--fault-tolerant", "--replicas", "2", *options,
                "--epochs", str(epochs), "--algorithm", "gradient_allreduce", "--summary-json", str(summary), *more]
@@ -76,6 +79,8 @@ def _run_with_one_kill(tmp_path: Path, mid_training: bool, epochs: int, more: tu
         worker = _wait("replica 1's worker started", lambda: _worker_of_replica(proc.pid, "1"), START_S, proc, output)
         if mid_training:
             _wait(f"{KILL_AFTER_STEPS} steps trained", lambda: output.steps() >= KILL_AFTER_STEPS, START_S, proc, output)
+        if ready is not None:
+            _wait(ready[0], lambda: ready[1](proc.pid), START_S, proc, output)
         fault(worker)
         try:
             proc.wait(timeout=END_S)
@@ -137,6 +142,38 @@ def test_a_kill_before_the_first_step_is_counted(tmp_path: Path) -> None:
     assert lines[-1] == "bagua: fault tolerance: 1 replica failure, 1 restart, 0 heals; 2 of 2 replicas finished", text
     assert [line for line in lines if "bagua: replica 1 failed: " in line], text
     assert [line for line in lines if "bagua: replica 1 restarted (restart 1 of 1)" in line], text
+
+
+def _standby_worker(root: int) -> int | None:
+    for pid in children(root):
+        args = cmdline(pid)
+        if "-u" in args and "bagua_examples.train_digits" in args and environ(pid).get("BAGUA_FT_STANDBY"):
+            return pid
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1000, func_only=True)
+def test_a_kill_is_replaced_by_a_warm_standby_that_heals(tmp_path: Path) -> None:
+    # --standby 1: a third process waits, built and wrapped, before its first step; replica 1's worker killed
+    # mid-training, the standby takes its place (its id and index) and heals from the live replica; another standby
+    # starts, and is retired when the job ends
+    status, lines, results = _run_with_one_kill(
+        tmp_path, mid_training=True, epochs=100, options=(*KILL, "--standby", "1"),
+        ready=("the standby's worker started", _standby_worker))
+    text = "\n".join(lines[-40:])
+    assert status == 0, text
+    ours = [line[line.index("bagua: replica 1 "):] for line in lines if "bagua: replica 1 " in line]
+    assert [line.split()[3] for line in ours] == ["failed:", "restarted", "healed"], text
+    assert ours[1] == "bagua: replica 1 restarted (restart 1 of 1, by a warm standby)", text
+    assert int(re.match(r"bagua: replica 1 healed from a live peer at step (\d+) ", ours[2]).group(1)) >= \
+        KILL_AFTER_STEPS, text
+    assert lines[-1] == "bagua: fault tolerance: 1 replica failure, 1 restart, 1 heal; 2 of 2 replicas finished", text
+    assert not [line for line in lines if "standby exited" in line], text  # the second one was retired: status 0
+    assert len(results) == 2, text
+    assert results[0]["fault_tolerance"]["standby"] is False and results[1]["fault_tolerance"]["standby"] is True
+    assert results[1]["fault_tolerance"]["healed"] == 1, results[1]
+    assert results[0]["test_accuracy"] == results[1]["test_accuracy"], results  # healed: the same weights
 
 
 STOP_S = 12.0

@@ -16,7 +16,7 @@ sees it, errors reported instead of raised), :mod:`.quorum_group` (the ``BaguaPr
 algorithm is reified on), :mod:`.state` (the transaction's copy, healing, the joiner check),
 :mod:`.replica_groups` (the groups torchft reconfigures per quorum), :mod:`.runtime` (the Manager and the
 transaction), :mod:`.sampler` (the data shard following the quorum), :mod:`.hang` (a replica whose step
-hangs leaves). ``bagua run --fault-tolerant`` (``bagua_cli/fault_tolerant.py``) starts the lighthouse. Without it, fail-fast stays the default.
+hangs leaves), :mod:`.standby` (a warm standby waits before its first step until it replaces a failed replica). ``bagua run --fault-tolerant`` (``bagua_cli/fault_tolerant.py``) starts the lighthouse. Without it, fail-fast stays the default.
 
 Example (each replica: ``bagua run --fault-tolerant --nproc_per_node=1 train.py``)::
 
@@ -36,9 +36,10 @@ from bagua_features.fault_tolerance.current import current_runtime
 from bagua_features.fault_tolerance.options import FaultTolerantOptions
 from bagua_features.fault_tolerance.replica import attach, last_step_committed, resolve_options, start
 from bagua_features.fault_tolerance.sampler import QuorumSampler
+from bagua_features.fault_tolerance.standby import wait_for_activation
 
 __all__ = ["FaultTolerantOptions", "QuorumSampler", "current_runtime", "last_step_committed", "start", "attach",
-           "resolve_options", "bagua_register_features"]
+           "resolve_options", "wait_for_activation", "bagua_register_features"]
 
 
 @hookimpl

@@ -22,20 +22,24 @@ import os
 import time
 from typing import Any
 
+from bagua_features.fault_tolerance import standby
+
 __all__ = ["EVENTS_ENV", "report", "read_new"]
 
 EVENTS_ENV = "BAGUA_FT_EVENTS"
 
 
 def report(event: str, **fields: Any) -> None:
-    """Append ``event`` (with this replica's index, ``BAGUA_FT_REPLICA_INDEX``, and ``fields``) to the job's
-    events file; nothing when this process is not a replica of ``bagua run --fault-tolerant``. Never raises:
-    a report that cannot be written is lost, the training goes on."""
+    """Append ``event`` (with this replica's index, ``BAGUA_FT_REPLICA_INDEX`` or an activated standby's, None
+    for a standby not yet needed; this process's pid; and ``fields``) to the job's events file; nothing when this
+    process is not a replica of ``bagua run --fault-tolerant``. Never raises: a report that cannot be written is
+    lost, the training goes on."""
     path = os.environ.get(EVENTS_ENV)
     if not path:
         return
-    record = {"event": event, "replica": int(os.environ.get("BAGUA_FT_REPLICA_INDEX", "0")), "time": time.time(),
-              **fields}
+    index = standby.replica_index()
+    record = {"event": event, "replica": 0 if index is None and not standby.is_standby() else index,
+              "pid": os.getpid(), "time": time.time(), **fields}
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:

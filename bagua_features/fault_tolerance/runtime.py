@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import re
 import time
 import warnings
@@ -55,7 +56,7 @@ from bagua_core.lifecycle.module_state import state_of
 from bagua_core.lifecycle.tensor import register_shards
 from bagua_core.runtime import env
 from bagua_core.runtime.exceptions import BaguaConfigError, BaguaError
-from bagua_features.fault_tolerance import events
+from bagua_features.fault_tolerance import events, standby
 from bagua_features.fault_tolerance import state as ft_state
 from bagua_features.fault_tolerance.hang import HangWatchdog
 from bagua_features.fault_tolerance.managed_group import ManagedGroup
@@ -137,7 +138,6 @@ class FaultTolerantRuntime:
 
     def __init__(self, options: FaultTolerantOptions) -> None:
         from torchft import Manager
-        from torchft.checkpointing.pg_transport import PGTransport
 
         from bagua_features.fault_tolerance.replica_groups import ReplicaGroups
 
@@ -145,17 +145,10 @@ class FaultTolerantRuntime:
         self.options = options
         timeout = timedelta(seconds=options.timeout_s)
         self.ft_group = ReplicaGroups(timeout=timeout)
-        # a joiner heals over the replicas' own group: no server hands the model to whoever asks
-        transport = PGTransport(self.ft_group, timeout=timeout, device=torch.device("cpu"))
-        host = options.host or address_towards(options.lighthouse)
-        with _manager_server_on(host):
-            self.manager = Manager(
-                pg=self.ft_group, load_state_dict=self._load_healed, state_dict=self._healing_state,
-                min_replica_size=options.min_replicas, use_async_quorum=False, timeout=timeout,
-                quorum_timeout=timedelta(seconds=options.quorum_timeout_s), connect_timeout=timeout,
-                rank=dist.get_rank(), world_size=dist.get_world_size(), lighthouse_addr=options.lighthouse,
-                replica_id=options.replica_id, init_sync=True, hostname=host, checkpoint_transport=transport,
-            )
+        self.manager: Manager | None = None
+        """torchft's manager: from the start, or for a warm standby (:mod:`.standby`) from its activation on."""
+        if not standby.is_standby():
+            self._start_manager()
         self.module: torch.nn.Module | None = None
         self.group: QuorumGroup | None = None
         self.quorum_id: int | None = None
@@ -190,10 +183,11 @@ class FaultTolerantRuntime:
         self._batch_samples = 0
         self.data_epoch = 0
         self.stats = {"committed": 0, "discarded": 0, "quorums": 0, "healed": 0, "healed_bytes": 0, "heal_s": 0.0,
-                      "replicas_lost": 0, "replicas_joined": 0, "first_commit_s": None}
+                      "replicas_lost": 0, "replicas_joined": 0, "first_commit_s": None, "standby": standby.is_standby()}
         """``healed_bytes``/``heal_s``: the tensor bytes of the states this replica was healed with and the
         seconds its heals took (all heals); ``replicas_lost``/``replicas_joined``: how many replicas left or
-        joined the quorum as this replica saw it (a failure it survived, a replica that came back)."""
+        joined the quorum as this replica saw it (a failure it survived, a replica that came back); ``standby``: this
+        replica was a warm standby (``first_commit_s`` then counts from its activation)."""
         self.faults: list[dict[str, Any]] = []
         """What this replica went through, in order: ``{"kind", "step", ...}``; kinds ``replica_lost`` (a replica
         left the quorum), ``step_failed`` (a step or round discarded), ``quorum_changed`` (a new quorum of as many
@@ -207,6 +201,34 @@ class FaultTolerantRuntime:
         self._reset: Callable[[torch.nn.Module], None] | None = None
         self._open_since: float | None = None
         self.watchdog = HangWatchdog(options.hang_timeout_s, lambda: self._open_since, lambda: options.replica_id)
+
+    def _start_manager(self) -> None:
+        from torchft import Manager
+        from torchft.checkpointing.pg_transport import PGTransport
+
+        options = self.options
+        timeout = timedelta(seconds=options.timeout_s)
+        # a joiner heals over the replicas' own group: no server hands the model to whoever asks
+        transport = PGTransport(self.ft_group, timeout=timeout, device=torch.device("cpu"))
+        host = options.host or address_towards(options.lighthouse)
+        with _manager_server_on(host):
+            self.manager = Manager(
+                pg=self.ft_group, load_state_dict=self._load_healed, state_dict=self._healing_state,
+                min_replica_size=options.min_replicas, use_async_quorum=False, timeout=timeout,
+                quorum_timeout=timedelta(seconds=options.quorum_timeout_s), connect_timeout=timeout,
+                rank=dist.get_rank(), world_size=dist.get_world_size(), lighthouse_addr=options.lighthouse,
+                replica_id=options.replica_id, init_sync=True, hostname=host, checkpoint_transport=transport,
+            )
+
+    def _activate(self) -> None:
+        """A warm standby's first step: wait until the launcher makes it a replica (or retires it: the process
+        exits), then take that replica's id and start the manager; it then joins and heals as a restarted replica
+        does. Its times count from the activation."""
+        standby.wait_for_activation()
+        self.options = self.options.model_copy(update={"replica_id": os.environ["BAGUA_FT_REPLICA_ID"]})
+        self._started = time.monotonic()
+        self._start_manager()
+        logger.info("bagua: standby activated as replica %s", self.options.replica_id)
 
     # --- wiring -------------------------------------------------------------------------------------
     def attach(self, module: torch.nn.Module, reset: Callable[[torch.nn.Module], None]) -> None:
@@ -274,6 +296,8 @@ class FaultTolerantRuntime:
         would have to restore. ``commit="at_round"``: the copy is taken before a round's first step only, and
         the quorum joined only before a step whose end starts the round's exchange (``round_syncs``; also
         before a round's first step when there is no quorum yet: the first step, after a failed round)."""
+        if self.manager is None:  # a warm standby, needed now
+            self._activate()
         self.step_open, self.decision = True, None
         if self._layout is not None:  # the step's copy and a heal hold the shards (not an eval's unsharded)
             register_shards(module)
@@ -569,4 +593,5 @@ class FaultTolerantRuntime:
 
     def shutdown(self) -> None:
         self.watchdog.stop()
-        self.manager.shutdown(wait=False)
+        if self.manager is not None:
+            self.manager.shutdown(wait=False)
