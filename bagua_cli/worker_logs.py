@@ -14,7 +14,7 @@ partial line only once it has waited ``PARTIAL_LINE_S`` (a prompt, a progress ba
 workers' output then waits, up to ``UNFINISHED_LINE_HOLD_S``, for that line to end. The
 stderr threads keep the last 64 KiB; :func:`stderr_tail` gives them to the launcher when a worker failed.
 Under ``bagua run --fault-tolerant`` each line starts with its replica (``[replica 1] ``, from
-``BAGUA_FT_REPLICA_INDEX``), since every replica's ranks count from 0.
+``BAGUA_FT_REPLICA_INDEX``; a warm standby's once it is activated), since every replica's ranks count from 0.
 
 Example::
 
@@ -38,6 +38,8 @@ from collections.abc import Callable
 from typing import Any
 
 from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs, LogsDest, Std
+
+from bagua_features.fault_tolerance import standby
 
 __all__ = ["TailingLogsSpecs", "stderr_tail", "captured_ranks", "last_error", "recorded_errors", "drain",
            "on_attempt", "is_exit_timeout", "ENTRY_POINT_NAME"]
@@ -64,7 +66,7 @@ _unfinished: dict[str, Any] = {}
 class _Pump(threading.Thread):
     """Copies one worker stream (a FIFO) to ours in whole lines, keeping its tail."""
 
-    def __init__(self, path: str, local_rank: int, stream: str, prefix: bytes) -> None:
+    def __init__(self, path: str, local_rank: int, stream: str, prefix: bytes | None) -> None:
         super().__init__(name=f"bagua-{stream}-{local_rank}", daemon=True)  # daemon: a worker that never
         self.path = path  # starts leaves it blocked in open(), which must not keep the launcher alive
         self.stream = stream
@@ -108,6 +110,11 @@ class _Pump(threading.Thread):
                 _write_lock.notify_all()
 
     def _prefixed(self, data: bytes) -> bytes:
+        if self.prefix is None:  # a warm standby's: its replica once it is activated, nothing while it waits
+            index = standby.replica_index()
+            if index is None:
+                return data
+            self.prefix = f"[replica {index}] ".encode()
         if not self.prefix:
             return data
         out = []
@@ -180,7 +187,7 @@ class TailingLogsSpecs(DefaultLogsSpecs):
         super().__init__(log_dir=log_dir, redirects=Std.ALL, tee=Std.NONE, local_ranks_filter=local_ranks_filter)
         self._forwarded = local_ranks_filter
         replica = os.environ.get("BAGUA_FT_REPLICA_INDEX")
-        self._prefix = f"[replica {replica}] ".encode() if replica else b""
+        self._prefix = None if standby.is_standby() else f"[replica {replica}] ".encode() if replica else b""
 
     def reify(self, envs: dict[int, dict[str, str]]) -> LogsDest:
         dest = super().reify(envs)

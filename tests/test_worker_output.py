@@ -51,6 +51,17 @@ def test_a_replicas_lines_start_with_its_replica() -> None:
     assert plain._prefixed(b"step 1\rstep 2\rdone\n") == b"step 1\rstep 2\rdone\n"
 
 
+def test_a_standbys_lines_start_with_its_replica_once_it_is_activated(tmp_path, monkeypatch) -> None:
+    from bagua_features.fault_tolerance import standby
+
+    path = str(tmp_path / "standby_0.json")
+    monkeypatch.setenv(standby.STANDBY_ENV, path)
+    pump = _Pump("unused", 0, "stdout", None)  # (what TailingLogsSpecs gives a standby's pumps)
+    assert pump._prefixed(b"loading data\n") == b"loading data\n"  # waiting: it stands for no replica yet
+    standby.activate(path, "replica_2", 2)
+    assert pump._prefixed(b"epoch 1\n") == b"[replica 2] epoch 1\n"
+
+
 def test_long_output_is_written_in_pieces_that_end_at_a_line_end() -> None:
     data = b"".join(f"line {i:04d}\n".encode() for i in range(1000))  # 10 kB
     pieces = _whole_line_pieces(data)
