@@ -2,9 +2,9 @@
 
 Each replica is its own torchrun (one rank, or ``--nproc_per_node`` ranks: a node's), so torchrun's
 ``--max-restarts`` restarts only the failed replica's workers; the others never stop. With ``--standby N`` the
-command keeps N warm standbys and replaces a failed replica by one at once (:mod:`bagua_cli.fault_tolerant_replicas`). The command starts a torchft
-lighthouse (or joins ``--lighthouse``), starts ``--replicas`` replicas on this host, hands them the options
-in the environment (``BAGUA_FAULT_TOLERANT=1``, ``TORCHFT_LIGHTHOUSE``, ``BAGUA_FT_*``), and returns 0 when
+command keeps N warm standbys and replaces a failed replica by one at once
+(:mod:`bagua_cli.fault_tolerant_replicas`). The command starts a torchft lighthouse (or joins ``--lighthouse``),
+starts ``--replicas`` replicas on this host, hands them the options in the environment (``BAGUA_FAULT_TOLERANT=1``, ``TORCHFT_LIGHTHOUSE``, ``BAGUA_FT_*``), and returns 0 when
 every replica finished, else the first failing replica's exit status. It prints a line for each failure,
 restart and heal that the replicas report (``BAGUA_FT_EVENTS``, :mod:`bagua_features.fault_tolerance.events`) and,
 at the end, a summary that counts them (:mod:`bagua_cli.fault_tolerant_report`).

@@ -200,7 +200,7 @@ class FaultTolerantRuntime:
         self._hook_handle = None
         self._reset: Callable[[torch.nn.Module], None] | None = None
         self._open_since: float | None = None
-        self.watchdog = HangWatchdog(options.hang_timeout_s, lambda: self._open_since, lambda: options.replica_id)
+        self.watchdog = HangWatchdog(options.hang_timeout_s, lambda: self._open_since, lambda: self.options.replica_id)
 
     def _start_manager(self) -> None:
         from torchft import Manager
