@@ -241,13 +241,9 @@ def run_fault_tolerant(options: argparse.Namespace, torchrun_args: list[str]) ->
         return new
 
     try:
-        pool.start()
-        period = 0.05 if options.standby else 0.2  # a standby is activated as soon as a failure is seen
-        while pool.running:
-            pool.poll(read_events)
-            time.sleep(period)
+        status = pool.run(read_events, 0.05 if options.standby else 0.2)  # a standby replaces a failure at once
         _say(report.summary())
-        return pool.status
+        return status
     finally:
         pool.close()
         if lighthouse_proc is not None:

@@ -14,10 +14,8 @@ the standbys are retired: they exit with status 0.
 Example::
 
     >>> pool = ReplicaPool(command, env, JobReport(2), replicas=2, standbys=1, max_restarts=3, work=events_dir)
-    >>> pool.start()
-    >>> while pool.running:
-    ...     pool.poll(read_events); time.sleep(0.05)
-    >>> pool.close(); pool.status
+    >>> status = pool.run(read_events, period_s=0.05)   # then pool.close()
+    >>> status
     0
 """
 
@@ -144,6 +142,14 @@ class ReplicaPool:
                 self.say(f"bagua: a standby exited with status {code} before it was needed (its output above says "
                          f"why); {len(self.spares)} left")
         self.retired = [proc for proc in self.retired if proc.poll() is None]
+
+    def run(self, read_events: Callable[[], list[dict[str, Any]]], period_s: float) -> int:
+        """Start, then poll every ``period_s`` until every replica has ended; the job's exit status."""
+        self.start()
+        while self.running:
+            self.poll(read_events)
+            time.sleep(period_s)
+        return self.status
 
     def _budget_left(self, index: int) -> bool:
         return self.restarts.get(index, 0) < self.max_restarts
