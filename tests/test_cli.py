@@ -18,7 +18,9 @@ from bagua_core.runtime.exceptions import BaguaConfigError
 BAGUA = [sys.executable, "-m", "bagua_cli"]
 
 
-def _run(args: list[str], timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
+def _run(args: list[str], timeout: float = 240, **kwargs) -> subprocess.CompletedProcess:
+    # 240 s: a 10 s job took over 120 s in the full suite (6 workers on 2 cores); a job that hangs on its way out
+    # fails sooner than this with its stacks (BAGUA_EXIT_TIMEOUT_S, its workers and its launcher alike)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     return subprocess.run(BAGUA + args, capture_output=True, text=True, timeout=timeout, env=env, **kwargs)
 

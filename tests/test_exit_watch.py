@@ -1,7 +1,7 @@
 """A rank that hangs on its way out, after its work (in ``destroy_process_group``'s teardown, explicit or at
 exit), dumps its threads' stacks and exits with status 1 within ``BAGUA_EXIT_TIMEOUT_S``, and the launcher names
-it (bagua_core/runtime/exit_watch.py); the script's own work at exit (a thread it left running) is not cut
-short. (Every other multi-process test exits in time.)"""
+it (bagua_core/runtime/exit_watch.py); so does a launcher that hangs after its workers exited. The script's own
+work at exit (a thread it left running) is not cut short. (Every other multi-process test exits in time.)"""
 
 from __future__ import annotations
 
@@ -62,6 +62,30 @@ def test_the_scripts_own_work_at_exit_is_not_cut_short(tmp_path) -> None:
     result = _run(tmp_path, "thread")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Timeout (" not in result.stderr
+
+
+LAUNCHER = """\
+import atexit, sys, time
+def stuck_at_exit():
+    time.sleep(3600)
+atexit.register(stuck_at_exit)  # registered first: runs after bagua's own exit handlers
+from bagua_cli import main
+sys.exit(main(["run", "--standalone", "--nproc_per_node=2", sys.argv[1], "none"]))
+"""
+
+
+@pytest.mark.timeout(120, func_only=True)
+def test_a_launcher_that_hangs_on_its_way_out_dumps_its_stacks_and_fails(tmp_path) -> None:
+    """The workers are done and exited 0; the launcher hangs after them (here in an exit handler): it dumps its
+    stacks and exits 1 within the timeout instead of keeping its caller waiting."""
+    (tmp_path / "job.py").write_text(SCRIPT)
+    (tmp_path / "launcher.py").write_text(LAUNCHER)
+    env = dict(os.environ, OMP_NUM_THREADS="1", BAGUA_EXIT_TIMEOUT_S=str(TIMEOUT_S))
+    result = subprocess.run([sys.executable, str(tmp_path / "launcher.py"), str(tmp_path / "job.py")],
+                            capture_output=True, text=True, timeout=90, env=env, cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "rank 0 done" in result.stdout and "rank 1 done" in result.stdout
+    assert f"Timeout (0:00:0{TIMEOUT_S})!" in result.stderr and "in stuck_at_exit" in result.stderr, result.stderr
 
 
 def test_last_error_recognizes_the_dump() -> None:
