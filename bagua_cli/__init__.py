@@ -11,7 +11,7 @@ import sys
 
 from bagua_cli.usage import USAGE, answer_without_a_command
 
-__all__ = ["USAGE", "main"]
+__all__ = ["USAGE", "main", "program"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,3 +43,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bagua {command}: error: {exc}", file=sys.stderr)
         return 2
     raise AssertionError(f"{command!r} is in usage.COMMANDS but has no branch here")
+
+
+JOBS = ("run", "train")
+"""The commands that start workers: once one has returned, :func:`program`'s exit is watched."""
+
+
+def program() -> None:
+    """The ``bagua`` console script and ``python -m bagua_cli``: :func:`main` on ``sys.argv``, then exit with its
+    status. After a job (``run``, ``train``: its workers have exited and it has reported), the rest of the exit
+    is watched (``bagua_core.runtime.exit_watch``, ``BAGUA_EXIT_TIMEOUT_S``): a launcher that hangs on its way
+    out writes its threads' stacks to stderr and exits 1, as a worker does. (:func:`main` itself arms nothing: a
+    caller's own process is never cut short.)"""
+    argv = sys.argv[1:]
+    status = main(argv)
+    if argv and argv[0] in JOBS:
+        from bagua_core.runtime import exit_watch
+
+        exit_watch.arm()
+    sys.exit(status)

@@ -1,7 +1,5 @@
 """``python -m bagua_cli`` is the ``bagua`` console script."""
 
-import sys
+from bagua_cli import program
 
-from bagua_cli import main
-
-sys.exit(main())
+program()

@@ -17,7 +17,6 @@ from bagua_cli import worker_logs
 from bagua_cli.arguments import parser_flags, short_usage_errors
 from bagua_cli.jobs import find_job, job_config_tables
 from bagua_cli.replica_watch import replica_index, report_final_failure, watch_replica
-from bagua_core.runtime import exit_watch
 from bagua_core.selection.config import algorithm_config_of, validate_config_file
 
 __all__ = ["run_command", "train_command", "extract_config"]
@@ -146,7 +145,6 @@ def _launch(torchrun_args: list[str]) -> int:
     except SystemExit as exc:  # torchrun exits on argument errors
         return int(exc.code or 0)
     except Exception as exc:  # ChildFailedError: the workers' tracebacks were printed above
-        exit_watch.arm()  # the workers are gone: what is left of this process (its report, its exit) is bounded
         worker_logs.drain()  # the workers' output first, then ours
         sys.stderr.flush()
         first = getattr(exc, "get_first_failure", None)
@@ -158,7 +156,6 @@ def _launch(torchrun_args: list[str]) -> int:
             report_final_failure(cause)
         print("\n".join(lines), flush=True)
         return 1
-    exit_watch.arm()  # the workers have exited: a hang of this launcher on its way out dumps its stacks and exits 1
     worker_logs.drain()  # the workers' last lines reach our stdout before this process exits
     return 0
 

@@ -60,12 +60,13 @@ def test_the_console_script_answers_without_importing_torch(args: list[str], sta
 
 
 def test_the_console_script_is_the_front_door() -> None:
-    """The installed ``bagua`` runs ``bagua_cli:main``, which hands a command to ``bagua_cli.main``."""
+    """The installed ``bagua`` runs ``bagua_cli:program`` (``python -m bagua_cli`` too), which hands a command to
+    ``bagua_cli.main``."""
     import pathlib
     import tomllib
 
     pyproject = tomllib.loads((pathlib.Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
-    assert pyproject["project"]["scripts"]["bagua"] == "bagua_cli:main"
+    assert pyproject["project"]["scripts"]["bagua"] == "bagua_cli:program"
     result = subprocess.run([sys.executable, "-m", "bagua_cli", "check-config", "no_such_config.toml"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "bagua check-config: error:" in result.stderr, result.stderr

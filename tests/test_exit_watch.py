@@ -69,8 +69,9 @@ import atexit, sys, time
 def stuck_at_exit():
     time.sleep(3600)
 atexit.register(stuck_at_exit)  # registered first: runs after bagua's own exit handlers
-from bagua_cli import main
-sys.exit(main(["run", "--standalone", "--nproc_per_node=2", sys.argv[1], "none"]))
+from bagua_cli import program
+sys.argv = ["bagua", "run", "--standalone", "--nproc_per_node=2", sys.argv[1], "none"]
+program()
 """
 
 

@@ -16,8 +16,8 @@ own C thread (it needs neither the GIL nor the interpreter) writes every thread'
 ``Timeout (0:01:00)!`` and exits the process with status 1, so the launcher reports this rank as failed
 (``bagua run`` says it did not exit in time).
 
-``bagua run``'s launcher arms the same watch once its workers have exited (``bagua_cli.launch``): its report and
-its own exit are bounded too, and a hang there leaves its stacks on its stderr.
+``bagua run``'s launcher (the ``bagua`` program, ``bagua_cli.program``) arms :func:`arm` once its job has
+returned: its workers have exited and it has reported; a hang in its own exit leaves its stacks on its stderr.
 
 Example::
 
