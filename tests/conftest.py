@@ -13,6 +13,18 @@ if ROOT not in sys.path:
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+@pytest.fixture(autouse=True)
+def _environment_of_its_own():
+    """Each test's changes to ``os.environ`` end with it. A test that runs code a worker runs (an activated
+    standby records its replica there) would otherwise hand that replica to every later ``bagua run`` the same
+    xdist worker starts: a plain job's lines then came out as ``[replica 2] ...``."""
+    before = dict(os.environ)
+    yield
+    if os.environ != before:
+        os.environ.clear()
+        os.environ.update(before)
+
+
 @pytest.fixture
 def job(tmp_path):
     """A fault-tolerant job's lighthouse and replicas (``tests.fault_tolerant_job``), closed after the test."""
