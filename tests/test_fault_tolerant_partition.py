@@ -111,7 +111,11 @@ def test_a_partitioned_replica_never_merges_alone_and_heals(tmp_path: Path) -> N
     losses = [f for f in stalls if f["kind"] == "replica_lost"]
     assert len(losses) == 1 and losses[0]["stall_s"] < CUT_S - 3, survivor["faults"]
     assert all(f["kind"] == "quorum_changed" for f in stalls if f is not losses[0]), survivor["faults"]
-    assert survivor["replicas_lost"] >= 1 and survivor["healed"] == 0, survivor
+    # the cut-off replica's lone work never reaches the survivor: no heal of the survivor from the loss on. A heal
+    # before it is a late start's: in the full suite host 1's replica once made its first commit after host 2's
+    # (3.6 s against 1.5), so host 2 trained alone to step 2077 and host 1 healed from it there, before the cut
+    assert survivor["replicas_lost"] >= 1, survivor
+    assert not [f for f in survivor["faults"] if f["kind"] == "healed" and f["step"] >= losses[0]["step"]], survivor
     # the cut-off replica healed from the survivor: the same weights at the end
     assert [f["kind"] for f in cut["faults"]].count("healed") >= 1, cut
     assert first["test_accuracy"] == second["test_accuracy"], (first, second)
