@@ -3,14 +3,16 @@ with ``sparseloco`` at ``inner_steps=1`` (a round every step: encode, the collec
 outer step) and at ``inner_steps`` past the run (the same steps, no round), side by side in one run.
 
     python -m benchmarks.sparseloco_round_cost [--model mlp10m] [--steps 12] [--repeats 5] [--batch-size 256]
-                                               [--paths native,python]
+                                               [--paths native,unfused,python]
                                                [--markdown FILE] [--json FILE]
 
 Each repeat runs every arm in turn, each a job of its own (the codec's path is chosen per process), the order
 rotating repeat by repeat so the machine's noise hits all alike: an arm wraps the model, warms up 2 steps and
 times ``steps`` steps (wall clock, rank 0's median; both ranks meet at every round). The arms: a round every
-step with the native codec (the C kernels) or the torch path (``BAGUA_NATIVE=python``), and the step with no
-round. It reports each arm's step (median, min-max over repeats) and its ratio to the step with no round.
+step with the native codec (the C kernels), with the native codec and the round's fused forms refused
+(``unfused``: the outer gradient written as a delta before the encoding, the dense average and SGD on it), or
+with the torch path (``BAGUA_NATIVE=python``), and the step with no round. It reports each arm's step (median,
+min-max over repeats) and its ratio to the step with no round.
 Loopback moves a round's ~0.2 MB at once: what is left is the codec's CPU and the collective's latency. A benchmark, never a
 timed test.
 """
@@ -52,6 +54,11 @@ def _worker(model_name: str, steps: int, batch_size: int, arm: str, out: str) ->
             for _ in range(4)]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     inner_steps = 1 if arm.endswith("/rounds") else NO_ROUND_STEPS
+    if arm.startswith("unfused/"):  # (this job's processes only)
+        from bagua_algorithms.diloco import FragmentExchange
+
+        FragmentExchange.takes_difference = False  # type: ignore[assignment,misc]
+        FragmentExchange.averages_entries = False  # type: ignore[assignment,misc]
     model = model.with_bagua([optimizer], {"name": "sparseloco", "inner_steps": inner_steps})
     per_step = []
     for step in range(2 + steps):
@@ -99,7 +106,9 @@ def markdown(result: dict) -> str:
              "| arm | step ms | over the step without rounds |", "| --- | ---: | ---: |"]
     for arm, values in times.items():
         median = statistics.median(values)
-        label = {"none/none": "no round (inner_steps past the run)"}.get(arm, f"a round every step, {arm.split('/')[0]} codec")
+        label = {"none/none": "no round (inner_steps past the run)",
+                 "unfused/rounds": "a round every step, native codec, unfused round"}.get(
+                     arm, f"a round every step, {arm.split('/')[0]} codec")
         lines.append(f"| {label} | {median:.1f} ({min(values):.1f}-{max(values):.1f}) | {median / base:.2f}x |")
     return "\n".join(lines) + "\n"
 
@@ -110,7 +119,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=256, help="samples a rank's step (256: a ~0.17 s step here)")
-    parser.add_argument("--paths", default="native,python", help="codec paths with rounds: native, python")
+    parser.add_argument("--paths", default="native,unfused,python",
+                        help="codec paths with rounds: native, unfused (native, the round's fused forms refused), python")
     parser.add_argument("--markdown", default="")
     parser.add_argument("--json", default="")
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
@@ -122,8 +132,8 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     paths = [path for path in args.paths.split(",") if path]
-    if unknown := sorted(set(paths) - {"native", "python"}):
-        parser.error(f"--paths: unknown codec path(s) {', '.join(unknown)}; the paths are native and python")
+    if unknown := sorted(set(paths) - {"native", "unfused", "python"}):
+        parser.error(f"--paths: unknown codec path(s) {', '.join(unknown)}; the paths are native, unfused and python")
     arms = [f"{path}/rounds" for path in paths] + ["none/none"]
     times: dict[str, list[float]] = {arm: [] for arm in arms}
     parameters = 0
@@ -131,7 +141,7 @@ def main(argv: list[str] | None = None) -> dict:
         shift = repeat % len(arms)
         for arm in arms[shift:] + arms[:shift]:
             measured = _run_arm(args.model, args.steps, args.batch_size, arm)
-            if arm.startswith("native/") and measured["backend"] != "native":
+            if arm.split("/")[0] in ("native", "unfused") and measured["backend"] != "native":
                 raise SystemExit("the native kernels are not built (pip install -e . builds them): no native arm")
             times[arm].append(measured["step_ms"])
             parameters = measured["parameters"]

@@ -35,8 +35,9 @@ def test_the_round_cost_benchmark_runs_every_arm_in_a_job_of_its_own(tmp_path: P
 
     table = tmp_path / "round.md"
     result = main(["--model", "tiny", "--steps", "2", "--repeats", "1", "--markdown", str(table)])
-    assert list(result["times_ms"]) == ["native/rounds", "python/rounds", "none/none"]
+    assert list(result["times_ms"]) == ["native/rounds", "unfused/rounds", "python/rounds", "none/none"]
     assert result["parameters"] == 32 * 32 + 32 + 32 * 10 + 10
     assert all(len(values) == 1 and values[0] > 0 for values in result["times_ms"].values())
     text = table.read_text()
     assert "a round every step, native codec" in text and "| no round (inner_steps past the run) |" in text
+    assert "| a round every step, native codec, unfused round |" in text

@@ -2,7 +2,7 @@
 torch.distributed (2 and 3 replicas, chunks with short tails, the default chunk); at bits=2 the bytes a rank
 hands to collectives per round within ``sum over chunks of (k' * (bits + 2 + log2(len / k')) / 8 + 6) + 2``
 and at most 1/140 of diloco's fp32 pseudo-gradient (both measured by the communication stats), and training as
-well as bits=32; exact resume from a checkpoint; a joiner's heal takes theta_global but not the accumulator (the
+well as bits=32; the round's fused forms train bit for bit as the unfused ones; exact resume from a checkpoint; a joiner's heal takes theta_global but not the accumulator (the
 message itself and the options: test_sparseloco_codec.py)."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from bagua_core.kernels import native_backend
 from tests.distributed import run_workers
 from tests.test_diloco import _step
 from tests.test_powersgd import Net, _params
@@ -99,6 +100,43 @@ CASES = {  # Net's tensors: 1152, 48, 2304, 48, 1536, 32, 96, 16, 960, 5 element
 def test_at_32_bits_equals_the_reference(case: str) -> None:
     options, replicas = CASES[case]
     run_workers(_run_both, replicas, options, 13)
+
+
+def _fused_and_unfused(rank: int, options: dict, steps: int) -> None:
+    """The same training twice: with the round's fused forms (the outer gradient taken in the encoding, the outer
+    step on the average's entries) and with them refused (a delta written, the dense average, SGD on it)."""
+    from unittest import mock
+
+    from bagua_algorithms.diloco import FragmentExchange
+
+    def train() -> list[torch.Tensor]:
+        model = Net()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
+        model = model.with_bagua([optimizer], {"name": "sparseloco", **options})
+        history = []
+        for t in range(1, steps + 1):
+            _step(model, optimizer, rank, t, average_grads=False)
+            history.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
+        model.bagua_shutdown()
+        return history
+
+    with mock.patch.object(FragmentExchange, "takes_difference", False), \
+            mock.patch.object(FragmentExchange, "averages_entries", False):
+        unfused = train()
+    original_start, original_wait = FragmentExchange.start_difference, FragmentExchange.wait_entries
+    with mock.patch.object(FragmentExchange, "start_difference", autospec=True, side_effect=original_start) as sent, \
+            mock.patch.object(FragmentExchange, "wait_entries", autospec=True, side_effect=original_wait) as landed:
+        fused = train()
+    rounds = steps // options["inner_steps"]
+    assert sent.call_count == landed.call_count == rounds, (sent.call_count, landed.call_count)
+    for t, (a, b) in enumerate(zip(fused, unfused), 1):
+        assert torch.equal(a.view(torch.int32), b.view(torch.int32)), f"rank {rank}, step {t}: the weights differ"
+
+
+@pytest.mark.skipif(native_backend() != "native", reason="the fused outer step serves where the C kernels are built")
+@pytest.mark.parametrize("replicas", [2, 3])
+def test_the_rounds_fused_forms_train_bit_for_bit_as_the_unfused(replicas: int) -> None:
+    run_workers(_fused_and_unfused, replicas, {"inner_steps": 2, "chunk_size": 100, "topk": 7, "bits": 2}, 9)
 
 
 # --- what travels ------------------------------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 its decoding and the average of n) against the torch code it replaces, for every ``bits`` (32 included), chunk
 sizes, topk, tensors whose numel is no multiple of the chunk, chunks sending every entry, tiny tensors, several
 tensors per fragment, ties, NaN, infinities, signed zeros, and chunks whose sampled threshold misses (the
-selection's fallback); garbage bytes decode inside their chunks and to the torch path's values; threads change
-no bit; the round's exchange gives diloco's bits; ``BAGUA_NATIVE=python`` serves the torch path. The CUDA
+selection's fallback); garbage bytes decode inside their chunks and to the torch path's values; the round's
+fused forms (the outer gradient taken in the encoding, the average as its entries and the outer step on them) give
+the unfused bits; threads change no bit; the round's exchange gives diloco's bits; ``BAGUA_NATIVE=python`` serves the torch path. The CUDA
 kernels against the C kernels are the ``gpu`` tests at the end."""
 
 from __future__ import annotations
@@ -226,6 +227,71 @@ def test_encode_residual_is_the_exchanges_arithmetic(bits: int) -> None:
 
 
 @native
+@pytest.mark.parametrize("bits", [2, 4, 8, 32])
+def test_encode_difference_is_the_subtraction_then_encode_residual(bits: int) -> None:
+    """``encode_difference(residual, start, params)`` (the outer gradient taken in the encoding pass) against
+    ``torch.sub`` of each tensor into a flat delta and the torch path's ``encode_residual``: message and residual,
+    bit for bit; the same with the C kernels off (the torch path computes the delta into the scratch)."""
+    for layout, (numels, chunk_size, topk) in enumerate(LAYOUTS):
+        codec, torch_codec = _codecs(numels, chunk_size, topk, bits)
+        numel = codec.layout.numel
+        for beta in (0.95, 1.0, 0.0):
+            residual = _values("special", numel, layout)
+            expected, unfused = residual.clone(), residual.clone()
+            for round_ in range(3):
+                start = _values("normal", numel, 100 * layout + round_)
+                moved = _values("ties" if round_ == 1 else "special", numel, 100 * layout + 50 + round_)
+                params, at = [], 0
+                for n in numels:  # shaped tensors, as a fragment's parameters are
+                    params.append(moved[at : at + n].clone().view(-1, 1) if n % 2 else moved[at : at + n].clone())
+                    at += n
+                delta = torch.cat([start[sum(numels[:i]) : sum(numels[: i + 1])] - p.reshape(-1)
+                                   for i, p in enumerate(params)]) if numels else torch.empty(0)
+                message = codec.encode_difference(residual, start, params, beta, torch.empty(numel))
+                assert torch.equal(message, torch_codec.encode_residual(expected, delta, beta)), (layout, beta)
+                assert same_bits(residual, expected), (layout, beta, round_)
+                scratch = torch.empty(numel)
+                assert torch.equal(torch_codec.encode_difference(unfused, start, params, beta, scratch), message)
+                assert same_bits(unfused, expected) and same_bits(scratch, delta), (layout, beta, round_)
+        with pytest.raises(ValueError, match="tensors of"):
+            codec.encode_difference(residual, start, params[:-1], 1.0, torch.empty(numel))
+
+
+@native
+@pytest.mark.parametrize("bits", [2, 4, 8, 32])
+def test_average_entries_are_the_dense_averages_entries(bits: int) -> None:
+    """``average_entries`` of n messages (real ones, and garbage bytes): each position once, the positions where the
+    dense ``decode_average`` may be nonzero, its bits there, natively and on the torch path alike; plain SGD on the
+    entries alone (sparseloco's outer step), written back with ``put_entries``, moves the start as SGD on the dense
+    average does, bit for bit, and sets the weights to it."""
+    for layout, (numels, chunk_size, topk) in enumerate(LAYOUTS):
+        codec, torch_codec = _codecs(numels, chunk_size, topk, bits)
+        numel = codec.layout.numel
+        g = torch.Generator().manual_seed(layout)
+        messages = [codec.encode(_values(kind, numel, seed)) for seed, kind in enumerate(KINDS)]
+        garbage = [torch.randint(0, 256, (codec.nbytes,), generator=g, dtype=torch.uint8) for _ in range(3)]
+        for bufs, n in [(torch.cat(messages[:n]), n) for n in (1, 2, 3, len(messages))] + [(torch.cat(garbage), 3)]:
+            dense = torch_codec.decode_average(bufs, n, torch.empty(numel))
+            for which in (codec, torch_codec):
+                positions, values = which.average_entries(bufs, n)
+                assert positions.unique().numel() == positions.numel(), (layout, n)
+                rebuilt = torch.zeros(numel)
+                rebuilt[positions] = values
+                assert same_bits(rebuilt, dense), (layout, bits, n)
+                stepped, expected = _values("normal", numel, 7), _values("normal", numel, 7)
+                expected.grad = dense
+                torch.optim.SGD([expected], lr=0.7).step()
+                moved = stepped.index_select(0, positions).add_(values, alpha=-0.7)
+                params = [torch.full((m,), 5.0) for m in numels]
+                which.put_entries(stepped, positions, moved, params)  # and the weights set to it, in one pass
+                assert same_bits(stepped, expected.detach()), (layout, bits, n)
+                assert same_bits(torch.cat(params) if params else torch.empty(0), stepped), (layout, bits, n)
+        if codec.layout.chunk_count > 1:
+            with pytest.raises(ValueError, match="grouped chunk by chunk"):  # the chunks in reverse order
+                cpu.put(cpu.CpuLayout(codec.layout), positions.flip(0), values.flip(0), stepped)
+
+
+@native
 def test_threads_change_no_bit() -> None:
     numels, chunk_size, topk = [300_000, 70_001], 4096, 64  # over the kernels' parallel threshold
     codec, torch_codec = _codecs(numels, chunk_size, topk, 2)
@@ -260,6 +326,21 @@ def test_sparselocos_exchange_is_dilocos(error_decay: float) -> None:
         theirs.start(delta, weights, keep_contribution=round_ == 3)
         assert torch.equal(ours.sent, theirs.sent) and same_bits(ours.residual, theirs.residual), round_
         assert same_bits(ours.wait(), theirs.wait()), round_
+    # the round's other forms: the difference taken in the encoding, and the average as its entries
+    start = _values("normal", sum(numels), 9)
+    params = [_values("special", n, 10 + i) for i, n in enumerate(numels)]
+    assert ours.takes_difference
+    ours.start_difference(start, params, torch.empty(sum(numels)))
+    theirs.start(torch.sub(start, torch.cat(params)))
+    assert torch.equal(ours.sent, theirs.sent) and same_bits(ours.residual, theirs.residual)
+    assert ours.averages_entries
+    positions, values = ours.wait_entries()
+    assert not ours.in_flight and not ours.averages_entries
+    rebuilt = torch.zeros(sum(numels))
+    rebuilt[positions] = values
+    assert same_bits(rebuilt, theirs.wait())
+    ours.start(start, [0.5], 0.5)  # a weighted round averages densely
+    assert not ours.averages_entries
 
 
 def test_the_torch_path_serves_under_bagua_native_python() -> None:

@@ -10,14 +10,17 @@ Extension points, for an algorithm built on diloco's round (``sparseloco`` is on
 
 - ``DiLoCoAlgorithmImpl``: the round (inner steps, then each fragment's exchange and outer step; checkpoints,
   healing, sharded models). A subclass overrides its extension methods ``new_exchange(fragment, start)`` (the
-  exchange of one fragment's outer gradient) and ``new_outer(starts)`` (the outer optimizer), and may add
-  methods of its own; the rest (its ``_``-prefixed methods included) is the round's.
+  exchange of one fragment's outer gradient) and ``new_outer(starts)`` (the outer optimizer), may override
+  ``merge_in_flight(fragment)`` (wait for an exchange in flight, take its outer step and write the weights in
+  one go, cheaper than the dense average, the outer optimizer's step and the copy; default: not taken), and may
+  add methods of its own; the rest (its ``_``-prefixed methods included) is the round's.
 - ``RoundOptions``: what the round reads of its config; a subclass's config provides these names (fixed ones as
   properties).
 - ``FragmentExchange``: the exchange ``new_exchange`` returns: the averaging of a fragment's outer gradient,
   through a codec with error feedback (``error_decay``) or in fp32, left in flight.
 - ``FragmentCodec``: what ``FragmentExchange`` calls of a codec that is no registered ``Codec`` (``encode``,
-  ``encoded_size``, ``decode``, ``decode_average``; sparseloco's ``ChunkTopK``).
+  ``encoded_size``, ``decode``, ``decode_average``; sparseloco's ``ChunkTopK``), and the calls it uses where a codec
+  has them (``encode_residual``, ``encode_difference``, ``average_entries``: the round's fused forms).
 - ``check_round_seconds(config, streaming=False)``: the check a config with ``round_seconds`` runs (rounds bounded
   in time read no ``inner_steps``); ``check_overlap(overlap_steps, inner_steps)`` and
   ``check_eager(overlap_steps, streaming=False)``: the checks of ``overlap_steps`` and ``eager``.

@@ -206,6 +206,14 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         codec = get_codec(self.config.compression) if self.config.compression else None
         return FragmentExchange(start.numel(), codec, self.config.error_feedback, self.group, self.nranks, start.device)
 
+    def merge_in_flight(self, fragment: int) -> bool:
+        """A merge of the fragment in one go, where the algorithm can do it cheaper than landing the dense average,
+        stepping :attr:`outer` on it and writing ``starts[fragment]`` into the weights: wait for the exchange in
+        flight (on this thread), take the outer step on ``starts[fragment]`` and set the fragment's weights to it.
+        Asked only for such a plain merge (no overlap kept, no mixing, no eager); False: nothing done, the merge
+        takes its steps. Default: False."""
+        return False
+
     def new_outer(self, starts: list[torch.Tensor]) -> torch.optim.Optimizer:
         """The outer optimizer over every fragment's start weights (its gradient: the averaged outer gradient),
         called once after :meth:`new_exchange`. An override returns any ``torch.optim.Optimizer`` over ``starts``
@@ -308,17 +316,24 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         bytes are counted here, in the step that sends it, also when it runs on the courier (which counts nothing)."""
         start, params = self.starts[fragment], self.fragments[fragment]
         keeps_progress = self.config.keeps_progress and (self.schedule.overlap > 0 or self.courier is not None)
+        exchange, eager = self.exchanges[fragment], self.config.eager
+        # on the training thread, unweighted and with the delta needed nowhere else: the codec takes the difference
+        # in its encoding pass where it can (sparseloco's), instead of a delta written here and read there
+        in_codec = (self.courier is None and weigh is None and not keeps_progress and not eager
+                    and exchange.takes_difference)
         if keeps_progress:  # what was sent is the anchor of what is trained on meanwhile
             sent = gather_flat(params, torch.empty_like(start))
             delta = torch.sub(start, sent)
-        else:
+        elif not in_codec:
             delta = subtract_flat(start, params, self.deltas[fragment])
-        exchange, eager = self.exchanges[fragment], self.config.eager
         counted = self.courier is not None
         if counted:
             exchange.record()
 
         def launch() -> tuple[list[float], float, bool] | None:
+            if in_codec:
+                exchange.start_difference(start, params, self.deltas[fragment], counted=counted)
+                return None
             weighed = weigh() if weigh is not None else None
             weights, own = (weighed[0], weighed[1]) if weighed is not None else (None, 1.0)
             exchange.start(delta, weights, own, keep_contribution=eager, counted=counted)
@@ -359,24 +374,28 @@ class DiLoCoAlgorithmImpl(AlgorithmImpl):
         return self.landed[fragment]
 
     def _merge(self, fragment: int) -> None:
-        average = self._land(fragment)
-        del self.pending[fragment], self.landed[fragment]
-        if self.config.eager:
-            self.others[fragment] = others_of(average, self.contributions.pop(fragment), self.nranks)
-        start = self.starts[fragment]
-        start.grad = average
-        self.outer.step()  # only the fragment with a gradient moves
-        start.grad = None
-        params = self.fragments[fragment]
-        anchor = self.anchors.pop(fragment, None)
-        if anchor is not None:  # keep what was trained since the send: x = theta' + (x_now - anchor)
-            local = gather_flat(params, torch.empty_like(start))
-            scatter_flat(local.sub_(anchor).add_(start), params)
-        elif self.schedule.overlap and self.config.mixing > 0:
-            local = gather_flat(params, torch.empty_like(start))
-            scatter_flat(local.mul_(self.config.mixing).add_(start, alpha=1 - self.config.mixing), params)
-        else:
-            scatter_flat(start, params)
+        start, params = self.starts[fragment], self.fragments[fragment]
+        mixes = self.schedule.overlap and self.config.mixing > 0
+        plain = (fragment not in self.landed and fragment not in self.futures and fragment not in self.anchors
+                 and not self.config.eager and not mixes)  # in flight on this thread, and x = theta' after
+        if not (plain and self.merge_in_flight(fragment)):
+            average = self._land(fragment)
+            del self.landed[fragment]
+            if self.config.eager:
+                self.others[fragment] = others_of(average, self.contributions.pop(fragment), self.nranks)
+            start.grad = average
+            self.outer.step()  # only the fragment with a gradient moves
+            start.grad = None
+            anchor = self.anchors.pop(fragment, None)
+            if anchor is not None:  # keep what was trained since the send: x = theta' + (x_now - anchor)
+                local = gather_flat(params, torch.empty_like(start))
+                scatter_flat(local.sub_(anchor).add_(start), params)
+            elif mixes:
+                local = gather_flat(params, torch.empty_like(start))
+                scatter_flat(local.mul_(self.config.mixing).add_(start, alpha=1 - self.config.mixing), params)
+            else:
+                scatter_flat(start, params)
+        del self.pending[fragment]
         self.merged = RoundCount(self.merged.rounds + 1, self.merged.dense_bytes + start.numel() * 4)
 
     def round_syncs(self, bagua_module: torch.nn.Module) -> bool:

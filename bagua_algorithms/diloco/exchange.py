@@ -49,7 +49,12 @@ class FragmentCodec(Protocol):
     A codec may also offer the sender's side of a round with error feedback in one call,
     ``encode_residual(residual, delta, error_decay) -> message``: ``residual = error_decay * residual + delta``,
     its message, and ``residual -= decode(message)``, bit for bit those steps (sparseloco's ``ChunkTopK`` does it in
-    one pass natively); the exchange then calls it instead of the four steps."""
+    one pass natively); the exchange then calls it instead of the four steps. Two more calls give the round's fused
+    forms (:meth:`FragmentExchange.start_difference`, :meth:`FragmentExchange.wait_entries`), bit for bit the
+    unfused ones: ``encode_difference(residual, start, params, error_decay, scratch)``, ``encode_residual`` of
+    ``delta = start - params`` (the flat start less the fragment's tensors) with the subtraction taken inside, and
+    ``average_entries(bufs, n) -> (positions, values)``, ``decode_average`` as the positions where it may be nonzero
+    (each once) and its values there."""
 
     def encode(self, x: torch.Tensor) -> torch.Tensor: ...
 
@@ -137,6 +142,25 @@ class FragmentExchange:
         self.contribution = sent if keep_contribution else None
         self._launch(encoded, counted)
 
+    @property
+    def takes_difference(self) -> bool:
+        """Whether :meth:`start_difference` can serve: a codec with error feedback that encodes ``start - params``
+        itself (``encode_difference``, sparseloco's)."""
+        return self.residual is not None and hasattr(self.codec, "encode_difference")
+
+    def start_difference(self, start: torch.Tensor, params: Sequence[torch.Tensor], scratch: torch.Tensor,
+                         counted: bool = False) -> None:
+        """:meth:`start` (unweighted, no contribution kept) of ``delta = start - params``, the flat fp32 ``start``
+        less the fragment's tensors one after the other, the codec taking the difference inside its encoding
+        (:attr:`takes_difference`; ``scratch``, fp32 of ``numel``, holds the delta where it cannot). The same
+        message and residual as ``start(subtract_flat(start, params, scratch))``."""
+        if not self.takes_difference:
+            raise RuntimeError("this exchange's codec does not encode a difference: use start(delta)")
+        if self.in_flight:
+            raise RuntimeError("the previous exchange of this fragment has not been waited for")
+        self.weights = None
+        self._launch(self.codec.encode_difference(self.residual, start, params, self.error_decay, scratch), counted)
+
     def resend(self, sent: torch.Tensor) -> None:
         """Launch again an exchange whose result was lost (:attr:`sent` of an exchange on a group that failed or
         was replaced), on this exchange's group; the residual is not touched (it already holds the round)."""
@@ -183,6 +207,25 @@ class FragmentExchange:
         self._gathered = None
         self.in_flight, self.sent, self.weights = False, None, None
         return self.average
+
+    @property
+    def averages_entries(self) -> bool:
+        """Whether :meth:`wait_entries` can serve the exchange in flight: unweighted, with a codec that gives the
+        average as its entries (``average_entries``, sparseloco's)."""
+        return self.in_flight and self.weights is None and hasattr(self.codec, "average_entries")
+
+    def wait_entries(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`wait` as the average's entries, ``(positions, values)`` (each position once; the average is 0
+        elsewhere), without writing the dense :attr:`average` (:attr:`averages_entries`)."""
+        if not self.averages_entries:
+            raise RuntimeError("the exchange in flight does not average into entries: use wait()")
+        if self._work is not None:
+            self._work.wait()
+            self._work = None
+        entries = self.codec.average_entries(self._gathered, self.nranks)
+        self._gathered = None
+        self.in_flight, self.sent, self.weights = False, None, None
+        return entries
 
     def _decode_weighted(self, weights: list[float]) -> None:
         """``average`` = the sum over ranks, in order, of ``weights[k]`` times rank k's decoded message, over n."""

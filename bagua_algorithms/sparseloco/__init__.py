@@ -2,13 +2,13 @@
 
 The package: :mod:`.config` (the options), :mod:`.algorithm` (Algorithm and Impl, on diloco's round),
 :mod:`.chunks` (the chunks of a fragment and the per-chunk top-k), :mod:`.quantiser` (values in 2, 4 or 8
-bits), :mod:`.codec` (the message: indices and packed values, encoded and decoded), :mod:`.kernels` (the same
-in C and CUDA, ``kernels/native/``, which the codec runs where they take the tensors: the torch code is the
-specification and the fallback), :mod:`.exchange` (diloco's exchange with the round's sender side in one call of
-the codec). It builds on diloco through what that package exports at its top level: its impl subclasses
-``bagua_algorithms.diloco.DiLoCoAlgorithmImpl`` and overrides the round's extension methods ``new_exchange``
-(a subclass of diloco's ``FragmentExchange`` with sparseloco's codec and decay) and ``new_outer`` (plain SGD); its config checks ``round_seconds`` with diloco's
-``check_round_seconds``. The checkpoint state is diloco's round's.
+bits), :mod:`.codec` (the message: indices and packed values, encoded and decoded, and the round's sender side in
+one call), :mod:`.kernels` (the same in C and CUDA, ``kernels/native/``, which the codec runs where they take the
+tensors: the torch code is the specification and the fallback). It builds on diloco through what that package
+exports at its top level: its impl subclasses ``bagua_algorithms.diloco.DiLoCoAlgorithmImpl`` and overrides the
+round's extension methods ``new_exchange`` (diloco's ``FragmentExchange`` with sparseloco's codec and decay),
+``new_outer`` (plain SGD) and ``merge_in_flight`` (that SGD step on the average's entries alone); its config
+checks ``round_seconds`` with diloco's ``check_round_seconds``. The checkpoint state is diloco's round's.
 
 Example::
 

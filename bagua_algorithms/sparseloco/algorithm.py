@@ -21,8 +21,10 @@ replica and starts with ``e = 0``). The round is diloco's (:class:`bagua_algorit
 events after every optimizer has stepped, sharded local shards, diloco's checkpoints, where ``e`` is the
 ``residuals``); sparseloco supplies, through the round's extension methods, its exchange (``new_exchange``:
 diloco's :class:`bagua_algorithms.diloco.FragmentExchange` with the decay and the :class:`~.codec.ChunkTopK` codec,
-whose sender side is one call of the codec, ``encode_residual``: native kernels where built) and its outer step
-(``new_outer``: SGD, lr ``outer_lr``, no momentum).
+whose sender side is one call of the codec, ``encode_residual``: native kernels where built, or on the training
+thread ``encode_difference``, the outer gradient subtracted in that call) and its outer step (``new_outer``: SGD,
+lr ``outer_lr``, no momentum; ``merge_in_flight``: on the CPU that step on the average's entries alone, the same
+bits without the fragment's dense average, and the weights written in the same pass).
 
 Example::
 
@@ -54,6 +56,19 @@ class SparseLoCoAlgorithmImpl(DiLoCoAlgorithmImpl):
 
     def new_outer(self, starts: list[torch.Tensor]) -> torch.optim.Optimizer:
         return torch.optim.SGD(starts, lr=self.config.outer_lr)  # theta -= alpha * mean(sent)
+
+    def merge_in_flight(self, fragment: int) -> bool:
+        """The plain outer step on the average's entries alone (the average is 0 elsewhere, and ``x - lr * 0`` is
+        ``x``): torch's ``add_`` with ``alpha=-lr`` on them, as SGD takes it, so the bits are the dense step's; the
+        moved entries written back and the weights set to theta in one pass over each chunk. On the CPU where the
+        C kernels serve (the torch path would decode the dense average first)."""
+        exchange, start, params = self.exchanges[fragment], self.starts[fragment], self.fragments[fragment]
+        if start.device.type != "cpu" or not exchange.averages_entries or not exchange.codec.native_serves(start):
+            return False
+        positions, values = exchange.wait_entries()
+        moved = start.index_select(0, positions).add_(values, alpha=-self.outer.param_groups[0]["lr"])
+        exchange.codec.put_entries(start, positions, moved, params)
+        return True
 
     def bytes_per_round(self) -> int:
         """Bytes this rank hands to collectives per round (its message; 0 before the first inner step)."""

@@ -36,7 +36,11 @@ policy, CUDA on CUDA tensors where they are loaded) serve :meth:`~ChunkTopK.enco
 :meth:`~ChunkTopK.decode` and :meth:`~ChunkTopK.decode_average` when they take the tensors, and give the bits of
 the torch code below (the specification, and the fallback elsewhere), garbage bytes included.
 :meth:`~ChunkTopK.encode_residual` is a round's sender side in one call: the accumulator's update, its message
-and the error feedback (``e -= decode(message)``), one pass over each chunk natively.
+and the error feedback (``e -= decode(message)``), one pass over each chunk natively;
+:meth:`~ChunkTopK.encode_difference` the same with the outer gradient ``start - params`` taken in that pass;
+:meth:`~ChunkTopK.average_entries` the mean of n messages as its entries only (the outer step of the receiving
+side moves those alone), and :meth:`~ChunkTopK.put_entries` writes the moved entries and the fragment's weights
+in one pass.
 
 Not a registered ``Codec`` (``bagua_core.codecs``): that contract encodes dense chunk slots whose payload
 grows with the elements (a slot per chunk of equal elements, element ranges for pipelined exchanges), while
@@ -252,6 +256,30 @@ class ChunkTopK:
         residual.sub_(self.decode(message, 1, torch.empty_like(residual)))
         return message
 
+    def encode_difference(self, residual: torch.Tensor, start: torch.Tensor, params: Sequence[torch.Tensor],
+                          error_decay: float, scratch: torch.Tensor) -> torch.Tensor:
+        """:meth:`encode_residual` of ``delta = start - params``: the flat fp32 ``start`` less the fragment's tensors
+        (``params``, of the layout's ``numels``, one after the other). Bit for bit ``torch.sub`` of each tensor into
+        its place of a flat fp32 delta, then :meth:`encode_residual`. The C kernels take the difference in their
+        pass over each chunk (no delta written or read again: a third less memory traffic on the round's sender
+        side); elsewhere the delta is written into ``scratch`` (fp32, ``layout.numel``) first."""
+        numels = [p.numel() for p in params]
+        if numels != self.layout.numels or start.numel() != self.layout.numel:
+            raise ValueError(f"sparseloco's message holds tensors of {self.layout.numels} elements, got {numels} "
+                             f"and a start of {start.numel()}")
+        tensors = (residual, start, *params)
+        native = self._native.serving(*tensors) if all(t.dtype == torch.float32 for t in tensors) else None
+        if native is not None and hasattr(native, "encode_difference"):
+            out = torch.empty(self.nbytes, dtype=torch.uint8, device=residual.device)
+            return native.encode_difference(residual, start, [p.detach() for p in params], out, self.bits,
+                                            error_decay)
+        at = 0
+        for param in params:
+            n = param.numel()
+            torch.sub(start[at : at + n].view(param.shape), param.detach(), out=scratch[at : at + n].view(param.shape))
+            at += n
+        return self.encode_residual(residual, scratch, error_decay)
+
     def _encode_torch(self, x: torch.Tensor) -> torch.Tensor:
         """:meth:`encode` in torch ops (the specification; the native kernels give its bits)."""
         layout = self.layout
@@ -318,6 +346,42 @@ class ChunkTopK:
             positions, values = self.entries(bufs[k * self.nbytes : (k + 1) * self.nbytes])
             flat.index_add_(0, positions, values)
         return out.div_(n)
+
+    def average_entries(self, bufs: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`decode_average` as its entries: ``(positions, values)``, each position where any of the ``n``
+        messages sends an entry once (int64) and the mean there (fp32); the mean is 0 elsewhere. Bit for bit the
+        dense mean at those positions, without writing the fragment's zeros (an outer step on these entries alone
+        moves what a dense one would)."""
+        if bufs.numel() != n * self.nbytes or n < 1:
+            raise ValueError(f"expected {n} sparseloco messages of {self.nbytes} bytes, got {bufs.numel()} bytes")
+        native = self._native.serving(bufs) if bufs.device.type == "cpu" else None
+        if native is not None:
+            return native.average_entries(bufs, self.nbytes, n, self.bits)
+        dense = self.decode_average(bufs, n, torch.empty(self.layout.numel, dtype=torch.float32, device=bufs.device))
+        positions = torch.cat([self.entries(bufs[k * self.nbytes : (k + 1) * self.nbytes])[0]
+                               for k in range(n)]).unique()
+        return positions, dense[positions]
+
+    def put_entries(self, theta: torch.Tensor, positions: torch.Tensor, values: torch.Tensor,
+                    params: Sequence[torch.Tensor]) -> None:
+        """``theta[positions] = values`` (the flat fp32 ``theta``; positions as :meth:`average_entries` gives them),
+        then ``theta`` copied into the fragment's tensors ``params`` (one after the other): natively in one pass over
+        each chunk, where the C kernels take the tensors; else ``index_copy_`` and a copy per tensor."""
+        params = [p.detach() for p in params]
+        tensors = (theta, values, *params)
+        native = self._native.serving(*tensors) if all(t.dtype == torch.float32 for t in tensors) else None
+        if native is not None and hasattr(native, "put") and [p.numel() for p in params] == self.layout.numels:
+            native.put(positions, values, theta, params)
+            return
+        theta.index_copy_(0, positions, values)
+        at = 0
+        for param in params:
+            param.copy_(theta[at : at + param.numel()].view(param.shape))
+            at += param.numel()
+
+    def native_serves(self, *tensors: torch.Tensor) -> bool:
+        """Whether the native kernels take these tensors (module doc); the torch path serves them otherwise."""
+        return self._native.serving(*tensors) is not None
 
     def _check_message(self, buf: torch.Tensor) -> None:
         if buf.dtype != torch.uint8 or buf.numel() != self.nbytes:

@@ -23,8 +23,8 @@ from torch.autograd.graph import increment_version
 from bagua_algorithms.sparseloco.chunks import ChunkLayout
 from bagua_core.kernels import byte_ptr, check_status, cpu_library, float_ptr
 
-__all__ = ["CpuLayout", "decode", "dequantise", "encode", "entries", "index_decode", "index_encode", "quantise",
-           "select"]
+__all__ = ["CpuLayout", "average_entries", "decode", "dequantise", "encode", "encode_difference", "entries",
+           "index_decode", "index_encode", "put", "quantise", "select"]
 
 _ffi, _lib = cpu_library().ffi, cpu_library().lib  # ImportError where it was not built
 
@@ -62,6 +62,18 @@ class CpuLayout:
         self.struct.chunks = layout.chunk_count
         self.struct.topk = layout.topk
         self.struct.numel = layout.numel
+        tensor_of, inside = [], []  # each chunk's tensor (its index in numels) and its first element in it
+        for t, numel in enumerate(layout.numels):
+            for begin in range(0, numel, layout.chunk_size):
+                tensor_of.append(t)
+                inside.append(begin)
+        self._chunk_tensor = torch.tensor(tensor_of, dtype=torch.int64)
+        self._chunk_bytes = torch.tensor(inside, dtype=torch.int64) * 4
+
+    def chunk_addresses(self, params: list[torch.Tensor]) -> torch.Tensor:
+        """Each chunk's first element in ``params`` (the layout's tensors, contiguous fp32), as addresses."""
+        bases = torch.tensor([p.data_ptr() for p in params], dtype=torch.int64)
+        return bases[self._chunk_tensor] + self._chunk_bytes
 
     def message_bytes(self, bits: int) -> int:
         """The size of a message of this layout, as the C kernels compute it (``ChunkTopK.nbytes``)."""
@@ -76,6 +88,11 @@ class CpuLayout:
         """:func:`encode` of this layout."""
         return encode(self, e, out, bits, delta, beta, feedback)
 
+    def encode_difference(self, e: torch.Tensor, start: torch.Tensor, params: list[torch.Tensor],
+                          out: torch.Tensor, bits: int, beta: float = 1.0) -> torch.Tensor:
+        """:func:`encode_difference` of this layout."""
+        return encode_difference(self, e, start, params, out, bits, beta)
+
     def entries(self, buf: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
         """:func:`entries` of this layout."""
         return entries(self, buf, bits)
@@ -84,6 +101,15 @@ class CpuLayout:
                average: bool) -> torch.Tensor:
         """:func:`decode` of this layout."""
         return decode(self, bufs, nbytes, n, out, bits, average)
+
+    def average_entries(self, bufs: torch.Tensor, nbytes: int, n: int, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """:func:`average_entries` of this layout."""
+        return average_entries(self, bufs, nbytes, n, bits)
+
+    def put(self, positions: torch.Tensor, values: torch.Tensor, theta: torch.Tensor,
+            params: list[torch.Tensor] | None = None) -> None:
+        """:func:`put` of this layout."""
+        put(self, positions, values, theta, params)
 
 
 def _float_or_null(t: torch.Tensor | None) -> Any:
@@ -160,6 +186,24 @@ def encode(native: CpuLayout, e: torch.Tensor, out: torch.Tensor, bits: int, del
     return out
 
 
+def encode_difference(native: CpuLayout, e: torch.Tensor, start: torch.Tensor, params: list[torch.Tensor],
+                      out: torch.Tensor, bits: int, beta: float = 1.0) -> torch.Tensor:
+    """:func:`encode` with ``feedback`` of ``delta = start - params`` (the flat fp32 ``start`` less the layout's
+    tensors, contiguous fp32, one after the other), the difference taken in the same pass: no delta is written.
+    The bits of ``torch.sub`` into a flat delta, then :func:`encode`."""
+    if len(params) != len(native.layout.numels) or any(p.numel() != n for p, n in zip(params, native.layout.numels)):
+        raise ValueError(f"sparseloco encode_difference: expected tensors of {native.layout.numels} elements, got "
+                         f"{[p.numel() for p in params]}")
+    addresses = native.chunk_addresses(params)
+    rc = _lib.bagua_sparseloco_encode_difference(float_ptr(e), float_ptr(start),
+                                                 _ffi.cast("const float *const *", addresses.data_ptr()), beta,
+                                                 native.struct, bits, byte_ptr(out), out.numel())
+    _check(rc, "encode_difference")
+    increment_version(out)
+    increment_version(e)
+    return out
+
+
 def entries(native: CpuLayout, buf: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(positions, values)`` of a message: each entry's index in the fragment (int64) and its value (fp32)."""
     layout = native.layout
@@ -180,3 +224,40 @@ def decode(native: CpuLayout, bufs: torch.Tensor, nbytes: int, n: int, out: torc
     _check(rc, "decode_average" if average else "decode")
     increment_version(out)
     return out
+
+
+def average_entries(native: CpuLayout, bufs: torch.Tensor, nbytes: int, n: int,
+                    bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(positions, values)``: where any of the ``n`` messages of ``nbytes`` held back to back sends an entry, each
+    position once (int64, chunk by chunk, in the order first sent) and the mean there (fp32): :func:`decode` with
+    ``average`` gives these values at these positions and zeros elsewhere, bit for bit."""
+    capacity = max(n * native.layout.entry_count, 1)
+    positions = torch.empty(capacity, dtype=torch.int64)
+    values = torch.empty(capacity, dtype=torch.float32)
+    count = _ffi.new("int64_t *")
+    rc = _lib.bagua_sparseloco_average_entries(byte_ptr(bufs), nbytes, n, native.struct, bits, _int64_ptr(positions),
+                                               float_ptr(values), count)
+    _check(rc, "average_entries")
+    return positions[: count[0]], values[: count[0]]
+
+
+def put(native: CpuLayout, positions: torch.Tensor, values: torch.Tensor, theta: torch.Tensor,
+        params: list[torch.Tensor] | None = None) -> None:
+    """``theta[positions] = values`` (int64 positions grouped chunk by chunk in chunk order, as
+    :func:`average_entries` gives them; fp32 values) and, with ``params`` (the layout's tensors, contiguous fp32),
+    ``theta`` copied into them one after the other in the same pass over each chunk."""
+    if positions.numel() != values.numel():
+        raise ValueError(f"sparseloco put: {positions.numel()} positions and {values.numel()} values")
+    addresses = native.chunk_addresses(params) if params is not None else None
+    rc = _lib.bagua_sparseloco_put(_int64_ptr(positions), float_ptr(values), positions.numel(), float_ptr(theta),
+                                   _ffi.NULL if addresses is None else _ffi.cast("float *const *",
+                                                                                 addresses.data_ptr()),
+                                   native.struct)
+    if rc == _lib.BAGUA_NATIVE_ERR_ARGUMENT:
+        raise ValueError("sparseloco put: the positions must lie in the fragment, grouped chunk by chunk in chunk "
+                         "order (as average_entries gives them)")
+    _check(rc, "put")
+    increment_version(theta)
+    for param in params or ():
+        increment_version(param)
+

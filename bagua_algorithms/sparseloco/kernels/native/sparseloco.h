@@ -20,11 +20,23 @@
  * bagua_sparseloco_encode:     the whole message of e (ChunkTopK.encode), with delta/beta as in _select; with
  *                              feedback != 0 it also subtracts what the message decodes to from e
  *                              (e -= decode(message): only the sent entries change).
+ * bagua_sparseloco_encode_difference: bagua_sparseloco_encode with feedback and delta = start - params taken
+ *                              in the same pass (no delta written): params[c] holds chunk c's elements of the
+ *                              parameters (a chunk lies in one tensor), start the fragment's numel fp32; the
+ *                              bits of the fp32 subtraction, then the encode with that delta.
  * bagua_sparseloco_entries:    each entry's fragment position and decoded value (ChunkTopK.entries).
  * bagua_sparseloco_decode:     the n messages held back to back in bufs into out (numel fp32): average = 0,
  *                              n = 1: zeros and the entries' values written, the last of equal positions
  *                              winning (ChunkTopK.decode); average = 1: zeros, every message's values added
  *                              in fp32 in rank order, then divided by n (ChunkTopK.decode_average).
+ * bagua_sparseloco_average_entries: that average's entries where any message sends one: the distinct positions
+ *                              (chunk after chunk, in the order first sent) and their means, count of them
+ *                              (at most n * entries; positions and values hold that many); the average is 0
+ *                              elsewhere.
+ * bagua_sparseloco_put:        theta[positions[i]] = values[i] for count entries grouped chunk by chunk in chunk
+ *                              order (as bagua_sparseloco_average_entries gives them; anything else is refused),
+ *                              then, with params (params[c]: chunk c's elements of the parameters), each chunk of
+ *                              theta copied to the parameters in the same pass.
  *
  * BAGUA_NATIVE_THREADS > 1 splits the chunks over threads (the bits do not change).
  */
@@ -64,9 +76,17 @@ int bagua_sparseloco_index_decode(const uint8_t *field, int64_t field_bytes,
                                   const bagua_sparseloco_layout *layout, int64_t *columns);
 int bagua_sparseloco_encode(float *e, const float *delta, float beta, int feedback,
                             const bagua_sparseloco_layout *layout, int bits, uint8_t *out, int64_t nbytes);
+int bagua_sparseloco_encode_difference(float *e, const float *start, const float *const *params, float beta,
+                                       const bagua_sparseloco_layout *layout, int bits, uint8_t *out,
+                                       int64_t nbytes);
 int bagua_sparseloco_entries(const uint8_t *buf, int64_t nbytes, const bagua_sparseloco_layout *layout,
                              int bits, int64_t *positions, float *values);
 int bagua_sparseloco_decode(const uint8_t *bufs, int64_t nbytes, int64_t n,
                             const bagua_sparseloco_layout *layout, int bits, int average, float *out);
+int bagua_sparseloco_average_entries(const uint8_t *bufs, int64_t nbytes, int64_t n,
+                                     const bagua_sparseloco_layout *layout, int bits, int64_t *positions,
+                                     float *values, int64_t *count);
+int bagua_sparseloco_put(const int64_t *positions, const float *values, int64_t count, float *theta,
+                         float *const *params, const bagua_sparseloco_layout *layout);
 
 #endif /* BAGUA_SPARSELOCO_H */

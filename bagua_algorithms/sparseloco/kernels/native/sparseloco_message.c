@@ -14,6 +14,8 @@ typedef struct {
     const sl_plan *plan;
     float *e;
     const float *delta;
+    const float *start;         /* with params: delta = start - params, chunk by chunk (encode_difference) */
+    const float *const *params; /* chunk c's elements of the parameters, or NULL */
     float beta;
     int feedback;
     uint8_t *out;
@@ -30,7 +32,11 @@ static void encode_chunk(encode_job *j, int64_t c, sl_select_scratch *s) {
     float *x = j->e + layout->start[c];
     int32_t *column = j->columns + at;
     uint32_t hi_bits, lo_bits;
-    sl_feed(x, j->delta ? j->delta + layout->start[c] : NULL, j->beta, m);
+    if (j->params != NULL) {
+        sl_feed_difference(x, j->start + layout->start[c], j->params[c], j->beta, m);
+    } else {
+        sl_feed(x, j->delta ? j->delta + layout->start[c] : NULL, j->beta, m);
+    }
     sl_select_chunk(x, m, k, s, column, &hi_bits, &lo_bits);
     if (p->bits == 32) {
         for (int64_t t = 0; t < k; t++) {
@@ -72,8 +78,9 @@ static void encode_task(void *ctx, int t, int n) {
     sl_select_scratch_free(&s);
 }
 
-int bagua_sparseloco_encode(float *e, const float *delta, float beta, int feedback,
-                            const bagua_sparseloco_layout *layout, int bits, uint8_t *out, int64_t nbytes) {
+static int run_encode(float *e, const float *delta, const float *start, const float *const *params, float beta,
+                      int feedback, const bagua_sparseloco_layout *layout, int bits, uint8_t *out,
+                      int64_t nbytes) {
     if (bits == 0) return BAGUA_SPARSELOCO_ERR_LAYOUT;
     sl_plan plan;
     int rc = sl_plan_make(&plan, layout, bits);
@@ -84,7 +91,8 @@ int bagua_sparseloco_encode(float *e, const float *delta, float beta, int feedba
     }
     size_t entries = (size_t)(plan.entries > 0 ? plan.entries : 1);
     encode_job j = {
-        &plan, e, delta, beta, feedback, out, (int32_t *)malloc(4 * entries), (uint8_t *)malloc(entries), 0};
+        &plan, e, delta, start, params, beta, feedback, out, (int32_t *)malloc(4 * entries),
+        (uint8_t *)malloc(entries), 0};
     if (j.columns == NULL || j.codes == NULL) {
         j.failed = 1;
     } else {
@@ -98,6 +106,21 @@ int bagua_sparseloco_encode(float *e, const float *delta, float beta, int feedba
     free(j.codes);
     sl_plan_free(&plan);
     return j.failed ? BAGUA_SPARSELOCO_ERR_MEMORY : BAGUA_NATIVE_OK;
+}
+
+int bagua_sparseloco_encode(float *e, const float *delta, float beta, int feedback,
+                            const bagua_sparseloco_layout *layout, int bits, uint8_t *out, int64_t nbytes) {
+    return run_encode(e, delta, NULL, NULL, beta, feedback, layout, bits, out, nbytes);
+}
+
+int bagua_sparseloco_encode_difference(float *e, const float *start, const float *const *params, float beta,
+                                       const bagua_sparseloco_layout *layout, int bits, uint8_t *out,
+                                       int64_t nbytes) {
+    if (start == NULL || params == NULL) return BAGUA_NATIVE_ERR_ARGUMENT;
+    for (int64_t c = 0; c < layout->chunks; c++) {
+        if (params[c] == NULL) return BAGUA_NATIVE_ERR_ARGUMENT;
+    }
+    return run_encode(e, NULL, start, params, beta, 1, layout, bits, out, nbytes);
 }
 
 /* The values of chunk c's entries of the message buf (columns already read). */
@@ -132,6 +155,7 @@ typedef struct {
     int average;
     int64_t *positions; /* entries(): each entry's position, its value in values */
     float *values, *out;
+    int64_t *found; /* average_entries(): each chunk's distinct positions (at n * entry_at[c] in positions) */
     int failed;
 } decode_job;
 
@@ -170,7 +194,7 @@ static void decode_task(void *ctx, int t, int n) {
     uint8_t *mark = (uint8_t *)calloc(longest, 1);
     if (column == NULL || touched == NULL || value == NULL || acc == NULL || mark == NULL) {
         j->failed = 1;
-    } else if (j->out == NULL) { /* entries(): one message's positions and values */
+    } else if (j->out == NULL && j->found == NULL) { /* entries(): one message's positions and values */
         for (int64_t c = b; c < e; c++) {
             int64_t k = sl_chunk_sent(p, c), at = p->entry_at[c];
             sl_index_read_chunk(p, j->bufs + p->index_at, c, column);
@@ -200,7 +224,17 @@ static void decode_task(void *ctx, int t, int n) {
             if (j->average) { /* the others are zeros, and stay: 0 / n = 0 */
                 for (int64_t i = 0; i < count; i++) acc[touched[i]] = acc[touched[i]] / divisor;
             }
-            stream_copy(j->out + layout->start[c], acc, m);
+            if (j->found != NULL) { /* the chunk's distinct positions and their means, not the dense chunk */
+                int64_t *position = j->positions + j->n * p->entry_at[c];
+                float *mean = j->values + j->n * p->entry_at[c];
+                for (int64_t i = 0; i < count; i++) {
+                    position[i] = layout->start[c] + touched[i];
+                    mean[i] = acc[touched[i]];
+                }
+                j->found[c] = count;
+            } else {
+                stream_copy(j->out + layout->start[c], acc, m);
+            }
             for (int64_t i = 0; i < count; i++) {
                 acc[touched[i]] = 0.0f;
                 mark[touched[i]] = 0;
@@ -218,7 +252,7 @@ static void decode_task(void *ctx, int t, int n) {
 }
 
 static int run_decode(const uint8_t *bufs, int64_t nbytes, int64_t n, const bagua_sparseloco_layout *layout,
-                      int bits, int average, int64_t *positions, float *values, float *out) {
+                      int bits, int average, int64_t *positions, float *values, float *out, int64_t *count) {
     if (bits == 0 || n < 1) return bits == 0 ? BAGUA_SPARSELOCO_ERR_LAYOUT : BAGUA_NATIVE_ERR_ARGUMENT;
     sl_plan plan;
     int rc = sl_plan_make(&plan, layout, bits);
@@ -227,8 +261,24 @@ static int run_decode(const uint8_t *bufs, int64_t nbytes, int64_t n, const bagu
         sl_plan_free(&plan);
         return BAGUA_NATIVE_ERR_SIZE;
     }
-    decode_job j = {&plan, bufs, n, average, positions, values, out, 0};
-    run_parallel(out ? layout->numel : plan.entries, decode_task, &j);
+    int64_t *found = NULL;
+    if (count != NULL && (found = (int64_t *)malloc(8 * (size_t)(layout->chunks > 0 ? layout->chunks : 1))) == NULL) {
+        sl_plan_free(&plan);
+        return BAGUA_SPARSELOCO_ERR_MEMORY;
+    }
+    decode_job j = {&plan, bufs, n, average, positions, values, out, found, 0};
+    run_parallel(out || found ? layout->numel : plan.entries, decode_task, &j);
+    if (found != NULL && !j.failed) { /* the chunks' distinct positions, one after the other */
+        int64_t total = 0;
+        for (int64_t c = 0; c < layout->chunks; c++) {
+            int64_t at = n * plan.entry_at[c];
+            memmove(positions + total, positions + at, 8 * (size_t)found[c]);
+            memmove(values + total, values + at, 4 * (size_t)found[c]);
+            total += found[c];
+        }
+        *count = total;
+    }
+    free(found);
     sl_plan_free(&plan);
     return j.failed ? BAGUA_SPARSELOCO_ERR_MEMORY : BAGUA_NATIVE_OK;
 }
@@ -236,12 +286,73 @@ static int run_decode(const uint8_t *bufs, int64_t nbytes, int64_t n, const bagu
 int bagua_sparseloco_entries(const uint8_t *buf, int64_t nbytes, const bagua_sparseloco_layout *layout,
                              int bits, int64_t *positions, float *values) {
     if (positions == NULL || values == NULL) return BAGUA_NATIVE_ERR_ARGUMENT;
-    return run_decode(buf, nbytes, 1, layout, bits, 0, positions, values, NULL);
+    return run_decode(buf, nbytes, 1, layout, bits, 0, positions, values, NULL, NULL);
+}
+
+int bagua_sparseloco_average_entries(const uint8_t *bufs, int64_t nbytes, int64_t n,
+                                     const bagua_sparseloco_layout *layout, int bits, int64_t *positions,
+                                     float *values, int64_t *count) {
+    if (positions == NULL || values == NULL || count == NULL) return BAGUA_NATIVE_ERR_ARGUMENT;
+    return run_decode(bufs, nbytes, n, layout, bits, 1, positions, values, NULL, count);
 }
 
 int bagua_sparseloco_decode(const uint8_t *bufs, int64_t nbytes, int64_t n,
                             const bagua_sparseloco_layout *layout, int bits, int average, float *out) {
     if (out == NULL) return BAGUA_NATIVE_ERR_ARGUMENT;
     if (!average && n != 1) return BAGUA_NATIVE_ERR_ARGUMENT;
-    return run_decode(bufs, nbytes, n, layout, bits, average, NULL, NULL, out);
+    return run_decode(bufs, nbytes, n, layout, bits, average, NULL, NULL, out, NULL);
 }
+
+typedef struct {
+    const bagua_sparseloco_layout *layout;
+    const int64_t *positions;
+    const float *values;
+    const int64_t *first; /* chunks + 1: each chunk's first entry in positions */
+    float *theta;
+    float *const *params;
+} put_job;
+
+/* Chunk by chunk: the chunk's entries written into theta, then the chunk streamed out to the parameters. */
+static void put_task(void *ctx, int t, int n) {
+    put_job *j = (put_job *)ctx;
+    const bagua_sparseloco_layout *layout = j->layout;
+    int64_t b, e;
+    piece(0, layout->chunks, t, n, &b, &e);
+    for (int64_t c = b; c < e; c++) {
+        for (int64_t i = j->first[c]; i < j->first[c + 1]; i++) j->theta[j->positions[i]] = j->values[i];
+        if (j->params != NULL) stream_copy(j->params[c], j->theta + layout->start[c], layout->length[c]);
+    }
+#ifdef BAGUA_HAVE_SSE
+    if (j->params != NULL) _mm_sfence();
+#endif
+}
+
+int bagua_sparseloco_put(const int64_t *positions, const float *values, int64_t count, float *theta,
+                         float *const *params, const bagua_sparseloco_layout *layout) {
+    if (positions == NULL || values == NULL || theta == NULL || count < 0) return BAGUA_NATIVE_ERR_ARGUMENT;
+    sl_plan plan;
+    int rc = sl_plan_make(&plan, layout, 0);
+    if (rc != BAGUA_NATIVE_OK) return rc;
+    sl_plan_free(&plan);
+    for (int64_t c = 0; params != NULL && c < layout->chunks; c++) {
+        if (params[c] == NULL) return BAGUA_NATIVE_ERR_ARGUMENT;
+    }
+    int64_t *first = (int64_t *)malloc(8 * (size_t)(layout->chunks + 1));
+    if (first == NULL) return BAGUA_SPARSELOCO_ERR_MEMORY;
+    int64_t i = 0; /* the entries of each chunk, in chunk order; any other position is refused */
+    for (int64_t c = 0; c < layout->chunks; c++) {
+        first[c] = i;
+        int64_t begin = layout->start[c], end = begin + layout->length[c];
+        while (i < count && positions[i] >= begin && positions[i] < end) i++;
+    }
+    first[layout->chunks] = i;
+    if (i != count) {
+        free(first);
+        return BAGUA_NATIVE_ERR_ARGUMENT;
+    }
+    put_job j = {layout, positions, values, first, theta, params};
+    run_parallel(params != NULL ? layout->numel : count, put_task, &j);
+    free(first);
+    return BAGUA_NATIVE_OK;
+}
+

@@ -62,6 +62,8 @@ int sl_select_scratch_new(sl_select_scratch *s, int64_t longest);
 void sl_select_scratch_free(sl_select_scratch *s);
 /* e = e * beta (beta != 1) + delta over n elements (delta NULL: nothing). */
 void sl_feed(float *e, const float *delta, float beta, int64_t n);
+/* e = e * beta (beta != 1) + (start - param) over n elements (the difference rounded to fp32 first). */
+void sl_feed_difference(float *e, const float *start, const float *param, float beta, int64_t n);
 /* The k entries of largest magnitude of x[0 .. m) (chunks.py's rule): their columns, ascending, and the
  * largest and smallest magnitude sent (as sl_magnitude bits). */
 void sl_select_chunk(const float *x, int64_t m, int64_t k, sl_select_scratch *s, int32_t *columns,

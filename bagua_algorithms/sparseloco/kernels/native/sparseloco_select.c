@@ -55,6 +55,16 @@ void sl_feed(float *restrict e, const float *restrict delta, float beta, int64_t
 }
 
 BAGUA_CLONES
+void sl_feed_difference(float *restrict e, const float *restrict start, const float *restrict param, float beta,
+                        int64_t n) {
+    if (beta != 1.0f) {
+        for (int64_t i = 0; i < n; i++) e[i] = e[i] * beta + (start[i] - param[i]); /* sub, mul_, add_ */
+    } else {
+        for (int64_t i = 0; i < n; i++) e[i] = e[i] + (start[i] - param[i]);
+    }
+}
+
+BAGUA_CLONES
 static void magnitudes(const float *restrict x, uint32_t *restrict u, int64_t n) {
     for (int64_t i = 0; i < n; i++) u[i] = sl_magnitude(x[i]);
 }
