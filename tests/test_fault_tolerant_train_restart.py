@@ -61,9 +61,11 @@ KILL = ("--min-replicas", "2", "--max-restarts", "1", "--ft-join-timeout-ms", "1
 def _run_with_one_kill(tmp_path: Path, mid_training: bool, epochs: int, more: tuple[str, ...] = (),
                        fault=lambda pid: os.kill(pid, signal.SIGKILL),
                        options: tuple[str, ...] = KILL,
-                       ready: tuple[str, Any] | None = None) -> tuple[int, list[str], list[dict]]:
+                       ready: tuple[str, Any] | None = None,
+                       together: bool = False) -> tuple[int, list[str], list[dict]]:
     """Run the job, apply ``fault`` to replica 1's worker (a SIGKILL unless told) once ``ready`` (what, and a
-    condition on the job's pid) holds, wait for the job's end."""
+    condition on the job's pid) holds and, with ``together``, once the progress bar shows a quorum of both replicas
+    (with ``--min-replicas 1`` a replica that starts late under load joins later), wait for the job's end."""
     summary = tmp_path / "summary_{replica}.json"
     command = [sys.executable, "-m", "bagua_cli", "train", "--fault-tolerant", "--replicas", "2", *options,
                "--epochs", str(epochs), "--algorithm", "gradient_allreduce", "--summary-json", str(summary), *more]
@@ -81,6 +83,9 @@ def _run_with_one_kill(tmp_path: Path, mid_training: bool, epochs: int, more: tu
             _wait(f"{KILL_AFTER_STEPS} steps trained", lambda: output.steps() >= KILL_AFTER_STEPS, START_S, proc, output)
         if ready is not None:
             _wait(ready[0], lambda: ready[1](proc.pid), START_S, proc, output)
+        if together:
+            _wait("a quorum of both replicas", lambda: re.findall(r"replicas=(\d+)", output.text)[-1:] == ["2"],
+                  START_S, proc, output)
         fault(worker)
         try:
             proc.wait(timeout=END_S)
@@ -194,7 +199,7 @@ def test_a_hung_replica_costs_the_timeout_not_its_hang_and_heals(tmp_path: Path)
     # replica (--ft-heartbeat-timeout-ms), and the stopped one, back, rejoins and heals to the same weights
     status, lines, results = _run_with_one_kill(
         tmp_path, mid_training=True, epochs=400, fault=_stop,
-        options=("--min-replicas", "1", "--ft-timeout", "2"))
+        options=("--min-replicas", "1", "--ft-timeout", "2"), together=True)
     text = "\n".join(lines[-40:])
     assert status == 0, text
     # (with min-replicas 1 the replica that starts first trains alone until the other joins and heals: on a loaded
