@@ -739,7 +739,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with netns_link(LIGHTHOUSE_HOST, args.rate, "0ms") as hosts:
         results["setup"] = {
             "description": (f"{REPLICAS} replicas of one rank on emulated hosts ({hosts.link}), {args.model} "
-                            f"(batch {args.batch_size} per replica, subnormals flushed to zero), a fault every K s on a replica ({_fault_words(args)}; "
+                            f"(batch {args.batch_size} per replica, subnormals flushed to zero), a fault every K s "
+                            f"on a replica ({_fault_words(args)}; "
                             f"{'round-robin' if args.seed is None else f'random, seed {args.seed}'}) for "
                             f"{args.duration:g} s; lighthouse on a host of its own (heartbeat "
                             f"timeout {args.heartbeat_timeout_ms} ms, join timeout {args.join_timeout_ms} ms); "
