@@ -235,6 +235,41 @@ def test_stopping_the_watchdog_waits_for_its_store_call(monkeypatch) -> None:
     assert not dog.is_alive()
 
 
+def test_a_rank_blocked_in_a_collective_says_its_line_from_the_watchdog(monkeypatch, capsys) -> None:
+    """On gloo a peer's failure cannot abort a collective in flight: the main thread returns only once the failing
+    rank has exited, and that rank waits (up to 10 s) for this rank's line before it exits. The watchdog says the
+    line (once: the main thread's hook, when it raises at last, says nothing more) and marks it said."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from bagua_core.runtime.failure import lines, record, watchdog
+
+    store = dist.HashStore()
+    store.set_timeout(datetime.timedelta(seconds=5))
+    failed = record.FailureRecord(1, "an uncaught exception in the main thread", "ValueError: bad batch")
+    store.set("first", failed.to_bytes())
+    store.set("said_1", b"1")  # rank 1 has printed its traceback
+    for name, value in dict(store=store, rank=0, world_size=2, failure=None, own=False, main_thread_told=False,
+                            started=True).items():
+        monkeypatch.setattr(record.state, name, value)
+    monkeypatch.setenv("BAGUA_VERBOSE", "0")
+    monkeypatch.setattr(watchdog, "POLL_S", 0.01)
+    monkeypatch.setattr(watchdog, "GRACE_S", 0.01)
+    interrupted = []
+    monkeypatch.setattr(watchdog, "_interrupt_main_thread", interrupted.append)
+    lines.forget()
+    dog = watchdog.Watchdog()
+    dog.start()
+    dog.join(10.0)
+    assert not dog.is_alive()
+    assert interrupted == [failed]  # the main thread is interrupted too, once the line is out
+    assert store.check(["said_0"])  # rank 1 may exit now
+    assert lines.say_stopped(1, "ValueError") is False  # the main thread's hook, later: nothing more
+    assert capsys.readouterr().err == "[rank0]: bagua: stopped: rank 1 failed first (ValueError)\n"
+    lines.forget()
+
+
 _EXIT_WHILE_POLLING = """
 import atexit, datetime, sys
 import torch.distributed as dist

@@ -4,8 +4,9 @@ The pieces: :mod:`.record` (the job's first failure, kept in torch's store, the 
 process failed or learned of one, bagua issues no further collective there), :mod:`.translate` (what a rank raises:
 its own error, or a ``PeerFailureError`` naming the rank that failed first, a ``CommunicationTimeoutError``, a
 ``CommunicationError``), :mod:`.abort` (the groups aborted so collectives in flight return), :mod:`.watchdog` (a
-thread that learns of a peer's failure and interrupts a main thread outside a collective), :mod:`.uncaught`
-(uncaught exceptions reported before the process exits).
+thread that learns of a peer's failure, says the rank's line and interrupts its main thread), :mod:`.uncaught`
+(uncaught exceptions reported before the process exits), :mod:`.lines` (a rank's one line about a failure that began
+elsewhere, printed once, by the hook or the watchdog).
 
 ``init_process_group`` calls :func:`start`, ``destroy_process_group`` :func:`stop`.
 
@@ -17,7 +18,7 @@ Example::
 
 from __future__ import annotations
 
-from bagua_core.runtime.failure import uncaught, watchdog
+from bagua_core.runtime.failure import lines, uncaught, watchdog
 from bagua_core.runtime.failure.record import FailureRecord, first_failure, raise_if_aborted, report
 from bagua_core.runtime.failure.record import start as _start_record
 from bagua_core.runtime.failure.record import state as _state
@@ -35,6 +36,7 @@ def start(rank: int, world_size: int, procs: list[tuple[str, int]]) -> None:
     global _watchdog
     stop()
     _start_record(rank, world_size, procs)
+    lines.forget()
     uncaught.install()
     if watchdog.enabled() and world_size > 1:
         watchdog.install_interrupt_handler()

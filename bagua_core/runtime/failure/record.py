@@ -158,17 +158,18 @@ def said() -> None:
             pass
 
 
-def wait_until_said(timeout_s: float, gone: Any = (), ranks: Any = None) -> None:
+def wait_until_said(timeout_s: float, gone: Any = (), ranks: Any = None, cancel: threading.Event | None = None) -> None:
     """On the rank where a failure began, before its process exits: give the other ranks (less ``gone``;
     only ``ranks`` when given) up to ``timeout_s`` to print their line, since a launcher stops the survivors
-    once one worker has exited (torchrun does), and a rank stopped first would say nothing."""
+    once one worker has exited (torchrun does), and a rank stopped first would say nothing. ``cancel``, once
+    set, ends the wait."""
     store = state.store
     if store is None:
         return
     keys = [f"said_{rank}" for rank in (range(state.world_size) if ranks is None else ranks)
             if rank != state.rank and rank not in set(gone)]
     deadline = time.monotonic() + timeout_s
-    while keys and time.monotonic() < deadline:
+    while keys and time.monotonic() < deadline and not (cancel is not None and cancel.is_set()):
         try:
             keys = [key for key in keys if not store.check([key])]
         except Exception:

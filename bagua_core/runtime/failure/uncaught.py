@@ -42,6 +42,7 @@ from bagua_core.runtime.exceptions import (
     RankMismatchError,
     RepeatedInitializationError,
 )
+from bagua_core.runtime.failure.lines import PEERS_LINES_S, kind_of, say, say_stopped
 from bagua_core.runtime.failure.record import said, state, wait_until_said
 from bagua_core.runtime.failure.translate import lost_peers, translate
 
@@ -53,16 +54,10 @@ _ABOUT_THE_CALLER = (BaguaConfigError, PluginError, RankMismatchError, NotInitia
 """Errors about what the caller asked for: their traceback ends at the caller's frame."""
 
 
-def _say(text: str) -> None:
-    """Write ``text`` to stderr with this rank's prefix on every line (torch's ``[rank1]: ``, as its traceback)."""
-    prefix = f"[rank{state.rank}]: "
-    print("\n".join(prefix + line for line in text.splitlines()), file=sys.stderr, flush=True)
-
-
 def _kind(translated: BaseException, exc: BaseException) -> tuple[int | None, str]:
     """(the rank that failed first, the type of its error) for a rank that stopped because of it."""
     if isinstance(translated, JobFailureError):
-        return translated.failed_rank, translated.cause.split(":", 1)[0].strip() or "an error"
+        return translated.failed_rank, kind_of(translated.cause)
     return getattr(exc, "bagua_failed_elsewhere", None), getattr(exc, "bagua_failed_kind", "an error")
 
 
@@ -77,24 +72,18 @@ def _handle(exc: BaseException | None, where: str) -> bool:
         shown_by = same_as if same_as is not None else _kind(translated, exc)[0] if elsewhere else state.rank
         _write_elastic_error_file(translated, shown_by)
         if same_as is not None and not env.verbose():  # one failure on several ranks: its traceback is there
-            wait_until_said(_PEERS_LINES_S, ranks=[same_as])  # rank same_as shows the cause and traceback first
-            time.sleep(_PUMPED_S)
-            _say(f"bagua: failed the same way as rank {same_as} ({type(exc).__name__})")
-            said()
+            say_stopped(same_as, type(exc).__name__,  # after rank same_as's cause and traceback
+                        f"bagua: failed the same way as rank {same_as} ({type(exc).__name__})")
             if os.environ.get("TORCHELASTIC_RUN_ID"):  # torchrun stops the others once this one exits: let
                 time.sleep(_AFTER_ORIGIN_S)  # rank same_as exit first (the launcher reports its exit status)
             return True
-        if elsewhere and not env.verbose():
+        if elsewhere and not env.verbose():  # its line, unless the watchdog printed it while this thread was blocked
             origin, kind = _kind(translated, exc)
-            if origin is not None:  # its traceback first: this line refers to it
-                wait_until_said(_PEERS_LINES_S, ranks=[origin])
-                time.sleep(_PUMPED_S)
-            _say(f"bagua: stopped: rank {origin} failed first ({kind})" if origin is not None else
-                 f"bagua: stopped: {type(translated).__name__}: {str(translated).strip().splitlines()[0]}")
-            said()
+            say_stopped(origin, kind, None if origin is not None else
+                        f"bagua: stopped: {type(translated).__name__}: {str(translated).strip().splitlines()[0]}")
             return True
         if translated is not exc:
-            _say(f"bagua: {translated}")
+            say(f"bagua: {translated}")
     except Exception:  # never hide the original traceback
         pass
     return False
@@ -116,11 +105,6 @@ def _write_elastic_error_file(exc: BaseException, shown_by: int | None) -> None:
     os.replace(partial, path)
 
 
-# how long the rank where a failure began waits, before exiting, for the others to print their line
-_PEERS_LINES_S = 10.0
-# once the rank that shows a failure has printed its traceback, how long the others wait before their line, so
-# that the launcher (which reads every worker's output in a thread of its own) prints that traceback first
-_PUMPED_S = 0.2
 # how long a rank that failed the same way as another waits, once that one has printed, before exiting
 _AFTER_ORIGIN_S = 0.5
 
@@ -153,7 +137,7 @@ def _excepthook(exc_type: type[BaseException], exc: BaseException, tb: Traceback
             said()  # the ranks that failed the same way wait for this traceback
         if state.started and state.world_size > 1 and os.environ.get("TORCHELASTIC_RUN_ID") \
                 and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
-            wait_until_said(_PEERS_LINES_S, gone=lost_peers())  # torchrun stops the others once this one exits
+            wait_until_said(PEERS_LINES_S, gone=lost_peers())  # torchrun stops the others once this one exits
 
 
 def _threading_excepthook(args: threading.ExceptHookArgs) -> None:
