@@ -20,7 +20,9 @@ Per algorithm and kill interval it measures:
   ``--fault-free-duration`` seconds right before it, measured the same way from its first 3-replica step,
   times D: the machine is shared, and its load moves the step time more than anything measured here);
   ``sample_efficiency`` weighs each committed step by its quorum's size (a step of 2 replicas trains on
-  2/3 of the samples);
+  2/3 of the samples); ``absence_bound`` is the sample efficiency with no stall at all, the faulted replica
+  alone missing from each stop's or partition's start to its end and from each kill to its replacement's first
+  commit (:func:`absence_bound`): what the faults themselves cost;
 * **kill to first commit**: from a kill to the restarted replica's first committed step, and from the
   restarted process's start (before its imports) to that step, split into launcher restart, imports,
   process group, wrapping and joining (quorum and heal); with ``--standby N`` the replacement is a warm standby
@@ -56,7 +58,7 @@ from typing import Any
 
 from benchmarks.launch import NETNS_PREFIX, netns_link
 
-__all__ = ["ALGORITHMS", "FAULT_KINDS", "kill_schedule", "fault_schedule", "stalls_by_fault", "inject_faults",
+__all__ = ["ALGORITHMS", "FAULT_KINDS", "absence_bound", "kill_schedule", "fault_schedule", "stalls_by_fault", "inject_faults",
            "read_records", "ft_progress", "failfast_progress", "window_start",
            "analyse_run", "fault_free_rate", "markdown_table", "write_report", "main"]
 
@@ -265,6 +267,30 @@ def stalls_by_fault(records: dict[str, list[dict]], faults: Sequence[dict], t0: 
                    "total_s": round(sum(costs), 2)} for kind, costs in sorted(per_kind.items())}
 
 
+def absence_bound(faults: Sequence[dict], kills: Sequence[dict], to_commit_of: dict[int, float], t0: float,
+                  duration_s: float, replicas: int = REPLICAS) -> float | None:
+    """The sample efficiency a run would have had if no survivor ever stalled and a faulted replica trained
+    again the moment its fault was over: ``1 - absent / (replicas x D)``, where a stop or a partition keeps its
+    replica absent from the fault to its end (``ended``), a kill from the kill to its replacement's first commit
+    (``to_commit_of``, by ``id`` of the kill; to the window's end if none was measured), each clipped to the
+    window. The faults' own cost, which no method recovers; the sample efficiency's shortfall below it is what
+    the stalls and the rejoins cost. None when a stop or a partition has no ``ended`` (a run recorded before it
+    was kept)."""
+    end = t0 + duration_s
+    absent = 0.0
+    for fault in faults:
+        if not fault.get("done", fault.get("killed")) or fault["t"] > end:
+            continue
+        if fault.get("kind", "kill") == "kill":
+            back = fault["t"] + to_commit_of[id(fault)] if id(fault) in to_commit_of else end
+        elif "ended" in fault:
+            back = fault["ended"]
+        else:
+            return None
+        absent += max(0.0, min(back, end) - max(fault["t"], t0))
+    return round(1 - absent / (replicas * duration_s), 4)
+
+
 def _serving_from(start: dict) -> float:
     """When a process began to stand for its replica: its start, or a warm standby's activation."""
     return start.get("activated") or start["started"]
@@ -315,6 +341,7 @@ def analyse_run(records: dict[str, list[dict]], starts: dict[str, list[dict]], k
         result.update(stall_figures(records, t0, duration_s))
         result["stalls_by_fault"] = stalls_by_fault(records, faults, t0, duration_s)
     to_commit, from_start, heal_bytes, parts = [], [], [], []
+    to_commit_of: dict[int, float] = {}  # id of a kill: seconds to its replacement's first commit
     for kill in kills:
         if not kill.get("killed"):
             continue
@@ -325,6 +352,7 @@ def analyse_run(records: dict[str, list[dict]], starts: dict[str, list[dict]], k
         if mode == "ft" and first["t"] > end + 60:
             continue
         to_commit.append(first["t"] - kill["t"])
+        to_commit_of[id(kill)] = first["t"] - kill["t"]
         from_start.append(first["t"] - _serving_from(start))
         if start.get("activated"):  # a warm standby: built before the kill; the launcher's part is its activation
             parts.append({"launcher": start["activated"] - kill["t"], "imports": 0.0, "process_group": 0.0,
@@ -335,6 +363,10 @@ def analyse_run(records: dict[str, list[dict]], starts: dict[str, list[dict]], k
                           "wrap": start["wrapped"] - start["initialized"], "join": first["t"] - start["wrapped"]})
         if first.get("healed"):
             heal_bytes.append(first.get("healed_bytes", 0) / first["healed"])
+    if mode == "ft" and "faults" in result:
+        bound = absence_bound(faults, kills, to_commit_of, t0, duration_s, replicas)
+        if bound is not None:
+            result["absence_bound"] = bound
     result["restarts_measured"] = len(to_commit)
     if to_commit:
         result["kill_to_first_commit_s"] = {"median": round(median(to_commit), 2), "max": round(max(to_commit), 2)}
@@ -377,12 +409,13 @@ def _cell_order(key: str) -> tuple[int, str, float]:
 
 def markdown_table(results: dict[str, Any]) -> str:
     """The table of ``results`` (``cells`` keyed ``<algorithm>@<interval>s``)."""
-    lines = ["| algorithm | fault every | efficiency (steps) | by samples | kill → first commit, median / max (s) | "
+    lines = ["| algorithm | fault every | efficiency (steps) | by samples | bound by samples (the faults' own absence) | "
+             "kill → first commit, median / max (s) | "
              "stalls: count, total (max) s | load-free estimate | "
              "process start → first commit, median / max (s) | where the restart goes (median s: launcher, imports, "
              "process group, wrap, join) | bytes per heal | kills | stall per fault: kind n median / max s | "
              "baseline efficiency (fail-fast + checkpoints) | baseline kill → first step, median / max (s) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for key in sorted(results.get("cells", {}), key=_cell_order):
         cell = results["cells"][key]
         algorithm, interval = key.split("@")
@@ -392,7 +425,7 @@ def markdown_table(results: dict[str, Any]) -> str:
         heal = f"{ft['bytes_per_heal'] / 1e6:.1f} MB" if ft.get("bytes_per_heal") else "—"
         lines.append(
             f"| {algorithm} | {interval} | {_pct(ft.get('efficiency'))} | {_pct(ft.get('sample_efficiency'))} | "
-            f"{_fmt_s(ft.get('kill_to_first_commit_s'))} | {_stalls(ft)} | {_pct(ft.get('load_free_efficiency'))} | "
+            f"{_pct(ft.get('absence_bound'))} | {_fmt_s(ft.get('kill_to_first_commit_s'))} | {_stalls(ft)} | {_pct(ft.get('load_free_efficiency'))} | "
             f"{_fmt_s(ft.get('start_to_first_commit_s'))} | {breakdown} | "
             f"{heal} | {ft.get('kills', 0)} | {_by_fault(ft)} | "
             f"{_pct(base.get('efficiency')) if base else 'not run'} | "
@@ -507,13 +540,13 @@ def inject_faults(schedule: Sequence[tuple[float, int, str]], t0: float, names: 
     """Inject ``schedule`` (:func:`fault_schedule`) from ``t0``; a stop or a partition ends ``--stop-seconds`` or
     ``--partition-seconds`` after it begins (every one has ended when this returns). A fault on a replica that is
     not up (its restart still under way) is skipped. Returns what was done: ``t``, ``host``, ``pid``, ``kind``,
-    ``done`` (and ``killed``, for a kill)."""
+    ``done`` (and ``killed``, for a kill; ``ended``, for a stop or a partition: when it was undone)."""
     faults: list[dict] = []
-    ends: list[tuple[float, str, str, int]] = []  # (when, kind, host, pid) of the stops and partitions in course
+    ends: list[tuple[float, str, str, int, int]] = []  # (when, kind, host, pid, fault) of the stops and partitions in course
 
     def end_due(until: float) -> None:
         while ends and ends[0][0] <= until:
-            when, kind, host, pid = ends.pop(0)
+            when, kind, host, pid, index = ends.pop(0)
             while time.time() < when:
                 time.sleep(0.02)
             if kind == "stop":
@@ -523,6 +556,7 @@ def inject_faults(schedule: Sequence[tuple[float, int, str]], t0: float, names: 
                     pass
             else:
                 _link(host, "up")
+            faults[index]["ended"] = time.time()
             print(f"  {time.time() - t0:6.1f} s: {kind} of {host} ended", flush=True)
 
     try:
@@ -538,10 +572,10 @@ def inject_faults(schedule: Sequence[tuple[float, int, str]], t0: float, names: 
                 os.kill(pid, signal.SIGKILL)
             elif done and kind == "stop":
                 os.kill(pid, signal.SIGSTOP)
-                ends.append((time.time() + args.stop_seconds, kind, host, pid))
+                ends.append((time.time() + args.stop_seconds, kind, host, pid, len(faults)))
             elif done:
                 _link(host, "down")
-                ends.append((time.time() + args.partition_seconds, kind, host, pid))
+                ends.append((time.time() + args.partition_seconds, kind, host, pid, len(faults)))
             ends.sort()
             faults.append({"t": time.time(), "host": host, "pid": pid, "kind": kind, "done": done,
                            "killed": done and kind == "kill"})

@@ -62,6 +62,26 @@ def test_stalls_are_charged_to_the_fault_before_them_by_kind() -> None:
     assert result["stalls_by_fault"] == by
     assert [kind for _, kind in result["fault_times"]] == ["kill", "stop", "stop", "partition"]
     assert "stop 2 1.5 / 3.0" in ft.markdown_table({"cells": {"gradient_allreduce@15s": {"ft": result}}})
+    assert "absence_bound" not in result  # the stops' and the partition's ends were not recorded
+
+
+def test_the_absence_bound_counts_each_faulted_replica_out_until_it_is_back() -> None:
+    """3 replicas for 100 s: a stop of 3 s, a partition of 4 s, a kill whose replacement commits 2 s later, a
+    kill never replaced (out to the window's end, 10 s), a fault not injected: (3 + 4 + 2 + 10) / 300 out."""
+    records = _ft_records(10, 100)
+    records["h2"] = [r for r in records["h2"] if r["t"] < 1060] + [
+        {"t": 1062.0, "pid": 2, "step": 700, "committed": True, "quorum": 3, "healed": 1, "healed_bytes": 1}]
+    records["h3"] = [r for r in records["h3"] if r["t"] < 1090]
+    starts = {"h2": [{"pid": 2, "started": 1050.0, "activated": 1060.5}]}
+    faults = [{"t": 1010.0, "kind": "stop", "done": True, "ended": 1013.0},
+              {"t": 1030.0, "kind": "partition", "done": True, "ended": 1034.0},
+              {"t": 1045.0, "kind": "stop", "done": False},
+              {"t": 1060.0, "host": "h2", "pid": 1, "kind": "kill", "done": True, "killed": True},
+              {"t": 1090.0, "host": "h3", "pid": 1, "kind": "kill", "done": True, "killed": True}]
+    result = ft.analyse_run(records, starts, faults, 1000.0, 100, 10.0)
+    assert result["kill_to_first_commit_s"] == {"median": 2.0, "max": 2.0}
+    assert result["absence_bound"] == pytest.approx(1 - 19 / 300, abs=1e-4)
+    assert f"| {100 * (1 - 19 / 300):.1f}% |" in ft.markdown_table({"cells": {"gradient_allreduce@15s": {"ft": result}}})
 
 
 def _ft_records(rate: float, seconds: float, stall: tuple[float, float] | None = None, t0: float = 1000.0):
