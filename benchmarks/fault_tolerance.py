@@ -58,8 +58,8 @@ from typing import Any
 
 from benchmarks.launch import NETNS_PREFIX, netns_link
 
-__all__ = ["ALGORITHMS", "FAULT_KINDS", "absence_bound", "kill_schedule", "fault_schedule", "stalls_by_fault", "inject_faults",
-           "read_records", "ft_progress", "failfast_progress", "window_start",
+__all__ = ["ALGORITHMS", "FAULT_KINDS", "absence_bound", "kill_schedule", "fault_schedule", "stalls_by_fault",
+           "inject_faults", "read_records", "ft_progress", "failfast_progress", "window_start",
            "analyse_run", "fault_free_rate", "markdown_table", "write_report", "main"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -267,14 +267,14 @@ def stalls_by_fault(records: dict[str, list[dict]], faults: Sequence[dict], t0: 
                    "total_s": round(sum(costs), 2)} for kind, costs in sorted(per_kind.items())}
 
 
-def absence_bound(faults: Sequence[dict], kills: Sequence[dict], to_commit_of: dict[int, float], t0: float,
-                  duration_s: float, replicas: int = REPLICAS) -> float | None:
+def absence_bound(faults: Sequence[dict], to_commit_of: dict[int, float], t0: float, duration_s: float,
+                  replicas: int = REPLICAS) -> float | None:
     """The sample efficiency a run would have had if no survivor ever stalled and a faulted replica trained
     again the moment its fault was over: ``1 - absent / (replicas x D)``, where a stop or a partition keeps its
     replica absent from the fault to its end (``ended``), a kill from the kill to its replacement's first commit
     (``to_commit_of``, by ``id`` of the kill; to the window's end if none was measured), each clipped to the
-    window. The faults' own cost, which no method recovers; the sample efficiency's shortfall below it is what
-    the stalls and the rejoins cost. None when a stop or a partition has no ``ended`` (a run recorded before it
+    window. The faults' own cost (a kill's, given how soon its replacement committed); the sample efficiency's
+    shortfall below it is what the stalls and the rejoins cost. None when a stop or a partition has no ``ended`` (a run recorded before it
     was kept)."""
     end = t0 + duration_s
     absent = 0.0
@@ -364,7 +364,7 @@ def analyse_run(records: dict[str, list[dict]], starts: dict[str, list[dict]], k
         if first.get("healed"):
             heal_bytes.append(first.get("healed_bytes", 0) / first["healed"])
     if mode == "ft" and "faults" in result:
-        bound = absence_bound(faults, kills, to_commit_of, t0, duration_s, replicas)
+        bound = absence_bound(faults, to_commit_of, t0, duration_s, replicas)
         if bound is not None:
             result["absence_bound"] = bound
     result["restarts_measured"] = len(to_commit)

@@ -22,7 +22,7 @@ import time
 
 from bagua_core.runtime.failure.record import said, state, wait_until_said
 
-__all__ = ["PEERS_LINES_S", "PUMPED_S", "forget", "is_said", "kind_of", "say", "say_stopped"]
+__all__ = ["PEERS_LINES_S", "PUMPED_S", "forget", "kind_of", "say", "say_stopped"]
 
 PEERS_LINES_S = 10.0
 """How long the rank where a failure began waits, before exiting, for the others to print their line."""
@@ -43,11 +43,6 @@ def say(text: str) -> None:
 def kind_of(cause: str) -> str:
     """The type of the error a failure record's ``cause`` (``"ValueError: bad batch"``) names."""
     return cause.split(":", 1)[0].strip() or "an error"
-
-
-def is_said() -> bool:
-    """This process has printed its line about a failure that began elsewhere."""
-    return _said["line"]
 
 
 def say_stopped(origin: int | None, kind: str, text: str | None = None, cancel: threading.Event | None = None) -> bool:
