@@ -263,7 +263,7 @@ def test_a_rank_blocked_in_a_collective_says_its_line_from_the_watchdog(monkeypa
     dog.start()
     dog.join(10.0)
     assert not dog.is_alive()
-    assert interrupted == [failed]  # the main thread is interrupted too, once the line is out
+    assert interrupted == [failed]  # the main thread is interrupted too
     assert store.check(["said_0"])  # rank 1 may exit now
     assert lines.say_stopped(1, "ValueError") is False  # the main thread's hook, later: nothing more
     assert capsys.readouterr().err == "[rank0]: bagua: stopped: rank 1 failed first (ValueError)\n"

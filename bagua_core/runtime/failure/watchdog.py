@@ -4,10 +4,10 @@ Every ``POLL_S`` seconds it checks (non-blocking, on a store connection of its o
 recorded a failure. When one did, it marks this process aborted (nothing further is issued), aborts
 its NCCL process groups, acknowledges (``ack_<rank>``), and, if the main thread has not raised within
 ``GRACE_S`` seconds (it is computing, sleeping, hung in Python, or blocked in a gloo collective, which no
-abort reaches), prints the rank's line about the failure (:mod:`.lines`: the failing rank waits for it before it
-exits, and a main thread blocked in gloo returns only once it has) and interrupts the main thread with a
-:class:`~bagua_core.runtime.exceptions.PeerFailureError` (a real-time signal where the platform has one, else
-``KeyboardInterrupt``). ``BAGUA_FAILURE_WATCHDOG=0`` turns it off.
+abort reaches), interrupts the main thread with a :class:`~bagua_core.runtime.exceptions.PeerFailureError` (a
+real-time signal where the platform has one, else ``KeyboardInterrupt``) and prints the rank's line about the
+failure unless the main thread's hook did (:mod:`.lines`: the failing rank waits for it before it exits, and a main
+thread blocked in gloo returns only once it has). ``BAGUA_FAILURE_WATCHDOG=0`` turns it off.
 
 The rank that hosts the store (rank 0 outside torchelastic) waits at exit, after a failure of the job,
 up to ``LINGER_S`` seconds for every rank to acknowledge, so the record outlives it long enough.
@@ -117,10 +117,11 @@ class Watchdog(threading.Thread):
                 pass
             if self._stopping.wait(GRACE_S) or state.main_thread_told or state.own:
                 return
-            if not env.verbose():  # the main thread may be blocked in a gloo collective until the failing
-                # rank exits, and that rank waits for this line before it exits: say it from here
-                say_stopped(record.rank, kind_of(record.cause), cancel=self._stopping)
             _interrupt_main_thread(record)
+            if not env.verbose():  # the main thread may be blocked in a gloo collective until the failing
+                # rank exits, and that rank waits for this line before it exits: say it from here (once: if the
+                # interrupted main thread's hook says it first, this says nothing)
+                say_stopped(record.rank, kind_of(record.cause), cancel=self._stopping)
             return
 
 
