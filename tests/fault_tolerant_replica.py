@@ -8,7 +8,8 @@ the rounds merged, the last merge's weights and whether this replica's samples c
 rounds a hash of the outer weights, ``outer``; the data position, ``position``). ``--die-at`` / ``--hang-at`` make
 it fail in the middle of that step (after forward, before backward: its peers are in the exchange);
 ``--die-in-exchange`` kills it from inside a collective between replicas (:class:`ExchangeKiller`);
-``--count-bytes`` adds ``bytes``: what the communication stats counted so far and what torch.distributed's
+``--fail-configure N`` makes this rank's N-th configuration of torchft's gloo group raise as a store that cannot be
+reached does (:class:`ConfigureFailer`); ``--count-bytes`` adds ``bytes``: what the communication stats counted so far and what torch.distributed's
 collectives were handed (:class:`HandedBytes`), per collective.
 It stops after ``--steps`` committed steps or when the file ``--stop`` exists. Under ``bagua run
 --fault-tolerant`` ``{replica}`` in ``--records`` is the replica's id and ``--only-replica`` picks the one to fail.
@@ -86,6 +87,28 @@ class ExchangeKiller:
         self.step, self.calls = step, 0
 
 
+class ConfigureFailer:
+    """``--fail-configure N``: this rank's N-th call of torchft's ``ProcessGroupGloo.configure`` (the groups between
+    replicas, configured on every new quorum) raises ``DistNetworkError`` before it connects, as a store that does
+    not answer within its timeout does (seen in CI: "The client socket has timed out after 4000ms")."""
+
+    def __init__(self, call: int) -> None:
+        from torchft import ProcessGroupGloo
+
+        if call <= 0:
+            return
+        original, calls = ProcessGroupGloo.configure, [0]
+
+        def configure(group, store_addr, *args, **kwargs):
+            calls[0] += 1
+            if calls[0] == call:
+                print(f"failing configure call {calls[0]} ({store_addr})", flush=True)
+                raise torch.distributed.DistNetworkError("The client socket has timed out after 4000ms (injected)")
+            return original(group, store_addr, *args, **kwargs)
+
+        ProcessGroupGloo.configure = configure
+
+
 class HandedBytes:
     """What this process hands to torch.distributed's collectives, on any thread (each function wrapped, as
     ``stats`` names them; the input's bytes, what ``bagua_core.runtime.communication.stats`` counts) until
@@ -157,7 +180,9 @@ def main() -> None:
     parser.add_argument("--late-s", type=float, default=0.0)
     parser.add_argument("--only-replica", default="", help="--die-at/--hang-at apply only to this BAGUA_FT_REPLICA_ID, "
                         "and only to its first attempt under torchrun")
-    parser.add_argument("--only-rank", type=int, default=-1, help="--die-at/--hang-at/--late-at apply only to this RANK")
+    parser.add_argument("--only-rank", type=int, default=-1, help="--die-at/--hang-at/--late-at/--fail-configure apply only to this RANK")
+    parser.add_argument("--fail-configure", type=int, default=-1,
+                        help="this rank's N-th configuration of a group between replicas fails (ConfigureFailer)")
     parser.add_argument("--count-bytes", action="store_true",
                         help="record the bytes counted and those handed to the collectives (HandedBytes)")
     args = parser.parse_args()
@@ -165,10 +190,11 @@ def main() -> None:
     replica = os.environ.get("BAGUA_FT_REPLICA_ID", "")
     args.records = args.records.replace("{replica}", replica)
     if args.only_replica and (replica != args.only_replica or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0"):
-        args.die_at = args.hang_at = args.die_in_exchange = args.late_at = -1
+        args.die_at = args.hang_at = args.die_in_exchange = args.late_at = args.fail_configure = -1
     if args.only_rank >= 0 and int(os.environ.get("RANK", "0")) != args.only_rank:
-        args.die_at = args.hang_at = args.die_in_exchange = args.late_at = -1
+        args.die_at = args.hang_at = args.die_in_exchange = args.late_at = args.fail_configure = -1
     killer = ExchangeKiller(args.die_in_exchange)
+    ConfigureFailer(args.fail_configure)
 
     bagua.init_process_group()
     runtime = current_runtime()

@@ -413,6 +413,30 @@ def test_sharded_replicas_kill_and_restart(job: Job, algorithm: str) -> None:
 
 
 @pytest.mark.timeout(300, func_only=True)
+def test_a_quorum_one_rank_could_not_configure_fails_on_every_rank_of_its_replica(job: Job) -> None:
+    """Sharded replicas of two ranks; b joins a running a, and b's rank 0 cannot configure its group between
+    replicas at b's first quorum (as when torchft's store connect times out, seen once in CI), so it is not
+    healed in it while its sibling waits for it. Every rank of the quorum fails that step within the timeout,
+    the next quorum configures and heals b, and b trains on with a, shard for shard bit-identical, with no rank
+    left waiting in a collective its sibling never issues."""
+    job.start("a", *_args("gradient_allreduce"), "--sharded", ranks=2)
+    job.wait_for("committed a first step", lambda: bool(job.committed("a.0")), START_S, "a.0")
+    job.start("b", *_args("gradient_allreduce"), "--sharded", "--fail-configure", "1", "--only-rank", "0", ranks=2)
+    for rank in ("b.0", "b.1"):
+        job.wait_for("committed 3 steps with a", lambda rank=rank: len(job.committed(rank, quorum=2)) >= 3, START_S,
+                     rank)
+    assert "failing configure call 1" in job.output("b.0"), job.output("b.0")[-2000:]
+    job.stop()
+    for rank in ("a.0", "a.1", "b.0", "b.1"):
+        assert job.wait_exit(rank, GAP_S) == 0, job.output(rank)[-2000:]
+    for rank in ("a.0", "a.1"):
+        _check_healthy(job, rank)
+    for rank in ("b.0", "b.1"):
+        assert job.committed(rank)[0]["healed"] == 1, f"{rank} was not healed"
+        _check_identical(job, rank.replace("b", "a"), rank)
+
+
+@pytest.mark.timeout(300, func_only=True)
 def test_rank_late_to_the_commit_decision(job: Job) -> None:
     """A replica's rank that reaches ``optimizer.step()`` up to a collective timeout after its sibling (the
     sibling's collective failed at once, its own waited the timeout out) still decides the step with it: the
