@@ -267,22 +267,22 @@ def stalls_by_fault(records: dict[str, list[dict]], faults: Sequence[dict], t0: 
                    "total_s": round(sum(costs), 2)} for kind, costs in sorted(per_kind.items())}
 
 
-def absence_bound(faults: Sequence[dict], to_commit_of: dict[int, float], t0: float, duration_s: float,
+def absence_bound(faults: Sequence[dict], to_commit_of: dict[tuple[str, float], float], t0: float, duration_s: float,
                   replicas: int = REPLICAS) -> float | None:
     """The sample efficiency a run would have had if no survivor ever stalled and a faulted replica trained
     again the moment its fault was over: ``1 - absent / (replicas x D)``, where a stop or a partition keeps its
     replica absent from the fault to its end (``ended``), a kill from the kill to its replacement's first commit
-    (``to_commit_of``, by ``id`` of the kill; to the window's end if none was measured), each clipped to the
+    (``to_commit_of``, by the kill's ``(host, t)``; to the window's end if none was measured), each clipped to the
     window. The faults' own cost (a kill's, given how soon its replacement committed); the sample efficiency's
-    shortfall below it is what the stalls and the rejoins cost. None when a stop or a partition has no ``ended`` (a run recorded before it
-    was kept)."""
+    shortfall below it is what the stalls and the rejoins cost. None when a stop or a partition has no ``ended``
+    (a run recorded before it was kept)."""
     end = t0 + duration_s
     absent = 0.0
     for fault in faults:
         if not fault.get("done", fault.get("killed")) or fault["t"] > end:
             continue
         if fault.get("kind", "kill") == "kill":
-            back = fault["t"] + to_commit_of[id(fault)] if id(fault) in to_commit_of else end
+            back = fault["t"] + to_commit_of.get((fault["host"], fault["t"]), end - fault["t"])
         elif "ended" in fault:
             back = fault["ended"]
         else:
@@ -341,7 +341,7 @@ def analyse_run(records: dict[str, list[dict]], starts: dict[str, list[dict]], k
         result.update(stall_figures(records, t0, duration_s))
         result["stalls_by_fault"] = stalls_by_fault(records, faults, t0, duration_s)
     to_commit, from_start, heal_bytes, parts = [], [], [], []
-    to_commit_of: dict[int, float] = {}  # id of a kill: seconds to its replacement's first commit
+    to_commit_of: dict[tuple[str, float], float] = {}  # a kill's (host, t): seconds to its replacement's first commit
     for kill in kills:
         if not kill.get("killed"):
             continue
@@ -352,7 +352,7 @@ def analyse_run(records: dict[str, list[dict]], starts: dict[str, list[dict]], k
         if mode == "ft" and first["t"] > end + 60:
             continue
         to_commit.append(first["t"] - kill["t"])
-        to_commit_of[id(kill)] = first["t"] - kill["t"]
+        to_commit_of[(kill["host"], kill["t"])] = first["t"] - kill["t"]
         from_start.append(first["t"] - _serving_from(start))
         if start.get("activated"):  # a warm standby: built before the kill; the launcher's part is its activation
             parts.append({"launcher": start["activated"] - kill["t"], "imports": 0.0, "process_group": 0.0,

@@ -251,14 +251,13 @@ def test_a_rank_blocked_in_a_collective_says_its_line_from_the_watchdog(monkeypa
     store.set("first", failed.to_bytes())
     store.set("said_1", b"1")  # rank 1 has printed its traceback
     for name, value in dict(store=store, rank=0, world_size=2, failure=None, own=False, main_thread_told=False,
-                            started=True).items():
+                            started=True, line_said=False).items():
         monkeypatch.setattr(record.state, name, value)
     monkeypatch.setenv("BAGUA_VERBOSE", "0")
     monkeypatch.setattr(watchdog, "POLL_S", 0.01)
     monkeypatch.setattr(watchdog, "GRACE_S", 0.01)
     interrupted = []
     monkeypatch.setattr(watchdog, "_interrupt_main_thread", interrupted.append)
-    lines.forget()
     dog = watchdog.Watchdog()
     dog.start()
     dog.join(10.0)
@@ -267,7 +266,6 @@ def test_a_rank_blocked_in_a_collective_says_its_line_from_the_watchdog(monkeypa
     assert store.check(["said_0"])  # rank 1 may exit now
     assert lines.say_stopped(1, "ValueError") is False  # the main thread's hook, later: nothing more
     assert capsys.readouterr().err == "[rank0]: bagua: stopped: rank 1 failed first (ValueError)\n"
-    lines.forget()
 
 
 _EXIT_WHILE_POLLING = """

@@ -18,7 +18,7 @@ Example::
 
 from __future__ import annotations
 
-from bagua_core.runtime.failure import lines, uncaught, watchdog
+from bagua_core.runtime.failure import uncaught, watchdog
 from bagua_core.runtime.failure.record import FailureRecord, first_failure, raise_if_aborted, report
 from bagua_core.runtime.failure.record import start as _start_record
 from bagua_core.runtime.failure.record import state as _state
@@ -36,7 +36,6 @@ def start(rank: int, world_size: int, procs: list[tuple[str, int]]) -> None:
     global _watchdog
     stop()
     _start_record(rank, world_size, procs)
-    lines.forget()
     uncaught.install()
     if watchdog.enabled() and world_size > 1:
         watchdog.install_interrupt_handler()

@@ -1,4 +1,4 @@
-"""The one line a rank prints about a failure that began on another rank, printed once per process.
+"""The one line a rank prints about a failure that began on another rank, once per job (``state.line_said``).
 
 Both the uncaught-exception hook (:mod:`.uncaught`, when the rank's main thread raises the peer's failure) and
 the watchdog (:mod:`.watchdog`, when the main thread has not raised within its grace: it is blocked in a
@@ -22,7 +22,7 @@ import time
 
 from bagua_core.runtime.failure.record import said, state, wait_until_said
 
-__all__ = ["PEERS_LINES_S", "PUMPED_S", "forget", "kind_of", "say", "say_stopped"]
+__all__ = ["PEERS_LINES_S", "PUMPED_S", "kind_of", "say", "say_stopped"]
 
 PEERS_LINES_S = 10.0
 """How long the rank where a failure began waits, before exiting, for the others to print their line."""
@@ -31,7 +31,6 @@ PUMPED_S = 0.2
 that the launcher (which reads every worker's output in a thread of its own) prints that traceback first."""
 
 _lock = threading.Lock()
-_said = {"line": False}
 
 
 def say(text: str) -> None:
@@ -49,18 +48,13 @@ def say_stopped(origin: int | None, kind: str, text: str | None = None, cancel: 
     """Print this rank's line about rank ``origin``'s failure (``text``, else "stopped: rank ``origin`` failed first
     (``kind``)"), once it has printed its traceback, and mark it said. False when this process said it already."""
     with _lock:
-        if _said["line"]:
+        if state.line_said:
             return False
         if origin is not None:  # its traceback first: this line refers to it
             wait_until_said(PEERS_LINES_S, ranks=[origin], cancel=cancel)
             time.sleep(PUMPED_S)
         say(text if text is not None else f"bagua: stopped: rank {origin} failed first ({kind})")
-        _said["line"] = True
+        state.line_said = True
     said()
     return True
 
-
-def forget() -> None:
-    """A new job (``init_process_group`` after ``destroy_process_group``): nothing said yet."""
-    with _lock:
-        _said["line"] = False

@@ -80,6 +80,8 @@ class _State:
     pending_error: BaseException | None = None
     """This rank's own error raised off the main thread (the communication thread, an averaging round):
     the main thread raises it, once, before anything else."""
+    line_said: bool = False
+    """This process has printed its one line about a failure that began elsewhere (:mod:`.lines`)."""
     started: bool = False
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
@@ -97,13 +99,13 @@ def start(rank: int, world_size: int, procs: list[tuple[str, int]]) -> None:
         store = None
     state.store, state.rank, state.world_size, state.procs = store, rank, world_size, list(procs)
     state.failure, state.own, state.main_thread_told, state.started = None, False, False, True
-    state.pending_error = None
+    state.pending_error, state.line_said = None, False
 
 
 def stop() -> None:
     """Forget the job (``destroy_process_group``): a later job starts with no failure."""
     state.store, state.failure, state.own, state.main_thread_told, state.started = None, None, False, False, False
-    state.pending_error = None
+    state.pending_error, state.line_said = None, False
 
 
 def is_started() -> bool:
